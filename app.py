@@ -1,0 +1,15 @@
+"""MLM Lab: navigation and page config only. Run with `streamlit run app.py`."""
+
+import streamlit as st
+
+st.set_page_config(page_title="MLM Lab", page_icon="🎭", layout="wide")
+
+# (file, title, icon) in the order a lesson walks them: the flow, left to right.
+PAGES = [
+    ("pages/home.py", "Home", "🏠"),
+    ("pages/masking.py", "Masking", "🎭"),
+    ("pages/tokenizer.py", "Tokenizer", "🧩"),
+]
+
+navigation = st.navigation([st.Page(path, title=title, icon=icon) for path, title, icon in PAGES])
+navigation.run()

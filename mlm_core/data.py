@@ -1,0 +1,186 @@
+"""Text in, tensors out: tokenization with everything masking needs, and safe reading of uploads.
+
+Shapes: B = batch, T = sequence length.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass
+
+import torch
+
+from mlm_core.errors import InputError
+from mlm_core.masking import MaskingConfig, MaskingResult, mask_tokens
+
+MAX_TEXT_CHARS = 20_000  # longer pasted text is refused: tokenizing it would stall a page
+UPLOAD_EXTENSIONS = (".txt", ".csv", ".jsonl")
+
+
+@dataclass
+class Encoded:
+    """A tokenized batch, padded to its longest row."""
+
+    input_ids: torch.Tensor  # (B, T)
+    attention_mask: torch.Tensor  # (B, T) 1 on real tokens
+    special_tokens_mask: torch.Tensor  # (B, T) 1 on [CLS], [SEP], padding: never selected
+    word_ids: torch.Tensor  # (B, T) index of the word a piece belongs to, -1 on special/padding
+    truncated: list[bool]  # was the row cut at max_length?
+    tokens: list[list[str]]  # the tokens as strings, padding left out
+
+    @property
+    def n_eligible(self) -> int:
+        return int((self.special_tokens_mask == 0).sum())
+
+
+def special_ids(tokenizer) -> tuple[int, ...]:
+    """Every id of the tokenizer's special tokens, read from the tokenizer, never hard-coded."""
+    ids = set(int(i) for i in tokenizer.all_special_ids)
+    return tuple(sorted(ids))
+
+
+def encode(tokenizer, texts: str | list[str], max_length: int = 128) -> Encoded:
+    """Tokenize texts with special tokens, padding, word ids and a flag for each truncated row.
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> enc = encode(load_default_tokenizer(), ["The cat sat."])
+    >>> enc.tokens[0], enc.word_ids[0].tolist()
+    (['[CLS]', 'the', 'cat', 'sat', '.', '[SEP]'], [-1, 0, 1, 2, 3, -1])
+    """
+    if isinstance(texts, str):
+        texts = [texts]
+    if not texts or not any(t.strip() for t in texts):
+        raise InputError("There is no text to tokenize: type or paste a sentence first.")
+    full = tokenizer(list(texts), add_special_tokens=True, truncation=False)
+    truncated = [len(ids) > max_length for ids in full["input_ids"]]
+    batch = tokenizer(
+        list(texts),
+        add_special_tokens=True,
+        truncation=True,
+        max_length=max_length,
+        padding=True,
+        return_special_tokens_mask=True,
+        return_tensors="pt",
+    )
+    attention = batch["attention_mask"]
+    special = batch["special_tokens_mask"].bool() | (attention == 0)
+    words = torch.full_like(batch["input_ids"], -1)
+    for row in range(len(texts)):
+        for position, word in enumerate(batch.word_ids(row)):
+            if word is not None and not special[row, position]:
+                words[row, position] = word
+    tokens = [
+        tokenizer.convert_ids_to_tokens(ids[mask.bool()].tolist())
+        for ids, mask in zip(batch["input_ids"], attention)
+    ]
+    return Encoded(batch["input_ids"], attention, special.long(), words, truncated, tokens)
+
+
+def mask_batch(
+    tokenizer, encoded: Encoded, config: MaskingConfig, generator: torch.Generator, trace: bool = True
+) -> MaskingResult:
+    """``mask_tokens`` on an encoded batch, with the mask id, vocabulary and special ids of its tokenizer."""
+    if tokenizer.mask_token_id is None:
+        raise InputError("This tokenizer has no mask token, so it cannot be used for masked-LM training.")
+    return mask_tokens(
+        encoded.input_ids,
+        encoded.special_tokens_mask,
+        config,
+        mask_token_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        generator=generator,
+        word_ids=encoded.word_ids,
+        special_ids=special_ids(tokenizer),
+        attention_mask=encoded.attention_mask,
+        trace=trace,
+    )
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split text into sentences at ., ! or ? followed by space, and at line breaks.
+
+    >>> split_sentences("One. Two!  Three?\\nFour")
+    ['One.', 'Two!', 'Three?', 'Four']
+    """
+    sentences = []
+    for line in text.splitlines():
+        sentences.extend(part.strip() for part in _SENTENCE_END.split(line) if part.strip())
+    return sentences
+
+
+def clean_text(text: str, *, max_chars: int = MAX_TEXT_CHARS, what: str = "The text") -> str:
+    """Validate pasted text: not empty, not too long. Returns it stripped."""
+    if text is None or not text.strip():
+        raise InputError(f"{what} is empty: type or paste at least one sentence.")
+    text = text.strip()
+    if len(text) > max_chars:
+        raise InputError(
+            f"{what} has {len(text):,} characters; the limit is {max_chars:,}. Paste a shorter part, "
+            "or upload it as a .txt file on the Training page."
+        )
+    return text
+
+
+def clip_text(text: str, max_chars: int) -> tuple[str, bool]:
+    """The text stripped and cut to ``max_chars`` characters (at a space when one is near), and whether it was cut.
+
+    Pages that only look at the first tokens of a text clip it first, so pasting a whole book
+    stays fast and tokenizing never stalls.
+    """
+    text = (text or "").strip()
+    if len(text) <= max_chars:
+        return text, False
+    cut = text[:max_chars]
+    space = cut.rfind(" ", max(0, max_chars - 100))
+    return (cut[:space] if space > 0 else cut), True
+
+
+def read_text_upload(name: str, data: bytes, *, max_bytes: int) -> str:
+    """Text from an uploaded .txt, .csv (all cells) or .jsonl ("text" fields) file.
+
+    Refuses, with a message a learner can act on: other extensions, files over ``max_bytes``,
+    binary data and invalid UTF-8, and files with no text in them.
+    """
+    lower = (name or "").lower()
+    if not lower.endswith(UPLOAD_EXTENSIONS):
+        raise InputError(
+            f"{name!r} is not a text file MLM Lab reads: upload a .txt, .csv or .jsonl file."
+        )
+    if len(data) > max_bytes:
+        raise InputError(
+            f"{name!r} is {len(data) / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.1f} MB. Upload a smaller part of it."
+        )
+    if b"\x00" in data[:8192]:
+        raise InputError(f"{name!r} looks like a binary file, not text. Upload plain UTF-8 text.")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{name!r} is not valid UTF-8 text (byte {exc.start} cannot be read). Save it as UTF-8 and try again."
+        ) from None
+    if lower.endswith(".csv"):
+        rows = csv.reader(io.StringIO(text))
+        text = "\n".join(" ".join(cell.strip() for cell in row if cell.strip()) for row in rows)
+    elif lower.endswith(".jsonl"):
+        lines = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise InputError(f"Line {number} of {name!r} is not valid JSON.") from None
+            value = record.get("text") if isinstance(record, dict) else record
+            if not isinstance(value, str):
+                raise InputError(f"Line {number} of {name!r} has no \"text\" string field.")
+            lines.append(value)
+        text = "\n".join(lines)
+    if not text.strip():
+        raise InputError(f"{name!r} holds no text.")
+    return text

@@ -1,0 +1,31 @@
+"""Home: what masked-language modelling is, in a few sentences and one picture."""
+
+import streamlit as st
+
+import ui
+from mlm_core.figures.home import flow_figure
+
+settings = ui.page_setup("🎭 MLM Lab")
+st.markdown(
+    """
+**Masked-language modelling (MLM)** is how BERT and its relatives learn language without labels:
+hide some tokens of a sentence, and train the model to predict them from both sides of the context.
+BERT selects 15% of the tokens; of those, 80% become `[MASK]`, 10% a random token and 10% stay as
+they are. The loss is the cross-entropy of the model's prediction **at the selected positions only**.
+
+MLM Lab lets you watch every step of that flow, on a real tokenizer and a real model, offline:
+"""
+)
+st.plotly_chart(flow_figure(), key="home_flow", config={"displayModeBar": False})
+st.markdown(
+    """
+Walk the pages in order, from the sidebar:
+1. **Masking** — which tokens are selected and what replaces them, decision by decision.
+2. **Predictions** — what the model guesses at each selected position, and how sure it is.
+3. **Loss** and **Bug museum** — full, weighted and sampled-softmax losses, and the classic mistakes.
+4. **Training** — fine-tune live and watch the loss fall.
+5. **Efficiency** and **Tokenizer** — what the head, the vocabulary and the hardware cost.
+
+Every page is reproducible from the **seed** in the sidebar.
+"""
+)
