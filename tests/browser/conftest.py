@@ -1,0 +1,135 @@
+"""Real-browser fixtures: a live `streamlit run app.py` server and Debian's Chromium driven by Playwright.
+
+No browser is downloaded: Playwright launches /usr/bin/chromium. A failing test leaves a full-page
+screenshot in its temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("MLMLAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+]
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (apt-get install chromium)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`streamlit run app.py` on a free port, with its log kept for failure reports."""
+
+    def __init__(self, env: dict[str, str], log: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "MLMLAB_MODEL": "tiny-random", **env}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(self.port),
+             "--server.address", "127.0.0.1", "--server.headless", "true",
+             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+            cwd=ROOT, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        )
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited early:\n{log.read_text()}")
+            try:
+                with urllib.request.urlopen(self.url + "/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError(f"streamlit did not become healthy in 120 s:\n{log.read_text()}")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    s = Server({"MLMLAB_MAX_RUNS": "2", "MLMLAB_ABANDON_S": "20"}, tmp_path_factory.mktemp("server") / "streamlit.log")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, request, tmp_path):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    pg.set_default_timeout(90_000)
+    yield pg
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        try:
+            pg.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
+            print(f"screenshot of the failure: {tmp_path / 'failure.png'}")
+        except Exception as exc:  # the page may be gone
+            print(f"no screenshot: {exc}")
+    context.close()
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+def wait_idle(pg, timeout: float = 90):
+    """Wait until the app is connected and its script run has finished (stable for half a second)."""
+    pg.wait_for_selector('[data-testid="stApp"]', timeout=timeout * 1000)
+    state = """() => { const a = document.querySelector('[data-testid="stApp"]');
+        return a.getAttribute('data-test-script-state') + '/' + a.getAttribute('data-test-connection-state'); }"""
+    deadline = time.time() + timeout
+    quiet_since = None
+    while time.time() < deadline:
+        if pg.evaluate(state) == "notRunning/CONNECTED":
+            quiet_since = quiet_since or time.time()
+            if time.time() - quiet_since > 0.5:
+                return
+        else:
+            quiet_since = None
+        time.sleep(0.1)
+    raise TimeoutError(f"the app did not become idle in {timeout} s (state {pg.evaluate(state)})")
+
+
+def open_page(pg, server, path: str = "", timeout: float = 120):
+    pg.goto(f"{server.url}/{path}")
+    wait_idle(pg, timeout)
+    assert pg.locator('[data-testid="stException"]').count() == 0, "the page shows an exception"
+
+
+def has_chromium() -> bool:
+    return shutil.which(CHROMIUM) is not None or Path(CHROMIUM).exists()
