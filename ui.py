@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import os
+import threading
 from dataclasses import dataclass
 
 import streamlit as st
@@ -56,17 +57,38 @@ def _model_options() -> list[tuple[str, str]]:
         return [(DEFAULT_MODEL, "Bundled default (offline)"), ("tiny-random", "Tiny random BERT (offline)")]
 
 
+def _ensure_app_navigation() -> None:
+    """Run every page through app.py's navigation, also on a deep link to a fresh server.
+
+    Streamlit treats an app with a ``pages/`` folder as an old-style multipage app until app.py has
+    called ``st.navigation`` once; a first visit to /masking would then run the page without app.py
+    (wrong titles and layout). Switching that mode off and rerunning goes through app.py.
+    """
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+    except ImportError:  # a Streamlit without it has no such mode
+        return
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def page_setup(title: str) -> Settings:
     """Shared defaults, the sidebar and the page title; returns the settings every page uses."""
+    _ensure_app_navigation()
     state = st.session_state
     state.setdefault(KEYS.model, os.environ.get("MLMLAB_MODEL", DEFAULT_MODEL))
     state.setdefault(KEYS.seed, DEFAULT_SEED)
     state.setdefault(KEYS.presenter, False)
     state.setdefault(KEYS.custom_model, "")
+    link_problems = _read_and_sync_link()  # classroom: a shared link sets the state before any widget
     settings = _sidebar()
+    _share_box()
     if settings.presenter:
         st.markdown(_PRESENTER_CSS, unsafe_allow_html=True)
     st.title(title)
+    if link_problems:
+        _link_notice(link_problems)
     return settings
 
 
@@ -106,12 +128,22 @@ def _sidebar() -> Settings:
     )
 
 
-_PRESENTER_CSS = """
+PRESENTER_TOKEN_PX = 30  # chips readable from the back row (issue: at least 28 px)
+PRESENTER_CHART_HEIGHT = 600  # charts at least this tall in presenter view
+
+_PRESENTER_CSS = f"""
 <style>
-.mlm-chips .mlm-chip { font-size: 30px !important; padding: 8px 12px !important; }
-.mlm-chips .mlm-sub { font-size: 18px !important; }
-div[data-testid="stMarkdownContainer"] p { font-size: 1.25rem; }
-div.stButton > button { font-size: 1.4rem; padding: 0.6rem 1.4rem; min-height: 3.2rem; }
+.mlm-chips .mlm-chip {{ font-size: {PRESENTER_TOKEN_PX}px !important; padding: 8px 12px !important; }}
+.mlm-chips .mlm-sub {{ font-size: 18px !important; }}
+div[data-testid="stMarkdownContainer"] p, div[data-testid="stMarkdownContainer"] li {{ font-size: 1.25rem; }}
+div.stButton > button, div.stFormSubmitButton > button, div.stDownloadButton > button {{
+  font-size: 1.4rem; padding: 0.6rem 1.4rem; min-height: 3.2rem; }}
+div.stButton > button p, div.stFormSubmitButton > button p, div.stDownloadButton > button p {{ font-size: 1.4rem; }}
+div[data-testid="stButtonGroup"] button {{ min-height: 2.8rem; padding: 0.3rem 1rem; }}
+div[data-testid="stButtonGroup"] button p {{ font-size: 1.35rem; }}
+div[data-testid="stTextInput"] input, div[data-testid="stTextArea"] textarea {{ font-size: 1.4rem !important; }}
+div[data-testid="stMetricValue"] {{ font-size: 2.6rem; }}
+div[class*="st-key-advanced_"] {{ display: none !important; }}
 </style>
 """
 
@@ -175,3 +207,225 @@ def decision_legend() -> None:
     """The colour key of the chips."""
     items = [chip_html(label, name) for name, (_, _, label) in DECISION_STYLE.items()]
     st.markdown(f'<div class="mlm-chips">{"".join(items)}</div>', unsafe_allow_html=True)
+
+
+# --------------------------------------------------------------------------- classroom: links, presenter, export
+# A shared link holds the values below (mlm_core.classroom.FIELDS); each lives in the session under
+# this key. Widget values are lost when their page is left, so the link's copy ("canonical values")
+# also restores them when their page comes back.
+LINK_KEYS = {
+    "sentence": KEYS.sentence,
+    "seed": KEYS.seed,
+    "model": KEYS.model,
+    "strategy": "masking_strategy",
+    "p": "masking_p",
+    "mask": "masking_mask",
+    "random": "masking_random",
+    "step": "masking_step",
+    "quiz": "quiz_kind",
+    "round": "quiz_round",
+}
+_LINK = "_mlm_link"  # session entry: {"values", "read", "fields", "keys"}
+_RUN = threading.local()  # per script run: the sidebar slot of the share box
+
+
+def _default_model() -> str:
+    return os.environ.get("MLMLAB_MODEL", DEFAULT_MODEL)
+
+
+def _link_state() -> dict:
+    from mlm_core import classroom
+
+    state = st.session_state
+    if _LINK not in state:
+        state[_LINK] = {"values": classroom.defaults(), "read": set(),
+                        "fields": {f.name: f for f in classroom.FIELDS}, "keys": dict(LINK_KEYS)}
+    return state[_LINK]
+
+
+def _query_dict() -> dict[str, list[str]]:
+    try:
+        return {name: st.query_params.get_all(name) for name in st.query_params}
+    except Exception:  # no script run context (bare mode): no link to read
+        return {}
+
+
+def _apply(name: str, key: str, value) -> None:
+    """Put a link's value into the session, where the page's widget will pick it up."""
+    state = st.session_state
+    if name == "model":
+        state[KEYS.model] = value
+        state[KEYS.custom_model] = ""
+    elif isinstance(value, tuple):
+        state[key] = list(value)
+    else:
+        state[key] = value
+
+
+def _read_and_sync_link(page_fields=()) -> tuple[str, ...]:
+    """Read the link once per field per session, keep the canonical values current, write them back."""
+    from mlm_core import classroom
+
+    link = _link_state()
+    for f, key in page_fields:
+        link["fields"][f.name] = f
+        link["keys"][f.name] = key
+        link["values"].setdefault(f.name, f.default)
+    fields = list(link["fields"].values())
+    problems: tuple[str, ...] = ()
+    unread = [f for f in fields if f.name not in link["read"]]
+    if unread:
+        decoded = classroom.decode(_query_dict(), unread, base=link["values"])
+        for name in decoded.given:
+            _apply(name, link["keys"][name], decoded.values[name])
+        link["values"].update({f.name: decoded.values[f.name] for f in unread})
+        link["read"].update(f.name for f in unread)
+        problems = decoded.problems
+    state = st.session_state
+    current = {name: state[key] for name, key in link["keys"].items() if name != "model" and key in state}
+    values = classroom.from_values(current, fields, base=link["values"])
+    model = (state.get(KEYS.custom_model) or "").strip() or state.get(KEYS.model) or _default_model()
+    try:
+        values["model"] = None if model == _default_model() else link["fields"]["model"].coerce(model)
+    except ValueError:  # an absolute local folder: it cannot travel in a link
+        values["model"] = None
+    link["values"] = values
+    for name, key in link["keys"].items():  # a widget whose page was left lost its value: restore it
+        value = values.get(name)
+        if name != "model" and key not in state and value is not None and value != link["fields"][name].default:
+            _apply(name, key, value)  # (a default needs no restoring: the page's widget starts there)
+    _write_query_params(classroom.encode(values, fields), fields)
+    return problems
+
+
+def _write_query_params(params: dict[str, str], fields) -> None:
+    """Set our parameters in the URL (only when they changed), leaving any others alone."""
+    try:
+        query = st.query_params
+        for f in fields:
+            want = params.get(f.name)
+            have = query.get_all(f.name) if f.name in query else []
+            if want is None and have:
+                del query[f.name]
+            elif want is not None and have != [want]:
+                query[f.name] = want
+    except Exception:  # a parameter bound to a widget, or no script run context: the link stays as it is
+        pass
+
+
+def sync_query_params(page_fields=()) -> dict:
+    """The shared values (sentence, seed, strategy, p, mask, random, model, step, quiz, round), kept in the URL.
+
+    ``page_setup`` calls it, so every page reads a shared link on the session's first run (bad
+    values fall back to the defaults with a notice) and writes the current state back to
+    ``st.query_params`` on every run. Call it again at the end of a page that changes shared state
+    in its body (not in a callback), so the URL is current. ``page_fields``: extra
+    ``(mlm_core.classroom.Field, session_key)`` pairs a page wants in its links.
+    Returns a copy of the values (``mlm_core.classroom.masking_config(values)`` gives the rule).
+    """
+    problems = _read_and_sync_link(page_fields)
+    if problems:
+        _link_notice(problems)
+    return dict(_link_state()["values"])
+
+
+def _link_notice(problems) -> None:
+    text = "This link had values MLM Lab cannot use, so defaults are shown instead:\n" + "\n".join(
+        f"- {p}" for p in problems)
+    try:
+        st.toast("Some link values were ignored: see the note at the top of the page.", icon="⚠️")
+    except Exception:
+        pass
+    st.info(text, icon="🔗")
+
+
+def _base_url() -> str:
+    """This page's address in the user's browser, without the query ('' when unknown)."""
+    try:
+        url = st.context.url
+    except Exception:
+        url = None
+    if url:
+        return url.split("?")[0]
+    try:
+        host = st.context.headers.get("Host")
+    except Exception:
+        host = None
+    if host and all(c.isalnum() or c in ".-:[]" for c in host):
+        return f"http://{host}/"
+    return ""
+
+
+def share_url() -> str:
+    """The link that reproduces the current view: this page's URL with the shared values as its query."""
+    from urllib.parse import urlencode
+
+    from mlm_core import classroom
+
+    link = _link_state()
+    query = urlencode(classroom.encode(link["values"], list(link["fields"].values())))
+    base = _base_url()
+    return f"{base}?{query}" if query else (base or "?")
+
+
+def _render_share(url: str) -> None:
+    with st.expander("🔗 Share this view", expanded=False):
+        st.caption("Send this link to the class: it opens this page with the same sentence, seed, masking "
+                   "rule and step. Copy it with the button at the right of the box.")
+        st.code(url, language=None, wrap_lines=True)
+        if "://localhost" in url or "://127.0.0.1" in url:
+            st.caption("Students on other machines need this machine's address instead of localhost "
+                       "(start the app with `streamlit run app.py --server.address 0.0.0.0`).")
+
+
+def _share_box() -> None:
+    slot = st.sidebar.empty()
+    _RUN.slot = slot
+    with slot.container():
+        _render_share(share_url())
+
+
+def share_link() -> str:
+    """Bring the link up to date at the end of a page and show it (sidebar "Share this view"); returns it.
+
+    Call it last on pages that change shared state in their body (the Masking page's step buttons),
+    so the URL and the copy box show the final state of the run.
+    """
+    sync_query_params()
+    url = share_url()
+    slot = getattr(_RUN, "slot", None)
+    try:
+        if slot is None:
+            raise RuntimeError("no sidebar slot this run")
+        with slot.container():
+            _render_share(url)
+    except Exception:  # inside a fragment, or page_setup was not called: show it here
+        _render_share(url)
+    return url
+
+
+def chart_height(default: int = 450) -> int:
+    """A chart's height: ``default``, or at least 600 px in presenter view. Use as ``fig.update_layout(height=...)``."""
+    if st.session_state.get(KEYS.presenter):
+        return max(int(default), PRESENTER_CHART_HEIGHT)
+    return int(default)
+
+
+def plotly_config(filename: str) -> dict:
+    """``st.plotly_chart(fig, config=ui.plotly_config("masking_counts"))``: the camera button saves a PNG.
+
+    The PNG is made by Plotly in the browser (no server-side image export), at twice the screen
+    resolution so it stays sharp on a slide.
+    """
+    from mlm_core.export import safe_name
+
+    return {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": "png", "filename": safe_name(filename, "chart"), "scale": 2},
+        "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+    }
+
+
+def advanced(name: str):
+    """A container for advanced controls, hidden in presenter view: ``with ui.advanced("masking_rates"): ...``."""
+    return st.container(key=f"advanced_{name}")

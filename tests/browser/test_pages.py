@@ -52,3 +52,20 @@ def test_payloads_show_as_text_and_never_run(page, server):
     assert "script" in chips and "<" in chips and "window" in chips
     assert page.locator('img[src="x"]').count() == 0
     assert page.locator('a[href^="javascript:"]').count() == 0
+
+
+def test_deep_link_to_a_fresh_server_uses_the_app_navigation(browser, tmp_path):
+    """A first visit straight to /masking still runs through app.py (titles from st.Page, not file names)."""
+    from tests.browser.conftest import Server
+
+    fresh = Server({}, tmp_path / "fresh.log")
+    try:
+        pg = browser.new_page()
+        pg.goto(f"{fresh.url}/masking")
+        wait_idle(pg, 120)
+        nav = pg.locator('[data-testid="stSidebarNav"]').inner_text()
+        assert "Masking" in nav and "Home" in nav and "app" not in nav.split()
+        assert "Masking" in pg.locator("h1").first.inner_text()
+        pg.close()
+    finally:
+        fresh.stop()
