@@ -92,7 +92,7 @@ if not text:
 if config is None:
     st.stop()
 
-tokenizer = ui.cached_tokenizer(settings.model_name)
+tokenizer = ui.tokenizer_or_stop(settings)
 try:
     encoded = encode(tokenizer, text, max_length=MAX_TOKENS)
 except InputError as exc:
@@ -201,3 +201,16 @@ code, notes = collator_snippet(config)
 st.code(code, language="python")
 for note in notes:
     st.markdown(f"- {note}")
+
+# Classroom: export and share (the zip is built only when clicked, outside this run: give it plain values)
+from mlm_core.export import lesson_zip, masking_settings  # noqa: E402
+
+share = ui.share_link()  # brings the URL up to date (the step buttons above) and shows the link in the sidebar
+lesson_figures = {"decision counts": decision_counts_figure(result.counts())}
+if stats is not None:
+    lesson_figures["rates converging"] = convergence_figure(stats.convergence, config)
+lesson = dict(settings=masking_settings(sentence=text, seed=settings.seed, model=settings.model_name, config=config),
+              decisions=trace, curves=stats.convergence if stats is not None else None, link=share)
+st.download_button("⬇ Lesson export (zip: decisions, rates, charts, settings)", lambda: lesson_zip(
+    "Masking", figures=lesson_figures, **lesson), file_name=f"mlm_lab_masking_seed{settings.seed}.zip",
+    mime="application/zip", key="masking_lesson_zip", on_click="ignore")

@@ -1,0 +1,292 @@
+"""Tokenizer: how the size of the subword vocabulary shapes masking, the head's cost and the loss."""
+
+import pandas as pd
+import streamlit as st
+
+import ui
+from mlm_core.bundled import workshop_sentences
+from mlm_core.data import clean_text, read_text_upload, split_sentences
+from mlm_core.errors import MLMLabError
+from mlm_core.figures.vocab import frequency_profile_figure, head_cost_figure, split_metrics_figure
+from mlm_core.vocab import (
+    ALGORITHM_LABELS,
+    VocabCache,
+    corpus_hash,
+    frequency_profile,
+    head_cost,
+    holdout_split,
+    measure,
+    most_split_word,
+    sentence_words,
+    tokenize_words,
+    whole_word_demo,
+)
+
+# The session-state entry the Training page reads: a mlm_core.vocab.TrainedVocab
+# (.tokenizer is a transformers PreTrainedTokenizerFast, .label a name for the UI).
+TRAINED_TOKENIZER_KEY = getattr(ui.KEYS, "trained_tokenizer", "trained_tokenizer")
+CACHE_KEY = "tokenizer_vocab_cache"  # this page's VocabCache: vocabularies trained in this session
+STATS_KEY = "tokenizer_stats_cache"  # metrics and frequency profiles already computed in this session
+
+BERT = "bert-base-uncased"
+SIZE_OPTIONS = {"500": 500, "1k": 1_000, "2k": 2_000, "4k": 4_000, "8k": 8_000, "16k": 16_000, BERT: None}
+DEFAULT_SIZES = ["1k", "4k", "16k", BERT]
+MAX_UPLOAD_BYTES = 2_000_000
+MAX_SENTENCE_CHARS = 1_000
+DEFAULT_SENTENCE = "Tokenization splits unbelievably uncommon words into several pieces."
+HIDDEN_SIZES = {"tiny (H = 64)": 64, "MiniLM (H = 384)": 384, "bert-base (H = 768)": 768}
+
+settings = ui.page_setup("🧩 Tokenizer: what the vocabulary size changes")
+st.markdown(
+    "Before masking, the tokenizer decides what a *token* is. A small vocabulary cuts words into many "
+    "pieces (longer sequences, and token masking hides only part of a word); a large one keeps words "
+    "whole but gives the MLM head more classes to score: its cost grows with the vocabulary size **V**, "
+    "and an untrained model starts at a loss of **ln V**. Train a few vocabularies on a corpus and compare."
+)
+
+
+def corpus_controls() -> tuple[list[str], str] | None:
+    """The sentences to train on and a short name for them, or None (with a message) when unusable."""
+    source = st.radio(
+        "Corpus", ["workshop", "paste", "upload"], horizontal=True, key="tokenizer_source",
+        format_func={"workshop": "Workshop corpus (bundled)", "paste": "Paste text", "upload": "Upload a file"}.get,
+    )
+    try:
+        if source == "workshop":
+            sentences = workshop_sentences()
+            name = "the workshop corpus"
+        elif source == "paste":
+            text = st.text_area("Paste some text (one or more paragraphs)", key="tokenizer_paste", height=150)
+            if not text.strip():
+                st.info("Paste some text to train a vocabulary on it.")
+                return None
+            sentences = split_sentences(clean_text(text, what="The pasted text"))
+            name = "your text"
+        else:
+            upload = st.file_uploader("A .txt, .csv or .jsonl file", type=["txt", "csv", "jsonl"],
+                                      key="tokenizer_upload")
+            if upload is None:
+                st.info("Upload a text file to train a vocabulary on it.")
+                return None
+            sentences = split_sentences(read_text_upload(upload.name, upload.getvalue(), max_bytes=MAX_UPLOAD_BYTES))
+            name = upload.name
+    except MLMLabError as exc:
+        st.warning(str(exc))
+        return None
+    if not sentences:
+        st.warning("There are no sentences in this text.")
+        return None
+    return sentences, name
+
+
+def vocab_controls() -> tuple[list[str], list[str]]:
+    """(algorithms, size labels) picked by the learner."""
+    c1, c2 = st.columns([1, 2])
+    algorithm = c1.radio("Algorithm", ["wordpiece", "bpe", "both"], horizontal=True, key="tokenizer_algorithm",
+                         format_func=lambda a: ALGORITHM_LABELS.get(a, "Both"),
+                         help="Both learn their vocabulary by merging the most frequent pairs of pieces. "
+                              "WordPiece (BERT) cuts a word by taking the longest known piece from the left and "
+                              "turns a word with an unknown character into [UNK]; BPE replays its merges in order. "
+                              "Both use BERT's lower-casing and '##' pieces.")
+    sizes = c2.multiselect("Vocabulary sizes (2 to 4)", list(SIZE_OPTIONS), default=DEFAULT_SIZES,
+                           max_selections=4, key="tokenizer_sizes",
+                           help=f"{BERT} is the bundled 30,522-entry vocabulary, trained on Wikipedia and books.")
+    algorithms = ["wordpiece", "bpe"] if algorithm == "both" else [algorithm]
+    return algorithms, sizes
+
+
+def train_vocabularies(train_texts, algorithms, sizes) -> list:
+    """Cached or newly trained vocabularies, with a progress bar while training."""
+    cache = st.session_state.setdefault(CACHE_KEY, VocabCache())
+    texts_hash = corpus_hash(train_texts)
+    # Smallest first: once a size exhausts the corpus, every larger one reuses that vocabulary.
+    numbers = sorted(SIZE_OPTIONS[s] for s in sizes if SIZE_OPTIONS[s] is not None)
+    wanted = [(a, v) for a in algorithms for v in numbers]
+    todo = [(a, v) for a, v in wanted if cache.get(a, v, texts_hash) is None]
+    if todo:
+        with st.status(f"Training vocabularies on {len(train_texts):,} sentences…", expanded=True) as status:
+            bar = st.progress(0.0)
+            for done, (algorithm, size) in enumerate(todo):
+                def report(fraction, message, done=done, algorithm=algorithm, size=size):
+                    bar.progress(min(1.0, (done + fraction) / len(todo)),
+                                 text=f"{ALGORITHM_LABELS[algorithm]} {size:,}: {message}")
+                if cache.get(algorithm, size, texts_hash) is not None:
+                    continue  # a smaller size already used up the corpus
+                trained = cache.get_or_train(train_texts, size, algorithm, texts_hash=texts_hash, on_progress=report)
+                st.write(f"{trained.label} trained in {trained.seconds:.1f} s")
+            status.update(label="Vocabularies ready", state="complete", expanded=False)
+    return [cache.get_or_train(train_texts, v, a, texts_hash=texts_hash) for a, v in wanted]
+
+
+corpus = corpus_controls()
+if corpus is None:
+    st.stop()
+sentences, corpus_name = corpus
+algorithms, size_labels = vocab_controls()
+if len(size_labels) < 2:
+    st.warning("Pick at least two vocabulary sizes to compare.")
+    st.stop()
+
+train_texts, test_texts = holdout_split(sentences)
+try:
+    trained = train_vocabularies(train_texts, algorithms, size_labels)
+except MLMLabError as exc:
+    st.error(str(exc))
+    st.stop()
+
+# Every vocabulary on the page: (family, label, tokenizer, trained-or-None, cache key). Sizes that
+# the corpus could not fill give the same vocabulary: it is shown once.
+vocabs, seen = [], {}
+for t in trained:
+    key = (t.algorithm, t.vocab_size, corpus_hash(train_texts))
+    if key in seen:
+        seen[key].append(t.requested_size)
+        continue
+    seen[key] = [t.requested_size]
+    vocabs.append([ALGORITHM_LABELS[t.algorithm], t.label, t.tokenizer, t, key])
+for entry in vocabs:
+    asked = seen[entry[4]]
+    if entry[3].saturated:
+        entry[1] = f"{entry[1]} (asked {' / '.join(f'{a:,}' for a in asked)})"
+if BERT in size_labels:
+    vocabs.append([BERT, f"{BERT} 30,522", ui.cached_tokenizer(None), None, (BERT,)])
+stats_cache = st.session_state.setdefault(STATS_KEY, {})
+if len(stats_cache) > 64:
+    stats_cache.clear()
+
+
+def cached_stats(kind: str, key: tuple, texts: list[str], compute):
+    """measure / frequency_profile of a vocabulary on a text, computed once per session."""
+    full_key = (kind, key, corpus_hash(texts))
+    if full_key not in stats_cache:
+        stats_cache[full_key] = compute()
+    return stats_cache[full_key]
+
+
+if test_texts is train_texts:
+    st.caption(f"{corpus_name}: {len(sentences):,} sentences, too few to hold some out, so the numbers below "
+               "are measured on the training text itself.")
+else:
+    st.caption(f"Trained on {len(train_texts):,} sentences of {corpus_name}; measured on the other "
+               f"{len(test_texts):,} (every 10th sentence, never seen in training).")
+saturated = [t for t in trained if t.saturated]
+if saturated:
+    reached = ", ".join(sorted({f"{ALGORITHM_LABELS[t.algorithm]} {t.vocab_size:,}" for t in saturated}))
+    st.info(f"This corpus supports only so many tokens: the larger sizes stopped at {reached} "
+            "(every word and piece seen at least twice is already in the vocabulary).")
+
+# --- 1. One sentence, every vocabulary ---------------------------------------------------------
+st.subheader("One sentence, cut by each vocabulary")
+st.session_state.setdefault("tokenizer_sentence", st.session_state.get(ui.KEYS.sentence) or DEFAULT_SENTENCE)
+sentence = st.text_input("Sentence", key="tokenizer_sentence", help="Try rare or made-up words.")
+sentence = sentence.strip()[:MAX_SENTENCE_CHARS]
+if not sentence:
+    st.warning("Type a sentence to see how each vocabulary cuts it.")
+    st.stop()
+for family, label, tokenizer, _, _ in vocabs:
+    words = tokenize_words(tokenizer, sentence)
+    pieces = [p for w in words for p in w]
+    st.markdown(f"**{label}** — {len(pieces)} tokens for {len(words)} words")
+    ui.token_chips(pieces, titles=[str(i) for i in tokenizer.convert_tokens_to_ids(pieces)])
+
+# --- 2. Metrics against vocabulary size --------------------------------------------------------
+st.subheader("Pieces per word, split words and [UNK] against vocabulary size")
+rows = []
+for family, label, tokenizer, t, key in vocabs:
+    m = cached_stats("measure", key, test_texts, lambda: measure(tokenizer, test_texts))
+    rows.append({"family": family, "label": label, **m.as_dict()})
+height = 520 if settings.presenter else 380
+st.plotly_chart(split_metrics_figure(rows, height=height), key="tokenizer_split_fig")
+
+st.subheader("What V costs the MLM head, and where the loss starts")
+with st.expander("Head-cost assumptions", expanded=False):
+    c1, c2, c3 = st.columns(3)
+    hidden = HIDDEN_SIZES[c1.selectbox("Hidden size", list(HIDDEN_SIZES), index=2, key="tokenizer_hidden")]
+    batch = int(c2.number_input("Batch size B", 1, 1024, 32, key="tokenizer_batch"))
+    seq_len = int(c3.number_input("Sequence length T", 8, 512, 128, key="tokenizer_seq_len"))
+costs = [(family, label, head_cost(len(tokenizer), hidden_size=hidden, batch_size=batch, seq_len=seq_len))
+         for family, label, tokenizer, _, _ in vocabs]
+st.plotly_chart(head_cost_figure(costs, height=height + 20), key="tokenizer_cost_fig")
+st.caption("Forward pass only (backward costs about twice more). Computing the head at the masked "
+           "positions only (M = 15% of B·T) divides both by about 6.7, whatever V is.")
+
+table = pd.DataFrame([
+    {
+        "vocabulary": r["label"],
+        "size reached": r["vocab_size"],
+        "tokens per word": round(r["tokens_per_word"], 3),
+        "words split": f"{r['split_share']:.1%}",
+        "[UNK] rate": f"{r['unk_rate']:.2%}",
+        "head GFLOPs (masked only)": round(c.flops_gathered / 1e9, 2),
+        "head GFLOPs (every position)": round(c.flops_full / 1e9, 2),
+        "logits MiB (masked only)": round(c.logits_bytes_gathered / 2**20, 1),
+        "logits MiB (every position)": round(c.logits_bytes_full / 2**20, 1),
+        "start loss ln V": round(c.start_loss, 2),
+    }
+    for r, (_, _, c) in zip(rows, costs)
+])
+st.dataframe(table, hide_index=True, width="stretch")
+
+st.subheader("Frequency profile: how often each entry is used")
+profiles = [
+    (family, label, cached_stats("profile", key, sentences, lambda: frequency_profile(tokenizer, sentences)))
+    for family, label, tokenizer, _, key in vocabs
+]
+st.plotly_chart(frequency_profile_figure(profiles, height=height + 40), key="tokenizer_freq_fig")
+st.caption(f"Counted over all of {corpus_name}. The head scores every entry at every masked position, "
+           "including the ones this text never uses.")
+
+# --- 3. Whole-word vs token masking ------------------------------------------------------------
+st.subheader("Whole-word vs token masking on a word cut into many pieces")
+labels = [entry[1] for entry in vocabs]
+c1, c2 = st.columns(2)
+chosen = c1.selectbox("Vocabulary", labels, index=0, key="tokenizer_demo_vocab")
+tokenizer = vocabs[labels.index(chosen)][2]
+default_word = most_split_word(tokenizer, sentence)
+word_choices = list(dict.fromkeys(sentence_words(tokenizer, sentence)))
+word = c2.selectbox("Word to watch", word_choices,
+                    index=word_choices.index(default_word) if default_word in word_choices else 0,
+                    key=f"tokenizer_demo_word_{corpus_hash([chosen, sentence])}",
+                    help="By default, the word this vocabulary cuts into the most pieces.")
+try:
+    demo = whole_word_demo(tokenizer, sentence, word, seed=settings.seed)
+except MLMLabError as exc:
+    st.warning(str(exc))
+    demo = None
+if demo is not None:
+    n_pieces = len(demo.word_positions)
+    if n_pieces < 2:
+        st.info(f"'{demo.word}' is a single token in {chosen}: both strategies treat it the same. "
+                "Pick a smaller vocabulary or a rarer word.")
+    ui.decision_legend()
+    for strategy, title in (("token", "Token masking (BERT's original)"), ("whole_word", "Whole-word masking")):
+        example = demo.examples[strategy]
+        decisions = ["SPECIAL" if s else d for s, d in zip(example.special, example.decisions)]
+        originals = [o if o != t else None for t, o in zip(example.tokens, example.originals)]
+        st.markdown(f"**{title}** — draw {example.draw + 1} of {demo.n_draws}: {example.word_hidden} of the "
+                    f"{n_pieces} pieces of '{demo.word}' selected")
+        ui.token_chips(example.tokens, decisions, originals)
+    c1, c2 = st.columns(2)
+    c1.metric("token masking: word only partly hidden", f"{demo.partial_share['token']:.0%}",
+              help="Of the draws that selected any piece of the word.")
+    c2.metric("whole-word masking: word only partly hidden", f"{demo.partial_share['whole_word']:.0%}")
+    st.caption(
+        f"'{demo.word}' is {n_pieces} piece{'s' if n_pieces != 1 else ''} in {chosen}. Over {demo.n_draws} draws "
+        f"(seed {settings.seed}), token masking touched it in {demo.hit_share['token']:.0%} of them and usually "
+        "left other pieces visible, so the model can guess a piece from its neighbours inside the same word. "
+        "Whole-word masking hides all of its pieces or none."
+    )
+
+# --- 4. Hand over to the Training page ---------------------------------------------------------
+st.subheader("Train a model with one of these vocabularies")
+trainable = [entry[3] for entry in vocabs if entry[3] is not None]
+if trainable:
+    names = [entry[1] for entry in vocabs if entry[3] is not None]
+    c1, c2 = st.columns([2, 1])
+    pick = c1.selectbox("Vocabulary for the tiny from-scratch model", names, key="tokenizer_handover")
+    if c2.button("Use with the Training page", key="tokenizer_use", width="stretch"):
+        st.session_state[TRAINED_TOKENIZER_KEY] = trainable[names.index(pick)]
+    current = st.session_state.get(TRAINED_TOKENIZER_KEY)
+    if current is not None:
+        st.success(f"The Training page will offer **{current.label}** (trained on {current.n_sentences:,} "
+                   "sentences) for the tiny from-scratch model. Train it twice with two sizes to compare.")

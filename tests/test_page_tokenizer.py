@@ -1,0 +1,77 @@
+"""AppTest of the Tokenizer page on a small pasted corpus (offline, no model weights)."""
+
+import random
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from mlm_core.vocab import TrainedVocab
+
+PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "tokenizer.py")
+# One app for the module (training and imports are paid once); the tests run in file order.
+
+
+def _small_corpus(n: int = 60, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    words = ["the", "garden", "kitchen", "window", "morning", "tokenization", "unbelievably", "splits",
+             "uncommon", "words", "into", "pieces", "cat", "sat", "on", "mat", "and", "watched", "birds"]
+    return " ".join(" ".join(rng.choices(words, k=9)).capitalize() + "." for _ in range(n))
+
+
+@pytest.fixture(scope="module")
+def app():
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.session_state["tokenizer_source"] = "paste"
+    at.session_state["tokenizer_paste"] = _small_corpus()
+    at.run()
+    return at
+
+
+def test_page_trains_compares_and_hands_over(app):
+    at = app
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    # 1k, 4k and 16k all exhaust this small corpus: one vocabulary, shown once, plus bert-base-uncased.
+    table = at.dataframe[0].value
+    assert len(table) == 2
+    assert table["vocabulary"].iloc[0].startswith("WordPiece") and "asked 1,000 / 4,000 / 16,000" in table["vocabulary"].iloc[0]
+    assert table["size reached"].iloc[1] == 30522
+    assert (table["tokens per word"] >= 1).all()
+    assert any("supports only so many tokens" in i.value for i in at.info)
+    assert len(at.get("plotly_chart")) == 3
+    assert [m.value for m in at.metric][1] == "0%"  # whole-word masking never leaves part of a word visible
+
+    at.button(key="tokenizer_use").click().run()
+    handed = at.session_state["trained_tokenizer"]
+    assert isinstance(handed, TrainedVocab) and handed.algorithm == "wordpiece"
+    assert handed.tokenizer.mask_token_id == 4 and len(handed.tokenizer) == handed.vocab_size
+    assert not at.exception
+
+
+def test_page_trains_both_algorithms_and_reuses_its_cache(app):
+    at = app
+    cache = at.session_state["tokenizer_vocab_cache"]
+    before = len(cache)
+    at.radio(key="tokenizer_algorithm").set_value("both").run()
+    assert not at.exception, at.exception
+    vocabularies = list(at.dataframe[0].value["vocabulary"])
+    assert any(v.startswith("BPE") for v in vocabularies) and any(v.startswith("WordPiece") for v in vocabularies)
+    at.run()  # a rerun trains nothing new
+    after = len(cache)
+    at.run()
+    assert len(cache) == after > before
+
+
+def test_page_explains_bad_input(app):
+    at = app
+    at.multiselect(key="tokenizer_sizes").set_value(["1k"]).run()
+    assert not at.exception
+    assert any("at least two" in w.value for w in at.warning)
+    at.multiselect(key="tokenizer_sizes").set_value(["1k", "4k"]).run()
+    at.text_input(key="tokenizer_sentence").input("   ").run()
+    assert not at.exception
+    assert any("Type a sentence" in w.value for w in at.warning)
+    at.text_area(key="tokenizer_paste").input("").run()
+    assert not at.exception
+    assert any("Paste some text" in i.value for i in at.info)
