@@ -1,0 +1,166 @@
+"""Figures of the Predictions lesson: what the model guesses at each selected position.
+
+Pure functions: ``Predictions`` / ``FillResult`` in, plotly figure out. Token text goes through
+``html.escape`` because plotly renders HTML in labels (RoBERTa's ``<mask>`` would vanish).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from mlm_core.models import FillResult, Predictions, TokenPrediction
+
+TRUE_COLOR = "#2f9e44"  # the token the model should predict
+OTHER_COLOR = "#adb5bd"  # the model's other guesses
+MISSED_COLOR = "#e8590c"  # the true token, shown after the top-k because it ranked lower
+DECISION_COLORS = {"MASK": "#e03131", "RANDOM": "#f08c00", "UNCHANGED": "#2f9e44"}
+DECISION_LABELS = {"MASK": "→ [MASK]", "RANDOM": "→ random token", "UNCHANGED": "unchanged"}
+MODE_COLORS = {"independent": "#1c7ed6", "iterative": "#ae3ec9"}
+
+
+def _e(text: str) -> str:
+    return html.escape(str(text), quote=False)
+
+
+def _pct(q: float) -> str:
+    """12.3% for visible probabilities, 3.1e-05 for the tiny ones an untrained model gives."""
+    return f"{q:.1%}" if q >= 0.001 else f"{q:.1e}"
+
+
+def _facet_title(p: TokenPrediction) -> str:
+    decision = f" · {DECISION_LABELS.get(p.decision.name, p.decision.name)}" if p.decision is not None else ""
+    return f"position {p.position}: saw <b>{_e(p.seen_token)}</b>, should predict <b>{_e(p.true_token)}</b>{decision}"
+
+
+def topk_figure(predictions: Predictions, *, max_positions: int = 8, bar_height: int = 22) -> go.Figure:
+    """One facet per selected position: the top-k probabilities, the true token in green.
+
+    When the true token is not among the top-k it gets an extra orange bar below them, labelled
+    with its rank, so "how wrong" is visible too.
+    """
+    shown = predictions.positions[:max_positions]
+    if not shown:
+        fig = go.Figure()
+        fig.add_annotation(text="No selected positions: mask at least one token.", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.update_layout(height=200, xaxis=dict(visible=False), yaxis=dict(visible=False))
+        return fig
+    fig = make_subplots(rows=len(shown), cols=1, subplot_titles=[_facet_title(p) for p in shown],
+                        vertical_spacing=min(0.5 / len(shown), 0.12))
+    for row, p in enumerate(shown, start=1):
+        labels = [f"{_e(t)}" for t in p.top_tokens]
+        values = list(p.top_probs)
+        colors = [TRUE_COLOR if i == p.true_id else OTHER_COLOR for i in p.top_ids]
+        texts = [_pct(q) for q in values]
+        if p.true_rank > len(p.top_ids):  # the true token ranked below the top-k: show it anyway
+            labels.append(f"{_e(p.true_token)} (rank {p.true_rank:,})")
+            values.append(p.true_prob)
+            colors.append(MISSED_COLOR)
+            texts.append(f"{_pct(p.true_prob)} · rank {p.true_rank:,}")
+        fig.add_trace(
+            go.Bar(
+                x=values, y=labels, orientation="h", marker_color=colors, text=texts, textposition="outside",
+                cliponaxis=False, showlegend=False,
+                hovertemplate="%{y}: p = %{x:.4f}<extra></extra>",
+            ),
+            row=row, col=1,
+        )
+        fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=labels, row=row, col=1)  # best on top
+        fig.update_xaxes(range=[0, 1.15], tickformat=".0%", row=row, col=1,
+                         title_text="probability" if row == len(shown) else None)
+    fig.update_layout(
+        height=80 + (60 + bar_height * (predictions.k + 1)) * len(shown),
+        margin=dict(t=60, b=40, l=10, r=30),
+        title=f"Top-{predictions.k} guesses at each selected position (green: the true token)",
+    )
+    if len(predictions.positions) > len(shown):
+        fig.add_annotation(text=f"first {len(shown)} of {len(predictions.positions)} positions",
+                           showarrow=False, xref="paper", yref="paper", x=1, y=1.0, yanchor="bottom",
+                           xanchor="right", yshift=30)
+    return fig
+
+
+def decision_comparison_figure(predictions: Predictions, *, height: int = 380) -> go.Figure:
+    """p(true token) at each selected position, grouped by what masking did to it.
+
+    At [MASK] positions the model must guess from context; at unchanged ones it can copy what it
+    sees; at random ones it must notice that what it sees is wrong.
+    """
+    fig = go.Figure()
+    for name, label in DECISION_LABELS.items():
+        items = [p for p in predictions.positions if p.decision is not None and p.decision.name == name]
+        if not items:
+            continue
+        mean = sum(p.true_prob for p in items) / len(items)
+        fig.add_trace(go.Box(
+            y=[p.true_prob for p in items],
+            name=f"{label}<br>n = {len(items)}, mean {mean:.2f}",
+            boxpoints="all", jitter=0.4, pointpos=0, marker=dict(color=DECISION_COLORS[name], size=7),
+            line=dict(color=DECISION_COLORS[name]), fillcolor="rgba(0,0,0,0)",
+            text=[f"saw {_e(p.seen_token)} → {_e(p.true_token)}" for p in items],
+            hovertemplate="%{text}<br>p(true) = %{y:.3f}<extra></extra>",
+            boxmean=True,
+        ))
+    fig.update_layout(
+        title="How sure is the model of the true token? By what masking did to it",
+        yaxis=dict(title="p(true token)", range=[-0.02, 1.02], tickformat=".0%"),
+        showlegend=False, height=height, margin=dict(t=60, b=40),
+    )
+    if not fig.data:
+        fig.add_annotation(text="No decisions to compare.", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig
+
+
+def loss_per_position_figure(predictions: Predictions, *, height: int = 320) -> go.Figure:
+    """-log p(true) at each selected position, and their mean: the sentence's MLM loss."""
+    items = predictions.positions
+    labels = [f"{p.position}: {_e(p.true_token)}" for p in items]
+    colors = [DECISION_COLORS.get(p.decision.name, OTHER_COLOR) if p.decision is not None else OTHER_COLOR
+              for p in items]
+    fig = go.Figure(go.Bar(
+        x=labels, y=[p.loss for p in items], marker_color=colors,
+        text=[f"{p.loss:.2f}" for p in items], textposition="outside", cliponaxis=False,
+        hovertemplate="%{x}<br>-log p(true) = %{y:.3f}<extra></extra>",
+    ))
+    if items:
+        fig.add_hline(y=predictions.mean_loss, line=dict(dash="dash", color="#495057"),
+                      annotation_text=f"MLM loss (mean) = {predictions.mean_loss:.2f}",
+                      annotation_position="top left")
+        uniform = math.log(predictions.vocab_size)
+        fig.add_hline(y=uniform, line=dict(dash="dot", color="#adb5bd"),
+                      annotation_text=f"uniform guess: log V = {uniform:.1f}", annotation_position="bottom right")
+    fig.update_layout(
+        title="Per-token loss −log p(true token); the MLM loss is their mean",
+        yaxis=dict(title="−log p(true)", rangemode="tozero"), xaxis=dict(title="position: true token"),
+        height=height, margin=dict(t=60, b=40), showlegend=False, bargap=0.7 if len(items) < 4 else 0.3,
+    )
+    return fig
+
+
+def fill_comparison_figure(independent: FillResult, iterative: FillResult, tokens: list[str], *,
+                           height: int = 360) -> go.Figure:
+    """p(chosen token) at each filled position, one pass vs most-confident-first; labels show the token."""
+    fig = go.Figure()
+    for result in (independent, iterative):
+        steps = sorted(result.steps, key=lambda s: s.position)
+        order = {position: i + 1 for i, position in enumerate(result.order)}
+        text = [f"{_e(s.token)}" + (f" (#{order[s.position]})" if result.mode == "iterative" else "") for s in steps]
+        fig.add_trace(go.Bar(
+            name=f"{result.mode}: {'one pass' if result.mode == 'independent' else 'most confident first'}",
+            x=[f"{s.position}: {_e(tokens[s.position]) if s.position < len(tokens) else ''}" for s in steps],
+            y=[s.prob for s in steps], text=text, textposition="outside", cliponaxis=False,
+            marker_color=MODE_COLORS[result.mode],
+            hovertemplate="%{x}<br>chose %{text}, p = %{y:.3f}<extra></extra>",
+        ))
+    fig.update_layout(
+        barmode="group",
+        title="Filling several masks: the chosen token and its probability (#n = iterative fill order)",
+        yaxis=dict(title="p(chosen token)", range=[0, 1.1], tickformat=".0%"),
+        xaxis=dict(title="position: original token"),
+        legend=dict(orientation="h", y=-0.3), height=height, margin=dict(t=60, b=40),
+    )
+    return fig

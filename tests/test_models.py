@@ -1,0 +1,409 @@
+"""mlm_core.models: the gathered head equals the full head, predictions are right on hand-made cases,
+and loading fails with a message that says what is available offline."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mlm_core.errors import InputError, MLMLabError
+from mlm_core.masking import IGNORE_INDEX, Decision
+from mlm_core import models
+from mlm_core.models import (
+    HeadFallbackWarning,
+    ModelLoadError,
+    available_models,
+    fill_masks,
+    gathered_head_family,
+    load_masked_lm,
+    masked_lm_hidden,
+    masked_lm_logits,
+    model_description,
+    predict_masked,
+    summarize_by_decision,
+)
+
+VOCAB = 97  # small vocabulary: the head tests need no tokenizer
+B, T = 3, 12
+
+
+def _config(arch: str):
+    import transformers as tf
+
+    common = dict(vocab_size=VOCAB, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    if arch == "bert":
+        return tf.BertConfig(hidden_size=32, max_position_embeddings=64, **common)
+    if arch == "distilbert":
+        return tf.DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+                                   max_position_embeddings=64)
+    if arch in ("roberta", "xlm-roberta", "camembert"):
+        cls = {"roberta": tf.RobertaConfig, "xlm-roberta": tf.XLMRobertaConfig, "camembert": tf.CamembertConfig}[arch]
+        return cls(hidden_size=32, max_position_embeddings=64, pad_token_id=1, **common)
+    if arch == "albert":
+        return tf.AlbertConfig(embedding_size=16, hidden_size=32, max_position_embeddings=64, **common)
+    if arch == "electra":  # a head models.py does not know: exercises the fallback
+        return tf.ElectraConfig(embedding_size=16, hidden_size=32, max_position_embeddings=64, **common)
+    raise ValueError(arch)
+
+
+def _tiny(arch: str, seed: int = 0):
+    """A tiny masked LM with large random weights, so logits differ a lot between tokens."""
+    from transformers import AutoModelForMaskedLM
+
+    with torch.random.fork_rng(devices=[]):
+        model = AutoModelForMaskedLM.from_config(_config(arch))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return model.eval()
+
+
+def _batch(seed: int = 0, rate: float = 0.3):
+    g = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, VOCAB, (B, T), generator=g)  # (B, T)
+    attention_mask = torch.ones(B, T, dtype=torch.long)
+    attention_mask[1, -3:] = 0  # one padded row
+    selected = torch.rand(B, T, generator=g) < rate
+    selected[0, 1] = True  # at least one selected position
+    selected[1, -3:] = False
+    labels = torch.where(selected, torch.randint(5, VOCAB, (B, T), generator=g), IGNORE_INDEX)
+    return input_ids, attention_mask, labels
+
+
+def _full_then_gather(model, input_ids, attention_mask, labels):
+    with torch.no_grad():
+        full = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
+    selected = labels != IGNORE_INDEX
+    return full[selected], labels[selected]
+
+
+@pytest.mark.parametrize("arch", ["bert", "distilbert", "roberta", "albert", "xlm-roberta", "camembert"])
+def test_gathered_head_equals_full_logits_then_gather(arch):
+    model = _tiny(arch)
+    assert gathered_head_family(model) is not None
+    input_ids, attention_mask, labels = _batch()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HeadFallbackWarning)  # a known head must not fall back
+        with torch.no_grad():
+            logits, targets = masked_lm_logits(model, input_ids, attention_mask, labels)
+    expected, expected_targets = _full_then_gather(model, input_ids, attention_mask, labels)
+    assert logits.shape == (int((labels != IGNORE_INDEX).sum()), VOCAB)
+    assert torch.equal(targets, expected_targets)
+    assert expected.std() > 0.1  # the comparison is not between near-constant numbers
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
+
+    with torch.no_grad():
+        hidden, weight, bias, targets_h = masked_lm_hidden(model, input_ids, attention_mask, labels)
+    assert hidden.shape[0] == logits.shape[0] and weight.shape == (VOCAB, hidden.shape[1]) and bias.shape == (VOCAB,)
+    assert torch.equal(targets_h, targets)
+    torch.testing.assert_close(hidden @ weight.T + bias, logits, atol=1e-5, rtol=1e-5)
+
+    parts = models.head_parts(model)  # the head's modules hold exactly the head's parameters
+    head_params = {id(p) for m in parts.modules for p in m.parameters()}
+    assert id(parts.decoder.weight) in head_params
+    encoder_params = {id(p) for p in model.base_model.parameters()}
+    assert {id(p) for p in model.parameters()} <= head_params | encoder_params
+
+
+def test_unknown_head_falls_back_to_full_logits_and_says_so():
+    model = _tiny("electra")
+    assert gathered_head_family(model) is None
+    input_ids, attention_mask, labels = _batch(seed=1)
+    with pytest.warns(HeadFallbackWarning, match="ElectraForMaskedLM"):
+        with torch.no_grad():
+            logits, targets = masked_lm_logits(model, input_ids, attention_mask, labels)
+    expected, expected_targets = _full_then_gather(model, input_ids, attention_mask, labels)
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
+    assert torch.equal(targets, expected_targets)
+    with torch.no_grad():
+        hidden, weight, bias, _ = masked_lm_hidden(model, input_ids, attention_mask, labels)
+    torch.testing.assert_close(hidden @ weight.T + bias, expected, atol=1e-5, rtol=1e-5)
+    assert "full logits" in model_description(model)["head"]
+
+
+def test_gradients_flow_through_the_gathered_head():
+    model = _tiny("bert").train()
+    input_ids, attention_mask, labels = _batch(seed=2)
+    logits, targets = masked_lm_logits(model, input_ids, attention_mask, labels)
+    F.cross_entropy(logits, targets).backward()
+    assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+    assert model.cls.predictions.transform.dense.weight.grad.abs().sum() > 0
+
+
+def test_gathered_module_gives_the_same_logits():
+    model = _tiny("distilbert")
+    input_ids, attention_mask, labels = _batch(seed=5)
+    with torch.no_grad():
+        expected, targets = masked_lm_logits(model, input_ids, attention_mask, labels)
+        got, got_targets = models.GatheredMaskedLM(model)(input_ids, attention_mask, labels)
+    assert torch.equal(got, expected) and torch.equal(got_targets, targets)
+
+
+def test_nothing_selected_gives_empty_rows_and_one_sentence_works():
+    model = _tiny("bert")
+    input_ids, attention_mask, _ = _batch()
+    with torch.no_grad():
+        logits, targets = masked_lm_logits(model, input_ids, attention_mask, torch.full((B, T), IGNORE_INDEX))
+        assert logits.shape == (0, VOCAB) and targets.shape == (0,)
+        labels = torch.full((T,), IGNORE_INDEX)
+        labels[3] = 7
+        logits, targets = masked_lm_logits(model, input_ids[0], attention_mask[0], labels)  # (T,) input
+    assert logits.shape == (1, VOCAB) and targets.tolist() == [7]
+    with pytest.raises(InputError):
+        masked_lm_logits(model, input_ids, attention_mask, labels)  # shapes disagree
+
+
+def test_predictions_probabilities_loss_and_entropy():
+    model = _tiny("roberta")
+    input_ids, attention_mask, labels = _batch(seed=3)
+    tokenizer = _IdTokenizer()
+    result = predict_masked(model, tokenizer, input_ids, attention_mask, labels, k=VOCAB)
+    logits, targets = masked_lm_logits(model, input_ids, attention_mask, labels)
+    per_token = F.cross_entropy(logits.float(), targets, reduction="none")
+    assert len(result.positions) == len(targets)
+    for p, loss, row_logits in zip(result.positions, per_token.tolist(), logits):
+        assert math.isclose(sum(p.top_probs), 1.0, abs_tol=1e-5)  # k = V: the whole distribution
+        assert list(p.top_probs) == sorted(p.top_probs, reverse=True)
+        assert p.loss == pytest.approx(loss, abs=1e-5)
+        assert p.true_prob == pytest.approx(math.exp(-loss), rel=1e-5)
+        expected_entropy = torch.distributions.Categorical(logits=row_logits.float()).entropy().item()
+        assert p.entropy == pytest.approx(expected_entropy, abs=1e-4)
+        assert p.top_ids[p.true_rank - 1] == p.true_id  # with k = V the rank indexes the top list
+        assert labels[p.row, p.position] == p.true_id and input_ids[p.row, p.position] == p.seen_id
+    assert result.mean_loss == pytest.approx(per_token.mean().item(), abs=1e-5)
+
+
+def _bias_only_bert(bias: torch.Tensor):
+    """A BERT whose logits are exactly ``bias`` at every position (the head's transform outputs 0)."""
+    model = _tiny("bert")
+    with torch.no_grad():
+        ln = model.cls.predictions.transform.LayerNorm
+        ln.weight.zero_()
+        ln.bias.zero_()
+        model.cls.predictions.bias.copy_(bias)
+    return model
+
+
+class _IdTokenizer:
+    """Token i is written "t{i}"; ids 0-2 are special ([PAD], [CLS], [SEP]) and 3 is [MASK]."""
+
+    all_special_ids = [0, 1, 2, 3]
+    mask_token_id = 3
+    mask_token = "[MASK]"
+
+    def convert_ids_to_tokens(self, ids):
+        if isinstance(ids, int):
+            return f"t{ids}"
+        return [f"t{i}" for i in ids]
+
+    def decode(self, ids, skip_special_tokens=False):
+        return " ".join(f"t{i}" for i in ids if not (skip_special_tokens and i in self.all_special_ids))
+
+
+def test_true_rank_and_probability_on_a_hand_made_head():
+    bias = torch.zeros(VOCAB)
+    bias[10], bias[20], bias[30] = 5.0, 4.0, 3.0  # the model's guesses: 10, then 20, then 30
+    model = _bias_only_bert(bias)
+    input_ids = torch.tensor([[1, 40, 41, 42, 43, 2]])
+    labels = torch.tensor([[IGNORE_INDEX, 10, 30, 50, IGNORE_INDEX, IGNORE_INDEX]])
+    decisions = torch.tensor([[0, Decision.MASK, Decision.RANDOM, Decision.UNCHANGED, 0, 0]])
+    result = predict_masked(model, _IdTokenizer(), input_ids, torch.ones_like(input_ids), labels, k=2,
+                            decisions=decisions)
+    p10, p30, p50 = result.positions
+    assert (p10.true_rank, p30.true_rank, p50.true_rank) == (1, 3, 4)  # 50 ties with all the zeros: best rank
+    assert p10.top_ids == (10, 20) and p10.top_tokens == ("t10", "t20")
+    probs = bias.softmax(-1)
+    assert p30.true_prob == pytest.approx(probs[30].item(), rel=1e-5)
+    assert p10.correct and not p30.correct
+    assert (p10.decision, p30.decision, p50.decision) == (Decision.MASK, Decision.RANDOM, Decision.UNCHANGED)
+    summary = {row["decision"]: row for row in summarize_by_decision(result)}
+    assert summary["MASK"]["count"] == 1 and summary["MASK"]["top1_accuracy"] == 1.0
+    assert summary["RANDOM"]["mean_true_prob"] == pytest.approx(probs[30].item(), rel=1e-5)
+    records = result.records()
+    assert records[0]["decision"] == "MASK" and records[0]["top_tokens"] == "t10 t20"
+
+
+def test_fill_masks_independent_and_iterative():
+    bias = torch.zeros(VOCAB)
+    bias[0], bias[3], bias[10] = 9.0, 8.0, 5.0  # specials score highest but must never be chosen
+    model = _bias_only_bert(bias)
+    tokenizer = _IdTokenizer()
+    sentence = torch.tensor([1, 40, 41, 42, 43, 2])  # [CLS] ... [SEP]
+    before = sentence.clone()
+    one_pass = fill_masks(model, tokenizer, sentence, None, [3, 1], mode="independent", k=3)
+    assert torch.equal(sentence, before)  # the caller's tensor is never edited
+    assert one_pass.order == (1, 3)
+    assert one_pass.ids == (1, 10, 41, 10, 43, 2)
+    assert one_pass.steps[-1].ids == one_pass.ids and one_pass.text == "t10 t41 t10 t43"
+    assert all(s.token_id not in tokenizer.all_special_ids for s in one_pass.steps)
+
+    model = _tiny("bert")  # real context dependence: the iterative order follows confidence
+    one_pass = fill_masks(model, tokenizer, sentence, None, [1, 2, 4], mode="independent")
+    steps = fill_masks(model, tokenizer, sentence, None, [1, 2, 4], mode="iterative")
+    assert sorted(steps.order) == [1, 2, 4] and len(steps.steps) == 3
+    most_sure = max(one_pass.steps, key=lambda s: s.prob)  # the iterative first pass is the one pass
+    assert steps.order[0] == most_sure.position and steps.steps[0].token_id == most_sure.token_id
+    for i, step in enumerate(steps.steps):  # each step's sequence has exactly the positions filled so far
+        filled = set(steps.order[: i + 1])
+        assert all((step.ids[p] == tokenizer.mask_token_id) == (p not in filled) for p in (1, 2, 4))
+    with pytest.raises(InputError):
+        fill_masks(model, tokenizer, sentence, None, [0], mode="iterative")  # [CLS]
+    with pytest.raises(InputError):
+        fill_masks(model, tokenizer, sentence, None, [1], mode="sideways")
+    with pytest.raises(InputError):
+        fill_masks(model, tokenizer, sentence, None, [], mode="independent")
+
+
+# --------------------------------------------------------------------------- loading
+def test_tiny_random_is_reproducible_and_leaves_the_global_rng_alone():
+    state = torch.get_rng_state()
+    a, tokenizer = load_masked_lm("tiny-random", device="cpu")
+    assert torch.equal(torch.get_rng_state(), state)
+    b, _ = load_masked_lm("tiny-random", device="cpu")
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert not a.training and a.config.vocab_size == len(tokenizer)
+    assert (a.config.hidden_size, a.config.num_hidden_layers, a.config.num_attention_heads) == (64, 2, 2)
+    assert a.config.intermediate_size == 128 and a.config.max_position_embeddings == 512
+    assert a.cls.predictions.decoder.weight is a.bert.embeddings.word_embeddings.weight
+    described = model_description(a, tokenizer)
+    assert described["trained"] is False and described["mask_token"] == "[MASK]"
+    assert described["layers"] == 2 and described["hidden"] == 64 and described["vocab"] == len(tokenizer)
+    assert described["head"].startswith("gathered")
+
+
+def test_tiny_random_takes_its_vocabulary_from_the_tokenizer():
+    tokenizer = _small_tokenizer(45)
+    model, same = load_masked_lm("tiny-random", tokenizer=tokenizer, device="cpu", dtype="bf16")
+    assert same is tokenizer and model.config.vocab_size == len(tokenizer) == 45
+    assert next(model.parameters()).dtype == torch.bfloat16
+    ids = torch.tensor([[2, 5, 4, 6, 3]])
+    labels = torch.tensor([[IGNORE_INDEX, IGNORE_INDEX, 9, IGNORE_INDEX, IGNORE_INDEX]])
+    result = predict_masked(model, tokenizer, ids, torch.ones_like(ids), labels, k=45)
+    assert math.isclose(sum(result.positions[0].top_probs), 1.0, abs_tol=1e-4)
+
+
+def test_bad_dtype_is_refused():
+    with pytest.raises(ModelLoadError, match="fp32 or bf16"):
+        load_masked_lm("tiny-random", dtype="int8")
+
+
+def test_unknown_id_offline_names_what_is_available(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(ModelLoadError) as info:
+        load_masked_lm("nobody-here/no-such-model", device="cpu")
+    message = str(info.value)
+    assert isinstance(info.value, MLMLabError)
+    assert "nobody-here/no-such-model" in message and "HF_HUB_OFFLINE" in message
+    assert "tiny-random" in message and "bundled default" in message
+    assert "Traceback" not in message
+
+
+def _small_tokenizer(size: int):
+    """A WordPiece tokenizer with ``size`` ids: BERT's five special tokens, then w0, w1, ..."""
+    from transformers import BertTokenizerFast
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(size - 5)]
+    return BertTokenizerFast(vocab={word: i for i, word in enumerate(words)})
+
+
+def _save_tiny(folder, arch="bert", with_tokenizer=True):
+    model = _tiny(arch)
+    model.save_pretrained(folder)
+    if with_tokenizer:
+        _small_tokenizer(VOCAB).save_pretrained(folder)
+    return model
+
+
+def test_local_folder_loads_and_predicts_like_the_saved_model(tmp_path):
+    folder = tmp_path / "my-mlm"
+    saved = _save_tiny(folder)
+    model, tokenizer = load_masked_lm(str(folder), device="cpu")
+    assert not model.training and len(tokenizer) == VOCAB
+    input_ids, attention_mask, labels = _batch(seed=4)
+    with torch.no_grad():
+        expected, _ = masked_lm_logits(saved, input_ids, attention_mask, labels)
+        got, _ = masked_lm_logits(model, input_ids, attention_mask, labels)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert model_description(model, tokenizer)["source"] == "local"
+
+
+def test_corrupt_or_headless_checkpoints_give_model_load_errors(tmp_path):
+    corrupt = tmp_path / "corrupt"
+    _save_tiny(corrupt)
+    weights = corrupt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # a download cut short
+    with pytest.raises(ModelLoadError, match="missing or damaged"):
+        load_masked_lm(str(corrupt), device="cpu")
+
+    no_config = tmp_path / "no-config"
+    no_config.mkdir()
+    (no_config / "model.safetensors").write_bytes(b"\x00" * 64)
+    with pytest.raises(ModelLoadError, match="tiny-random"):
+        load_masked_lm(str(no_config), device="cpu")
+
+    with pytest.raises(ModelLoadError, match="no folder"):
+        load_masked_lm(str(tmp_path / "does-not-exist"), device="cpu")
+
+    encoder_only = tmp_path / "encoder-only"  # a BertModel: no MLM head weights at all
+    _tiny("bert").bert.save_pretrained(encoder_only)
+    with pytest.raises(ModelLoadError, match="no trained masked-LM head"):
+        load_masked_lm(str(encoder_only), device="cpu")
+
+    decoder_only = tmp_path / "gpt2"
+    from transformers import GPT2Config
+
+    GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=VOCAB).save_pretrained(decoder_only)
+    with pytest.raises(ModelLoadError, match="no masked-LM head"):
+        load_masked_lm(str(decoder_only), device="cpu")
+
+
+def test_cached_hub_model_is_offered_and_loads_offline(monkeypatch, tmp_path):
+    cache = tmp_path / "hub"
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / "models--someone--tiny-mlm"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(sha)
+    _save_tiny(repo / "snapshots" / sha, arch="distilbert")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+
+    offered = {m["name"]: m for m in available_models()}
+    assert offered["someone/tiny-mlm"]["offline"] is True
+    assert offered[None]["offline"] is True and offered["tiny-random"]["offline"] is True
+    assert offered["bert-base-uncased"]["offline"] is False and "download" in offered["bert-base-uncased"]["note"]
+    assert set(offered["roberta-base"]) == {"name", "label", "offline", "note"}
+
+    model, tokenizer = load_masked_lm("someone/tiny-mlm", device="cpu")
+    assert type(model).__name__ == "DistilBertForMaskedLM" and model_description(model, tokenizer)["source"] == "hub"
+    with pytest.raises(ModelLoadError, match="someone/tiny-mlm"):  # the error lists the cached model
+        load_masked_lm("someone/other", device="cpu")
+
+
+def test_default_model_comes_from_default_model_module(monkeypatch):
+    """``None`` is the bundled default; its info dict reaches model_description (stand-in loader)."""
+    import mlm_core.default_model as default_model
+
+    def stand_in(device=None, dtype=None):
+        model, tokenizer = models.tiny_random_masked_lm()
+        return model.to(device), tokenizer, {"trained": True, "label": "stand-in", "cloze_top5": 0.5,
+                                              "params": 1, "description": "a stand-in"}
+
+    monkeypatch.setattr(default_model, "load_default_masked_lm", stand_in)
+    model, tokenizer = load_masked_lm(device="cpu")
+    described = model_description(model, tokenizer)
+    assert described["label"] == "stand-in" and described["trained"] is True and described["cloze_top5"] == 0.5
+    assert described["source"] == "bundled"
+
+
+def test_device_choice_falls_back_to_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    if getattr(torch.backends, "mps", None) is not None:
+        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert models.pick_device() == torch.device("cpu")
+    assert models.pick_device("cpu") == torch.device("cpu")
