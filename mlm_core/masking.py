@@ -20,6 +20,7 @@ True
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -203,8 +204,14 @@ def _uniform(shape, generator: torch.Generator, device) -> torch.Tensor:
 
 
 def _replacement_ids(vocab_size: int, special_ids: Sequence[int], device) -> torch.Tensor:
+    return _allowed_ids(int(vocab_size), tuple(sorted({int(i) for i in special_ids})), str(device))
+
+
+@functools.lru_cache(maxsize=32)
+def _allowed_ids(vocab_size: int, special_ids: tuple[int, ...], device: str) -> torch.Tensor:
+    """Non-special ids (V',), built once per vocabulary: masking one example at a time stays cheap."""
     allowed = torch.ones(vocab_size, dtype=torch.bool)
-    special = [i for i in special_ids if 0 <= int(i) < vocab_size]
+    special = [i for i in special_ids if 0 <= i < vocab_size]
     if special:
         allowed[torch.tensor(special, dtype=torch.long)] = False
     ids = allowed.nonzero().squeeze(1)

@@ -1,0 +1,164 @@
+"""Figures of the Training lesson: live loss curves, gradient norms, evaluation and probe predictions.
+
+Pure functions: per-variant lists of the dict rows that `training.train` records (or that a
+`jobs.RunSnapshot` copies out) go in, a plotly figure comes out.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from mlm_core.training import BUCKETS, smooth
+
+PALETTE = ("#1c7ed6", "#e8590c", "#2f9e44", "#ae3ec9")
+BUCKET_COLORS = {"frequent": "#1c7ed6", "medium": "#f08c00", "rare": "#e03131"}
+
+Rows = Sequence[Mapping[str, Any]]
+
+
+def _color(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _value(row: Mapping[str, Any], key: str) -> float | None:
+    """A finite number, or None (a gap in the line): skipped steps and diverged losses draw as gaps."""
+    v = row.get(key)
+    if v is None or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def loss_figure(steps: Mapping[str, Rows], *, smoothing: float = 0.8, log_v: float | None = None,
+                height: int = 380) -> go.Figure:
+    """Training loss per step, one colour per variant: raw (faint) and smoothed (bold).
+
+    `log_v` draws ln V, the loss of a model that guesses uniformly over the vocabulary.
+    """
+    fig = go.Figure()
+    for i, (name, rows) in enumerate(steps.items()):
+        x = [r["step"] for r in rows]
+        raw = [_value(r, "loss") for r in rows]
+        color = _color(i)
+        fig.add_trace(go.Scatter(x=x, y=raw, mode="lines", name=f"{name} (raw)", legendgroup=name,
+                                 line=dict(color=_rgba(color, 0.3), width=1), connectgaps=False,
+                                 showlegend=False))
+        fig.add_trace(go.Scatter(x=x, y=smooth(raw, smoothing), mode="lines", name=name, legendgroup=name,
+                                 line=dict(color=color, width=2.5), connectgaps=False))
+    if log_v:
+        fig.add_hline(y=log_v, line=dict(color="#868e96", dash="dot", width=1),
+                      annotation_text=f"ln V = {log_v:.1f} (uniform guess)", annotation_position="top right")
+    fig.update_layout(title="Training loss (faint: every step; bold: smoothed)", height=height,
+                      xaxis=dict(title="step", rangemode="tozero"), yaxis=dict(title="loss (nats per masked token)"),
+                      legend=dict(orientation="h", y=-0.2), margin=dict(t=60, b=40))
+    return fig
+
+
+def grad_norm_figure(steps: Mapping[str, Rows], *, clip: Mapping[str, float | None] | None = None,
+                     height: int = 320) -> go.Figure:
+    """Gradient norm before clipping, per step, on a log axis, with each variant's clipping threshold."""
+    fig = go.Figure()
+    thresholds: dict[float, list[int]] = {}
+    for i, (name, rows) in enumerate(steps.items()):
+        fig.add_trace(go.Scatter(x=[r["step"] for r in rows], y=[_value(r, "grad_norm") for r in rows],
+                                 mode="lines+markers", marker=dict(size=4), name=name,
+                                 line=dict(color=_color(i), width=1.5)))
+        threshold = (clip or {}).get(name)
+        if threshold:
+            thresholds.setdefault(float(threshold), []).append(i)
+    for threshold, owners in thresholds.items():  # one line per threshold, however many variants share it
+        color = _color(owners[0]) if len(owners) == 1 else "#868e96"
+        fig.add_hline(y=threshold, line=dict(color=color, dash="dash", width=1),
+                      annotation_text=f"clip at {threshold:g}", annotation_position="bottom right")
+    fig.update_layout(title="Gradient norm before clipping (dashed: the clipping threshold)", height=height,
+                      xaxis=dict(title="step", rangemode="tozero"), yaxis=dict(title="‖g‖", type="log"),
+                      legend=dict(orientation="h", y=-0.25), margin=dict(t=60, b=40))
+    return fig
+
+
+def lr_figure(steps: Mapping[str, Rows], height: int = 220) -> go.Figure:
+    """The learning-rate schedule actually used (warm-up, then decay)."""
+    fig = go.Figure()
+    for i, (name, rows) in enumerate(steps.items()):
+        fig.add_trace(go.Scatter(x=[r["step"] for r in rows], y=[_value(r, "lr") for r in rows], mode="lines",
+                                 name=name, line=dict(color=_color(i))))
+    fig.update_layout(title="Learning rate", height=height, xaxis=dict(title="step"),
+                      yaxis=dict(title="lr", exponentformat="e"), showlegend=len(steps) > 1,
+                      margin=dict(t=50, b=40))
+    return fig
+
+
+def eval_figure(evals: Mapping[str, Rows], height: int = 420) -> go.Figure:
+    """Held-out evaluation (always full cross-entropy): loss, and top-1 / top-5 accuracy, per variant."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("held-out loss (full CE)", "held-out accuracy"))
+    for i, (name, rows) in enumerate(evals.items()):
+        x = [r["step"] for r in rows]
+        color = _color(i)
+        fig.add_trace(go.Scatter(x=x, y=[_value(r, "loss") for r in rows], mode="lines+markers", name=name,
+                                 legendgroup=name, line=dict(color=color)), row=1, col=1)
+        fig.add_trace(go.Scatter(x=x, y=[_value(r, "top1") for r in rows], mode="lines+markers",
+                                 name=f"{name} top-1", legendgroup=name, line=dict(color=color)), row=1, col=2)
+        fig.add_trace(go.Scatter(x=x, y=[_value(r, "top5") for r in rows], mode="lines+markers",
+                                 name=f"{name} top-5", legendgroup=name, line=dict(color=color, dash="dot")),
+                      row=1, col=2)
+    fig.update_yaxes(title_text="loss", row=1, col=1)
+    fig.update_yaxes(title_text="accuracy (solid top-1, dotted top-5)", tickformat=".0%", row=1, col=2)
+    fig.update_xaxes(title_text="step")
+    fig.update_layout(height=height, legend=dict(orientation="h", y=-0.25), margin=dict(t=60, b=40))
+    return fig
+
+
+def bucket_figure(evals: Mapping[str, Rows], metric: str = "top1", height: int = 340) -> go.Figure:
+    """The latest evaluation's accuracy on frequent, medium and rare tokens, per variant.
+
+    This is where a frequency-weighted loss should show its effect: on the rare tokens.
+    """
+    fig = go.Figure()
+    for i, (name, rows) in enumerate(evals.items()):
+        if not rows:
+            continue
+        last = rows[-1]
+        fig.add_trace(go.Bar(x=list(BUCKETS), y=[_value(last, f"{b}_{metric}") for b in BUCKETS], name=name,
+                             marker_color=_color(i),
+                             text=[f"{last.get(f'{b}_tokens', 0)} tokens" for b in BUCKETS],
+                             textposition="outside"))
+    label = {"top1": "top-1 accuracy", "top5": "top-5 accuracy", "loss": "loss"}.get(metric, metric)
+    fig.update_layout(title=f"Held-out {label} by token frequency (latest evaluation)", barmode="group",
+                      height=height, yaxis=dict(title=label, tickformat=".0%" if metric != "loss" else None),
+                      xaxis=dict(title="tokens, by how common they are in the training text"),
+                      legend=dict(orientation="h", y=-0.25), margin=dict(t=60, b=40))
+    return fig
+
+
+def probe_figure(probes: Sequence[Mapping[str, Any]], title: str = "", height: int | None = None) -> go.Figure:
+    """Top-k predictions at each [MASK] of the probe sentences at one step; the hidden word in green."""
+    # Token text goes through html.escape: plotly reads <b>, <a href=…> and entities in labels.
+    panels = [(html.escape(p["text"]), pred) for p in probes for pred in p["predictions"]]
+    n = max(1, len(panels))
+    fig = make_subplots(rows=n, cols=1, subplot_titles=[_short(text) for text, _ in panels] or [""],
+                        vertical_spacing=min(0.12, 0.5 / n))
+    for r, (_, pred) in enumerate(panels, 1):
+        raw = list(pred["tokens"])[::-1]
+        probs = list(pred["probs"])[::-1]
+        colors = ["#2f9e44" if t == pred.get("answer") else "#1c7ed6" for t in raw]
+        tokens = [html.escape(t) for t in raw]
+        fig.add_trace(go.Bar(x=probs, y=tokens, orientation="h", marker_color=colors, showlegend=False,
+                             text=[f"{p:.1%}" for p in probs], textposition="auto"), row=r, col=1)
+        fig.update_xaxes(range=[0, 1], tickformat=".0%", row=r, col=1)
+    fig.update_layout(title=title or "What the model guesses at [MASK]", height=height or 140 + 170 * n,
+                      margin=dict(t=80, b=30, l=110))
+    return fig
+
+
+def _short(text: str, limit: int = 70) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

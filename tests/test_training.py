@@ -1,0 +1,362 @@
+"""The training loop: it learns, it stops, it leaves the base model and the caller's RNG alone,
+variants see the same data, evaluation is full cross-entropy, and empty selections give no NaN."""
+
+import math
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mlm_core import training
+from mlm_core.errors import InputError
+from mlm_core.masking import IGNORE_INDEX, MaskingConfig
+from mlm_core.training import TrainConfig, evaluate, make_chunks, train, train_variants
+
+SENTENCE = "The cat sat on the mat."
+CORPUS = [
+    "The cat sat on the mat.",
+    "A dog ran in the park.",
+    "The sun is hot in the day.",
+    "The night is cold and dark.",
+    "A bird sang in a tall tree.",
+    "We ate bread and cheese at noon.",
+    "The river runs past the old mill.",
+    "She reads a book by the window.",
+] * 4
+WORDS = sorted({w.strip(".,").lower() for s in CORPUS for w in s.split()} | {".", ","})
+
+
+def small_tokenizer():
+    """A WordPiece tokenizer over the corpus words only: a ~50-token vocabulary keeps tests fast."""
+    from transformers import BertTokenizer
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    return BertTokenizer(vocab={w: i for i, w in enumerate(vocab)})
+
+
+def small_model(tokenizer, seed=0):
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return BertForMaskedLM(config).eval()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread: on a shared 2-core machine, two spinning OpenMP threads per process
+    make every step several times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return small_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return small_model(tok)
+
+
+def quick(**overrides):
+    values = dict(steps=6, batch_size=4, seq_len=24, chunk_overlap=4, learning_rate=1e-3, warmup_steps=0,
+                  eval_every=3, dropout=False, seed=1)
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def finite_or_none(rows, keys):
+    return all(r.get(k) is None or math.isfinite(r[k]) for r in rows for k in keys)
+
+
+# ---------------------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize("bad, words", [
+    (dict(steps=-1), "steps"),
+    (dict(learning_rate=0), "learning_rate"),
+    (dict(loss="focal"), "loss"),
+    (dict(amp="fp8"), "amp"),
+    (dict(batch_size=6, grad_accum_steps=4), "multiple"),
+    (dict(chunk_overlap=62), "overlap"),
+    (dict(sampler="zipf"), "sampler"),
+    (dict(weight_scheme="odd"), "weight_scheme"),
+])
+def test_config_rejects_bad_values_with_a_message(bad, words):
+    with pytest.raises(InputError, match=words):
+        TrainConfig(**bad)
+
+
+def test_config_round_trips_through_plain_values():
+    cfg = TrainConfig(steps=7, masking=MaskingConfig(mlm_probability=0.2), probe_sentences=("a [MASK] b",))
+    again = TrainConfig.from_dict(cfg.to_dict())
+    assert again == cfg
+    with pytest.raises(InputError, match="Unknown training option"):
+        TrainConfig.from_dict({"stepz": 3})
+
+
+# ---------------------------------------------------------------------------------------- chunks
+
+
+def test_long_text_is_split_with_overlap_not_cut(tok):
+    text = " ".join(CORPUS)  # one long text, far over seq_len
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    chunks = make_chunks(tok, [text], seq_len=24, overlap=4)
+    room = 22
+    assert chunks.input_ids.shape[1] == 24
+    assert len(chunks) == math.ceil((len(ids) - room) / (room - 4)) + 1
+    seen = chunks.input_ids[chunks.special_tokens_mask == 0].tolist()
+    assert sorted(set(seen)) == sorted(set(ids))
+    # the last window ends on the text's last token
+    last = chunks.input_ids[-1][chunks.attention_mask[-1].bool()].tolist()
+    assert last[1:-1] == ids[-room:]
+
+
+def test_short_texts_are_packed(tok):
+    chunks = make_chunks(tok, CORPUS, seq_len=24, overlap=4)
+    n_tokens = sum(len(x) for x in tok(CORPUS, add_special_tokens=False)["input_ids"])
+    assert int((chunks.special_tokens_mask == 0).sum()) == n_tokens
+    assert len(chunks) < len(CORPUS)
+    assert bool((chunks.word_ids[chunks.special_tokens_mask.bool()] == -1).all())
+
+
+def test_empty_corpus_is_an_input_error(tok, model):
+    with pytest.raises(InputError, match="empty"):
+        train(model, tok, ["  ", ""], quick())
+
+
+# ---------------------------------------------------------------------------------------- training
+
+
+def test_loss_on_a_repeated_sentence_falls_below_half():
+    from mlm_core.models import load_masked_lm
+
+    model, tokenizer = load_masked_lm("tiny-random", device="cpu")
+    cfg = TrainConfig(steps=50, batch_size=8, seq_len=16, chunk_overlap=2, learning_rate=2e-3, warmup_steps=0,
+                      schedule="constant", eval_every=50, dropout=False, seed=0)
+    result = train(model, tokenizer, [SENTENCE] * 64, cfg)
+    losses = [r["loss"] for r in result.steps]
+    assert losses[0] > 9.0  # from scratch: about ln V = ln 30522 = 10.3
+    assert min(losses[-5:]) < losses[0] / 2
+
+
+def test_base_model_and_caller_rng_are_untouched(tok, model):
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.manual_seed(1234)
+    rng = torch.get_rng_state()
+    result = train(model, tok, CORPUS, quick(dropout=True))
+    assert torch.equal(rng, torch.get_rng_state())
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert not model.training
+    changed = result.model.state_dict()
+    assert any(not torch.equal(before[k], changed[k]) for k in before)
+
+
+def test_same_seed_same_curves(tok, model):
+    a = train(model, tok, CORPUS, quick(dropout=True))
+    b = train(model, tok, CORPUS, quick(dropout=True))
+    assert [r["loss"] for r in a.steps] == [r["loss"] for r in b.steps]
+    c = train(model, tok, CORPUS, quick(dropout=True, seed=2))
+    assert [r["loss"] for r in a.steps] != [r["loss"] for r in c.steps]
+
+
+def test_stop_ends_after_at_most_one_more_step_and_keeps_history(tok, model):
+    stop = threading.Event()
+    events = []
+
+    def on_event(event):
+        events.append(event)
+        if event.kind == "step" and event.step == 2:
+            stop.set()
+
+    result = train(model, tok, CORPUS, quick(steps=20, eval_every=100), on_event=on_event, stop=stop)
+    assert result.stopped
+    assert 2 <= result.steps_done <= 3
+    assert [r["step"] for r in result.steps] == list(range(1, result.steps_done + 1))
+    assert result.evals and result.evals[0]["step"] == 0
+    assert events[-1].kind == "done" and events[-1].values["stopped"]
+
+
+def test_variants_see_identical_batches_and_masks(tok, model, monkeypatch):
+    seen = []
+    original = training._MaskedLMStep.forward
+
+    def spy(self, input_ids, attention_mask, labels):
+        seen.append((id(self), input_ids.clone(), labels.clone()))
+        return original(self, input_ids, attention_mask, labels)
+
+    monkeypatch.setattr(training._MaskedLMStep, "forward", spy)
+    base = quick(steps=3, eval_every=10)
+    variants = {
+        "full": base,
+        "weighted": TrainConfig(**{**base.to_dict(), "masking": base.masking, "loss": "weighted"}),
+        "sampled": TrainConfig(**{**base.to_dict(), "masking": base.masking, "loss": "sampled", "num_sampled": 8}),
+    }
+    results = train_variants(model, tok, CORPUS, variants)
+    by_step = [seen[i:i + 3] for i in range(0, len(seen), 3)]
+    assert len(by_step) == 3
+    for calls in by_step:
+        assert len({c[0] for c in calls}) == 3  # three different model copies
+        for _, ids, labels in calls[1:]:
+            assert torch.equal(ids, calls[0][1]) and torch.equal(labels, calls[0][2])
+    # identical starting weights: the first step's full-CE evaluation is the same for every variant
+    first_evals = {name: r.evals[0]["loss"] for name, r in results.items()}
+    assert len(set(first_evals.values())) == 1
+
+
+def test_identical_variants_give_identical_curves(tok, model):
+    cfg = quick(steps=4, dropout=True)
+    results = train_variants(model, tok, CORPUS, {"a": cfg, "b": cfg})
+    assert [r["loss"] for r in results["a"].steps] == [r["loss"] for r in results["b"].steps]
+
+
+def test_variants_must_share_data_settings(tok, model):
+    with pytest.raises(InputError, match="seq_len"):
+        train_variants(model, tok, CORPUS, {"a": quick(), "b": quick(seq_len=32)})
+
+
+def test_evaluation_is_full_cross_entropy(tok, model):
+    chunks = make_chunks(tok, CORPUS, seq_len=24, overlap=4)
+    gen = torch.Generator().manual_seed(0)
+    labels = torch.where(torch.rand(chunks.input_ids.shape, generator=gen) < 0.3, chunks.input_ids,
+                         torch.full_like(chunks.input_ids, IGNORE_INDEX))
+    labels[chunks.special_tokens_mask.bool()] = IGNORE_INDEX
+    inputs = torch.where(labels != IGNORE_INDEX, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
+    counts = training.token_counts(chunks, len(tok))
+    eval_set = training._EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 5)
+    got = evaluate(model, eval_set)
+    with torch.no_grad():
+        logits = model(input_ids=inputs, attention_mask=chunks.attention_mask).logits
+    selected = labels != IGNORE_INDEX
+    expected = F.cross_entropy(logits[selected], labels[selected])
+    assert got["loss"] == pytest.approx(float(expected), rel=1e-5)
+    assert got["perplexity"] == pytest.approx(math.exp(float(expected)), rel=1e-5)
+    top1 = (logits[selected].argmax(-1) == labels[selected]).float().mean()
+    assert got["top1"] == pytest.approx(float(top1))
+    assert sum(got[f"{b}_tokens"] for b in training.BUCKETS) == got["masked_tokens"] == int(selected.sum())
+
+
+def test_sampled_training_still_evaluates_with_full_ce(tok, model, monkeypatch):
+    in_eval, eval_widths = [], []
+    original_ce, original_eval = F.cross_entropy, training.evaluate
+
+    def ce_spy(logits, targets, *args, **kwargs):
+        if in_eval:
+            eval_widths.append(logits.shape[-1])
+        return original_ce(logits, targets, *args, **kwargs)
+
+    def eval_spy(*args, **kwargs):
+        in_eval.append(True)
+        try:
+            return original_eval(*args, **kwargs)
+        finally:
+            in_eval.clear()
+
+    monkeypatch.setattr(F, "cross_entropy", ce_spy)
+    monkeypatch.setattr(training, "evaluate", eval_spy)
+    result = train(model, tok, CORPUS, quick(steps=3, eval_every=3, loss="sampled", num_sampled=4))
+    assert len(result.evals) == 2 and all(e["loss"] is not None for e in result.evals)
+    assert eval_widths and all(v == len(tok) for v in eval_widths)  # every row scored against all V
+
+
+@pytest.mark.parametrize("amp", ["off", "bf16"])
+def test_amp_off_and_cpu_bf16_run(tok, model, amp):
+    result = train(model, tok, CORPUS, quick(steps=3, amp=amp))
+    assert result.steps_done == 3
+    assert all(math.isfinite(r["loss"]) for r in result.steps)
+
+
+def test_fp16_on_cpu_is_refused_with_advice(tok, model):
+    with pytest.raises(InputError, match="bf16"):
+        train(model, tok, CORPUS, quick(amp="fp16"))
+
+
+def test_gradient_checkpointing_gives_the_same_losses(tok, model):
+    plain = train(model, tok, CORPUS, quick(steps=3))
+    ckpt = train(model, tok, CORPUS, quick(steps=3, gradient_checkpointing=True))
+    assert [r["loss"] for r in ckpt.steps] == pytest.approx([r["loss"] for r in plain.steps], rel=1e-5)
+
+
+def test_accumulation_matches_one_big_batch(tok, model):
+    one = train(model, tok, CORPUS, quick(steps=3))
+    acc = train(model, tok, CORPUS, quick(steps=3, grad_accum_steps=2))
+    # same examples and masks; the loss is a mean of the two halves' means instead of one mean
+    assert [r["masked_tokens"] for r in acc.steps] == [r["masked_tokens"] for r in one.steps]
+    assert all(math.isfinite(r["loss"]) for r in acc.steps)
+
+
+def test_zero_selection_batch_gives_no_nan(tok, model):
+    result = train(model, tok, CORPUS, quick(steps=3, masking=MaskingConfig(mlm_probability=0.0)))
+    keys = ("loss", "grad_norm", "lr", "tokens_per_s")
+    assert finite_or_none(result.steps, keys)
+    assert all(r["skipped"] and r["loss"] is None for r in result.steps)
+    assert finite_or_none(result.evals, ("loss", "perplexity", "top1", "top5"))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), result.model.state_dict().values()))
+
+
+def test_sparse_selection_mixes_empty_and_full_steps_without_nan(tok, model):
+    cfg = quick(steps=8, batch_size=2, seq_len=12, chunk_overlap=2,
+                masking=MaskingConfig(mlm_probability=0.04))
+    for loss in ("full", "weighted", "sampled"):
+        result = train(model, tok, [SENTENCE] * 8, TrainConfig(**{**cfg.to_dict(), "masking": cfg.masking,
+                                                                   "loss": loss, "num_sampled": 4}))
+        assert finite_or_none(result.steps, ("loss", "grad_norm"))
+
+
+def test_events_and_probes(tok, model):
+    events = []
+    result = train(model, tok, CORPUS, quick(probe_sentences=("the cat sat on the [MASK] .",)),
+                   on_event=events.append)
+    kinds = [e.kind for e in events]
+    assert kinds.count("step") == 6 and kinds.count("eval") == 3 and kinds[-1] == "done"
+    step = next(e for e in events if e.kind == "step").values
+    assert {"loss", "grad_norm", "lr", "tokens_per_s", "masked_tokens"} <= set(step)
+    probe = result.probes[-1]["probes"][0]
+    assert probe["predictions"][0]["position"] == 6
+    assert len(probe["predictions"][0]["tokens"]) == 5
+    with pytest.raises(InputError, match="MASK"):
+        train(model, tok, CORPUS, quick(probe_sentences=("no mask here",)))
+
+
+def test_clipping_bounds_the_update_but_reports_the_raw_norm(tok, model):
+    clipped = train(model, tok, CORPUS, quick(steps=2, max_grad_norm=1e-3, learning_rate=0.5))
+    free = train(model, tok, CORPUS, quick(steps=2, max_grad_norm=None, learning_rate=0.5))
+    assert clipped.steps[0]["grad_norm"] == pytest.approx(free.steps[0]["grad_norm"], rel=1e-5)
+    assert clipped.steps[1]["loss"] != free.steps[1]["loss"]
+
+
+def test_smooth_and_lr_schedule():
+    assert training.smooth([2.0, None, 2.0], 0.5) == [2.0, None, 2.0]
+    cfg = TrainConfig(steps=10, warmup_steps=2, learning_rate=1.0, schedule="linear")
+    lrs = [training._lr_at(cfg, s) for s in range(10)]
+    assert lrs[0] == 0.5 and lrs[1] == 1.0 and lrs[-1] < lrs[2]
+
+
+def test_figures_draw_gaps_not_nans():
+    from mlm_core.figures import training as figs
+
+    steps = {"a": [{"step": 1, "loss": 2.0, "grad_norm": 1.5, "lr": 1e-3},
+                   {"step": 2, "loss": None, "grad_norm": None, "lr": 1e-3},
+                   {"step": 3, "loss": float("nan"), "grad_norm": float("inf"), "lr": 1e-3}],
+             "b": [{"step": 1, "loss": 1.0, "grad_norm": 0.5, "lr": 1e-3}]}
+    loss = figs.loss_figure(steps, log_v=10.3)
+    assert [t.y for t in loss.data if t.name == "a (raw)"][0] == (2.0, None, None)
+    grad = figs.grad_norm_figure(steps, clip={"a": 1.0, "b": 1.0})
+    assert len(grad.layout.shapes) == 1  # one shared clipping line
+    evals = {"a": [{"step": 0, "loss": 3.0, "top1": 0.1, "top5": 0.3, "frequent_top1": 0.2, "frequent_tokens": 5,
+                    "medium_top1": None, "medium_tokens": 0, "rare_top1": 0.0, "rare_tokens": 2}]}
+    assert len(figs.eval_figure(evals).data) == 3
+    assert figs.bucket_figure(evals).data[0].y == (0.2, None, 0.0)
+    probe = [{"text": "the [MASK] sat", "predictions": [{"position": 2, "answer": "cat", "tokens": ["dog", "cat"],
+                                                          "probs": [0.6, 0.3]}]}]
+    fig = figs.probe_figure(probe)
+    assert fig.data[0].marker.color == ("#2f9e44", "#1c7ed6")  # the hidden word in green
