@@ -28,6 +28,7 @@ class KEYS:
     presenter = "presenter"  # sidebar: large tokens and charts for a projector
     sentence = "sentence"  # the current sentence, shared by Masking, Predictions and Quiz
     masking = "masking"  # the Masking page's last result: dict(tokens, encoded, result, config, seed)
+    trained_tokenizer = "trained_tokenizer"  # Tokenizer page → Training page: a mlm_core.vocab.TrainedVocab
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ def page_setup(title: str) -> Settings:
     """Shared defaults, the sidebar and the page title; returns the settings every page uses."""
     _ensure_app_navigation()
     state = st.session_state
+    _restore_left_widgets()  # classroom: sidebar and page widgets lose their values on a page switch
     state.setdefault(KEYS.model, os.environ.get("MLMLAB_MODEL", DEFAULT_MODEL))
     state.setdefault(KEYS.seed, DEFAULT_SEED)
     state.setdefault(KEYS.presenter, False)
@@ -136,11 +138,11 @@ _PRESENTER_CSS = f"""
 .mlm-chips .mlm-chip {{ font-size: {PRESENTER_TOKEN_PX}px !important; padding: 8px 12px !important; }}
 .mlm-chips .mlm-sub {{ font-size: 18px !important; }}
 div[data-testid="stMarkdownContainer"] p, div[data-testid="stMarkdownContainer"] li {{ font-size: 1.25rem; }}
-div.stButton > button, div.stFormSubmitButton > button, div.stDownloadButton > button {{
+div.stButton button, div.stFormSubmitButton button, div.stDownloadButton button {{
   font-size: 1.4rem; padding: 0.6rem 1.4rem; min-height: 3.2rem; }}
-div.stButton > button p, div.stFormSubmitButton > button p, div.stDownloadButton > button p {{ font-size: 1.4rem; }}
+div.stButton button p, div.stFormSubmitButton button p, div.stDownloadButton button p {{ font-size: 1.4rem; }}
 div[data-testid="stButtonGroup"] button {{ min-height: 2.8rem; padding: 0.3rem 1rem; }}
-div[data-testid="stButtonGroup"] button p {{ font-size: 1.35rem; }}
+div[data-testid="stButtonGroup"] button p, div[data-testid="stRadioOption"] p {{ font-size: 1.35rem; }}
 div[data-testid="stTextInput"] input, div[data-testid="stTextArea"] textarea {{ font-size: 1.4rem !important; }}
 div[data-testid="stMetricValue"] {{ font-size: 2.6rem; }}
 div[class*="st-key-advanced_"] {{ display: none !important; }}
@@ -164,6 +166,32 @@ def cached_tokenizer(model_name: str | None):
 
         return load_default_tokenizer()
     return cached_model(model_name)[1]
+
+
+@st.cache_resource(show_spinner="Building a tiny model for your vocabulary…", max_entries=4)
+def cached_tiny_for_vocab(_vocab, vocab_key: str):
+    """A tiny random BERT sized to a vocabulary trained on the Tokenizer page (keyed by ``vocab_key``)."""
+    from mlm_core.models import load_masked_lm
+
+    return load_masked_lm("tiny-random", tokenizer=_vocab.tokenizer)
+
+
+def model_or_stop(settings: Settings):
+    """(model, tokenizer) of the sidebar's model, or a clear message and the end of this page run."""
+    try:
+        return cached_model(settings.model_name)
+    except Exception as exc:  # a bad id, no internet, a corrupt checkpoint: say so, never a traceback
+        show_error(exc)
+        st.stop()
+
+
+def tokenizer_or_stop(settings: Settings):
+    """The sidebar model's tokenizer, or a clear message and the end of this page run."""
+    try:
+        return cached_tokenizer(settings.model_name)
+    except Exception as exc:
+        show_error(exc)
+        st.stop()
 
 
 def show_error(exc: BaseException) -> None:
@@ -262,6 +290,34 @@ def _apply(name: str, key: str, value) -> None:
         state[key] = value
 
 
+STICKY_KEYS = (KEYS.presenter,)  # kept across page switches too, but never put in a link
+
+
+def _restore_left_widgets() -> None:
+    """Keep the shared values across page switches (the sidebar's included), and give back lost ones.
+
+    A page switch draws every widget anew, and Streamlit gives a widget on the new page its default
+    instead of the value the same key had on the last page. Setting each shared key to its own value
+    through the Session State API, before any widget is drawn, makes the new widget start from it
+    (Streamlit's documented work-around). A value already dropped comes back from the link's copy.
+    """
+    link = st.session_state.get(_LINK)
+    if link is None:  # the session's first run: nothing to keep yet
+        return
+    state = st.session_state
+    for key in [*link["keys"].values(), KEYS.custom_model, *STICKY_KEYS]:
+        if key in state:
+            state[key] = state[key]
+    for name, key in link["keys"].items():
+        value = link["values"].get(name)
+        if key in state or value is None or value == link["fields"][name].default:
+            continue
+        _apply(name, key, value)
+    for key, value in link.get("sticky", {}).items():
+        if key not in state:
+            state[key] = value
+
+
 def _read_and_sync_link(page_fields=()) -> tuple[str, ...]:
     """Read the link once per field per session, keep the canonical values current, write them back."""
     from mlm_core import classroom
@@ -290,6 +346,7 @@ def _read_and_sync_link(page_fields=()) -> tuple[str, ...]:
     except ValueError:  # an absolute local folder: it cannot travel in a link
         values["model"] = None
     link["values"] = values
+    link["sticky"] = {key: state[key] for key in STICKY_KEYS if key in state}
     for name, key in link["keys"].items():  # a widget whose page was left lost its value: restore it
         value = values.get(name)
         if name != "model" and key not in state and value is not None and value != link["fields"][name].default:

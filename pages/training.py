@@ -48,12 +48,18 @@ state = st.session_state
 
 
 # ------------------------------------------------------------------------------------- controls
+TRAINED_VOCAB = "tiny-random+vocab"  # the tiny model with the Tokenizer page's trained vocabulary
+
+
 def model_controls() -> str | None:
-    """The model to train: the sidebar's, or the tiny random BERT for a from-scratch run."""
+    """The model to train: the sidebar's, the tiny random BERT, or the tiny one with your own vocabulary."""
     sidebar = settings.model_name or ui.DEFAULT_MODEL
-    options = list(dict.fromkeys([ui.DEFAULT_MODEL, "tiny-random", sidebar]))
+    vocab = state.get(ui.KEYS.trained_tokenizer)
+    options = list(dict.fromkeys([ui.DEFAULT_MODEL, "tiny-random", sidebar] + ([TRAINED_VOCAB] if vocab else [])))
     labels = {ui.DEFAULT_MODEL: "Bundled default model: fine-tune it",
               "tiny-random": "Tiny random BERT: train from scratch"}
+    if vocab:
+        labels[TRAINED_VOCAB] = f"Tiny random BERT with your {vocab.label} vocabulary (Tokenizer page)"
     choice = st.radio("Model", options, index=options.index(sidebar), key="training_model", horizontal=True,
                       format_func=lambda v: labels.get(v, f"{v} (sidebar): fine-tune it"),
                       help="A trained model starts near its held-out loss and improves slowly; the tiny "
@@ -159,7 +165,11 @@ lesson = st.radio("What to run", list(LESSONS), key="training_lesson", format_fu
 model_name = model_controls()
 texts = corpus_controls()
 try:
-    model, tokenizer = ui.cached_model(model_name)
+    if model_name == TRAINED_VOCAB:
+        vocab = state[ui.KEYS.trained_tokenizer]
+        model, tokenizer = ui.cached_tiny_for_vocab(vocab, f"{vocab.algorithm}-{vocab.vocab_size}-{vocab.corpus_hash}")
+    else:
+        model, tokenizer = ui.cached_model(model_name)
     about = model_description(model, tokenizer)
 except MLMLabError as exc:
     ui.show_error(exc)

@@ -94,3 +94,22 @@ def test_empty_paste_is_a_warning_not_a_crash():
     assert not at.exception
     assert at.warning and "empty" in at.warning[0].value
     assert at.button(key="training_start").disabled
+
+
+def test_a_vocabulary_from_the_tokenizer_page_trains_the_tiny_model():
+    """The Tokenizer page hands a trained vocabulary over; the Training page builds a tiny model of that size."""
+    import ui
+    from mlm_core.bundled import workshop_sentences
+    from mlm_core.vocab import train_tokenizer
+
+    vocab = train_tokenizer(workshop_sentences()[:300], 600)
+    at = AppTest.from_file(str(PAGE), default_timeout=120)
+    at.session_state[ui.KEYS.trained_tokenizer] = vocab
+    at.run()
+    assert not at.exception
+    options = at.radio(key="training_model").options
+    assert any(vocab.label in o for o in options)
+    at.radio(key="training_model").set_value("tiny-random+vocab").run()
+    assert not at.exception
+    model = ui.cached_tiny_for_vocab(vocab, f"{vocab.algorithm}-{vocab.vocab_size}-{vocab.corpus_hash}")[0]
+    assert model.config.vocab_size == len(vocab.tokenizer)
