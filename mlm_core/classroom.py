@@ -1,0 +1,581 @@
+"""Classroom mode: links that reproduce a view, quiz questions, and their scores.
+
+A teacher's view is a handful of values: the sentence, the seed, the masking rule and a little page
+state. ``encode`` writes them as query parameters and ``decode`` reads them back, checking every one,
+so a broken or tampered link falls back to the defaults with a message saying what was ignored —
+never an exception. ``decode(encode(values))`` gives the same values back.
+
+The quizzes are built with the same flow as the pages (``data.encode`` → ``data.mask_batch``), from
+the shared sentence and seed, so everyone who opens the same link gets the same question. Scoring
+is pure: plain values in, a score out.
+
+Shapes: T = sequence length, M = selected positions, V = vocabulary.
+
+>>> values = decode({"seed": "7", "p": "0.3"}).values
+>>> values["seed"], values["p"], values["strategy"]
+(7, 0.3, 'token')
+>>> encode(values)
+{'seed': '7', 'p': '0.3'}
+>>> decode({"seed": "-1"}).problems
+('seed: "-1" is not a whole number from 0 to 2147483647, so the default (0) is used.',)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import unicodedata
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from mlm_core.data import Encoded, encode as encode_text, mask_batch
+from mlm_core.masking import IGNORE_INDEX, STRATEGIES, Decision, MaskingConfig
+
+# The Masking page's first example: a link without a sentence shows it, as the page does.
+DEFAULT_SENTENCE = "The cat sat on the mat and watched the birds in the garden."
+MAX_SENTENCE_CHARS = 2_000  # a link stays well under the ~8k characters browsers and proxies accept
+MAX_SEED = 2**31 - 1  # the sidebar's seed box allows 0 … 2^31 - 1
+MAX_STEP = 100_000
+MAX_ROUND = 1_000_000
+MAX_LIST = 64  # longest list of positions a link may hold
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)?")
+_NUMBER = re.compile(r"\d{1,12}")
+
+QUIZ_KINDS = ("guess", "random", "loss")
+QUIZ_TITLES = {
+    "guess": "Guess the token",
+    "random": "Which one was random?",
+    "loss": "Which positions count in the loss?",
+}
+MAX_BLANKS = 3  # guess-the-token: at most this many [MASK]s, so a room can answer in a minute
+QUIZ_MIN_P = 0.3  # random/loss quizzes select at least 30%, so random and unchanged tokens turn up
+QUIZ_ATTEMPTS = 64  # re-draws (seeded) until a question has a random and an unchanged token
+
+
+# --------------------------------------------------------------------------- link fields
+@dataclass(frozen=True)
+class Field:
+    """One query parameter: its name, its kind and what a valid value looks like.
+
+    Kinds: ``"text"``, ``"int"``, ``"float"`` (rounded to 6 decimals), ``"choice"``, ``"bool"``,
+    ``"model"`` (a model name or hub id, never an absolute path) and ``"ints"`` (positions,
+    comma-separated). ``default=None`` means "not set": the parameter is left out of the link and
+    the page keeps its own default.
+    """
+
+    name: str
+    kind: str
+    default: Any = None
+    low: float = 0
+    high: float = 0
+    choices: tuple[str, ...] = ()
+    max_chars: int = MAX_SENTENCE_CHARS
+    label: str = ""
+
+    def __post_init__(self):
+        if self.kind not in ("text", "int", "float", "choice", "bool", "model", "ints"):
+            raise ValueError(f"unknown field kind {self.kind!r}")
+
+    @property
+    def what(self) -> str:
+        return self.label or self.name
+
+    def _expected(self) -> str:
+        if self.kind == "text":
+            return f"a text of 1 to {self.max_chars:,} characters without control characters"
+        if self.kind == "int":
+            return f"a whole number from {int(self.low)} to {int(self.high)}"
+        if self.kind == "float":
+            return f"a number from {self.low:g} to {self.high:g}"
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        if self.kind == "bool":
+            return "0 or 1"
+        if self.kind == "model":
+            return "a model name such as tiny-random or bert-base-uncased"
+        return f"up to {MAX_LIST} positions from {int(self.low)} to {int(self.high)}, separated by commas"
+
+    def parse(self, raw: str) -> Any:
+        """The value a query-parameter string stands for; ValueError (with a message) when it is invalid."""
+        raw = str(raw)
+        if self.kind == "text":
+            if not raw.strip() or len(raw) > self.max_chars or _has_control(raw):
+                raise ValueError(self._expected())
+            return raw
+        if self.kind == "int":
+            if not _NUMBER.fullmatch(raw) or not self.low <= int(raw) <= self.high:
+                raise ValueError(self._expected())
+            return int(raw)
+        if self.kind == "float":
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ValueError(self._expected()) from None
+            if not math.isfinite(value) or not self.low <= value <= self.high:
+                raise ValueError(self._expected())
+            return round(value, 6)
+        if self.kind == "choice":
+            if raw not in self.choices:
+                raise ValueError(self._expected())
+            return raw
+        if self.kind == "bool":
+            if raw not in ("0", "1"):
+                raise ValueError(self._expected())
+            return raw == "1"
+        if self.kind == "model":
+            if len(raw) > 96 or ".." in raw or not _MODEL_NAME.fullmatch(raw):
+                raise ValueError(self._expected())
+            return raw
+        parts = raw.split(",") if raw else []
+        if len(parts) > MAX_LIST or not all(_NUMBER.fullmatch(p) and self.low <= int(p) <= self.high for p in parts):
+            raise ValueError(self._expected())
+        return tuple(sorted({int(p) for p in parts}))
+
+    def format(self, value: Any) -> str:
+        """The query-parameter string of a valid value (``parse(format(v)) == v``)."""
+        if self.kind == "float":
+            return repr(round(float(value), 6))
+        if self.kind == "bool":
+            return "1" if value else "0"
+        if self.kind == "ints":
+            return ",".join(str(int(v)) for v in value)
+        return str(value)
+
+    def coerce(self, value: Any) -> Any:
+        """A Python value from the session made valid: text clipped, numbers rounded; ValueError if hopeless."""
+        if value is None:
+            raise ValueError("no value")
+        if self.kind == "text":
+            text = _strip_control(str(value))[: self.max_chars]
+            return self.parse(text)
+        if self.kind == "float":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(self._expected())
+            return self.parse(repr(float(value)))
+        if self.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+                raise ValueError(self._expected())
+            return self.parse(str(int(value)))
+        if self.kind == "bool":
+            return bool(value)
+        if self.kind == "ints":
+            return self.parse(",".join(str(int(v)) for v in value))
+        return self.parse(str(value))
+
+
+def _has_control(text: str) -> bool:
+    return any(unicodedata.category(c) == "Cc" and c not in "\t\n\r" for c in text)
+
+
+def _strip_control(text: str) -> str:
+    return "".join(c for c in text if unicodedata.category(c) != "Cc" or c in "\t\n\r")
+
+
+_RULE = MaskingConfig()  # BERT's defaults, read from the one place they are defined
+FIELDS: tuple[Field, ...] = (
+    Field("sentence", "text", DEFAULT_SENTENCE, label="sentence"),
+    Field("seed", "int", 0, 0, MAX_SEED, label="seed"),
+    Field("strategy", "choice", _RULE.strategy, choices=STRATEGIES, label="masking strategy"),
+    Field("p", "float", _RULE.mlm_probability, 0.0, 1.0, label="selection probability p"),
+    Field("mask", "float", _RULE.mask_replace_prob, 0.0, 1.0, label="[MASK] share"),
+    Field("random", "float", _RULE.random_replace_prob, 0.0, 1.0, label="random share"),
+    Field("model", "model", None, label="model"),
+    Field("step", "int", None, 0, MAX_STEP, label="step-through position"),
+    Field("quiz", "choice", QUIZ_KINDS[0], choices=QUIZ_KINDS, label="quiz"),
+    Field("round", "int", 0, 0, MAX_ROUND, label="quiz question number"),
+)
+
+
+def defaults(fields: Sequence[Field] = FIELDS) -> dict[str, Any]:
+    """Every field's default value (None for "not set")."""
+    return {f.name: f.default for f in fields}
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """What a link says: the values (defaults where it says nothing usable), which fields it gave, and problems."""
+
+    values: dict[str, Any]
+    given: frozenset[str]
+    problems: tuple[str, ...]
+
+
+def _shown(raw: str, limit: int = 40) -> str:
+    text = raw if len(raw) <= limit else raw[:limit] + "…"
+    return '"' + _strip_control(text) + '"'
+
+
+def _check_rates(values: dict[str, Any], base: Mapping[str, Any], given: set[str], problems: list[str]) -> None:
+    """[MASK] share + random share ≤ 1, else both go back to ``base`` (they share the same selected tokens)."""
+    if "mask" not in values or "random" not in values:
+        return
+    if values["mask"] + values["random"] <= 1.0 + 1e-9:
+        return
+    problems.append(
+        f"[MASK] share {values['mask']:g} + random share {values['random']:g} is more than 1, "
+        f"so the shares {base['mask']:g} and {base['random']:g} are used."
+    )
+    values["mask"], values["random"] = base["mask"], base["random"]
+    given.discard("mask")
+    given.discard("random")
+
+
+def decode(params: Mapping[str, Any], fields: Sequence[Field] = FIELDS,
+           base: Mapping[str, Any] | None = None) -> Decoded:
+    """Read query parameters; anything missing or invalid keeps its value from ``base`` (the defaults).
+
+    ``params`` maps names to strings (or lists of strings: the last one counts, as in
+    ``st.query_params``). Unknown names are ignored. Never raises on bad values.
+    """
+    base = {**defaults(fields), **(base or {})}
+    values = {f.name: base[f.name] for f in fields}
+    given: set[str] = set()
+    problems: list[str] = []
+    for f in fields:
+        if f.name not in params:
+            continue
+        raw = params[f.name]
+        if isinstance(raw, (list, tuple)):
+            if not raw:
+                continue
+            raw = raw[-1]
+        try:
+            values[f.name] = f.parse(raw)
+            given.add(f.name)
+        except ValueError as exc:
+            fallback = "the default" if base[f.name] == f.default else "the current value"
+            shown = "" if base[f.name] is None else f" ({f.format(base[f.name])[:40]})"
+            problems.append(f"{f.what}: {_shown(str(raw))} is not {exc}, so {fallback}{shown} is used.")
+    _check_rates(values, base, given, problems)
+    return Decoded(values, frozenset(given), tuple(problems))
+
+
+def from_values(current: Mapping[str, Any], fields: Sequence[Field] = FIELDS,
+                base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Values from the session (widgets), each made valid; invalid or missing ones keep ``base``'s."""
+    base = {**defaults(fields), **(base or {})}
+    values = {f.name: base[f.name] for f in fields}
+    given: set[str] = set()
+    for f in fields:
+        if f.name in current and current[f.name] is not None:
+            try:
+                values[f.name] = f.coerce(current[f.name])
+                given.add(f.name)
+            except (ValueError, TypeError):
+                pass
+    _check_rates(values, base, given, [])
+    return values
+
+
+def encode(values: Mapping[str, Any], fields: Sequence[Field] = FIELDS) -> dict[str, str]:
+    """Query parameters for ``values``; values equal to the default (or None) are left out to keep links short."""
+    params = {}
+    for f in fields:
+        value = values.get(f.name, f.default)
+        if value is None or value == f.default:
+            continue
+        params[f.name] = f.format(f.coerce(value))
+    return params
+
+
+def masking_config(values: Mapping[str, Any]) -> MaskingConfig:
+    """The masking rule a link describes (its rates and strategy)."""
+    return MaskingConfig(mlm_probability=values["p"], mask_replace_prob=values["mask"],
+                         random_replace_prob=values["random"], strategy=values["strategy"])
+
+
+# --------------------------------------------------------------------------- quiz questions
+@dataclass(frozen=True, eq=False)
+class Question:
+    """One quiz question: the sentence as the model sees it, and what really happened at each token."""
+
+    kind: str  # one of QUIZ_KINDS
+    qid: str  # the same for everyone with the same link: scores are kept per question
+    sentence: str
+    tokens: tuple[str, ...]  # the original tokens, [CLS] and [SEP] included
+    shown: tuple[str, ...]  # what the model sees
+    decisions: tuple[str, ...]  # per token: SPECIAL, NOT_SELECTED, MASK, RANDOM or UNCHANGED
+    input_ids: torch.Tensor  # (1, T) the corrupted ids
+    attention_mask: torch.Tensor  # (1, T)
+    labels: torch.Tensor  # (1, T) original id where selected, IGNORE_INDEX elsewhere
+    decision_codes: torch.Tensor  # (1, T) Decision codes
+    config: MaskingConfig  # the rule the question was drawn with
+    truncated: bool = False
+
+    def positions(self, *names: str) -> tuple[int, ...]:
+        """Positions whose decision is one of ``names``."""
+        return tuple(i for i, d in enumerate(self.decisions) if d in names)
+
+    @property
+    def blanks(self) -> tuple[int, ...]:
+        """Positions shown as [MASK]."""
+        return self.positions("MASK")
+
+    @property
+    def answers(self) -> tuple[str, ...]:
+        """The original token under each [MASK], left to right."""
+        return tuple(self.tokens[i] for i in self.blanks)
+
+    @property
+    def in_loss(self) -> tuple[int, ...]:
+        """Positions the MLM loss uses: every selected one (labels != -100)."""
+        return tuple(int(i) for i in (self.labels[0] != IGNORE_INDEX).nonzero().flatten().tolist())
+
+    @property
+    def candidates(self) -> tuple[int, ...]:
+        """Positions a student may point at: every non-special token not shown as [MASK]."""
+        return self.positions("NOT_SELECTED", "RANDOM", "UNCHANGED")
+
+
+def _mix(*parts: int) -> int:
+    """A 63-bit seed from several integers (splitmix64-style), so nearby seeds give unrelated draws."""
+    x = 0x9E3779B97F4A7C15
+    for part in parts:
+        x = (x ^ (int(part) & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        x ^= x >> 31
+    return x & ((1 << 63) - 1)
+
+
+def question_sentence(shared: str, sentences: Sequence[str], seed: int, round: int) -> str:
+    """Round 0 asks about the shared sentence; later rounds about a corpus sentence picked by (seed, round)."""
+    if round <= 0 or not sentences:
+        return shared
+    return sentences[_mix(seed, round) % len(sentences)]
+
+
+def _question_id(kind: str, sentence: str, seed: int, round: int, config: MaskingConfig, tokenizer) -> str:
+    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+    text = f"{kind}|{seed}|{round}|{config}|{name}|{len(tokenizer)}|{sentence}"
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
+def _whole_word_mask(encoded: Encoded, tokens: Sequence[str]) -> torch.Tensor:
+    """(1, T) special-tokens mask that also protects punctuation and words of several pieces.
+
+    A blank is only fair when the answer is one whole word: "##ly" or "," are not guessable.
+    """
+    special = encoded.special_tokens_mask.clone()  # (1, T)
+    words = encoded.word_ids[0].tolist()
+    pieces: dict[int, int] = {}
+    for w in words:
+        if w >= 0:
+            pieces[w] = pieces.get(w, 0) + 1
+    for i, (w, token) in enumerate(zip(words, tokens)):
+        if w >= 0 and (pieces[w] > 1 or not any(c.isalnum() for c in token)):
+            special[0, i] = 1
+    return special
+
+
+def _build(kind, tokenizer, encoded, result, sentence, qid, config) -> Question:
+    tokens = tuple(encoded.tokens[0])
+    length = len(tokens)
+    special = encoded.special_tokens_mask[0].tolist()
+    codes = result.decisions[0].tolist()
+    decisions = tuple("SPECIAL" if special[i] else Decision(codes[i]).name for i in range(length))
+    shown = tuple(tokenizer.convert_ids_to_tokens(result.input_ids[0, :length].tolist()))
+    return Question(kind, qid, sentence, tokens, shown, decisions, result.input_ids[:, :length].clone(),
+                    encoded.attention_mask[:, :length].clone(), result.labels[:, :length].clone(),
+                    result.decisions[:, :length].clone(), config, bool(encoded.truncated[0]))
+
+
+def make_question(tokenizer, kind: str, sentence: str, *, seed: int = 0, round: int = 0,
+                  config: MaskingConfig | None = None, max_length: int = 64) -> Question:
+    """A quiz question about ``sentence``, the same for the same (kind, sentence, seed, round, rule).
+
+    - ``"guess"``: up to ``MAX_BLANKS`` whole words become [MASK] (Google BERT's exact count at the
+      rule's p, at least one blank); students type what was there.
+    - ``"random"`` and ``"loss"``: the rule's 80/10/10 replacement, with p raised to at least
+      ``QUIZ_MIN_P`` and seeded re-draws until a random and an unchanged token appear (when the rule
+      allows them), so there is something to find.
+    Raises ``InputError`` for empty text or a tokenizer without a mask token.
+    """
+    if kind not in QUIZ_KINDS:
+        raise ValueError(f"kind must be one of {QUIZ_KINDS}, got {kind!r}")
+    config = config or MaskingConfig()
+    encoded = encode_text(tokenizer, sentence, max_length=max_length)
+    tokens = encoded.tokens[0]
+    qid = _question_id(kind, sentence, seed, round, config, tokenizer)
+    if kind == "guess":
+        protected = _whole_word_mask(encoded, tokens)
+        if bool(protected.all()):  # no whole word at all: any non-special token will do
+            protected = encoded.special_tokens_mask
+        rule = MaskingConfig(mlm_probability=max(config.mlm_probability, 0.01), mask_replace_prob=1.0,
+                             random_replace_prob=0.0, strategy="exact_count", max_predictions=MAX_BLANKS)
+        quiz_encoded = replace(encoded, special_tokens_mask=protected)
+        result = mask_batch(tokenizer, quiz_encoded, rule, torch.Generator().manual_seed(_mix(seed, round, 1)))
+        return _build(kind, tokenizer, encoded, result, sentence, qid, rule)
+
+    rule = replace(config, mlm_probability=max(config.mlm_probability, QUIZ_MIN_P))
+    want_random = rule.random_replace_prob > 0
+    want_unchanged = rule.unchanged_prob > 1e-9
+    best, best_found = None, -1
+    for attempt in range(QUIZ_ATTEMPTS):
+        generator = torch.Generator().manual_seed(_mix(seed, round, QUIZ_KINDS.index(kind) + 1, attempt))
+        result = mask_batch(tokenizer, encoded, rule, generator)
+        counts = result.counts()
+        found = (counts["RANDOM"] > 0 or not want_random) + (counts["UNCHANGED"] > 0 or not want_unchanged)
+        found += 0.5 * (counts["MASK"] > 0 or rule.mask_replace_prob == 0)
+        if found > best_found:
+            best, best_found = result, found
+        if found == 2.5:
+            break
+    return _build(kind, tokenizer, encoded, best, sentence, qid, rule)
+
+
+# --------------------------------------------------------------------------- scoring (pure)
+def normalize_guess(text: str, *, lowercase: bool = True) -> str:
+    """A typed guess or a token, compared without spaces, a leading ``##`` or (for uncased models) case.
+
+    >>> normalize_guess("  Mat "), normalize_guess("##ly")
+    ('mat', 'ly')
+    """
+    text = "".join(str(text).split())
+    if text.startswith("##") and len(text) > 2:
+        text = text[2:]
+    return text.lower() if lowercase else text
+
+
+@dataclass(frozen=True)
+class GuessScore:
+    correct: tuple[bool, ...]  # one per blank
+    points: int
+    max_points: int
+
+
+def score_guesses(answers: Sequence[str], guesses: Sequence[str], *, lowercase: bool = True) -> GuessScore:
+    """One point per blank whose guess is the original token (an empty guess scores nothing).
+
+    >>> score_guesses(["mat", "##ly"], ["Mat", "ly"]).points
+    2
+    """
+    guesses = list(guesses) + [""] * (len(answers) - len(guesses))
+    correct = tuple(bool(normalize_guess(g)) and normalize_guess(g, lowercase=lowercase)
+                    == normalize_guess(a, lowercase=lowercase) for a, g in zip(answers, guesses))
+    return GuessScore(correct, sum(correct), len(answers))
+
+
+@dataclass(frozen=True)
+class SelectionScore:
+    hits: tuple[int, ...]  # picked and right
+    missed: tuple[int, ...]  # right but not picked
+    false_alarms: tuple[int, ...]  # picked but wrong
+    points: int
+    max_points: int
+
+
+def score_selection(picked: Sequence[int], truth: Sequence[int]) -> SelectionScore:
+    """Points for pointing at the right positions: hits minus false alarms, at least 0, out of len(truth).
+
+    Picking everything is not free: each wrong pick cancels a right one. When nothing is to be
+    found, picking nothing is worth 1 point out of 1.
+
+    >>> s = score_selection(picked=[2, 5], truth=[2, 7])
+    >>> s.hits, s.missed, s.false_alarms, s.points, s.max_points
+    ((2,), (7,), (5,), 0, 2)
+    """
+    picked_set, truth_set = {int(p) for p in picked}, {int(t) for t in truth}
+    hits = tuple(sorted(picked_set & truth_set))
+    missed = tuple(sorted(truth_set - picked_set))
+    false_alarms = tuple(sorted(picked_set - truth_set))
+    if not truth_set:
+        return SelectionScore(hits, missed, false_alarms, int(not false_alarms), 1)
+    return SelectionScore(hits, missed, false_alarms, max(0, len(hits) - len(false_alarms)), len(truth_set))
+
+
+def record_score(board: Mapping[str, Any] | None, qid: str, kind: str, points: int, max_points: int) -> dict:
+    """A new scoreboard with this question's score added; a question already scored keeps its first score."""
+    questions = dict((board or {}).get("questions", {}))
+    if qid not in questions:
+        questions[qid] = {"kind": kind, "points": int(points), "max_points": int(max_points)}
+    return {"questions": questions}
+
+
+def score_totals(board: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Points, maximum and number of questions, overall and per quiz kind."""
+    by_kind = {kind: {"points": 0, "max_points": 0, "questions": 0} for kind in QUIZ_KINDS}
+    for item in (board or {}).get("questions", {}).values():
+        entry = by_kind.setdefault(item["kind"], {"points": 0, "max_points": 0, "questions": 0})
+        entry["points"] += item["points"]
+        entry["max_points"] += item["max_points"]
+        entry["questions"] += 1
+    total = {key: sum(v[key] for v in by_kind.values()) for key in ("points", "max_points", "questions")}
+    return {**total, "by_kind": by_kind}
+
+
+# --------------------------------------------------------------------------- guesses under the model
+def guess_token_id(tokenizer, guess: str, answer: str | None = None) -> int | None:
+    """The vocabulary id of a typed guess, or None when it is empty, unknown or more than one token.
+
+    For an answer that is a word piece (``##ly``), the guess "ly" is read as that piece.
+    """
+    text = "".join(str(guess).split())
+    if not text:
+        return None
+    vocab = tokenizer.get_vocab()
+    if answer is not None and answer.startswith("##") and not text.startswith("##"):
+        for candidate in ("##" + text, "##" + text.lower()):
+            if candidate in vocab:
+                return vocab[candidate]
+    pieces = tokenizer.tokenize(text)
+    if len(pieces) != 1:
+        return None
+    token_id = tokenizer.convert_tokens_to_ids(pieces[0])
+    if token_id is None or token_id == tokenizer.unk_token_id:
+        return None
+    return int(token_id)
+
+
+def guess_ranks(log_probs: torch.Tensor, guess_ids: Sequence[int | None]) -> list[tuple[int | None, float | None]]:
+    """(rank, probability) of each row's guess under the model; rank 1 = its first choice.
+
+    ``log_probs`` is (M, V); rank counts the tokens the model prefers strictly, plus one.
+
+    >>> lp = torch.log(torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]))
+    >>> [(r, round(p, 2)) for r, p in guess_ranks(lp, [1, 0])]
+    [(2, 0.3), (2, 0.1)]
+    """
+    out: list[tuple[int | None, float | None]] = []
+    for m, token_id in enumerate(guess_ids):
+        if token_id is None or not 0 <= int(token_id) < log_probs.shape[-1]:
+            out.append((None, None))
+            continue
+        row = log_probs[m]  # (V,)
+        value = row[int(token_id)]
+        out.append((int((row > value).sum()) + 1, float(value.exp())))
+    return out
+
+
+@dataclass(frozen=True)
+class GuessReport:
+    """One blank after the reveal: the answer, the student's guess, and how the model rates that guess."""
+
+    position: int
+    answer: str
+    guess: str
+    correct: bool
+    guess_rank: int | None  # None: not one token of the vocabulary
+    guess_prob: float | None
+    answer_rank: int
+    answer_prob: float
+
+
+@torch.no_grad()
+def rank_guesses(model, tokenizer, question: Question, guesses: Sequence[str], *, lowercase: bool = True) -> list[GuessReport]:
+    """Rank and probability of each guess (and of the answer) at its blank, from one forward pass."""
+    from mlm_core.models import masked_lm_logits
+
+    blanks = question.blanks
+    selected = question.in_loss  # row order of masked_lm_logits
+    logits, targets = masked_lm_logits(model, question.input_ids, question.attention_mask, question.labels)  # (M, V)
+    log_probs = torch.log_softmax(logits.float(), dim=-1).cpu()  # (M, V)
+    rows = [selected.index(p) for p in blanks]
+    guesses = list(guesses) + [""] * (len(blanks) - len(guesses))
+    score = score_guesses(question.answers, guesses, lowercase=lowercase)
+    guess_ids = [guess_token_id(tokenizer, g, a) for g, a in zip(guesses, question.answers)]
+    guess_stats = guess_ranks(log_probs[rows], guess_ids)
+    answer_stats = guess_ranks(log_probs[rows], targets.cpu()[rows].tolist())
+    return [GuessReport(p, a, g, ok, gr, gp, ar, ap) for p, a, g, ok, (gr, gp), (ar, ap)
+            in zip(blanks, question.answers, guesses, score.correct, guess_stats, answer_stats)]

@@ -1,0 +1,297 @@
+"""Quiz: guess the hidden token, spot the random replacement, and say which positions count in the loss."""
+
+import pandas as pd
+import streamlit as st
+
+import ui
+from mlm_core import MLMLabError, classroom
+from mlm_core.export import lesson_json
+from mlm_core.figures.predictions import topk_figure
+from mlm_core.models import model_description, predict_masked
+
+TOP_K = 5
+
+settings = ui.page_setup("❓ Quiz: think before the answer appears")
+st.markdown(
+    "Everyone who opens the same link gets the **same question** (same sentence, seed and masking rule). "
+    "Answer first, then press **Reveal**: the score below counts your first answer to each question."
+)
+state = st.session_state
+state.setdefault(ui.KEYS.sentence, classroom.DEFAULT_SENTENCE)
+state.setdefault("quiz_round", 0)
+state.setdefault("quiz_board", {})
+state.setdefault("quiz_answers", {})  # question id -> what was answered (kept for the reveal)
+score_slot = st.container()
+
+
+# --------------------------------------------------------------------------- controls
+def next_question():
+    state["quiz_round"] = int(state.get("quiz_round", 0)) + 1
+
+
+def shared_question():
+    state["quiz_round"] = 0
+
+
+def reset_score():
+    state["quiz_board"] = {}
+    state["quiz_answers"] = {}
+
+
+def quiz_controls() -> tuple[str, int]:
+    kind = st.radio("Quiz", classroom.QUIZ_KINDS, format_func=classroom.QUIZ_TITLES.get, horizontal=True,
+                    key="quiz_kind")
+    c1, c2 = st.columns(2)
+    c1.button("Next question ▶", key="quiz_next", on_click=next_question, width="stretch",
+              help="A new sentence from the workshop corpus, the same for everyone with the same seed.")
+    c2.button("⟲ Back to the shared sentence", key="quiz_shared", on_click=shared_question, width="stretch",
+              disabled=int(state["quiz_round"]) == 0)
+    return kind, int(state["quiz_round"])
+
+
+def settings_controls() -> None:
+    with ui.advanced("quiz_settings"), st.expander("Question settings (teacher)", expanded=False):
+        st.text_area("The shared sentence (also used by the Masking page)", key=ui.KEYS.sentence, height=68,
+                     help="Question 1 is asked about this sentence; the next questions use the workshop corpus.")
+        st.caption("The masking rule (p, the [MASK] / random shares, the strategy) comes from the Masking page "
+                   "or the shared link. Random and loss questions raise p to at least "
+                   f"{classroom.QUIZ_MIN_P:.0%} so that there is something to find.")
+        st.button("Reset my score", key="quiz_reset", on_click=reset_score)
+
+
+kind, round_number = quiz_controls()
+settings_controls()
+values = ui.sync_query_params()
+try:
+    config = classroom.masking_config(values)
+except MLMLabError:
+    config = classroom.masking_config(classroom.defaults())
+
+try:
+    tokenizer = ui.cached_tokenizer(settings.model_name)
+except MLMLabError as exc:
+    ui.show_error(exc)
+    st.stop()
+
+sentence = values["sentence"]
+if not str(state.get(ui.KEYS.sentence, "")).strip():
+    st.warning("The shared sentence is empty: the quiz keeps asking about the last one.")
+if round_number > 0:
+    from mlm_core.bundled import workshop_sentences
+
+    sentence = classroom.question_sentence(sentence, workshop_sentences(), settings.seed, round_number)
+try:
+    question = classroom.make_question(tokenizer, kind, sentence, seed=settings.seed, round=round_number, config=config)
+except MLMLabError as exc:
+    ui.show_error(exc)
+    st.stop()
+
+qid = question.qid
+revealed = qid in state["quiz_answers"]
+source = "the shared sentence" if round_number == 0 else "a sentence of the workshop corpus"
+st.caption(f"Question {round_number + 1} · {source} · seed {settings.seed} · question id `{qid}`")
+if question.truncated:
+    st.info("The sentence is long: the quiz uses its first 64 tokens.")
+
+
+def labels_for(positions) -> dict[int, str]:
+    """Pill labels: the token as the model sees it, with its position (pills need distinct labels)."""
+    return {i: f"{question.shown[i]} ({i})" for i in positions}
+
+
+def neutral(decisions):
+    """What a student may see before the reveal: [MASK] and special tokens, nothing else."""
+    return [d if d in ("MASK", "SPECIAL") else "NOT_SELECTED" for d in decisions]
+
+
+def record(question_id: str, quiz_kind: str, points: int, max_points: int, answer) -> None:
+    state["quiz_board"] = classroom.record_score(state.get("quiz_board"), question_id, quiz_kind, points, max_points)
+    state["quiz_answers"] = {**state.get("quiz_answers", {}), question_id: answer}
+
+
+# The Reveal buttons score in a callback, before the script runs, so the run after a reveal shows the
+# answers (and no longer the form) and the score at the top is already up to date.
+def reveal_guess(question_id: str, answers: tuple[str, ...], lowercase: bool) -> None:
+    guesses = [state.get(f"quiz_guess_{question_id}_{i}", "") or "" for i in range(len(answers))]
+    score = classroom.score_guesses(answers, guesses, lowercase=lowercase)
+    record(question_id, "guess", score.points, score.max_points, guesses)
+
+
+def reveal_random(question_id: str, random_truth: tuple[int, ...], unchanged_truth: tuple[int, ...]) -> None:
+    picked = {"random": list(state.get(f"quiz_random_{question_id}") or []),
+              "unchanged": list(state.get(f"quiz_unchanged_{question_id}") or [])}
+    a = classroom.score_selection(picked["random"], random_truth)
+    b = classroom.score_selection(picked["unchanged"], unchanged_truth)
+    record(question_id, "random", a.points + b.points, a.max_points + b.max_points, picked)
+
+
+def reveal_loss(question_id: str, truth: tuple[int, ...]) -> None:
+    picked = list(state.get(f"quiz_loss_{question_id}") or [])
+    score = classroom.score_selection(picked, truth)
+    record(question_id, "loss", score.points, score.max_points, picked)
+
+
+# --------------------------------------------------------------------------- guess the token
+def guess_quiz() -> None:
+    blanks = question.blanks
+    lowercase = bool(getattr(tokenizer, "do_lower_case", True))
+    st.subheader(f"Fill in the {len(blanks)} blank{'s' if len(blanks) > 1 else ''}")
+    ui.token_chips(list(question.shown), neutral(question.decisions))
+    if not revealed:
+        with st.form(key=f"quiz_form_{qid}"):
+            columns = st.columns(min(len(blanks), 3))
+            for i, position in enumerate(blanks):
+                columns[i % len(columns)].text_input(f"Blank {i + 1} (token {position})", key=f"quiz_guess_{qid}_{i}",
+                                                     max_chars=40, placeholder="your guess")
+            st.form_submit_button("✨ Reveal the answers", key=f"quiz_reveal_{qid}", type="primary",
+                                  on_click=reveal_guess, args=(qid, question.answers, lowercase))
+        st.caption("Type one word per blank, then reveal. Case does not matter.")
+        return
+    guesses = state["quiz_answers"][qid]
+    st.subheader("The answers")
+    ui.token_chips(list(question.tokens), neutral(question.decisions),
+                   originals=[None] * len(question.tokens), highlight=None)
+    try:
+        model, _ = ui.cached_model(settings.model_name)
+        reports = classroom.rank_guesses(model, tokenizer, question, guesses, lowercase=lowercase)
+        predictions = predict_masked(model, tokenizer, question.input_ids, question.attention_mask,
+                                     question.labels, k=TOP_K, decisions=question.decision_codes)
+        about = model_description(model, tokenizer)
+    except MLMLabError as exc:
+        ui.show_error(exc)
+        return
+    right = sum(r.correct for r in reports)
+    st.markdown(f"**You got {right} of {len(reports)}.**")
+    vocab = predictions.vocab_size
+    by_position = {p.position: p for p in predictions.positions}
+    rows = []
+    for i, r in enumerate(reports):
+        top = by_position[r.position]
+        rows.append({
+            "blank": i + 1,
+            "answer": r.answer,
+            "your guess": r.guess or "—",
+            "right?": "✅" if r.correct else "❌",
+            f"model's top {TOP_K}": ", ".join(f"{t} {q:.0%}" for t, q in zip(top.top_tokens, top.top_probs)),
+            "your guess: rank": f"{r.guess_rank:,} of {vocab:,}" if r.guess_rank else "not one token",
+            "your guess: p": f"{r.guess_prob:.2%}" if r.guess_prob is not None else "—",
+            "answer: rank": f"{r.answer_rank:,}",
+            "answer: p": f"{r.answer_prob:.2%}",
+        })
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.caption("Rank 1 is the model's first choice. A guess that the vocabulary splits into several pieces "
+               "cannot fill one blank, so it has no rank.")
+    if about.get("trained") is False:
+        st.warning("This model's prediction head is untrained: its guesses are noise. Pick the bundled default "
+                   "(trained) in the sidebar for real predictions.")
+    figure = topk_figure(predictions)
+    figure.update_layout(height=ui.chart_height(figure.layout.height or 450))
+    st.plotly_chart(figure, key="quiz_topk_fig", config=ui.plotly_config("quiz_model_guesses"))
+
+
+# --------------------------------------------------------------------------- which one was random?
+def random_quiz() -> None:
+    selected = question.in_loss
+    masks = question.blanks
+    st.subheader("Which tokens were replaced by a random token? Which were left unchanged?")
+    ui.token_chips(list(question.shown), neutral(question.decisions))
+    st.markdown(
+        f"BERT selected **{len(selected)}** tokens of this sentence. You can see **{len(masks)}** `[MASK]`s, so "
+        f"**{len(selected) - len(masks)}** selected token(s) are hiding in plain sight: swapped for a random "
+        "token, or left exactly as they were."
+    )
+    options = list(question.candidates)
+    names = labels_for(options)
+    if not revealed:
+        with st.form(key=f"quiz_form_{qid}"):
+            st.pills("Random replacements", options, selection_mode="multi", format_func=names.get,
+                     key=f"quiz_random_{qid}")
+            st.pills("Selected but left unchanged", options, selection_mode="multi", format_func=names.get,
+                     key=f"quiz_unchanged_{qid}")
+            st.form_submit_button("✨ Reveal", key=f"quiz_reveal_{qid}", type="primary", on_click=reveal_random,
+                                  args=(qid, question.positions("RANDOM"), question.positions("UNCHANGED")))
+        return
+    answer = state["quiz_answers"][qid]
+    a = classroom.score_selection(answer["random"], question.positions("RANDOM"))
+    b = classroom.score_selection(answer["unchanged"], question.positions("UNCHANGED"))
+    st.subheader("What really happened")
+    ui.token_chips(list(question.shown), list(question.decisions),
+                   originals=[question.tokens[i] if question.decisions[i] == "RANDOM" else None
+                              for i in range(len(question.tokens))])
+    ui.decision_legend()
+    c1, c2 = st.columns(2)
+    for column, title, score in ((c1, "random", a), (c2, "unchanged", b)):
+        column.metric(f"{title}: points", f"{score.points} of {score.max_points}")
+        column.caption(
+            f"found: {', '.join(names.get(i, str(i)) for i in score.hits) or '—'} · "
+            f"missed: {', '.join(names.get(i, str(i)) for i in score.missed) or '—'} · "
+            f"wrong picks: {', '.join(names.get(i, str(i)) for i in score.false_alarms) or '—'}"
+        )
+    st.markdown(
+        "A random token can give itself away when it does not fit the sentence. An **unchanged** token "
+        "cannot: it looks exactly like an unselected one, to you and to the model. That is the point of "
+        "the 10% unchanged — the model must predict the original at *every* position it might be asked "
+        "about, so it keeps a good representation of every real token, not only of `[MASK]`."
+    )
+
+
+# --------------------------------------------------------------------------- which positions count in the loss?
+def loss_quiz() -> None:
+    st.subheader("Which positions does the MLM loss use?")
+    ui.token_chips(list(question.shown), list(question.decisions),
+                   originals=[question.tokens[i] if question.shown[i] != question.tokens[i] else None
+                              for i in range(len(question.tokens))])
+    ui.decision_legend()
+    st.markdown("The colours say what masking did at each position. The loss is a mean of −log p(original "
+                "token) over some of these positions: which ones?")
+    options = list(range(len(question.tokens)))
+    names = labels_for(options)
+    if not revealed:
+        with st.form(key=f"quiz_form_{qid}"):
+            st.pills("Positions in the loss", options, selection_mode="multi", format_func=names.get,
+                     key=f"quiz_loss_{qid}")
+            st.form_submit_button("✨ Reveal", key=f"quiz_reveal_{qid}", type="primary", on_click=reveal_loss,
+                                  args=(qid, question.in_loss))
+        return
+    picked = state["quiz_answers"][qid]
+    score = classroom.score_selection(picked, question.in_loss)
+    st.metric("points", f"{score.points} of {score.max_points}")
+    st.markdown(
+        f"The loss uses the **{len(question.in_loss)} selected positions** — `[MASK]`, random **and** unchanged "
+        "ones, where `labels` holds the original id — and nothing else: unselected tokens and `[CLS]`/`[SEP]` "
+        "have `labels = -100`, which cross-entropy skips. "
+        f"Missed: {', '.join(names[i] for i in score.missed) or '—'}. "
+        f"Wrong picks: {', '.join(names[i] for i in score.false_alarms) or '—'}."
+    )
+    table = pd.DataFrame({
+        "position": options,
+        "model sees": list(question.shown),
+        "decision": list(question.decisions),
+        "label": question.labels[0].tolist(),
+        "in the loss": ["✅" if i in question.in_loss else "" for i in options],
+    })
+    st.dataframe(table, hide_index=True, width="stretch")
+
+
+{"guess": guess_quiz, "random": random_quiz, "loss": loss_quiz}[kind]()
+
+# --------------------------------------------------------------------------- the running score
+totals = classroom.score_totals(state["quiz_board"])
+with score_slot:
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Your score this session", f"{totals['points']} / {totals['max_points']}",
+              help=f"{totals['questions']} question(s) answered. Each question counts once: your first answer.")
+    for column, name in zip((c2, c3, c4), classroom.QUIZ_KINDS):
+        part = totals["by_kind"][name]
+        column.metric(classroom.QUIZ_TITLES[name], f"{part['points']} / {part['max_points']}")
+
+if totals["questions"]:
+    st.download_button(
+        "⬇ My quiz results (JSON)",
+        lesson_json("Quiz", settings={"seed": settings.seed, "model": settings.model_name or "default",
+                                      "masking": config},
+                    tables={"scores": [{"question": q, **item} for q, item in state["quiz_board"]["questions"].items()]},
+                    link=ui.share_url()),
+        file_name="mlm_lab_quiz.json", mime="application/json", key="quiz_export",
+    )
+ui.share_link()

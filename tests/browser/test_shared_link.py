@@ -1,0 +1,113 @@
+"""Real browser: one shared link opens the same state on every page of the guide (draft for tests/browser/)."""
+
+import re
+from urllib.parse import parse_qs, urlencode, urlparse
+
+from playwright.sync_api import expect
+
+from tests.browser.conftest import open_page, wait_idle
+
+SLOW = 120_000  # ms: first runs load torch and the model on a busy 2-core machine
+
+LINK = {"sentence": "Paris is the capital of France, and Berlin is the capital of Germany.", "seed": "7",
+        "strategy": "whole_word", "p": "0.3", "mask": "0.5", "random": "0.25", "step": "5"}
+CORE = {k: v for k, v in LINK.items() if k != "step"}
+BIG_CHIPS = "() => { const c = document.querySelector('.mlm-chip'); return c && parseFloat(getComputedStyle(c).fontSize) >= 28; }"
+TITLES = {"Masking": "Masking", "Predictions": "Predictions", "Quiz": "Quiz", "Home": "MLM Lab"}
+
+
+def url_params(pg) -> dict[str, str]:
+    return {k: v[-1] for k, v in parse_qs(urlparse(pg.url).query, keep_blank_values=True).items()}
+
+
+def open_link(pg, server, path: str) -> None:
+    open_page(pg, server, path)
+    expect(pg.locator("h1").first).to_be_visible(timeout=SLOW)
+    wait_idle(pg)
+
+
+def go_to(pg, title: str) -> None:
+    pg.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title).click()
+    expect(pg.locator("h1").first).to_contain_text(TITLES[title], timeout=SLOW)
+    wait_idle(pg)
+    pg.wait_for_timeout(300)  # the URL update arrives with the run's last messages
+    assert pg.locator('[data-testid="stException"]').count() == 0, f"{title} shows an exception"
+
+
+def chips(pg, nth: int = 0) -> list[str]:
+    return pg.locator(".mlm-chips").nth(nth).locator(".mlm-chip").all_inner_texts()
+
+
+def share_box(pg) -> str:
+    sidebar = pg.locator('[data-testid="stSidebar"]')
+    sidebar.get_by_text("Share this view").click()
+    return sidebar.locator('[data-testid="stCode"] code').inner_text().strip()
+
+
+def test_one_link_walks_the_pages(page, server):
+    open_link(page, server, "masking?" + urlencode(LINK))
+    expect(page.locator('[data-testid="stTextArea"] textarea').first).to_have_value(LINK["sentence"], timeout=SLOW)
+    assert page.locator('[data-testid="stSidebar"] [data-testid="stNumberInput"] input').input_value() == "7"
+    assert page.get_by_text(re.compile(r"Token 5 of \d+")).count() == 1
+    assert page.get_by_text("strategy: whole word").count() >= 1
+    first = chips(page, 1)  # [0] is the legend
+    assert "paris" in " ".join(first)
+    assert url_params(page).items() >= LINK.items()
+    link = share_box(page)
+    assert link.startswith(f"{server.url}/masking?") and "seed=7" in link and "strategy=whole_word" in link
+
+    for title in ("Predictions", "Quiz", "Home"):
+        go_to(page, title)
+        assert url_params(page).items() >= CORE.items(), title
+        if title == "Quiz":
+            assert page.get_by_text(re.compile(r"seed 7")).count() >= 1
+            assert "paris" in " ".join(page.locator(".mlm-chip").all_inner_texts())
+        if title == "Predictions":
+            page.get_by_text("Take it from the Masking page").click()
+            wait_idle(page)
+            assert page.get_by_text("seed 7").count() >= 1
+
+    go_to(page, "Masking")  # back again: the link's rule and sentence are still there
+    assert page.get_by_text("strategy: whole word").count() >= 1
+    assert chips(page, 1)[:3] == first[:3]
+
+
+def test_two_students_see_the_same_masks_and_question(browser, server):
+    seen = []
+    for _ in range(2):
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        pg = context.new_page()
+        open_link(pg, server, "masking?" + urlencode(CORE))
+        masks = pg.locator(".mlm-chips").nth(1).locator(".mlm-chip").all_inner_texts()
+        go_to(pg, "Quiz")
+        question = pg.get_by_text(re.compile(r"question id")).inner_text()
+        seen.append((masks, question))
+        context.close()
+    assert seen[0] == seen[1]
+
+
+def test_a_tampered_link_falls_back_with_a_notice(page, server):
+    open_link(page, server, "quiz?seed=-1&p=NaN&strategy=%3Cscript%3E&model=/etc/passwd&quiz=exam")
+    assert page.get_by_text("This link had values MLM Lab cannot use").count() == 1
+    assert page.locator('[data-testid="stSidebar"] [data-testid="stNumberInput"] input').input_value() == "0"
+    assert not set(url_params(page)) & {"seed", "p", "strategy", "model", "quiz"}
+
+
+def test_presenter_view(page, server):
+    open_link(page, server, "quiz")
+    page.locator('[data-testid="stSidebar"]').get_by_text("Presenter view").click()
+    page.wait_for_function(BIG_CHIPS, timeout=SLOW)  # tokens of at least 28 px
+    wait_idle(page)
+    assert not page.locator('[class*="st-key-advanced_quiz_settings"]').is_visible()
+    page.get_by_role("button", name=re.compile("Reveal the answers")).click()
+    page.wait_for_selector('.js-plotly-plot, [data-testid="stException"]', timeout=SLOW)
+    wait_idle(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    height = page.evaluate("() => document.querySelector('.js-plotly-plot').getBoundingClientRect().height")
+    assert height >= 600
+    button = page.get_by_role("button", name=re.compile("Next question")).bounding_box()
+    assert button["height"] >= 48
+    page.locator(".js-plotly-plot").first.hover()
+    assert page.locator(".js-plotly-plot .modebar-btn[data-title*='png' i]").count() >= 1  # the camera button
+    go_to(page, "Masking")  # presenter view stays on across pages
+    page.wait_for_function(BIG_CHIPS, timeout=SLOW)
