@@ -12,6 +12,7 @@ from mlm_core.data import clip_text
 from mlm_core.figures.masking import convergence_figure, decision_counts_figure, per_sentence_histogram
 from mlm_core.masking_stats import collator_snippet, masking_statistics, running_counts, token_trace
 from mlm_core.bundled import workshop_sentences
+from mlm_core.export import lesson_zip, masking_settings
 
 MAX_TOKENS = 128  # what one sentence may use here: BERT's usual pre-training length
 MAX_CHARS = 4_000  # longer text is clipped before tokenizing (128 tokens never need more)
@@ -159,12 +160,14 @@ m2.metric("→ [MASK]", counts["MASK"])
 m3.metric("→ random", counts["RANDOM"])
 m4.metric("unchanged", counts["UNCHANGED"])
 
-st.plotly_chart(decision_counts_figure(result.counts()), key="masking_counts_fig")
+st.plotly_chart(decision_counts_figure(result.counts(), height=ui.chart_height(300)), key="masking_counts_fig",
+                config=ui.plotly_config("masking_decision_counts"))
 table = pd.DataFrame(trace)
-with st.expander("Every decision as a table", expanded=False):
-    st.dataframe(table, hide_index=True, width="stretch")
-st.download_button("⬇ Decisions as CSV", table.to_csv(index=False), file_name=f"masking_seed{settings.seed}.csv",
-                   mime="text/csv", key="masking_csv")
+with ui.advanced("masking_table"):
+    with st.expander("Every decision as a table", expanded=False):
+        st.dataframe(table, hide_index=True, width="stretch")
+    st.download_button("⬇ Decisions as CSV", table.to_csv(index=False), file_name=f"masking_seed{settings.seed}.csv",
+                       mime="text/csv", key="masking_csv")
 
 st.subheader("Many sentences: do the rates come out right?")
 st.markdown(
@@ -184,8 +187,8 @@ if state.get("masking_stats") is not None:
         st.caption("The rule or seed changed since the corpus was masked: press the button again.")
         stats = None
 if stats is not None:
-    st.plotly_chart(convergence_figure(stats.convergence, config, height=600 if settings.presenter else 420),
-                    key="masking_conv_fig")
+    st.plotly_chart(convergence_figure(stats.convergence, config, height=ui.chart_height(420)),
+                    key="masking_conv_fig", config=ui.plotly_config("masking_convergence"))
     c1, c2, c3 = st.columns(3)
     c1.metric("selection rate", f"{stats.selected / max(stats.eligible, 1):.4f}", f"z = {stats.selection_z:+.2f}",
               delta_color="off")
@@ -193,17 +196,18 @@ if stats is not None:
     c3.metric("eligible tokens", f"{stats.eligible:,}")
     st.caption("A p-value far below 0.05 would say the split is off; values anywhere between 0 and 1 are "
                "normal when the rule is implemented right.")
-    st.plotly_chart(per_sentence_histogram(stats.per_sentence), key="masking_hist_fig")
+    st.plotly_chart(per_sentence_histogram(stats.per_sentence, height=ui.chart_height(360)), key="masking_hist_fig",
+                    config=ui.plotly_config("masking_per_sentence"))
     st.dataframe(pd.DataFrame(stats.convergence), hide_index=True, width="stretch")
 
-st.subheader("The same settings in Hugging Face")
-code, notes = collator_snippet(config)
-st.code(code, language="python")
-for note in notes:
-    st.markdown(f"- {note}")
+with ui.advanced("masking_hf"):
+    st.subheader("The same settings in Hugging Face")
+    code, notes = collator_snippet(config)
+    st.code(code, language="python")
+    for note in notes:
+        st.markdown(f"- {note}")
 
-# Classroom: export and share (the zip is built only when clicked, outside this run: give it plain values)
-from mlm_core.export import lesson_zip, masking_settings  # noqa: E402
+# Export and share (the zip is built only when clicked, outside this run: give it plain values)
 
 share = ui.share_link()  # brings the URL up to date (the step buttons above) and shows the link in the sidebar
 lesson_figures = {"decision counts": decision_counts_figure(result.counts())}
