@@ -23,8 +23,10 @@ Walk the pages in order, from the sidebar:
 1. **Masking** — which tokens are selected and what replaces them, decision by decision.
 2. **Predictions** — what the model guesses at each selected position, and how sure it is.
 3. **Loss** and **Bug museum** — full, weighted and sampled-softmax losses, and the classic mistakes.
-4. **Training** — fine-tune live and watch the loss fall.
-5. **Efficiency** and **Tokenizer** — what the head, the vocabulary and the hardware cost.
+4. **Tokenizer** — how the vocabulary decides what a token is, and what the head costs.
+5. **Training** — fine-tune live and watch the loss fall, variants side by side.
+6. **Efficiency** — why scoring only the masked rows is faster, measured on your machine.
+7. **Quiz** — guess the masked token, spot the random one, and keep score.
 
 Every page is reproducible from the **seed** in the sidebar.
 """
