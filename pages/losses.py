@@ -1,0 +1,265 @@
+"""Loss: full, weighted and sampled-softmax cross-entropy side by side on one batch, plus NSP."""
+
+import pandas as pd
+import streamlit as st
+import torch
+
+import ui
+from mlm_core import Decision, MaskingConfig, MLMLabError, split_sentences
+from mlm_core.bundled import workshop_documents, workshop_sentences
+from mlm_core.data import clip_text
+from mlm_core.figures.losses import (
+    gradient_figure,
+    k_sweep_figure,
+    loss_bars,
+    nsp_accuracy_figure,
+    per_token_figure,
+    weights_figure,
+)
+from mlm_core.losses import (
+    SAMPLERS,
+    SCHEMES,
+    CORRECTIONS,
+    compare_losses,
+    gradient_rows,
+    logit_gradients,
+    loop_cross_entropy,
+    loss_batch,
+    per_token_rows,
+    per_token_table,
+    pick_sentences,
+    sampled_softmax_sweep,
+    target_smoothed_counts,
+    token_counts,
+    token_frequency_weights,
+    weight_curve_rows,
+)
+from mlm_core.nsp import combined_loss_on_pairs, is_next_probabilities, train_nsp_head
+
+BATCH_SENTENCES = 8  # one small batch: every number on the page comes from it
+MAX_CHARS = 4_000
+SWEEP_KS = (16, 64, 256, 1024, 4096)
+NSP_STEPS = 40
+SOURCES = ("Workshop corpus", "Your text")
+SAMPLER_HELP = {
+    "uniform": "every id equally likely (log Q is then the same for all candidates and cancels)",
+    "unigram": "corpus frequency to the power 0.75, as word2vec",
+    "log_uniform": "Zipf's law by id, as TensorFlow's log_uniform_candidate_sampler",
+    "softmax": "the model's own distribution: the best proposal, but it costs a full softmax",
+}
+
+settings = ui.page_setup("📉 Loss: full, weighted and sampled softmax")
+st.markdown(
+    "The MLM loss is the cross-entropy of the model's prediction at the **selected** positions. Below, "
+    "three ways to compute it run on **the same batch and the same seed**: the full softmax over all "
+    "V tokens, a version that weights rare tokens up, and sampled softmax, which looks at the true "
+    "token and only K sampled ones."
+)
+
+try:
+    model, tokenizer = ui.cached_model(settings.model_name)
+except MLMLabError as exc:
+    ui.show_error(exc)
+    st.stop()
+
+
+@st.cache_resource(show_spinner="Counting tokens in the workshop corpus…", max_entries=4)
+def corpus_counts(model_name, vocab_size, _tokenizer):
+    return token_counts(_tokenizer, workshop_sentences(), vocab_size)
+
+
+# --------------------------------------------------------------------------- the batch
+def batch_controls() -> list[str]:
+    source = st.radio("Batch", SOURCES, horizontal=True, key="loss_source",
+                      help="The workshop batch is 8 consecutive corpus sentences, chosen by the seed.")
+    if source == SOURCES[0]:
+        return pick_sentences(workshop_sentences(), BATCH_SENTENCES, settings.seed)
+    st.session_state.setdefault("loss_text", st.session_state.get(ui.KEYS.sentence) or "")
+    text, clipped = clip_text(st.text_area("Your sentences (one batch row per sentence)", key="loss_text",
+                                           height=100), MAX_CHARS)
+    if clipped:
+        st.info(f"Only the first {MAX_CHARS:,} characters are used.")
+    return split_sentences(text)[:BATCH_SENTENCES]
+
+
+texts = batch_controls()
+if not texts:
+    st.warning("There is no text: type at least one sentence, or use the workshop corpus.")
+    st.stop()
+try:
+    batch = loss_batch(model, tokenizer, texts, MaskingConfig(), seed=settings.seed)
+except MLMLabError as exc:
+    ui.show_error(exc)
+    st.stop()
+with st.expander(f"The batch: {len(texts)} sentences, {len(batch.targets)} selected tokens (seed {settings.seed})"):
+    for row, tokens in enumerate(batch.encoded.tokens):
+        codes = batch.result.decisions[row].tolist()[: len(tokens)]
+        ui.token_chips(tokens, [Decision(code).name for code in codes])
+    ui.decision_legend()
+if len(batch.targets) == 0:
+    st.info("Nothing was selected in this batch, so every loss is 0 (and F.cross_entropy would give NaN: "
+            "see the Bug museum). Change the seed or add text.")
+    st.stop()
+
+
+# --------------------------------------------------------------------------- the controls
+def loss_controls() -> dict:
+    c1, c2, c3 = st.columns(3)
+    with c1:
+        st.markdown("**Weighted**")
+        scheme = st.selectbox("Weights from corpus counts", [s for s in SCHEMES], key="loss_scheme",
+                              help="inverse: 1/c · inverse_sqrt: 1/√c · log: log(1 + N/c) · none: 1")
+        smoothing = st.number_input("Smoothing (added to every count)", 0.1, 1000.0, 1.0, key="loss_smoothing",
+                                    help="So tokens never seen in the corpus still get a finite weight.")
+    with c2:
+        st.markdown("**Sampled softmax**")
+        num_sampled = st.select_slider("K sampled classes", [8, 16, 32, 64, 128, 256, 512, 1024, 4096],
+                                       value=64, key="loss_k")
+        sampler = st.selectbox("Drawn from", SAMPLERS, key="loss_sampler", format_func=lambda s: s.replace("_", " "),
+                               help=" · ".join(f"{k}: {v}" for k, v in SAMPLER_HELP.items()))
+    with c3:
+        st.markdown("**Options**")
+        correction = st.selectbox(
+            "log Q correction", list(CORRECTIONS), key="loss_logq",
+            help="Subtract the log of each class's expected count among the K draws: from every candidate "
+                 "logit (TensorFlow's sampled_softmax_loss), from the negatives only (an unbiased estimate of "
+                 "the partition function), or not at all.")
+        hits = st.toggle("Remove accidental hits", True, key="loss_hits",
+                         help="A sampled id equal to the target would count the true class twice.")
+        replacement = st.toggle("Sample with replacement", True, key="loss_replacement")
+    return dict(scheme=scheme, smoothing=float(smoothing), num_sampled=int(num_sampled), sampler=sampler,
+                logq_correction=CORRECTIONS[correction][0], logq_on_true=CORRECTIONS[correction][1],
+                remove_accidental_hits=hits, replacement=replacement)
+
+
+options = loss_controls()
+if options["sampler"] == "softmax":
+    st.caption("⚠️ The softmax sampler computes the full (M, V) softmax to draw its negatives: it is the "
+               "reference proposal, not a saving.")
+counts = corpus_counts(settings.model_name, batch.weight.shape[0], tokenizer)
+weights = token_frequency_weights(counts, scheme=options["scheme"], smoothing=options["smoothing"])
+outputs = compare_losses(
+    batch.logits, batch.targets, batch.hidden, batch.weight, batch.bias, class_weights=weights,
+    num_sampled=options["num_sampled"], sampler=options["sampler"], counts=counts,
+    replacement=options["replacement"], remove_accidental_hits=options["remove_accidental_hits"],
+    logq_correction=options["logq_correction"], logq_on_true=options["logq_on_true"],
+    generator=torch.Generator().manual_seed(settings.seed),
+)
+
+# --------------------------------------------------------------------------- the three losses
+st.subheader("The three losses")
+values = {name: float(out.loss) for name, out in outputs.items()}
+sampled_diag = outputs["sampled"].diagnostics
+st.plotly_chart(loss_bars(values, notes={"sampled": f"K = {sampled_diag['K']}, {options['sampler']}"}),
+                key="loss_bars_fig")
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("full softmax", f"{values['full']:.3f}", help="mean over the selected tokens of −log p(true token)")
+c2.metric("weighted", f"{values['weighted']:.3f}", f"{values['weighted'] - values['full']:+.3f} vs full",
+          delta_color="off", help="Σ w[y]·loss / Σ w[y], as F.cross_entropy(weight=w)")
+c3.metric("sampled", f"{values['sampled']:.3f}", f"{values['sampled'] - values['full']:+.3f} vs full",
+          delta_color="off")
+c4.metric("accidental hits removed", sampled_diag["num_hits"],
+          help=f"{sampled_diag['unique_sampled']} distinct ids among the K = {sampled_diag['K']} draws")
+loop = loop_cross_entropy(batch.logits, batch.targets)
+st.caption(f"The per-position Python loop gives {float(loop.loss):.6f}, the vectorised loss {values['full']:.6f}: "
+           "the same number (the Efficiency page shows how much slower the loop is).")
+
+st.subheader("Per token")
+st.plotly_chart(per_token_figure(per_token_rows(outputs, batch.tokens)), key="loss_per_token_fig")
+st.dataframe(pd.DataFrame(per_token_table(outputs, batch.tokens, batch.decisions)), hide_index=True,
+             width="stretch")
+st.caption("Each variant's per-token values average to its loss: the weighted ones are w[y] / mean(w[y]) × CE.")
+
+# --------------------------------------------------------------------------- gradient
+st.subheader("What each variant pushes on: the gradient with respect to the logits")
+position = st.selectbox("Position", list(range(len(batch.tokens))), format_func=lambda i: batch.tokens[i],
+                        key="loss_position")
+grads = logit_gradients(batch.logits, batch.targets, position, class_weights=weights, sampled=outputs["sampled"])
+st.plotly_chart(gradient_figure(gradient_rows(grads, batch.targets[position], tokenizer=tokenizer),
+                                title=f"position {batch.tokens[position]}"), key="loss_grad_fig")
+st.caption("Full softmax: softmax − one-hot, on every class. Weighted: the same direction, scaled by the "
+           "target's weight. Sampled: only the true class and the K sampled ones get a gradient; every other "
+           "class gets exactly 0.")
+
+# --------------------------------------------------------------------------- weights
+st.subheader("The weights: rare tokens count more")
+target_counts = target_smoothed_counts(counts, batch.targets, options["smoothing"])
+st.plotly_chart(weights_figure(weight_curve_rows(counts, smoothing=options["smoothing"]), batch_counts=target_counts),
+                key="loss_weights_fig")
+st.caption("Counts come from the workshop corpus; dotted lines mark this batch's target tokens. Every scheme is "
+           "normalised so that a token drawn from the corpus has weight 1 on average.")
+
+# --------------------------------------------------------------------------- K sweep
+st.subheader("Sampled softmax against K")
+st.markdown("How close is the sampled loss to the full one as K grows, does its gradient point the same "
+            "way, and what does it cost? Five runs per K with fresh negatives, for each log Q correction.")
+signature = (settings.model_name, settings.seed, tuple(texts), options["sampler"], options["replacement"])
+if st.button("Run the K sweep", key="loss_sweep_button"):
+    with st.spinner("Sweeping K…"):
+        rows = sampled_softmax_sweep(batch.hidden, batch.weight, batch.bias, batch.targets,
+                                     ks=[k for k in SWEEP_KS if options["replacement"] or k <= batch.weight.shape[0]],
+                                     sampler=options["sampler"], counts=counts, replacement=options["replacement"],
+                                     repeats=5, generator=torch.Generator().manual_seed(settings.seed))
+    st.session_state["loss_sweep"] = {"signature": signature, "rows": rows}
+sweep = st.session_state.get("loss_sweep")
+if sweep and sweep["signature"] == signature:
+    st.plotly_chart(k_sweep_figure(sweep["rows"]), key="loss_sweep_fig")
+    st.dataframe(pd.DataFrame(sweep["rows"]).drop(columns=["sampler", "logq_correction", "logq_on_true"]),
+                 hide_index=True, width="stretch")
+    st.caption("Correcting only the negatives makes exp(z_y) + Σ exp(z_s)/(K·Q(s)) an unbiased estimate of the "
+               "partition function, so the loss is close to full CE already at small K. TensorFlow corrects the "
+               "true class too: the loss is then 'pick the target among the candidates', well below full CE "
+               "until K nears V (for the uniform sampler its log Q is one constant and cancels). Without any "
+               "correction, a non-uniform sampler over-counts the tokens it draws often.")
+else:
+    st.caption("Press the button to run the sweep on this batch (a few seconds).")
+
+# --------------------------------------------------------------------------- NSP
+st.subheader("Next-sentence prediction: BERT's second task")
+st.markdown(
+    "BERT was pre-trained on MLM **plus** NSP: given `[CLS] A [SEP] B [SEP]`, is B the sentence that "
+    "follows A (IsNext), or one from another document (NotNext)? Half the pairs are each. This model "
+    "has no trained NSP head, so we add one (pooler + classifier, through Hugging Face's "
+    "`BertPreTrainingHeads`) and train it here, with the encoder frozen."
+)
+nsp_signature = (settings.model_name, settings.seed)
+if st.button(f"Train the NSP head ({NSP_STEPS} steps)", key="loss_nsp_button"):
+    progress = st.progress(0.0, text="Starting…")
+    try:
+        result = train_nsp_head(model, tokenizer, workshop_documents(), steps=NSP_STEPS,
+                                generator=torch.Generator().manual_seed(settings.seed),
+                                on_progress=lambda f, text: progress.progress(min(1.0, f), text=text))
+        st.session_state["loss_nsp"] = {"signature": nsp_signature, "result": result}
+    except MLMLabError as exc:
+        ui.show_error(exc)
+    progress.empty()
+nsp = st.session_state.get("loss_nsp")
+if nsp and nsp["signature"] == nsp_signature:
+    result = nsp["result"]
+    st.plotly_chart(nsp_accuracy_figure(result.records(), heldout_before=result.heldout_before,
+                                        heldout_after=result.heldout_after), key="loss_nsp_fig")
+    c1, c2 = st.columns(2)
+    c1.metric("held-out accuracy before", f"{result.heldout_before:.0%}")
+    c2.metric("after", f"{result.heldout_after:.0%}", f"{result.heldout_after - result.heldout_before:+.0%}")
+    pairs = result.heldout_pairs[:6]
+    probs = is_next_probabilities(result.model, tokenizer, pairs)
+    st.dataframe(pd.DataFrame([{"sentence A": p.first, "sentence B": p.second,
+                                "truth": "IsNext" if p.is_next else "NotNext", "P(IsNext)": prob}
+                               for p, prob in zip(pairs, probs)]),
+                 hide_index=True, width="stretch",
+                 column_config={"P(IsNext)": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.2f")})
+    st.markdown("**MLM + NSP on these pairs** (masked with BERT's 80/10/10, the same seed)")
+    c1, c2 = st.columns(2)
+    mlm_weight = c1.number_input("MLM weight", 0.0, 10.0, 1.0, 0.1, key="loss_mlm_weight")
+    nsp_weight = c2.number_input("NSP weight", 0.0, 10.0, 1.0, 0.1, key="loss_nsp_weight")
+    combined = combined_loss_on_pairs(result.model, tokenizer, pairs, MaskingConfig(),
+                                      generator=torch.Generator().manual_seed(settings.seed),
+                                      mlm_weight=mlm_weight, nsp_weight=nsp_weight)
+    c1, c2, c3 = st.columns(3)
+    c1.metric("MLM loss", f"{combined['mlm_loss']:.3f}", help=f"over {combined['selected']} selected tokens")
+    c2.metric("NSP loss", f"{combined['nsp_loss']:.3f}")
+    c3.metric("total", f"{combined['total']:.3f}", help="MLM weight × MLM + NSP weight × NSP (BERT: 1 and 1)")
+    st.caption("Later models (RoBERTa) dropped NSP: it turned out to help little once MLM had long, "
+               "contiguous text.")
+else:
+    st.caption("Press the button: a few dozen steps on workshop-corpus pairs, accuracy rising from chance.")

@@ -1,0 +1,126 @@
+"""Next-sentence prediction: pair statistics, the combined loss against Hugging Face, a short training run."""
+
+import pytest
+import torch
+from transformers import BertConfig, BertForMaskedLM, BertForPreTraining
+
+from mlm_core.errors import InputError
+from mlm_core.masking import IGNORE_INDEX
+from mlm_core.nsp import (
+    IS_NEXT,
+    NOT_NEXT,
+    build_pretraining_model,
+    encode_pairs,
+    is_next_probabilities,
+    make_nsp_pairs,
+    mlm_nsp_loss,
+    train_nsp_head,
+)
+
+DOCS = [
+    ["The cat sat on the mat.", "It fell asleep in the sun.", "Later it woke up hungry."],
+    ["Trains leave the station every hour.", "The last one goes at midnight."],
+    ["We planted tomatoes in spring.", "By August they were red.", "We made sauce from them.", "It was good."],
+    ["The library opens at nine.", "Students queue at the door."],
+]
+
+
+def test_is_next_share_over_10k_pairs():
+    pairs = make_nsp_pairs(DOCS, 10_000, generator=torch.Generator().manual_seed(0))
+    share = sum(p.is_next for p in pairs) / len(pairs)
+    assert 0.48 <= share <= 0.52
+
+
+def test_pairs_are_what_they_claim():
+    pairs = make_nsp_pairs(DOCS, 500, generator=torch.Generator().manual_seed(1))
+    where = {s: (d, i) for d, doc in enumerate(DOCS) for i, s in enumerate(doc)}
+    for p in pairs:
+        d, i = where[p.first]
+        assert d == p.document and i < len(DOCS[d]) - 1  # A always has a successor
+        if p.is_next:
+            assert p.second == DOCS[d][i + 1] and p.label == IS_NEXT
+        else:
+            assert where[p.second][0] != d and p.label == NOT_NEXT
+    again = make_nsp_pairs(DOCS, 500, generator=torch.Generator().manual_seed(1))
+    assert again == pairs
+
+
+def test_pairs_need_two_documents():
+    with pytest.raises(InputError):
+        make_nsp_pairs([["One.", "Two."]], 4, generator=torch.Generator())
+    with pytest.raises(InputError):
+        make_nsp_pairs([["One."], ["Two."]], 4, generator=torch.Generator())
+
+
+def _tiny_mlm(vocab_size):
+    config = BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)
+    with torch.random.fork_rng(devices=[]):  # module construction draws from the global RNG
+        torch.manual_seed(0)
+        return BertForMaskedLM(config).eval()
+
+
+def test_mlm_nsp_loss_equals_bert_for_pretraining(tokenizer):
+    mlm = _tiny_mlm(len(tokenizer))
+    model = build_pretraining_model(mlm, generator=torch.Generator().manual_seed(0))
+    pairs = make_nsp_pairs(DOCS, 6, generator=torch.Generator().manual_seed(2))
+    batch = encode_pairs(tokenizer, pairs)
+    labels = torch.full_like(batch["input_ids"], IGNORE_INDEX)
+    eligible = batch["special_tokens_mask"] == 0
+    labels[:, 2][eligible[:, 2]] = batch["input_ids"][:, 2][eligible[:, 2]]
+    labels[0, 3] = batch["input_ids"][0, 3]
+    args = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels, batch["next_sentence_label"])
+    out = mlm_nsp_loss(model, *args)
+
+    reference = BertForPreTraining(mlm.config).eval()
+    state = {k: v for k, v in mlm.state_dict().items()}
+    state.update({f"bert.pooler.{k}": v for k, v in model.pooler.state_dict().items()})
+    state.update({f"cls.seq_relationship.{k}": v for k, v in model.cls.seq_relationship.state_dict().items()})
+    missing, unexpected = reference.load_state_dict(state, strict=False)
+    assert not unexpected and all("position_ids" in k for k in missing), (missing, unexpected)
+    ref = reference(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    token_type_ids=batch["token_type_ids"], labels=labels,
+                    next_sentence_label=batch["next_sentence_label"])
+    assert abs(out.loss.item() - ref.loss.item()) < 1e-5
+    weighted = mlm_nsp_loss(model, *args, mlm_weight=0.5, nsp_weight=2.0)
+    d = weighted.diagnostics
+    assert abs(weighted.loss.item() - (0.5 * d["mlm_loss"] + 2.0 * d["nsp_loss"])) < 1e-5
+    assert d["is_next_prob"].shape == (6,) and 0 <= d["nsp_accuracy"] <= 1
+    # Nothing selected: MLM term 0, not NaN.
+    empty = mlm_nsp_loss(model, *args[:3], torch.full_like(labels, IGNORE_INDEX), args[4])
+    assert empty.diagnostics["empty"] and torch.isfinite(empty.loss)
+    assert abs(empty.loss.item() - empty.diagnostics["nsp_loss"]) < 1e-6
+
+
+def test_build_leaves_model_and_global_rng_alone(tokenizer):
+    mlm = _tiny_mlm(len(tokenizer))
+    before = {k: v.clone() for k, v in mlm.state_dict().items()}
+    state = torch.random.get_rng_state()
+    model = build_pretraining_model(mlm, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(state, torch.random.get_rng_state())
+    assert model.cls.predictions is mlm.cls.predictions and model.bert is mlm.bert
+    again = build_pretraining_model(mlm, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(model.pooler.dense.weight, again.pooler.dense.weight)
+    result = train_nsp_head(mlm, tokenizer, DOCS, generator=torch.Generator().manual_seed(0), steps=3,
+                            batch_size=8, pool_size=16, heldout=8)
+    for k, v in mlm.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_train_nsp_head_reports_progress(tokenizer):
+    mlm = _tiny_mlm(len(tokenizer))
+    progress = []
+    result = train_nsp_head(mlm, tokenizer, DOCS, generator=torch.Generator().manual_seed(0), steps=12,
+                            batch_size=16, pool_size=64, heldout=32, lr=1e-2,
+                            on_progress=lambda f, text: progress.append(f))
+    assert len(result.accuracy) == 12 and len(result.loss) == 12
+    assert all(0 <= a <= 1 for a in result.accuracy) and 0 <= result.heldout_after <= 1
+    assert progress[-1] == 1.0 and progress == sorted(progress)
+    assert result.loss[-1] < result.loss[0]  # it learns something, at least on its own pool
+    assert len(result.records()) == 12 and "accuracy_smoothed" in result.records()[0]
+    probs = is_next_probabilities(result.model, tokenizer, result.heldout_pairs[:4])
+    assert len(probs) == 4 and all(0 <= p <= 1 for p in probs)
+    fine = train_nsp_head(mlm, tokenizer, DOCS, generator=torch.Generator().manual_seed(0), steps=2,
+                          batch_size=4, heldout=4, train_encoder=True)
+    assert len(fine.accuracy) == 2 and fine.model.bert is not mlm.bert
