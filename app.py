@@ -8,7 +8,13 @@ st.set_page_config(page_title="MLM Lab", page_icon="🎭", layout="wide")
 PAGES = [
     ("pages/home.py", "Home", "🏠"),
     ("pages/masking.py", "Masking", "🎭"),
+    ("pages/predictions.py", "Predictions", "🔮"),
+    ("pages/losses.py", "Loss", "📉"),
+    ("pages/bug_museum.py", "Bug museum", "🐞"),
     ("pages/tokenizer.py", "Tokenizer", "🧩"),
+    ("pages/training.py", "Training", "🏋️"),
+    ("pages/efficiency.py", "Efficiency", "⚡"),
+    ("pages/quiz.py", "Quiz", "❓"),
 ]
 
 navigation = st.navigation([st.Page(path, title=title, icon=icon) for path, title, icon in PAGES])

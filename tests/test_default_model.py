@@ -1,0 +1,183 @@
+"""The bundled default masked LM (issue #11): shipped weights, their cloze gain, fallbacks, clean sources."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from mlm_core import default_model as dm
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSET = ROOT / "assets" / "default_mlm"
+CLOZE = ROOT / "assets" / "cloze.tsv"
+
+
+@pytest.fixture(scope="module")
+def cloze_rows():
+    if not CLOZE.is_file():
+        pytest.fail("assets/cloze.tsv is missing")
+    rows = dm.read_cloze(CLOZE)
+    assert len(rows) >= 100
+    assert all(s.count("[MASK]") == 1 and answers for s, answers in rows)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    model, tokenizer, info = dm.load_default_masked_lm(asset_dir=ASSET)
+    return model, tokenizer, info
+
+
+def test_shipped_weights_load_offline(shipped):
+    model, tokenizer, info = shipped
+    assert info["trained"] is True, info.get("warning")
+    assert "warning" not in info
+    assert not model.training
+    assert info["label"] == dm.TRAINED_LABEL
+    assert info["params"] > 20_000_000
+    assert 0 < info["asset_bytes"] == (ASSET / dm.WEIGHTS_FILE).stat().st_size
+    assert info["cloze_top5"] is not None and info["heldout_perplexity"] is not None
+    # the output layer stays tied to the (package) word embeddings
+    assert model.cls.predictions.decoder.weight.data_ptr() == model.bert.embeddings.word_embeddings.weight.data_ptr()
+    record = json.loads((ASSET / dm.BUILD_FILE).read_text(encoding="utf-8"))
+    for key in ("sources", "seed", "steps", "stages", "metrics_before", "final_metrics", "versions"):
+        assert key in record
+    assert set(record["sources"]) == {"workshop", "wordnet"}
+    assert all(src.get("licence") for src in record["sources"].values())
+
+
+def test_asset_holds_only_fp16_deltas():
+    from safetensors import safe_open
+
+    with safe_open(str(ASSET / dm.WEIGHTS_FILE), "pt") as f:
+        keys = list(f.keys())
+        assert keys and all(f.get_slice(k).get_dtype() == "F16" for k in keys)
+    assert "bert.embeddings.word_embeddings.weight" not in keys  # rebuilt from the package
+
+
+def test_shipped_beats_untrained_head_on_cloze(shipped, cloze_rows):
+    model, tokenizer, _ = shipped
+    untrained, _ = dm.untrained_masked_lm()
+    trained = dm.cloze_eval(model, tokenizer, cloze_rows, k=5)
+    base = dm.cloze_eval(untrained, tokenizer, cloze_rows, k=5)
+    print(f"cloze top-1/top-5: untrained {base['top1']:.3f}/{base['top5']:.3f}, shipped {trained['top1']:.3f}/{trained['top5']:.3f}")
+    assert trained["top5"] >= base["top5"] + 0.30
+    assert trained["top1"] > base["top1"]
+
+
+def test_sample_prediction_is_sensible(shipped):
+    model, tokenizer, _ = shipped
+    top = [t for t, _ in dm.fill_mask(model, tokenizer, "I drink a cup of [MASK] every morning.", k=5)]
+    assert {"tea", "coffee", "milk", "water"} & set(top), top
+
+
+def test_missing_asset_falls_back(tmp_path):
+    model, tokenizer, info = dm.load_default_masked_lm(asset_dir=tmp_path / "nothing_here")
+    assert info["trained"] is False
+    assert info["label"] == dm.UNTRAINED_LABEL
+    assert "No trained weights" in info["warning"]
+    assert info["cloze_top5"] is None
+    assert not model.training
+    assert tokenizer.mask_token == "[MASK]"
+
+
+@pytest.mark.parametrize("content", [b"", b"this is not a safetensors file", b"\x08\x00\x00\x00\x00\x00\x00\x00{\"a\":1}"])
+def test_corrupt_asset_falls_back(tmp_path, content):
+    (tmp_path / dm.WEIGHTS_FILE).write_bytes(content)
+    (tmp_path / dm.BUILD_FILE).write_text("{}", encoding="utf-8")
+    model, _, info = dm.load_default_masked_lm(asset_dir=tmp_path)
+    assert info["trained"] is False
+    assert "could not be read" in info["warning"]
+    assert not model.training
+
+
+def test_wrong_shape_or_unknown_tensor_falls_back(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"cls.predictions.bias": torch.zeros(7, dtype=torch.float16)}, str(tmp_path / dm.WEIGHTS_FILE))
+    _, _, info = dm.load_default_masked_lm(asset_dir=tmp_path)
+    assert info["trained"] is False and "shape" in info["warning"]
+    save_file({"not.a.tensor": torch.zeros(3, dtype=torch.float16)}, str(tmp_path / dm.WEIGHTS_FILE))
+    _, _, info = dm.load_default_masked_lm(asset_dir=tmp_path)
+    assert info["trained"] is False and "unknown tensor" in info["warning"]
+
+
+def test_env_var_points_the_loader_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.setenv(dm.ASSET_ENV, str(tmp_path))
+    assert dm.default_asset_dir() == tmp_path
+    _, _, info = dm.load_default_masked_lm()
+    assert info["trained"] is False and str(tmp_path) in info["warning"]
+
+
+def test_cloze_eval_counts_hits(shipped):
+    model, tokenizer, _ = shipped
+    rows = [("The cat sat on the [MASK].", ["zzzznotaword"]), ("I drink a cup of [MASK] every morning.", ["tea", "coffee", "milk", "water"])]
+    out = dm.cloze_eval(model, tokenizer, rows, k=5)
+    assert out["n"] == 2 and out["rows"][0]["hitk"] is False
+    assert out["top5"] == pytest.approx(0.5)
+
+
+# --------------------------------------------------------------------------- clean build sources
+_W = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+
+def _runs(rows, n=8):
+    """Every n-word run (whole sentence when shorter) of every cloze sentence, mask filled with each answer."""
+    runs = set()
+    for sentence, answers in rows:
+        for answer in answers:
+            ws = _W.findall(sentence.replace("[MASK]", f" {answer} ").lower())
+            size = min(n, len(ws))
+            runs.update(tuple(ws[i : i + size]) for i in range(len(ws) - size + 1))
+    return runs
+
+
+def _overlaps(documents, runs):
+    """Documents (joined, so runs across sentence boundaries count) sharing a run with the cloze set."""
+    sizes = {len(r) for r in runs}
+    found = []
+    for doc in documents:
+        ws = _W.findall(" ".join(doc).lower())
+        for size in sizes:
+            if any(tuple(ws[i : i + size]) in runs for i in range(len(ws) - size + 1)):
+                found.append(" ".join(doc)[:120])
+                break
+    return found
+
+
+def test_workshop_corpus_shares_no_run_with_the_cloze_set(cloze_rows):
+    from mlm_core import build_default as bd
+
+    docs = bd.read_workshop_documents()  # raw, before the build's filter: the corpus itself is clean
+    assert len(docs) > 50
+    assert _overlaps(docs, _runs(cloze_rows)) == []
+
+
+def test_wordnet_source_as_built_shares_no_run_with_the_cloze_set(cloze_rows):
+    from mlm_core import build_default as bd
+
+    if not (bd.WORDNET_DIR / "data.noun").is_file():
+        pytest.skip("wordnet-base is not installed here (it is only needed to build the model)")
+    sources, stats = bd.build_sources(cloze_rows)
+    assert stats["wordnet"]["sentences"] > 100_000
+    runs = _runs(cloze_rows)
+    for name, docs in sources.items():
+        assert _overlaps(docs, runs) == [], name
+
+
+def test_cloze_filter_catches_runs_and_short_sentences():
+    from mlm_core import build_default as bd
+
+    filt = bd.ClozeFilter([("We walked along the quiet river at the end of the [MASK].", ["day"]),
+                           ("Pass the [MASK], please.", ["salt"])])
+    assert filt.hits("Yesterday we walked along the quiet river at the end of it.")  # 8-word run without the mask
+    assert filt.hits("Please pass the salt, please, she said.")  # the whole short sentence
+    assert not filt.hits("We walked along the river.")
+    docs, dropped = filt.clean_documents([["They said we walked along the quiet", "river at the end of the day."]])
+    assert dropped == 1 and len(docs[0]) == 1  # a run across a sentence boundary is caught too
