@@ -32,3 +32,4 @@ from mlm_core.museum import EXHIBITS, AuditCheck, Exhibit, audit_batch, load_bat
 from mlm_core.efficiency import (  # efficiency (#7)
     amp_and_checkpointing, ideal_step_speedup, logits_size, loss_paths, peak_memory_bytes,
 )
+from mlm_core.default_model import cloze_eval, load_default_masked_lm, untrained_masked_lm  # default model (#11)

@@ -554,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
                 + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
                            if k in ("steps", "batch", "seq_len", "workshop_frac", "freeze_layers", "warmup", "lr",
                                     "head_lr", "masking", "seed", "threads"))
+                + (f"  (stopped by the wall-clock limit at step {step} of the {args.steps}-step schedule; add --minutes "
+                   "or stop there to match)" if step < args.steps else "")
                 + "  (one stage from scratch: batches and masks depend only on the seed and the step, so the "
                 "staged build above differs from it only in the lr schedule before its last re-plan and in "
                 "float rounding)"
