@@ -34,7 +34,7 @@ def wait_for(predicate, timeout=120, what="condition"):
 
 def start_long_run(pg, server):
     open_page(pg, server, "training")
-    slider = pg.locator('[data-testid="stSlider"]').filter(has_text="Steps").locator('[role="slider"]')
+    slider = pg.locator('[data-testid="stSlider"]').filter(has_text="Steps").locator('input[type="range"]')
     slider.focus()
     slider.press("End")  # 500 steps: long enough to be stopped by hand
     wait_idle(pg)
