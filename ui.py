@@ -194,6 +194,27 @@ def tokenizer_or_stop(settings: Settings):
         st.stop()
 
 
+BATCH_SOURCES = ("Workshop corpus", "Your text")
+
+
+def batch_sentences_controls(prefix: str, seed: int, *, n: int = 8, max_chars: int = 4_000) -> list[str]:
+    """The batch a lesson page computes on: n workshop sentences chosen by the seed, or the learner's own."""
+    from mlm_core.bundled import workshop_sentences
+    from mlm_core.data import clip_text, split_sentences
+    from mlm_core.losses import pick_sentences
+
+    source = st.radio("Batch", BATCH_SOURCES, horizontal=True, key=f"{prefix}_source",
+                      help=f"The workshop batch is {n} consecutive corpus sentences, chosen by the seed.")
+    if source == BATCH_SOURCES[0]:
+        return pick_sentences(workshop_sentences(), n, seed)
+    st.session_state.setdefault(f"{prefix}_text", st.session_state.get(KEYS.sentence) or "")
+    text, clipped = clip_text(st.text_area("Your sentences (one batch row per sentence)", key=f"{prefix}_text",
+                                           height=100), max_chars)
+    if clipped:
+        st.info(f"Only the first {max_chars:,} characters are used.")
+    return split_sentences(text)[:n]
+
+
 def show_error(exc: BaseException) -> None:
     """A clear message for a problem we can explain, a short generic one for anything else."""
     if isinstance(exc, MLMLabError):

@@ -4,11 +4,8 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from mlm_core import MaskingConfig, MLMLabError, split_sentences
-from mlm_core.bundled import workshop_sentences
-from mlm_core.data import clip_text
+from mlm_core import MaskingConfig, MLMLabError
 from mlm_core.figures.losses import museum_figure
-from mlm_core.losses import pick_sentences
 from mlm_core.museum import (
     BATCH_FORMAT,
     audit_batch,
@@ -20,7 +17,6 @@ from mlm_core.museum import (
 
 BATCH_SENTENCES = 8
 MAX_CHARS = 4_000
-SOURCES = ("Workshop corpus", "Your text")
 
 settings = ui.page_setup("🐞 Bug museum")
 st.markdown(
@@ -36,20 +32,7 @@ except MLMLabError as exc:
     st.stop()
 
 
-def batch_controls() -> list[str]:
-    source = st.radio("Batch", SOURCES, horizontal=True, key="museum_source",
-                      help="The workshop batch is 8 consecutive corpus sentences, chosen by the seed.")
-    if source == SOURCES[0]:
-        return pick_sentences(workshop_sentences(), BATCH_SENTENCES, settings.seed)
-    st.session_state.setdefault("museum_text", st.session_state.get(ui.KEYS.sentence) or "")
-    text, clipped = clip_text(st.text_area("Your sentences (one batch row per sentence)", key="museum_text",
-                                           height=100), MAX_CHARS)
-    if clipped:
-        st.info(f"Only the first {MAX_CHARS:,} characters are used.")
-    return split_sentences(text)[:BATCH_SENTENCES]
-
-
-texts = batch_controls()
+texts = ui.batch_sentences_controls("museum", settings.seed, n=BATCH_SENTENCES, max_chars=MAX_CHARS)
 if not texts:
     st.warning("There is no text: type at least one sentence, or use the workshop corpus.")
     st.stop()

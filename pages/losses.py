@@ -6,9 +6,8 @@ import torch
 
 import ui
 from mlm_core.export import lesson_zip, masking_settings
-from mlm_core import Decision, MaskingConfig, MLMLabError, split_sentences
+from mlm_core import Decision, MaskingConfig, MLMLabError
 from mlm_core.bundled import workshop_documents, workshop_sentences
-from mlm_core.data import clip_text
 from mlm_core.figures.losses import (
     gradient_figure,
     k_sweep_figure,
@@ -28,7 +27,6 @@ from mlm_core.losses import (
     loss_batch,
     per_token_rows,
     per_token_table,
-    pick_sentences,
     sampled_softmax_sweep,
     target_smoothed_counts,
     token_counts,
@@ -41,7 +39,6 @@ BATCH_SENTENCES = 8  # one small batch: every number on the page comes from it
 MAX_CHARS = 4_000
 SWEEP_KS = (16, 64, 256, 1024, 4096)
 NSP_STEPS = 40
-SOURCES = ("Workshop corpus", "Your text")
 SAMPLER_HELP = {
     "uniform": "every id equally likely (log Q is then the same for all candidates and cancels)",
     "unigram": "corpus frequency to the power 0.75, as word2vec",
@@ -70,20 +67,7 @@ def corpus_counts(model_name, vocab_size, _tokenizer):
 
 
 # --------------------------------------------------------------------------- the batch
-def batch_controls() -> list[str]:
-    source = st.radio("Batch", SOURCES, horizontal=True, key="loss_source",
-                      help="The workshop batch is 8 consecutive corpus sentences, chosen by the seed.")
-    if source == SOURCES[0]:
-        return pick_sentences(workshop_sentences(), BATCH_SENTENCES, settings.seed)
-    st.session_state.setdefault("loss_text", st.session_state.get(ui.KEYS.sentence) or "")
-    text, clipped = clip_text(st.text_area("Your sentences (one batch row per sentence)", key="loss_text",
-                                           height=100), MAX_CHARS)
-    if clipped:
-        st.info(f"Only the first {MAX_CHARS:,} characters are used.")
-    return split_sentences(text)[:BATCH_SENTENCES]
-
-
-texts = batch_controls()
+texts = ui.batch_sentences_controls("loss", settings.seed, n=BATCH_SENTENCES, max_chars=MAX_CHARS)
 if not texts:
     st.warning("There is no text: type at least one sentence, or use the workshop corpus.")
     st.stop()
