@@ -171,21 +171,20 @@ def mask_tokens(
     v = _uniform(input_ids.shape, generator, device)
     w = _uniform(input_ids.shape, generator, device)
     to_mask = selected & (v < config.mask_replace_prob)
-    to_random = selected & ~to_mask & (w < config.random_given_not_mask)
-    unchanged = selected & ~to_mask & ~to_random
+    rest = selected & ~to_mask  # selected, not [MASK]: random or unchanged
+    to_random = rest & (w < config.random_given_not_mask)
+    unchanged = rest & ~to_random
 
     allowed = _replacement_ids(vocab_size, special_ids, device)  # (V',) non-special ids
     pick = torch.randint(len(allowed), input_ids.shape, generator=generator, device=generator.device)
-    random_ids = allowed[pick.to(device)]  # (B, T)
+    random_ids = allowed.index_select(0, pick.to(device).reshape(-1)).view_as(pick)  # (B, T)
 
-    corrupted = input_ids.clone()
-    corrupted[to_mask] = mask_token_id
-    corrupted[to_random] = random_ids[to_random]
-    labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
-    decisions = torch.zeros_like(input_ids)
-    decisions[to_mask] = Decision.MASK
-    decisions[to_random] = Decision.RANDOM
-    decisions[unchanged] = Decision.UNCHANGED
+    # torch.where builds each tensor in one pass (boolean-mask assignment would run a nonzero each time).
+    corrupted = torch.where(to_random, random_ids, input_ids.masked_fill(to_mask, mask_token_id))  # new tensor
+    labels = input_ids.masked_fill(~selected, IGNORE_INDEX)
+    decisions = (
+        to_mask.long() * Decision.MASK + to_random.long() * Decision.RANDOM + unchanged.long() * Decision.UNCHANGED
+    )
 
     if trace:
         draws["replace"] = v
