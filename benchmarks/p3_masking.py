@@ -26,7 +26,7 @@ import torch  # noqa: E402
 TARGET = 1.0
 
 
-def run(quick: bool = False, repeats: int = 7, batch_size: int = 32, seq_len: int = 128,
+def run(quick: bool = False, repeats: int = 30, batch_size: int = 32, seq_len: int = 128,
         batches: int = 20) -> Result:
     from transformers import DataCollatorForLanguageModeling
 
