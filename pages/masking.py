@@ -160,7 +160,8 @@ m2.metric("→ [MASK]", counts["MASK"])
 m3.metric("→ random", counts["RANDOM"])
 m4.metric("unchanged", counts["UNCHANGED"])
 
-st.plotly_chart(decision_counts_figure(result.counts(), height=ui.chart_height(300)), key="masking_counts_fig",
+counts_figure = decision_counts_figure(result.counts(), height=ui.chart_height(300))
+st.plotly_chart(counts_figure, key="masking_counts_fig",
                 config=ui.plotly_config("masking_decision_counts"))
 table = pd.DataFrame(trace)
 with ui.advanced("masking_table"):
@@ -210,7 +211,7 @@ with ui.advanced("masking_hf"):
 # Export and share (the zip is built only when clicked, outside this run: give it plain values)
 
 share = ui.share_link()  # brings the URL up to date (the step buttons above) and shows the link in the sidebar
-lesson_figures = {"decision counts": decision_counts_figure(result.counts())}
+lesson_figures = {"decision counts": counts_figure}
 if stats is not None:
     lesson_figures["rates converging"] = convergence_figure(stats.convergence, config)
 lesson = dict(settings=masking_settings(sentence=text, seed=settings.seed, model=settings.model_name, config=config),
