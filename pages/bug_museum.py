@@ -25,11 +25,7 @@ st.markdown(
     "numbers. At the bottom, audit a batch from your own pipeline for the same mistakes."
 )
 
-try:
-    model, tokenizer = ui.cached_model(settings.model_name)
-except MLMLabError as exc:
-    ui.show_error(exc)
-    st.stop()
+model, tokenizer = ui.model_or_stop(settings)
 
 
 texts = ui.batch_sentences_controls("museum", settings.seed, n=BATCH_SENTENCES, max_chars=MAX_CHARS)

@@ -45,11 +45,7 @@ st.caption(
 )
 
 # --------------------------------------------------------------------------- the model, and measurement sizes
-try:
-    model, tokenizer = ui.cached_model(settings.model_name)
-except MLMLabError as exc:
-    ui.show_error(exc)
-    st.stop()
+model, tokenizer = ui.model_or_stop(settings)
 
 st.subheader("2 · Measure it live")
 st.markdown(

@@ -54,11 +54,7 @@ st.markdown(
     "token and only K sampled ones."
 )
 
-try:
-    model, tokenizer = ui.cached_model(settings.model_name)
-except MLMLabError as exc:
-    ui.show_error(exc)
-    st.stop()
+model, tokenizer = ui.model_or_stop(settings)
 
 
 @st.cache_resource(show_spinner="Counting tokens in the workshop corpus…", max_entries=4)
