@@ -144,7 +144,14 @@ div.stButton button p, div.stFormSubmitButton button p, div.stDownloadButton but
 div[data-testid="stButtonGroup"] button {{ min-height: 2.8rem; padding: 0.3rem 1rem; }}
 div[data-testid="stButtonGroup"] button p, div[data-testid="stRadioOption"] p {{ font-size: 1.35rem; }}
 div[data-testid="stTextInput"] input, div[data-testid="stTextArea"] textarea {{ font-size: 1.4rem !important; }}
-div[data-testid="stMetricValue"] {{ font-size: 2.6rem; }}
+div[data-testid="stMetricValue"], div[data-testid="stMetricValue"] p {{ font-size: 2.8rem !important; line-height: 1.25; }}
+div[data-testid="stMetricLabel"] p, div[data-testid="stMetricDelta"] p, div[data-testid="stMetricDelta"] {{
+  font-size: 1.3rem !important; }}
+div[data-testid="stCaptionContainer"], div[data-testid="stCaptionContainer"] p {{ font-size: 1.15rem; }}
+div[data-baseweb="select"] div, div[data-testid="stExpander"] summary p {{ font-size: 1.25rem; }}
+/* a button's label wraps onto a second line rather than being cut ("Re-roll (new s…") */
+div.stButton button *, div.stFormSubmitButton button *, div.stDownloadButton button * {{
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important; max-width: none !important; }}
 div[class*="st-key-advanced_"] {{ display: none !important; }}
 </style>
 """
@@ -487,6 +494,24 @@ def chart_height(default: int = 450) -> int:
     if st.session_state.get(KEYS.presenter):
         return max(int(default), PRESENTER_CHART_HEIGHT)
     return int(default)
+
+
+PRESENTER_CHART_FONT_PX = 20  # ticks, axis titles, legends and bar labels in presenter view
+PRESENTER_CHART_TITLE_PX = 26
+
+
+def room_figure(fig):
+    """``fig`` with fonts a room can read in presenter view (every tick, label and title), else as it is.
+
+    ``st.plotly_chart(ui.room_figure(fig), ...)``: the figure builders stay free of UI settings.
+    """
+    if st.session_state.get(KEYS.presenter):
+        size = PRESENTER_CHART_FONT_PX
+        fig.update_layout(font=dict(size=size), title=dict(font=dict(size=PRESENTER_CHART_TITLE_PX)),
+                          legend=dict(font=dict(size=size)), hoverlabel=dict(font=dict(size=size)))
+        fig.update_xaxes(automargin=True, title_font=dict(size=size), tickfont=dict(size=size))
+        fig.update_yaxes(automargin=True, title_font=dict(size=size), tickfont=dict(size=size))
+    return fig
 
 
 def plotly_config(filename: str) -> dict:
