@@ -290,11 +290,12 @@ with ui.advanced("masking_hf"):
     st.subheader("The same masks in code")
     model = settings.model_name if settings.model_name not in (None, "tiny-random") else None
     st.caption(f"MLM Lab, in Python: the same sentence, rule and seed {settings.seed} give the masks above.")
-    st.code(mlm_lab_snippet(config, text, settings.seed, model, max_length=MAX_TOKENS), language="python")
+    st.code(mlm_lab_snippet(config, text, settings.seed, model, max_length=MAX_TOKENS), language="python",
+            wrap_lines=True)
     st.markdown("**The same settings in Hugging Face** (transformers 5.24)")
     code, notes = collator_snippet(config, text, settings.seed, model or DEFAULT_HUB_TOKENIZER, max_length=MAX_TOKENS)
     if code is not None:
-        st.code(code, language="python")
+        st.code(code, language="python", wrap_lines=True)
     for note in notes:
         st.markdown(f"- {note}")
 

@@ -193,3 +193,33 @@ def test_bad_and_strange_input(masking_page, text, expect):
         assert "<script>" not in html and "<img" not in html
         if "script" in text:
             assert "&lt;" in html
+
+
+@pytest.mark.parametrize("strategy", ["token", "span"])
+def test_page_masks_with_mask_sentence(masking_page, tokenizer, strategy):
+    """Issue 17.20: the page's masks are mlm_core.mask_sentence(tokenizer, sentence, config, seed), the one
+    path every page (the Quiz too) calls."""
+    import torch
+
+    from mlm_core import mask_sentence
+
+    at = masking_page
+    at.radio(key="masking_strategy").set_value(strategy).run()
+    shared = at.session_state[ui.KEYS.masking]
+    masked = mask_sentence(tokenizer, shared["sentence"], shared["config"], shared["seed"])
+    assert torch.equal(shared["result"].input_ids, masked.result.input_ids)
+    assert torch.equal(shared["result"].decisions, masked.result.decisions)
+
+
+def test_link_carries_the_span_replacement(apptest):
+    """The whole rule travels in a shared link, span replacement included."""
+    at = apptest("pages/masking.py")
+    at.query_params.update({"strategy": "span", "span_replace": "per_token", "seed": "5"})
+    at.run()
+    assert not at.exception
+    config = at.session_state[ui.KEYS.masking]["config"]
+    assert (config.strategy, config.span_replacement) == ("span", "per_token")
+    at.radio(key="masking_span_replacement").set_value("per_span").run()
+    assert "span_replace" not in at.query_params  # the default is left out of the link
+    at.radio(key="masking_span_replacement").set_value("per_token").run()
+    assert at.query_params["span_replace"] == ["per_token"] or at.query_params["span_replace"] == "per_token"

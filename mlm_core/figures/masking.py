@@ -58,8 +58,8 @@ def convergence_figure(rows: list[dict], config: MaskingConfig, *, split_unit: s
         fig.add_trace(go.Scatter(x=x, y=[r[key] for r in rows], mode="lines", name=name, line=dict(color=color)))
         fig.add_hline(y=target, line=dict(color=color, dash="dot", width=1))
     tickvals, ticktext = log_ticks(min(x), max(x)) if x else ([], [])
-    title = ("Measured rates (lines) against what the rule predicts (dotted): the count per sentence is fixed"
-             if fixed else "Measured rates (lines) settle on the configured ones (dotted) as more tokens are masked")
+    # Short titles: in presenter view (26 px) a plotly title does not wrap and would be cut.
+    title = "Measured rates (lines) and the rule's own (dotted)" if fixed else "Rates settle on the configured ones (dotted)"
     fig.update_layout(
         title=title,
         xaxis=dict(title="eligible tokens masked so far", type="log", tickvals=tickvals, ticktext=ticktext),
@@ -81,7 +81,7 @@ def per_sentence_histogram(counts: list[int], height: int = 360) -> go.Figure:
     zero_share = freq[0] / len(counts) if counts else 0.0
     fig = go.Figure(go.Bar(x=bins, y=freq, marker_color=["#e03131" if b == 0 else "#1c7ed6" for b in bins]))
     fig.update_layout(
-        title=f"Selected tokens per sentence — {zero_share:.1%} of sentences got none (red)",
+        title=f"Selected tokens per sentence: {zero_share:.1%} got none (red)",
         xaxis=dict(title="selected tokens in the sentence", dtick=1 if top <= 20 else None),
         yaxis=dict(title="sentences"),
         height=height,
@@ -120,7 +120,7 @@ def span_length_figure(drawn: dict[int, int], config: MaskingConfig, height: int
     fig.add_trace(go.Bar(x=lengths, y=[drawn.get(k, 0) / total for k in lengths], name="drawn", marker_color="#1c7ed6"))
     fig.add_trace(go.Scatter(x=lengths, y=law, mode="markers+lines", name=f"Geometric({config.span_p:g}) renormalised",
                              line=dict(color="#212529", dash="dot")))
-    fig.update_layout(title=f"Span lengths drawn (mean {config.mean_span_length():.2f} words expected)",
+    fig.update_layout(title=f"Drawn span lengths (law: mean {config.mean_span_length():.2f} words)",
                       xaxis=dict(title="span length (words)", dtick=1), yaxis=dict(title="share of spans"),
                       height=height, legend=dict(orientation="h", y=-0.3), margin=dict(t=60, b=40))
     return fig

@@ -52,7 +52,9 @@ ROOM_CHECK = """() => {
   });
   document.querySelectorAll('.js-plotly-plot .xtick text, .js-plotly-plot .ytick text')
     .forEach(t => out.ticks.push(parseFloat(t.style.fontSize)));
-  document.querySelectorAll('.js-plotly-plot .gtitle').forEach(t => out.titles.push(parseFloat(t.style.fontSize)));
+  document.querySelectorAll('.js-plotly-plot .gtitle').forEach(t => out.titles.push({text: t.textContent,
+    font: parseFloat(t.style.fontSize), cut: t.getBoundingClientRect().right > t.closest('.js-plotly-plot')
+      .getBoundingClientRect().right + 1}));
   return out;
 }"""
 
@@ -75,6 +77,7 @@ def test_presenter_view_is_readable_at_1280x720(browser, server):
         assert room["buttons"] and not [b for b in room["buttons"] if b["cut"]], room["buttons"]
         assert min(b["font"] for b in room["buttons"]) >= 20, room["buttons"]
         assert room["ticks"] and min(room["ticks"]) >= 18, room["ticks"]
-        assert room["titles"] and min(room["titles"]) >= 24, room["titles"]
+        assert room["titles"] and min(t["font"] for t in room["titles"]) >= 24, room["titles"]
+        assert not [t for t in room["titles"] if t["cut"]], room["titles"]
     finally:
         context.close()
