@@ -254,7 +254,8 @@ if stats is not None:
         unit = "tokens" if check.unit == "token" else "words"
         c1.metric(f"{unit} selected", f"{check.rate:.2%}", f"z = {check.z:+.2f}", delta_color="off", delta_arrow="off",
                   help=f"{check.selected:,} of {check.units:,} {unit}; z = (rate − p) / standard error, with one "
-                       f"independent draw per {check.unit}. |z| above 3 would say the rule is not followed.")
+                       f"independent draw per {check.unit}. When the rule is followed, |z| is above 3 in about 3 "
+                       "draws of 1,000; far above (say 6) would say it is not.")
     else:
         c1.metric("selected: rule / measured", f"{check.expected_rate:.2%} / {check.rate:.2%}",
                   help=f"The rule's counts sum to {check.expected:,.0f} tokens, {check.selected:,} were selected "

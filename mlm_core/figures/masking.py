@@ -62,7 +62,8 @@ def convergence_figure(rows: list[dict], config: MaskingConfig, *, split_unit: s
     title = "Measured rates (lines) and the rule's own (dotted)" if fixed else "Rates settle on the configured ones (dotted)"
     fig.update_layout(
         title=title,
-        xaxis=dict(title="eligible tokens masked so far", type="log", tickvals=tickvals, ticktext=ticktext),
+        xaxis=dict(title="eligible tokens masked so far", type="log", tickvals=tickvals, ticktext=ticktext,
+                   range=[math.log10(max(min(x), 1)), math.log10(max(max(x), 1) * 1.05)] if x else None),
         yaxis=dict(title="rate", range=[0, 1]),
         height=height,
         legend=dict(orientation="h", y=-0.25),
