@@ -149,8 +149,8 @@ div[data-testid="stMetricLabel"] p, div[data-testid="stMetricDelta"] p, div[data
   font-size: 1.3rem !important; }}
 div[data-testid="stCaptionContainer"], div[data-testid="stCaptionContainer"] p {{ font-size: 1.15rem; }}
 div[data-baseweb="select"] div, div[data-testid="stExpander"] summary p {{ font-size: 1.25rem; }}
-/* a button's label wraps onto a second line rather than being cut ("Re-roll (new s…") */
-div.stButton button *, div.stFormSubmitButton button *, div.stDownloadButton button * {{
+/* a button's label or a metric wraps onto a second line rather than being cut ("Re-roll (new s…") */
+div.stButton button *, div.stFormSubmitButton button *, div.stDownloadButton button *, div[data-testid="stMetric"] * {{
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important; max-width: none !important; }}
 div[class*="st-key-advanced_"] {{ display: none !important; }}
 </style>

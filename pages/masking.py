@@ -249,19 +249,22 @@ if stats is not None:
     st.plotly_chart(ui.room_figure(convergence_figure(stats.convergence, config, split_unit=stats.split_unit,
                                                       height=ui.chart_height(420))),
                     key="masking_conv_fig", config=ui.plotly_config("masking_convergence"))
-    c1, c2, c3 = st.columns(3)
+    per = "span" if stats.split_unit == "span" else "token"
     if check.kind == "binomial":
+        c1, c2, c3 = st.columns(3)
         unit = "tokens" if check.unit == "token" else "words"
         c1.metric(f"{unit} selected", f"{check.rate:.2%}", f"z = {check.z:+.2f}", delta_color="off", delta_arrow="off",
                   help=f"{check.selected:,} of {check.units:,} {unit}; z = (rate − p) / standard error, with one "
                        f"independent draw per {check.unit}. When the rule is followed, |z| is above 3 in about 3 "
                        "draws of 1,000; far above (say 6) would say it is not.")
     else:
-        c1.metric("selected: rule / measured", f"{check.expected_rate:.2%} / {check.rate:.2%}",
-                  help=f"The rule's counts sum to {check.expected:,.0f} tokens, {check.selected:,} were selected "
-                       f"({check.rows_short:,} of {check.rows:,} sentences fell short). A fixed count has no "
-                       "sampling error, so there is no z-score to show.")
-    per = "span" if stats.split_unit == "span" else "token"
+        c0, c1, c2, c3 = st.columns(4)
+        c0.metric("the rule selects", f"{check.expected_rate:.2%}",
+                  help=f"The rule's counts sum to {check.expected:,.0f} tokens of {check.units:,}. A fixed count has "
+                       "no sampling error, so there is no z-score to show.")
+        c1.metric("measured", f"{check.rate:.2%}",
+                  help=f"{check.selected:,} tokens selected; {check.rows_short:,} of {check.rows:,} sentences fell short "
+                       "of the rule's count.")
     c2.metric(f"80/10/10 χ² p-value (per {per})", f"{stats.p_value:.3f}")
     c3.metric("eligible tokens", f"{stats.eligible:,}")
     if check.kind == "fixed":

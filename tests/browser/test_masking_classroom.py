@@ -2,6 +2,8 @@
 
 import re
 
+import pytest
+
 from tests.browser.conftest import open_page, wait_idle
 
 CHART_TITLE = """() => Array.from(document.querySelectorAll('.js-plotly-plot .gtitle')).map(t => t.textContent)"""
@@ -44,7 +46,9 @@ def test_reroll_keeps_show_all(page, server):
 ROOM_CHECK = """() => {
   const px = e => parseFloat(getComputedStyle(e).fontSize);
   const out = {metrics: [], buttons: [], ticks: [], titles: []};
+  const cut = e => e.scrollWidth > e.clientWidth + 1;
   document.querySelectorAll('[data-testid="stMetricValue"] p').forEach(e => out.metrics.push(px(e)));
+  out.metricsCut = Array.from(document.querySelectorAll('[data-testid="stMetric"] p')).filter(cut).map(e => e.textContent);
   document.querySelectorAll('[data-testid="stMain"] .stButton button').forEach(b => {
     const label = b.querySelector('p') || b;
     out.buttons.push({text: label.textContent, font: px(label), cut: label.scrollWidth > label.clientWidth + 1
@@ -59,14 +63,15 @@ ROOM_CHECK = """() => {
 }"""
 
 
-def test_presenter_view_is_readable_at_1280x720(browser, server):
-    """Issue 17.6: at a projector's 1280x720, the key numbers, buttons, ticks and chart titles are large and no
-    button label is cut."""
+@pytest.mark.parametrize("strategy", ["token", "span"])
+def test_presenter_view_is_readable_at_1280x720(browser, server, strategy):
+    """Issue 17.6: at a projector's 1280x720, the key numbers, buttons, ticks and chart titles are large, and no
+    button label, number or chart title is cut."""
     context = browser.new_context(viewport={"width": 1280, "height": 720})
     page = context.new_page()
     page.set_default_timeout(90_000)
     try:
-        open_page(page, server, "masking?seed=3")
+        open_page(page, server, f"masking?seed=3&strategy={strategy}")
         page.get_by_text("Presenter view").click()
         wait_idle(page)
         page.get_by_role("button", name=re.compile("Mask the corpus")).click()
@@ -74,6 +79,7 @@ def test_presenter_view_is_readable_at_1280x720(browser, server):
         page.wait_for_timeout(500)
         room = page.evaluate(ROOM_CHECK)
         assert len(room["metrics"]) >= 7 and min(room["metrics"]) >= 40, room["metrics"]
+        assert not room["metricsCut"], room["metricsCut"]
         assert room["buttons"] and not [b for b in room["buttons"] if b["cut"]], room["buttons"]
         assert min(b["font"] for b in room["buttons"]) >= 20, room["buttons"]
         assert room["ticks"] and min(room["ticks"]) >= 18, room["ticks"]
