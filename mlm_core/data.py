@@ -99,6 +99,24 @@ def mask_batch(
     )
 
 
+def mask_sentence(tokenizer, sentence: str, config: MaskingConfig, seed: int, *,
+                  max_length: int = 128) -> tuple[Encoded, MaskingResult]:
+    """One sentence masked by ``config`` with the generator of ``seed``: the Masking page's path.
+
+    Every page that shows "the masks of seed S" (Masking, Predictions, Quiz) calls this, so one
+    seed gives one selection and one decision per token everywhere.
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> tok = load_default_tokenizer()
+    >>> a = mask_sentence(tok, "The cat sat on the mat.", MaskingConfig(mlm_probability=0.5), 3)[1]
+    >>> b = mask_sentence(tok, "The cat sat on the mat.", MaskingConfig(mlm_probability=0.5), 3)[1]
+    >>> bool((a.decisions == b.decisions).all())
+    True
+    """
+    encoded = encode(tokenizer, sentence, max_length=max_length)
+    return encoded, mask_batch(tokenizer, encoded, config, torch.Generator().manual_seed(int(seed)))
+
+
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
 
 
