@@ -75,14 +75,15 @@ def split_metrics_figure(rows: Sequence[dict], height: int = 380) -> go.Figure:
     return fig
 
 
-def _log_range(low: int, high: int, n: int = 60) -> list[int]:
-    low, high = max(2, low), max(3, high)
-    step = (math.log(high) - math.log(low)) / (n - 1)
-    return sorted({round(math.exp(math.log(low) + i * step)) for i in range(n)})
+def _linear_range(high: int, n: int = 60) -> list[int]:
+    return sorted({max(1, round(high * i / (n - 1))) for i in range(n)})
 
 
 def head_cost_figure(points: Sequence[tuple[str, str, HeadCost]], height: int = 400) -> go.Figure:
-    """The MLM head's forward FLOPs and logits memory per batch, and ln V, against V (log x).
+    """The MLM head's forward FLOPs and logits memory per batch, and ln V, against V (linear axes).
+
+    The costs are linear in V, so linear axes show them as the straight lines they are (a log x
+    axis would bend them into curves that look exponential).
 
     ``points``: (family, label, HeadCost) for the vocabularies on the page, all with the same
     H, B, T and M; the lines are the same formulas over a range of V.
@@ -95,7 +96,7 @@ def head_cost_figure(points: Sequence[tuple[str, str, HeadCost]], height: int = 
         head_cost(v, hidden_size=ref.hidden_size, batch_size=ref.batch_size, seq_len=ref.seq_len,
                   mlm_probability=ref.masked_positions / (ref.batch_size * ref.seq_len),
                   bytes_per_value=ref.bytes_per_value)
-        for v in _log_range(min(min(sizes) // 2, 500), max(max(sizes) * 2, 60_000))
+        for v in _linear_range(int(max(sizes) * 1.1))
     ]
     mib = 2**20
     fig = make_subplots(
@@ -155,7 +156,7 @@ def head_cost_figure(points: Sequence[tuple[str, str, HeadCost]], height: int = 
                 col=col,
             )
     for col in (1, 2, 3):
-        fig.update_xaxes(type="log", title_text="vocabulary size V", row=1, col=col)
+        fig.update_xaxes(type="linear", rangemode="tozero", title_text="vocabulary size V", row=1, col=col)
         fig.update_yaxes(rangemode="tozero", row=1, col=col)
     fig.update_layout(
         title=(
