@@ -17,6 +17,9 @@ QS_KEY = "quiz_qs"  # the bank id of the teacher's own sentence (question 1), sh
 
 # The sentence stays out of this page's address and share link: it would give the answers away.
 settings = ui.page_setup("❓ Quiz: think before the answer appears", private=("sentence",))
+GO_MASKING = "quiz_go_masking"
+if st.session_state.pop(GO_MASKING, False):
+    st.switch_page("pages/masking.py")
 st.markdown(
     "Everyone who opens the same link gets the **same question**: the link holds its number and seed, "
     "never its words. Answer first, then press **Reveal**: the score below counts your first answer to each question."
@@ -139,17 +142,18 @@ if question.truncated:
     st.info(f"The sentence is long: the quiz uses its first {classroom.MASKING_MAX_TOKENS} tokens.")
 
 
-def show_on_masking_page():
-    state[ui.KEYS.sentence] = question.sentence
-    state[ui.KEYS.seed] = question.seed
-    state["masking_step"] = len(question.tokens)
+def show_on_masking_page(sentence: str, seed: int, length: int):
+    state[ui.KEYS.sentence] = sentence
+    state[ui.KEYS.seed] = seed
+    state["masking_step"] = length
+    state[GO_MASKING] = True  # the next run (with the new seed: another question id) switches page
 
 
 def masking_page_button() -> None:
     """After the reveal: the same masks on the Masking page (same sentence, seed and rule)."""
-    if st.button("🎭 See these masks on the Masking page", key=f"quiz_to_masking_{qid}", on_click=show_on_masking_page,
-                 help="Opens the Masking page with this sentence and seed: the same selection and decisions."):
-        st.switch_page("pages/masking.py")
+    st.button("🎭 See these masks on the Masking page", key="quiz_to_masking", on_click=show_on_masking_page,
+              args=(question.sentence, question.seed, len(question.tokens)),
+              help="Opens the Masking page with this sentence and seed: the same selection and decisions.")
 
 
 def labels_for(positions) -> dict[int, str]:
