@@ -54,6 +54,17 @@ FILL_VIEWS = ("side by side", "independent", "easy_first", "mask_predict")
 PLL_KEY = "pred_pll"  # (model, ids) -> PseudoLogLikelihood, computed on request
 
 settings = ui.page_setup("🔮 Predictions: what the model guesses")
+PRESENTER_FONT = 18  # chart text readable from the back of a room
+
+
+def chart(figure, key: str, name: str, height: int | None = None) -> None:
+    """A figure with a PNG export name; in presenter view taller and in large type."""
+    if height is not None or settings.presenter:
+        figure.update_layout(height=ui.chart_height(height or figure.layout.height or 450))
+    if settings.presenter:
+        figure.update_layout(font=dict(size=PRESENTER_FONT))
+        figure.update_annotations(font_size=PRESENTER_FONT)
+    st.plotly_chart(figure, key=key, config=ui.plotly_config(name))
 st.markdown(
     "The model sees the **corrupted** sentence and must predict the **original** token at every "
     "selected position: at `[MASK]`, at a random replacement, and at a token left unchanged. "
@@ -177,7 +188,7 @@ def typed_blank_lesson(tokens: list[str], encoded, blanks: list[int]) -> None:
     st.subheader("What the model sees")
     ui.token_chips(tokens, ["MASK" if i in blanks else "NOT_SELECTED" for i in range(len(tokens))])
     st.subheader("Its guesses at your blanks")
-    st.plotly_chart(topk_figure(found, bar_height=32 if settings.presenter else 22), key="pred_topk_fig")
+    chart(topk_figure(found, bar_height=32 if settings.presenter else 22), "pred_topk_fig", "predictions_blanks")
     if len(blanks) > 1:
         fill_lesson(tokens, encoded.input_ids[0], encoded.attention_mask[0], blanks[:MAX_FILL])
 
@@ -234,13 +245,14 @@ def fill_lesson(tokens, original_ids, attention_mask, fill_positions) -> None:
         for column, mode in zip(columns, ("independent", "easy_first", "mask_predict")):
             with column:
                 show_fill(fills[mode])
-        st.plotly_chart(fill_comparison_figure(list(fills.values()), tokens), key="pred_fill_fig")
+        chart(fill_comparison_figure(list(fills.values()), tokens), "pred_fill_fig", "predictions_filling")
     else:
         show_fill(fills[view])
 
 
 source = st.radio("Masked sentence", SOURCES, horizontal=True, key="pred_source")
 picked = from_masking_page() if source == SOURCES[1] else None
+shared_masks = picked is not None
 if picked is None:
     text, clipped = clip_text(sentence_controls(), MAX_CHARS)
     if not text:
@@ -290,17 +302,19 @@ ui.decision_legend()
 
 # --------------------------------------------------------------------------- the guesses
 st.subheader("Its guesses, position by position")
-st.plotly_chart(topk_figure(predictions, bar_height=32 if settings.presenter else 22), key="pred_topk_fig")
+chart(topk_figure(predictions, bar_height=32 if settings.presenter else 22), "pred_topk_fig", "predictions_topk")
 c1, c2, c3 = st.columns(3)
 c1.metric("MLM loss of this sentence", f"{predictions.mean_loss:.3f}",
           help="Mean of −log p(true token) over the selected positions: what training minimises. It depends on "
                "which tokens this one masking selected and how it corrupted them.")
 c2.metric("top-1 correct", f"{sum(p.correct for p in predictions.positions)} of {len(predictions.positions)}")
 c3.metric("mean p(true token)", f"{sum(p.true_prob for p in predictions.positions) / len(predictions.positions):.1%}")
-st.caption(f"This loss comes from **one random masking** ({len(predictions.positions)} selected position"
-           f"{'s' if len(predictions.positions) != 1 else ''}): another seed, or other clicked tokens, give another "
-           "value. For a score of the sentence itself, see the pseudo-log-likelihood below.")
-st.plotly_chart(loss_per_position_figure(predictions), key="pred_loss_fig")
+st.caption(f"This loss comes from **one masking** of the sentence — the {len(predictions.positions)} position"
+           f"{'s' if len(predictions.positions) != 1 else ''} "
+           + ("the Masking page's random draw selected" if shared_masks else "you clicked")
+           + ": another seed, or other tokens, give another value. It is one random masking's loss, not a score of "
+           "the sentence: for that, see the pseudo-log-likelihood below.")
+chart(loss_per_position_figure(predictions), "pred_loss_fig", "predictions_loss")
 try:
     st.page_link("pages/losses.py", label="How this loss is computed, and its variants: the Loss page", icon="📉")
 except Exception:  # the Loss page is not registered (yet)
@@ -333,9 +347,10 @@ if pll is not None and pll[0] == pll_key:
     c1.metric("PLL (nats)", f"{score.total:.2f}", help="Σ log p(true token), each token masked alone.")
     c2.metric("−PLL / N", f"{score.mean_loss:.3f}", help=f"N = {len(score.positions)} tokens ([CLS]/[SEP] left out).")
     c3.metric("pseudo-perplexity", f"{score.pseudo_perplexity:.1f}", help="exp(−PLL / N).")
-    st.dataframe(pd.DataFrame({"position": score.positions, "token": score.tokens,
-                               "log p (token masked alone)": [round(v, 3) for v in score.log_probs]}),
-                 hide_index=True, width="stretch")
+    with st.expander("Every token's log p, masked alone"):
+        st.dataframe(pd.DataFrame({"position": score.positions, "token": score.tokens,
+                                   "log p (token masked alone)": [round(v, 3) for v in score.log_probs]}),
+                     hide_index=True, width="stretch")
 
 # --------------------------------------------------------------------------- [MASK] vs random vs unchanged
 st.subheader("[MASK] vs random vs unchanged")
@@ -371,8 +386,7 @@ corpus = st.session_state.get("pred_corpus")
 if corpus is not None and corpus[:3] == (settings.model_name, settings.seed, n_sentences):
     summary = summarize_by_decision(corpus[3])
     st.markdown(decision_comparison_text(summary, n_sentences))
-    st.plotly_chart(decision_comparison_figure(corpus[3], height=460 if settings.presenter else 380),
-                    key="pred_corpus_fig")
+    chart(decision_comparison_figure(corpus[3]), "pred_corpus_fig", "predictions_by_decision", height=380)
     st.dataframe(pd.DataFrame(summary).round(4), hide_index=True, width="stretch")
 
 # --------------------------------------------------------------------------- several masks at once
