@@ -497,6 +497,24 @@ def chart_height(default: int = 450) -> int:
     return int(default)
 
 
+PRESENTER_CHART_FONT_PX = 20  # ticks, axis titles, legends and bar labels in presenter view
+PRESENTER_CHART_TITLE_PX = 26
+
+
+def room_figure(fig):
+    """``fig`` with fonts a room can read in presenter view (every tick, label and title), else as it is.
+
+    ``st.plotly_chart(ui.room_figure(fig), ...)``: the figure builders stay free of UI settings.
+    """
+    if st.session_state.get(KEYS.presenter):
+        size = PRESENTER_CHART_FONT_PX
+        fig.update_layout(font=dict(size=size), title=dict(font=dict(size=PRESENTER_CHART_TITLE_PX)),
+                          legend=dict(font=dict(size=size)), hoverlabel=dict(font=dict(size=size)))
+        fig.update_xaxes(automargin=True, title_font=dict(size=size), tickfont=dict(size=size))
+        fig.update_yaxes(automargin=True, title_font=dict(size=size), tickfont=dict(size=size))
+    return fig
+
+
 def plotly_config(filename: str) -> dict:
     """``st.plotly_chart(fig, config=ui.plotly_config("masking_counts"))``: the camera button saves a PNG.
 

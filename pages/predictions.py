@@ -54,17 +54,15 @@ FILL_VIEWS = ("side by side", "independent", "easy_first", "mask_predict")
 PLL_KEY = "pred_pll"  # (model, ids) -> PseudoLogLikelihood, computed on request
 
 settings = ui.page_setup("🔮 Predictions: what the model guesses")
-PRESENTER_FONT = 18  # chart text readable from the back of a room
 
 
 def chart(figure, key: str, name: str, height: int | None = None) -> None:
     """A figure with a PNG export name; in presenter view taller and in large type."""
     if height is not None or settings.presenter:
         figure.update_layout(height=ui.chart_height(height or figure.layout.height or 450))
-    if settings.presenter:
-        figure.update_layout(font=dict(size=PRESENTER_FONT))
-        figure.update_annotations(font_size=PRESENTER_FONT)
-    st.plotly_chart(figure, key=key, config=ui.plotly_config(name))
+    if settings.presenter:  # subplot titles are annotations: room_figure leaves them
+        figure.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
+    st.plotly_chart(ui.room_figure(figure), key=key, config=ui.plotly_config(name))
 st.markdown(
     "The model sees the **corrupted** sentence and must predict the **original** token at every "
     "selected position: at `[MASK]`, at a random replacement, and at a token left unchanged. "

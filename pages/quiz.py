@@ -251,10 +251,9 @@ def guess_quiz() -> None:
                    "(trained) in the sidebar for real predictions.")
     figure = topk_figure(predictions)
     figure.update_layout(height=ui.chart_height(figure.layout.height or 450))
-    if settings.presenter:  # large type for the room
-        figure.update_layout(font=dict(size=18))
-        figure.update_annotations(font_size=18)
-    st.plotly_chart(figure, key="quiz_topk_fig", config=ui.plotly_config("quiz_model_guesses"))
+    if settings.presenter:  # subplot titles are annotations: room_figure leaves them
+        figure.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
+    st.plotly_chart(ui.room_figure(figure), key="quiz_topk_fig", config=ui.plotly_config("quiz_model_guesses"))
     masking_page_button()
 
 

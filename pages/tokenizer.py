@@ -249,10 +249,10 @@ for family, label, tokenizer, t, key in vocabs:
 height = 520 if settings.presenter else 380
 def chart(figure, key: str, name: str) -> None:
     """A figure with a PNG export name; in presenter view taller and in large type."""
-    if settings.presenter:
-        figure.update_layout(height=ui.chart_height(figure.layout.height or 450), font=dict(size=18))
-        figure.update_annotations(font_size=18)
-    st.plotly_chart(figure, key=key, config=ui.plotly_config(name))
+    if settings.presenter:  # subplot titles are annotations: room_figure leaves them
+        figure.update_layout(height=ui.chart_height(figure.layout.height or 450))
+        figure.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
+    st.plotly_chart(ui.room_figure(figure), key=key, config=ui.plotly_config(name))
 
 
 chart(split_metrics_figure(rows, height=height), "tokenizer_split_fig", "tokenizer_split_words")

@@ -30,6 +30,13 @@ def _families(rows: Sequence[dict]) -> list[str]:
     return seen
 
 
+_NICE_SIZES = (100, 250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 30_000, 50_000, 100_000)
+
+
+def _size_text(v: int) -> str:
+    return f"{v // 1000}k" if v >= 1000 and v % 1000 == 0 else str(v)
+
+
 def split_metrics_figure(rows: Sequence[dict], height: int = 380) -> go.Figure:
     """Tokens per word, split-word share and [UNK] rate against vocabulary size (log x).
 
@@ -61,9 +68,14 @@ def split_metrics_figure(rows: Sequence[dict], height: int = 380) -> go.Figure:
                 row=1,
                 col=col,
             )
+    sizes = [r["vocab_size"] for r in rows] or [1]
+    low, high = min(sizes), max(sizes)
     for col, (key, _, fmt) in enumerate(panels, start=1):
         top = max((r[key] for r in rows), default=0.0)
-        fig.update_xaxes(type="log", title_text="vocabulary size V", row=1, col=col)
+        # Plain ticks (250, 1k, 30k): plotly's default log ticks read "2 5 1000 2 5".
+        ticks = [v for v in _NICE_SIZES if low / 2 <= v <= high * 2] or [low, high]
+        fig.update_xaxes(type="log", title_text="vocabulary size V", tickvals=ticks,
+                         ticktext=[_size_text(v) for v in ticks], row=1, col=col)
         # A share that is 0 everywhere ([UNK] on English text) still gets a readable small axis.
         fig.update_yaxes(tickformat=fmt or "", range=[0, max(top * 1.15, 0.01 if fmt else 1.0)], row=1, col=col)
     fig.update_layout(
