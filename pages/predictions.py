@@ -186,7 +186,7 @@ def typed_blank_lesson(tokens: list[str], encoded, blanks: list[int]) -> None:
     st.subheader("What the model sees")
     ui.token_chips(tokens, ["MASK" if i in blanks else "NOT_SELECTED" for i in range(len(tokens))])
     st.subheader("Its guesses at your blanks")
-    chart(topk_figure(found, bar_height=32 if settings.presenter else 22), "pred_topk_fig", "predictions_blanks")
+    chart(topk_figure(found, bar_height=36 if settings.presenter else 22), "pred_topk_fig", "predictions_blanks")
     if len(blanks) > 1:
         fill_lesson(tokens, encoded.input_ids[0], encoded.attention_mask[0], blanks[:MAX_FILL])
 
@@ -300,7 +300,7 @@ ui.decision_legend()
 
 # --------------------------------------------------------------------------- the guesses
 st.subheader("Its guesses, position by position")
-chart(topk_figure(predictions, bar_height=32 if settings.presenter else 22), "pred_topk_fig", "predictions_topk")
+chart(topk_figure(predictions, bar_height=36 if settings.presenter else 22), "pred_topk_fig", "predictions_topk")
 c1, c2, c3 = st.columns(3)
 c1.metric("MLM loss of this sentence", f"{predictions.mean_loss:.3f}",
           help="Mean of −log p(true token) over the selected positions: what training minimises. It depends on "

@@ -249,7 +249,7 @@ def guess_quiz() -> None:
     if about.get("trained") is False:
         st.warning("This model's prediction head is untrained: its guesses are noise. Pick the bundled default "
                    "(trained) in the sidebar for real predictions.")
-    figure = topk_figure(predictions)
+    figure = topk_figure(predictions, bar_height=36 if settings.presenter else 22)
     figure.update_layout(height=ui.chart_height(figure.layout.height or 450))
     if settings.presenter:  # subplot titles are annotations: room_figure leaves them
         figure.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
