@@ -74,8 +74,13 @@ def _ensure_app_navigation() -> None:
         st.rerun()
 
 
-def page_setup(title: str) -> Settings:
-    """Shared defaults, the sidebar and the page title; returns the settings every page uses."""
+def page_setup(title: str, private: tuple[str, ...] = ()) -> Settings:
+    """Shared defaults, the sidebar and the page title; returns the settings every page uses.
+
+    ``private``: link fields this page keeps out of its address and share link (the Quiz keeps
+    ``sentence`` out: the address would give its answers away). They stay in the session.
+    """
+    _RUN.private = frozenset(private)
     _ensure_app_navigation()
     state = st.session_state
     _restore_left_widgets()  # classroom: sidebar and page widgets lose their values on a page switch
@@ -385,10 +390,11 @@ def _read_and_sync_link(page_fields=()) -> tuple[str, ...]:
 
 def _write_query_params(params: dict[str, str], fields) -> None:
     """Set our parameters in the URL (only when they changed), leaving any others alone."""
+    private = getattr(_RUN, "private", frozenset())
     try:
         query = st.query_params
         for f in fields:
-            want = params.get(f.name)
+            want = None if f.name in private else params.get(f.name)
             have = query.get_all(f.name) if f.name in query else []
             if want is None and have:
                 del query[f.name]
@@ -448,7 +454,9 @@ def share_url() -> str:
     from mlm_core import classroom
 
     link = _link_state()
-    query = urlencode(classroom.encode(link["values"], list(link["fields"].values())))
+    private = getattr(_RUN, "private", frozenset())
+    query = urlencode({name: value for name, value in classroom.encode(
+        link["values"], list(link["fields"].values())).items() if name not in private})
     base = _base_url()
     return f"{base}?{query}" if query else (base or "?")
 

@@ -33,6 +33,7 @@ from mlm_core.losses import (
     token_frequency_weights,
     weight_curve_rows,
 )
+from mlm_core.nsp import AFTER_BERT as NSP_AFTER_BERT
 from mlm_core.nsp import combined_loss_on_pairs, is_next_probabilities, train_nsp_head
 
 BATCH_SENTENCES = 8  # one small batch: every number on the page comes from it
@@ -203,6 +204,7 @@ st.markdown(
     "has no trained NSP head, so we add one (pooler + classifier, through Hugging Face's "
     "`BertPreTrainingHeads`) and train it here, with the encoder frozen."
 )
+st.caption(NSP_AFTER_BERT)
 nsp_signature = (settings.model_name, settings.seed)
 if st.button(f"Train the NSP head ({NSP_STEPS} steps)", key="loss_nsp_button"):
     progress = st.progress(0.0, text="Starting…")
@@ -240,8 +242,6 @@ if nsp and nsp["signature"] == nsp_signature:
     c1.metric("MLM loss", f"{combined['mlm_loss']:.3f}", help=f"over {combined['selected']} selected tokens")
     c2.metric("NSP loss", f"{combined['nsp_loss']:.3f}")
     c3.metric("total", f"{combined['total']:.3f}", help="MLM weight × MLM + NSP weight × NSP (BERT: 1 and 1)")
-    st.caption("Later models (RoBERTa) dropped NSP: it turned out to help little once MLM had long, "
-               "contiguous text.")
 else:
     st.caption("Press the button: a few dozen steps on workshop-corpus pairs, accuracy rising from chance.")
 
