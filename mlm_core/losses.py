@@ -732,6 +732,15 @@ def sampled_softmax_sweep(
     return rows
 
 
+def sweep_table(rows: Sequence[dict]) -> list[dict]:
+    """The sweep as a table for people: one row per (K, correction), 4 significant digits."""
+    return [{"K": r["K"], "correction": r["label"], "loss": significant(r["loss"]),
+             "std over draws": significant(r["loss_std"]), "full loss": significant(r["full_loss"]),
+             "bias": significant(r["bias"]), "bias (% of full)": significant(100 * r["rel_bias"], 3),
+             "gradient cosine": significant(r["grad_cosine"]), "time (ms)": significant(r["time_ms"], 3),
+             "time / full": significant(r["time_ratio"], 3)} for r in rows]
+
+
 def reaches_full_loss(row: dict, tolerance: float = 1e-4) -> bool:
     """True when a sweep row equals the full loss (every draw within ``tolerance`` relative, cosine 1)."""
     scale = max(1.0, abs(row["full_loss"]))
@@ -1047,6 +1056,16 @@ def sampled_softmax_check(model, tokenizer, sentences: Sequence[str], *, num_sen
             "meets_target": abs(row["rel_bias"]) <= max_rel_error and row["grad_cosine"] >= min_cosine}
 
 
+def significant(value: float, digits: int = 4) -> float:
+    """``value`` rounded to ``digits`` significant digits, still a number (for tables that sort).
+
+    >>> significant(3.3185198307037354), significant(0.000123456)
+    (3.319, 0.0001235)
+    """
+    x = float(value)
+    return x if not math.isfinite(x) or x == 0 else float(f"{x:.{digits}g}")
+
+
 def readable(value, digits: int = 4) -> str:
     """A number for people: ``digits`` significant digits, thousands separators, NaN as "NaN".
 
@@ -1082,7 +1101,7 @@ def per_token_table(outputs: dict[str, LossOutput], tokens: Sequence[str], decis
             for t, d in zip(tokens, decisions)]
     for variant, out in outputs.items():
         for row, value in zip(rows, out.per_token.detach().tolist()):
-            row[variant] = value
+            row[variant] = significant(value)
     return rows
 
 

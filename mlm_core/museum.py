@@ -122,7 +122,8 @@ def special_ids_hardcoded(batch: LossBatch) -> Exhibit:
     exposed_wrong = int((special & ~buggy_mask).sum())
     exposed_right = int((special & ~right_mask).sum())
     buggy = mask_tokens(ids, buggy_mask.long(), batch.config, mask_token_id=batch.mask_id,
-                        vocab_size=batch.vocab_size, generator=batch.generator(1), trace=False)
+                        vocab_size=batch.vocab_size, generator=batch.generator(1), word_ids=batch.encoded.word_ids,
+                        attention_mask=batch.attention_mask, trace=False)
     exposed_tokens = sorted(set(batch.tokenizer.convert_ids_to_tokens(ids[special & ~buggy_mask].tolist())))
     return Exhibit(
         "Special tokens hard-coded as ids 0 and 1", exposed_wrong, exposed_right, "special tokens open to masking",
@@ -372,7 +373,8 @@ def in_place_masking(batch: LossBatch) -> Exhibit:
     mask_labels = int((labels_after == batch.mask_id).sum())
     kept = original.clone()
     mask_tokens(kept, batch.encoded.special_tokens_mask, batch.config, mask_token_id=batch.mask_id,
-                vocab_size=batch.vocab_size, generator=batch.generator(9), special_ids=special_ids(batch.tokenizer))
+                vocab_size=batch.vocab_size, generator=batch.generator(9), special_ids=special_ids(batch.tokenizer),
+                word_ids=batch.encoded.word_ids, attention_mask=batch.attention_mask, trace=False)
     return Exhibit(
         "Masking that edits the caller's original_ids", corrupted, int((kept != original).sum()),
         "original tokens overwritten",

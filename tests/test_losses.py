@@ -235,14 +235,14 @@ def _exact_inclusion(q, K):
 
 def test_inclusion_probabilities_match_counted_draws():
     """Without replacement, π_k has no closed form for unequal q. Exact values by enumeration (V = 6,
-    K = 3) against (a) the share of 40,000 draws that contain k and (b) the mean over draws of the
+    K = 3) against (a) the share of 20,000 draws that contain k and (b) the mean over draws of the
     inclusion probability the estimate divides by (given the other classes' draws). Tolerance: 4
     standard errors of each Monte-Carlo mean."""
     q = torch.tensor([0.45, 0.25, 0.15, 0.08, 0.05, 0.02], dtype=torch.float64)
     exact = _exact_inclusion(q, 3)
     assert abs(float(exact.sum()) - 3) < 1e-9
     g = torch.Generator().manual_seed(0)
-    N = 40_000
+    N = 20_000
     hits = torch.zeros(6, dtype=torch.float64)
     given = torch.zeros(N, 6, dtype=torch.float64)
     for n in range(N):
@@ -261,11 +261,27 @@ def test_inclusion_probabilities_match_counted_draws():
     assert 3 * q[0] > 1 >= exact[0]
 
 
+def test_importance_weights_are_unbiased_without_replacement():
+    """What the estimate needs: each sampled class divided by its expected count gives, for every
+    class j, E[1(j sampled) / E[count_j]] = 1. Skewed proposal (log-uniform over V = 6), K = 3
+    distinct draws, 20,000 draws through sampled_softmax_loss itself; tolerance 4 standard errors."""
+    V, K, N = 6, 3, 20_000
+    hidden, weight, bias, targets = torch.zeros(1, 2), torch.zeros(V, 2), torch.zeros(V), torch.tensor([0])
+    g = torch.Generator().manual_seed(0)
+    weights = torch.zeros(N, V, dtype=torch.float64)
+    for n in range(N):
+        d = sampled_softmax_loss(hidden, weight, bias, targets, num_sampled=K, sampler="log_uniform",
+                                 replacement=False, logq_correction=True, logq_on_true=False, generator=g).diagnostics
+        weights[n, d["sampled_ids"]] = torch.exp(-d["log_expected_sampled"].double())
+    mean, se = weights.mean(0), weights.std(0) / math.sqrt(N)
+    assert ((mean - 1).abs() <= 4 * se).all(), (mean, se)
+
+
 def test_draw_negatives_law_matches_torch_multinomial():
     """The exponential race draws the same law as torch.multinomial without replacement."""
     q = torch.tensor([0.5, 0.2, 0.2, 0.1], dtype=torch.float64)
     g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
-    N = 20_000
+    N = 10_000
     ours, theirs = torch.zeros(4), torch.zeros(4)
     for _ in range(N):
         ours[draw_negatives(q, 2, False, g1).ids[0]] += 1  # the first class drawn: P = q
