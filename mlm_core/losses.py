@@ -764,6 +764,9 @@ def sweep_summary(rows: Sequence[dict], vocab_size: int | None = None) -> list[s
                 f"{readable(first['grad_cosine'], 3)}); at {at} ({last['K']:,} draws {how} replacement), ")
         if reaches_full_loss(last):
             text += "exactly the full loss: every class is a candidate, each expected once (π = 1)."
+        elif abs(last["rel_bias"]) < 0.01 and last["grad_cosine"] > 0.99:
+            text += (f"{readable(last['loss'])} (bias {last['rel_bias']:+.1%}, gradient cosine "
+                     f"{readable(last['grad_cosine'], 3)}): close to the full loss, not equal to it.")
         else:
             text += (f"{readable(last['loss'])} (bias {last['rel_bias']:+.1%}, gradient cosine "
                      f"{readable(last['grad_cosine'], 3)}): not the full loss.")
