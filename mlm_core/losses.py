@@ -237,10 +237,12 @@ CORRECTIONS = {
     "none": (False, False),
 }
 CORRECTION_LABELS = {
-    "importance": "importance sampling: log Q on the negatives",
-    "tensorflow": "TensorFlow: log Q on every logit",
-    "none": "no log Q",
+    "importance": "importance sampling (log Q on the negatives)",
+    "tensorflow": "TensorFlow (log Q on every logit)",
+    "none": "no correction",
 }
+CORRECTION_SHORT = {"importance": "importance sampling", "tensorflow": "TensorFlow (log Q on every logit)",
+                    "none": "no correction"}  # for narrow widgets
 
 
 def correction_name(logq_correction: bool, logq_on_true: bool) -> str:
@@ -734,11 +736,10 @@ def sampled_softmax_sweep(
 
 def sweep_table(rows: Sequence[dict]) -> list[dict]:
     """The sweep as a table for people: one row per (K, correction), 4 significant digits."""
-    return [{"K": r["K"], "correction": r["label"], "loss": significant(r["loss"]),
-             "std over draws": significant(r["loss_std"]), "full loss": significant(r["full_loss"]),
-             "bias": significant(r["bias"]), "bias (% of full)": significant(100 * r["rel_bias"], 3),
-             "gradient cosine": significant(r["grad_cosine"]), "time (ms)": significant(r["time_ms"], 3),
-             "time / full": significant(r["time_ratio"], 3)} for r in rows]
+    return [{"K": r["K"], "correction": CORRECTION_SHORT[r["correction"]], "loss": significant(r["loss"]),
+             "± std": significant(r["loss_std"], 3), "full": significant(r["full_loss"]),
+             "bias %": significant(100 * r["rel_bias"], 3), "grad cosine": significant(r["grad_cosine"]),
+             "ms": significant(r["time_ms"], 3), "× full time": significant(r["time_ratio"], 3)} for r in rows]
 
 
 def reaches_full_loss(row: dict, tolerance: float = 1e-4) -> bool:

@@ -217,8 +217,8 @@ def weighted_mean(batch: LossBatch) -> Exhibit:
         {"mean weight of this batch's targets": mean_w,
          "F.cross_entropy(weight=w)": F.cross_entropy(logits, targets, weight=weights).item() if len(targets) else 0.0},
         key="weighted_mean",
-        wrong_code="loss = (w[labels] * F.cross_entropy(logits, labels, reduction='none')).mean()",
-        right_code="loss = (w[labels] * ce).sum() / w[labels].sum()   # = F.cross_entropy(logits, labels, weight=w)",
+        wrong_code="loss = (w[targets] * F.cross_entropy(logits, targets, reduction='none')).mean()   # targets: labels[selected]",
+        right_code="loss = (w[targets] * ce).sum() / w[targets].sum()   # = F.cross_entropy(logits, targets, weight=w)",
         labels=("(w·CE).mean()", "Σ w·CE / Σ w"),
         also={FULL_LOSS: _full_loss(batch)},
     )
@@ -237,17 +237,17 @@ def labels_never_ignored(batch: LossBatch) -> Exhibit:
     special = _special_positions(batch) & ~padding
     selected = batch.labels != IGNORE_INDEX
     copying = ~selected & ~special & ~padding
-    parts = {"selected tokens (the correct loss)": selected, "unselected tokens: copying the input": copying,
-             "[CLS] / [SEP]": special, "padding": padding}
+    parts = {"selected: the right loss": selected, "unselected: copying": copying, "[CLS] / [SEP]": special,
+             "padding": padding}
     means = {name: float(ce[where].mean()) if bool(where.any()) else float("nan") for name, where in parts.items()}
     counts = {name: int(where.sum()) for name, where in parts.items()}
     total = float(ce.sum())
     useless = float(ce[special | padding].sum()) / total if total else float("nan")
     side = "above" if wrong > right else "below"
-    why = (f"The buggy loss averages four kinds of targets: the {counts['selected tokens (the correct loss)']} selected "
-           f"tokens ({readable(means['selected tokens (the correct loss)'])}), "
-           f"{counts['unselected tokens: copying the input']} unselected tokens the model sees in its input and only "
-           f"has to copy ({readable(means['unselected tokens: copying the input'])}), "
+    why = (f"The buggy loss averages four kinds of targets (their mean losses above): the "
+           f"{counts['selected: the right loss']} selected tokens ({readable(means['selected: the right loss'])}), "
+           f"{counts['unselected: copying']} unselected tokens the model sees in its input and only "
+           f"has to copy ({readable(means['unselected: copying'])}), "
            f"{counts['[CLS] / [SEP]']} [CLS]/[SEP] ({readable(means['[CLS] / [SEP]'])}) and "
            f"{counts['padding']} padding positions ({readable(means['padding'])}). Copying is nearly free; special "
            f"and padding targets are hard and meaningless. So the buggy number can land above or below the right "
@@ -259,7 +259,7 @@ def labels_never_ignored(batch: LossBatch) -> Exhibit:
         key="labels_never_ignored",
         wrong_code="labels = original_ids.clone()",
         right_code="labels = original_ids.clone(); labels[~selected] = -100",
-        also={f"mean loss: {name}": value for name, value in means.items()},
+        also=dict(means),  # the mean loss of each kind of target
     )
 
 

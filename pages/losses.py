@@ -18,6 +18,7 @@ from mlm_core.figures.losses import (
 )
 from mlm_core.losses import (
     CORRECTION_LABELS,
+    CORRECTION_SHORT,
     CORRECTIONS,
     LOSS_SETTINGS,
     SAMPLED_SOFTMAX,
@@ -114,7 +115,7 @@ def loss_controls() -> LossSettings:
         st.markdown("**Options**")
         correction = st.selectbox(
             "Correction", list(CORRECTIONS), index=list(CORRECTIONS).index(SAMPLED_SOFTMAX.correction),
-            key="loss_logq", format_func=CORRECTION_LABELS.get,
+            key="loss_logq", format_func=CORRECTION_SHORT.get,
             help="log Q = log of a class's expected count among the K draws. Importance sampling subtracts it "
                  "from the sampled logits only: an estimate of the full loss. TensorFlow's sampled_softmax_loss "
                  "subtracts it from every logit, the true one included: the loss of picking the target among "

@@ -101,15 +101,14 @@ def test_labels_never_ignored_shows_its_parts(batch, exhibits):
     """The buggy loss is the count-weighted mean of its parts: selected (= the right loss), copying,
     [CLS]/[SEP] and padding, each shown separately."""
     e = exhibits["labels_never_ignored"]
-    means = {k.removeprefix("mean loss: "): v for k, v in e.also.items()}
+    means = dict(e.also)
     counts = {k.removeprefix("positions: "): v for k, v in e.details.items()}
-    assert set(means) == set(counts) == {"selected tokens (the correct loss)", "unselected tokens: copying the input",
-                                         "[CLS] / [SEP]", "padding"}
+    assert set(means) == set(counts) == {"selected: the right loss", "unselected: copying", "[CLS] / [SEP]", "padding"}
     assert sum(counts.values()) == batch.original_ids.numel()
     assert counts["[CLS] / [SEP]"] == 2 * len(TEXTS) and counts["padding"] == int((batch.attention_mask == 0).sum())
     mixed = sum(counts[k] * means[k] for k in means if counts[k]) / sum(counts.values())
     assert abs(mixed - e.wrong_value) < 1e-4
-    assert abs(means["selected tokens (the correct loss)"] - e.right_value) < 1e-4
+    assert abs(means["selected: the right loss"] - e.right_value) < 1e-4
     assert ("above" if e.wrong_value > e.right_value else "below") in e.why
 
 
