@@ -134,7 +134,8 @@ def special_ids_hardcoded(batch: LossBatch) -> Exhibit:
          "special tokens selected (correct)": int((batch.result.selected & special).sum())},
         key="special_ids_hardcoded",
         wrong_code="special_tokens_mask = torch.isin(original_ids, torch.tensor([0, 1]))",
-        right_code="special_tokens_mask = tokenizer(..., return_special_tokens_mask=True)['special_tokens_mask']",
+        right_code=("encoded = tokenizer(texts, return_special_tokens_mask=True)\n"
+                    "special_tokens_mask = encoded['special_tokens_mask']"),
     )
 
 

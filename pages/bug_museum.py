@@ -64,11 +64,12 @@ def _number(value: float, unit: str) -> str:
 def show_exhibit(number: int, exhibit) -> None:
     with st.container(border=True):
         st.markdown(f"#### {number}. {exhibit.title}")
+        st.caption(f"Measured on this batch: {exhibit.unit}")
         wrong_label, right_label = exhibit.labels
         buggy = wrong_label == "buggy code"
         c1, c2 = st.columns(2)
-        c1.metric(f"{'❌ ' if buggy else ''}{wrong_label} · {exhibit.unit}", _number(exhibit.wrong_value, exhibit.unit))
-        c2.metric(f"{'✅ ' if buggy else ''}{right_label} · {exhibit.unit}", _number(exhibit.right_value, exhibit.unit))
+        c1.metric(f"{'❌ ' if buggy else ''}{wrong_label}", _number(exhibit.wrong_value, exhibit.unit))
+        c2.metric(f"{'✅ ' if buggy else ''}{right_label}", _number(exhibit.right_value, exhibit.unit))
         if exhibit.also:
             columns = st.columns(len(exhibit.also))
             for column, (name, value) in zip(columns, exhibit.also.items()):

@@ -122,8 +122,8 @@ def loss_controls() -> LossSettings:
                  "the candidates. The sentence under the numbers gives each one's value on this batch.")
         hits = st.toggle("Remove accidental hits", SAMPLED_SOFTMAX.remove_accidental_hits, key="loss_hits",
                          help="A sampled id equal to the target would count the true class twice.")
-        replacement = st.toggle("Sample with replacement", SAMPLED_SOFTMAX.replacement, key="loss_replacement",
-                                help="Off (the default, as TensorFlow's samplers): K distinct classes.")
+        replacement = st.toggle("With replacement", SAMPLED_SOFTMAX.replacement, key="loss_replacement",
+                                help="Sample with replacement. Off (the default, as TensorFlow's samplers): K distinct classes.")
     sampled = SampledSoftmaxConfig(num_sampled=int(num_sampled), sampler=sampler, replacement=replacement,
                                    correction=correction, remove_accidental_hits=hits)
     return LossSettings(scheme=scheme, smoothing=float(smoothing), sampled=sampled)
@@ -153,8 +153,8 @@ c2.metric("weighted", readable(values["weighted"]), f"{values['weighted'] - valu
           delta_color="off", help="Σ w[y]·loss / Σ w[y], as F.cross_entropy(weight=w)")
 c3.metric("sampled", readable(values["sampled"]), f"{values['sampled'] - values['full']:+.3g} vs full",
           delta_color="off", help=CORRECTION_LABELS[options.sampled.correction])
-c4.metric("gradient cosine, sampled vs full", readable(sampled_diag["grad_cosine"], 3),
-          help="Cosine between the two gradients with respect to the hidden states: the direction the encoder "
+c4.metric("gradient cosine", readable(sampled_diag["grad_cosine"], 3),
+          help="Sampled vs full: the cosine between the two gradients with respect to the hidden states: the direction the encoder "
                f"is pushed. {sampled_diag['num_hits']} accidental hits removed; {sampled_diag['unique_sampled']} "
                f"distinct ids among the K = {sampled_diag['K']} draws.")
 for sentence in loss_sentences(outputs, options).values():

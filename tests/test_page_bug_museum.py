@@ -84,8 +84,7 @@ def test_museum_shows_the_loss_pages_numbers(apptest, monkeypatch):
     assert any("whole word masking, p = 30%" in c.value for c in loss.caption)
     assert any("whole word, p = 30%" in c.value for c in museum.caption)
     full = _metric(loss, "full softmax")
-    assert _metric(museum, "✅ correct code · loss") == _metric(museum, "✅ correct code · loss")
-    correct = [m.value for m in museum.metric if m.label.startswith("✅ correct code · loss")]
+    correct = [m.value for m in museum.metric if m.label == "✅ correct code"]
     assert full in correct  # loss only at [MASK], labels never ignored, wrong ignore index
     assert _metric(museum, "Σ w·CE / Σ w") == _metric(loss, "weighted")
     assert _metric(loss, "sampled") in correct  # the two sampled-softmax exhibits
