@@ -37,6 +37,7 @@ from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, mask_tokens
 
 REPEATS = 200  # copies of the batch for the exhibit that needs a share, not a single draw
 FULL_LOSS = "full softmax loss"  # the key of the reference number in Exhibit.also
+COSINE_BUGGY, COSINE_CORRECT = "cosine: buggy", "cosine: correct"  # gradient cosines with the full loss's
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,8 @@ def _sampled_comparison(batch: LossBatch, wrong_fn, outputs) -> tuple[float, flo
         wrong = float(wrong_fn(batch.hidden, negatives)) if len(batch.targets) else float("nan")
     also = {
         FULL_LOSS: float(outputs["full"].loss),
-        "gradient cosine with the full loss, buggy": _hidden_cosine(batch, lambda h: wrong_fn(h, negatives)),
-        "gradient cosine with the full loss, correct": sampled.diagnostics["grad_cosine"],
+        COSINE_BUGGY: _hidden_cosine(batch, lambda h: wrong_fn(h, negatives)),
+        COSINE_CORRECT: sampled.diagnostics["grad_cosine"],
     }
     return wrong, float(sampled.loss), also
 
@@ -183,7 +184,7 @@ def sampled_without_true_class(batch: LossBatch) -> Exhibit:
         "Negative sampling without the true class", wrong, right, "loss (nats)",
         f"The candidate set must be [true class, K negatives] with the label pointing at the true class; "
         f"without it the model is trained to predict whichever negative came first, and its gradient has "
-        f"nothing to do with the full loss's (cosine {readable(also['gradient cosine with the full loss, buggy'], 3)}). "
+        f"nothing to do with the full loss's (cosine {readable(also[COSINE_BUGGY], 3)}). "
         f"The correct number is the Loss page's sampled estimate of the full loss (same batch, same K = {k} "
         f"negatives), beside the full loss it estimates.",
         {"K": k, "first negative": batch.tokenizer.convert_ids_to_tokens([int(negatives.ids[0])])[0]},
@@ -412,7 +413,7 @@ def negatives_over_positions(batch: LossBatch) -> Exhibit:
         f"Sampling from the {T} positions of the sequence gives ids 0..{T - 1}, which in BERT's vocabulary are "
         f"[PAD] and [unused] tokens the model never predicts: the negatives are trivially easy, the loss looks "
         f"far too good, and the gradient barely follows the full loss's "
-        f"(cosine {readable(also['gradient cosine with the full loss, buggy'], 3)}). The correct number draws K = {k} "
+        f"(cosine {readable(also[COSINE_BUGGY], 3)}). The correct number draws K = {k} "
         f"negatives over the vocabulary and estimates the full loss (the Loss page's sampled value).",
         {"negatives (buggy)": ", ".join(names), "K": k},
         key="negatives_over_positions",

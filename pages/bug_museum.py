@@ -73,7 +73,9 @@ def show_exhibit(number: int, exhibit) -> None:
         if exhibit.also:
             columns = st.columns(len(exhibit.also))
             for column, (name, value) in zip(columns, exhibit.also.items()):
-                column.metric(name, readable(value, 3 if "cosine" in name else 4))
+                column.metric(name, readable(value, 3 if "cosine" in name else 4),
+                              help="Cosine between this loss's gradient with respect to the hidden states and the "
+                                   "full loss's: 1 = the same direction." if "cosine" in name else None)
         st.markdown(exhibit.why)
         st.code(f"# {'❌ buggy' if buggy else wrong_label}\n{exhibit.wrong_code}\n"
                 f"# {'✅ correct' if buggy else right_label}\n{exhibit.right_code}", language="python")

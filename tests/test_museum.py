@@ -21,6 +21,8 @@ from mlm_core.losses import (
 )
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig
 from mlm_core.museum import (
+    COSINE_BUGGY,
+    COSINE_CORRECT,
     EXHIBITS,
     FULL_LOSS,
     AuditCheck,
@@ -88,13 +90,13 @@ def test_sampled_exhibits_show_full_loss_and_cosines(batch, exhibits):
     outputs = batch_losses(batch)
     for key in ("sampled_without_true_class", "negatives_over_positions"):
         e = exhibits[key]
-        buggy = e.also["gradient cosine with the full loss, buggy"]
-        correct = e.also["gradient cosine with the full loss, correct"]
+        buggy = e.also[COSINE_BUGGY]
+        correct = e.also[COSINE_CORRECT]
         assert correct == outputs["sampled"].diagnostics["grad_cosine"]
         assert -1 <= buggy <= 1 and correct > buggy
         assert abs(e.right_value - e.also[FULL_LOSS]) < abs(e.wrong_value - e.also[FULL_LOSS])
     # Without the true class the gradient has nothing to do with the full loss's.
-    assert abs(exhibits["sampled_without_true_class"].also["gradient cosine with the full loss, buggy"]) < 0.3
+    assert abs(exhibits["sampled_without_true_class"].also[COSINE_BUGGY]) < 0.3
 
 
 def test_labels_never_ignored_shows_its_parts(batch, exhibits):
