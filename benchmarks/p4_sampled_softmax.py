@@ -38,11 +38,9 @@ def training_corpora() -> dict[str, list[str]]:
     from mlm_core import bundled
 
     corpora = {"workshop": bundled.workshop_sentences()}
-    extra = getattr(bundled, "corpus_sentences", None)  # more bundled corpora, where the build has them
-    names = getattr(bundled, "CORPORA", ())
-    for name in names:
-        if name not in corpora and extra is not None:
-            corpora[name] = extra(name)
+    gazetteer = getattr(bundled, "gazetteer", None)  # the Training page's corpus (Veldoria), once merged
+    if gazetteer is not None:
+        corpora["veldoria"] = gazetteer().sentences
     return corpora
 
 
