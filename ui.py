@@ -188,6 +188,25 @@ def cached_tiny_for_vocab(_vocab, vocab_key: str):
     return load_masked_lm("tiny-random", tokenizer=_vocab.tokenizer)
 
 
+@st.cache_resource(show_spinner="Counting tokens in the workshop corpus…", max_entries=4)
+def cached_corpus_counts(model_name: str | None, vocab_size: int, _tokenizer):
+    """Token counts (V,) of the workshop corpus, the Loss and Bug museum pages' class weights and proposal."""
+    from mlm_core.bundled import workshop_sentences
+    from mlm_core.losses import token_counts
+
+    return token_counts(_tokenizer, workshop_sentences(), vocab_size)
+
+
+def shared_masking_config():
+    """The masking rule the learner set (Masking page or shared link); BERT's defaults if it cannot be used."""
+    from mlm_core import classroom
+
+    try:
+        return classroom.masking_config(sync_query_params())
+    except MLMLabError:
+        return classroom.masking_config(classroom.defaults())
+
+
 def model_or_stop(settings: Settings):
     """(model, tokenizer) of the sidebar's model, or a clear message and the end of this page run."""
     try:

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from mlm_core.errors import InputError
+from mlm_core.losses import SAMPLED_SOFTMAX
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
 
 # The choices a learner can make, named once so the page, the CLI and the messages agree.
@@ -78,9 +79,9 @@ class TrainConfig:
     loss: str = "full"  # "full", "weighted" (by token frequency) or "sampled" (sampled softmax)
     weight_scheme: str = "inverse_sqrt"  # weighted loss: how a token's count becomes its weight
     weight_smoothing: float = 1.0  # weighted loss: added to every count, so unseen tokens stay finite
-    num_sampled: int = 256  # sampled softmax: K negative classes per step
-    sampler: str = "log_uniform"  # sampled softmax: which distribution the K classes come from
-    logq_correction: bool = True  # sampled softmax: subtract log Q so the estimate is (nearly) unbiased
+    num_sampled: int = SAMPLED_SOFTMAX.num_sampled  # sampled softmax: K classes per step (losses.SAMPLED_SOFTMAX)
+    sampler: str = SAMPLED_SOFTMAX.sampler  # sampled softmax: "unigram" = the training corpus' token counts
+    logq_correction: bool = SAMPLED_SOFTMAX.logq_correction  # sampled softmax: importance-sampling estimate of the full loss
     masking: MaskingConfig = field(default_factory=MaskingConfig)  # BERT's 15% with 80/10/10
     eval_every: int = 10  # steps between evaluations (one at step 0 and one at the end too)
     eval_fraction: float = 0.1  # share of the chunks held out for evaluation
