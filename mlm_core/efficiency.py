@@ -25,15 +25,17 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlm_core.errors import InputError
+from mlm_core.errors import InputError, MLMLabError
 from mlm_core.masking import IGNORE_INDEX
 
 BYTES_PER_VALUE = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -47,6 +49,56 @@ PATH_LABELS = {
 }
 LOOP_MAX_ROWS = 256  # the loop's backward costs O(M² · V) (each row's grad is a full (M, V) tensor): cap it
 STEP_SETTINGS = (("off", False), ("bf16", False), ("off", True), ("bf16", True))  # (amp, checkpointing)
+
+
+# --------------------------------------------------------------------------------------------
+# One measurement at a time: many students share one server process
+# --------------------------------------------------------------------------------------------
+
+
+class MeasurementBusyError(MLMLabError):
+    """Another session is measuring right now; the message says to try again."""
+
+
+# torch.profiler is process-wide: two profilers running at once in one process crash the
+# interpreter (torch 2.13: a segmentation fault, exit 139, every time). Every use in MLM Lab goes
+# through ``exclusive_profiler``.
+_PROFILER_LOCK = threading.Lock()
+# Timed measurements share the CPU: two at once would slow each other and both report nonsense.
+_MEASURE_LOCK = threading.Lock()
+PROFILER_WAIT_S = 120.0  # a profiled call waits this long for another one to end
+MEASURE_WAIT_S = 2.0  # a page's measurement waits this long before it says "busy"
+BUSY_MESSAGE = ("Another measurement is running on this server (perhaps another student pressed Measure): "
+                "measurements take turns so that their times stay honest. Try again in a few seconds.")
+
+
+@contextlib.contextmanager
+def exclusive_profiler(wait_s: float = PROFILER_WAIT_S) -> Iterator[None]:
+    """Hold the process-wide profiler lock; raise ``MeasurementBusyError`` after ``wait_s`` seconds.
+
+    Also refuses when a profiler that did not take this lock is already running (someone's own
+    ``torch.profiler.profile`` around the server), rather than start a second one and crash.
+    """
+    if not _PROFILER_LOCK.acquire(timeout=wait_s):
+        raise MeasurementBusyError(BUSY_MESSAGE)
+    try:
+        if torch.autograd.profiler._is_profiler_enabled:
+            raise MeasurementBusyError("A profiler is already running in this server process: memory cannot be "
+                                       "measured until it stops.")
+        yield
+    finally:
+        _PROFILER_LOCK.release()
+
+
+@contextlib.contextmanager
+def exclusive_measurement(wait_s: float = MEASURE_WAIT_S) -> Iterator[None]:
+    """One timed measurement at a time in this process; the second caller is told the server is busy."""
+    if not _MEASURE_LOCK.acquire(timeout=wait_s):
+        raise MeasurementBusyError(BUSY_MESSAGE)
+    try:
+        yield
+    finally:
+        _MEASURE_LOCK.release()
 
 
 # --------------------------------------------------------------------------------------------
@@ -97,7 +149,8 @@ def peak_memory_bytes(fn: Callable[[], Any], device: torch.device | str | None =
     peak counter, so ``fn`` runs under ``torch.profiler`` with ``profile_memory=True``, which
     records every allocation (+bytes) and free (−bytes) as an event; the peak is the largest
     running sum of those events in time order. Tensors that existed before (the weights) do not
-    count; what ``fn`` returns counts while it is alive.
+    count; what ``fn`` returns counts while it is alive. The profiler runs under
+    ``exclusive_profiler``: a second thread waits for the first (two at once would crash the process).
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
     if device.type == "cuda":
@@ -111,9 +164,10 @@ def peak_memory_bytes(fn: Callable[[], Any], device: torch.device | str | None =
         return int(peak)
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=False) as prof:
-        result = fn()
-        del result
+    with exclusive_profiler():
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=False) as prof:
+            result = fn()
+            del result
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
               and e.device_type() == torch.autograd.DeviceType.CPU]
     events.sort(key=lambda e: e.start_ns())

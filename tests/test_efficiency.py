@@ -133,3 +133,69 @@ def test_median_times_runs_each_function_round_robin():
     times = median_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, warmup=1, repeats=2)
     assert calls == ["a", "b", "a", "b", "a", "b"]
     assert set(times) == {"a", "b"} and all(len(v) == 2 and min(v) >= 0 for v in times.values())
+
+
+# ------------------------------------------------------------------ many sessions, one process (issue 16, item 1)
+TWO_PROFILERS = """
+import threading
+from mlm_core.efficiency import peak_memory_bytes
+
+def work():
+    import torch
+    x = torch.ones(10_000)
+    return float((x * 2).sum())
+
+errors = []
+def measure():
+    try:
+        for _ in range(10):
+            assert peak_memory_bytes(work) >= 80_000
+    except Exception as exc:
+        errors.append(repr(exc))
+
+threads = [threading.Thread(target=measure) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("done", errors)
+"""
+
+
+def test_two_simultaneous_memory_measurements_do_not_crash_the_process():
+    """Two threads profiling at once segfaulted the interpreter (exit 139): run it in a child process."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-c", TWO_PROFILERS], cwd=root, capture_output=True, text=True,
+                          timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "done []" in proc.stdout
+
+
+def test_a_second_measurement_is_told_the_server_is_busy():
+    import threading
+
+    from mlm_core.efficiency import MeasurementBusyError, exclusive_measurement
+
+    inside, release = threading.Event(), threading.Event()
+
+    def hold():
+        with exclusive_measurement():
+            inside.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert inside.wait(10)
+        with pytest.raises(MeasurementBusyError, match="Another measurement is running"):
+            with exclusive_measurement(wait_s=0.05):
+                pass
+    finally:
+        release.set()
+        holder.join()
+    with exclusive_measurement(wait_s=0.05):  # free again once the first one ended
+        pass
