@@ -2,9 +2,10 @@
 
 A training step of a small BERT spends most of its time in matrix multiplies. bf16 halves the
 bytes of every operand, and chips with bf16 units (GPUs since Ampere; CPUs with AVX-512 BF16 or
-AMX, such as AMD Zen 4 and Intel Sapphire Rapids) multiply bf16 about twice as fast as fp32. On
-a CPU without them PyTorch converts bf16 back to fp32 inside the kernel, and autocast's casts make
-the step *slower*. So on a CPU the choice is measured, not guessed: ``auto_amp`` times one
+AMX, such as AMD Zen 4 and Intel Sapphire Rapids) multiply bf16 about twice as fast as fp32 (this
+project's 2-core AMD EPYC with AVX-512 BF16: 2.1×). On a CPU without them there is no fast bf16
+kernel to call, a bf16 matmul can be slower than fp32, and autocast's casts come on top. So on a
+CPU the choice is measured, not guessed: ``auto_amp`` times one
 BERT-sized matmul in both dtypes (round-robin, median of several rounds, about 0.05 s), once per
 process and thread count, and picks bf16 when it is at least ``BF16_MIN_SPEEDUP`` times faster.
 

@@ -69,7 +69,8 @@ st.markdown(
     "- **per-position loop**: scores at every position, then a Python loop over the selected ones;\n"
     "- **vectorised, `ignore_index`**: scores at every position, one `cross_entropy` call that skips "
     "the unselected labels (what Hugging Face's `BertForMaskedLM(labels=...)` does);\n"
-    "- **gather before the head**: pick the selected rows first, then score only those (MLM Lab, fairseq, NVIDIA's BERT).\n\n"
+    "- **gather before the head**: pick the selected rows first, then score only those (MLM Lab; fairseq's "
+    "`RobertaLMHead` with `masked_tokens`; NVIDIA's MLPerf BERT with `--dense_seq_output`).\n\n"
     "The encoder runs once, outside the clock; each path runs the head and the loss, forward and backward."
 )
 if st.button("⏱ Measure the three loss paths", key="eff_paths_run"):
