@@ -130,12 +130,15 @@ def paired_ratio(slow: Sequence[float], fast: Sequence[float]) -> float:
 
 def median_times(fns: Mapping[str, Callable[[], Any]], *, warmup: int = 1, repeats: int = 3,
                  device: torch.device | None = None,
-                 before: Mapping[str, Callable[[], Any]] | None = None) -> dict[str, list[float]]:
+                 before: Mapping[str, Callable[[], Any]] | None = None,
+                 cpu_times: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     """Seconds per call of each function, ``repeats`` times, run round-robin after ``warmup`` rounds.
 
     Round-robin (A, B, A, B, ...) rather than A, A, ..., B, B, ...: on a shared, noisy machine a
     burst of load then hits every contender alike, so their ratio stays meaningful. ``before[name]``,
     when given, runs before each call of ``fns[name]``, outside the clock (to reset its state).
+    ``cpu_times``, when given, is filled with the process's CPU seconds per call as well: with one
+    torch thread, CPU time hardly depends on what else the machine runs (wall time does).
     """
     before = before or {}
     for _ in range(max(0, warmup)):
@@ -150,10 +153,12 @@ def median_times(fns: Mapping[str, Callable[[], Any]], *, warmup: int = 1, repea
             if name in before:
                 before[name]()
             _sync(device)
-            start = time.perf_counter()
+            cpu, start = time.process_time(), time.perf_counter()
             fn()
             _sync(device)
             times[name].append(time.perf_counter() - start)
+            if cpu_times is not None:
+                cpu_times.setdefault(name, []).append(time.process_time() - cpu)
     return times
 
 
@@ -509,6 +514,8 @@ def amp_and_checkpointing(model: nn.Module, tokenizer, *, batch_size: int = 4, s
     multiplies alone (``step_gemms``, in the setting's dtype): ``mfu`` is the step's matmul FLOPs
     per second over that matmul-only speed, i.e. matmul-alone time / step time (model FLOPs only:
     checkpointing's recomputed forward is work the model did not need, so it lowers the share).
+    ``cpu_time_ms``, ``cpu_time_x`` and ``cpu_mfu`` are the same from the process's CPU time, which a
+    busy machine disturbs far less than wall time (meaningful with one torch thread).
     """
     from mlm_core.training import TrainConfig, TrainStep
 
@@ -564,28 +571,33 @@ def amp_and_checkpointing(model: nn.Module, tokenizer, *, batch_size: int = 4, s
                                                        device=device)
             for timer in timers.values():
                 timer()  # warm-up: the first call of each product pays for its set-up
-            gemm_times: dict[tuple[str, bool], list[float]] = {key: [] for key in timers}
+            gemm_times: dict[tuple[str, bool], list[tuple[float, float]]] = {key: [] for key in timers}
             for key, timer in timers.items():
                 fns[f"gemm {key}"] = (lambda k=key, t=timer: gemm_times[k].append(t()))
-            times = median_times(fns, warmup=0, repeats=repeats, device=device, before=before)
+            cpu_times: dict[str, list[float]] = {}
+            times = median_times(fns, warmup=0, repeats=repeats, device=device, before=before, cpu_times=cpu_times)
         finally:
             del work, step
-    base = times["0"]
+    base, cpu_base = times["0"], cpu_times["0"]
     rows = []
     for i, (amp, ckpt, frozen) in enumerate(chosen):
-        t = times[str(i)]
+        t, c = times[str(i)], cpu_times[str(i)]
         row = {
             "amp": amp, "checkpointing": ckpt, "frozen": frozen, "label": step_label(amp, ckpt, frozen),
             "time_ms": median(t) * 1e3, "times_ms": [x * 1e3 for x in t], "time_x": paired_ratio(t, base),
+            "cpu_time_ms": median(c) * 1e3, "cpu_time_x": paired_ratio(c, cpu_base),
             "peak_bytes": peaks[i], "mem_x": peaks[i] / peaks[0] if peaks[0] else math.nan,
             "loss": losses[i][-1], "losses": list(losses[i]), "batch_size": batch_size, "seq_len": seq_len,
             "masked": masked,
         }
         if (amp, frozen) in gemm_times:
-            g = gemm_times[(amp, frozen)]  # one total per round, measured in the same rounds as the steps
+            # one total per round, measured in the same rounds as the steps
+            g = [w for w, _ in gemm_times[(amp, frozen)]]
+            gc = [x for _, x in gemm_times[(amp, frozen)]]
             flops = sum(x.flops for x in gemms[frozen])
             row.update(flops=flops, gemm_ms=median(g) * 1e3, achieved_gflops=flops / median(t) / 1e9,
-                       matmul_gflops=flops / median(g) / 1e9, mfu=median([a / b for a, b in zip(g, t) if b > 0]))
+                       matmul_gflops=flops / median(g) / 1e9, mfu=median([a / b for a, b in zip(g, t) if b > 0]),
+                       cpu_mfu=median([a / b for a, b in zip(gc, c) if b > 0]))
         rows.append(row)
     return rows
 
@@ -789,8 +801,9 @@ def step_gemms(config, *, batch_size: int, seq_len: int, masked: int,
 
 
 def gemm_timer(gemms: Sequence[Gemm], dtype: torch.dtype = torch.float32, *,
-               device: torch.device | str | None = None) -> Callable[[], float]:
-    """A function that runs each product once and returns the seconds they take per step (× count).
+               device: torch.device | str | None = None) -> Callable[[], tuple[float, float]]:
+    """A function that runs each product once and returns the seconds they take per step (× count):
+    (wall-clock seconds, process CPU seconds).
 
     Operands are made once, here (random, from a fixed seed); each call times only the products,
     one after another, as the step runs them. Total FLOPs over that time is this machine's matmul
@@ -808,14 +821,15 @@ def gemm_timer(gemms: Sequence[Gemm], dtype: torch.dtype = torch.float32, *,
     pairs = [(x, operand(x.m, x.k, x.batch, x.a_transposed), operand(x.k, x.n, x.batch, x.b_transposed))
              for x in gemms]
 
-    def run() -> float:
-        total = 0.0
+    def run() -> tuple[float, float]:
+        wall = cpu = 0.0
         for x, a, b in pairs:
             _sync(device)
-            start = time.perf_counter()
+            cpu_start, start = time.process_time(), time.perf_counter()
             torch.matmul(a, b)
             _sync(device)
-            total += (time.perf_counter() - start) * x.count
-        return total
+            wall += (time.perf_counter() - start) * x.count
+            cpu += (time.process_time() - cpu_start) * x.count
+        return wall, cpu
 
     return run
