@@ -838,6 +838,8 @@ class _Optimizer:
     def __init__(self, model: nn.Module, cfg: TrainConfig, device: torch.device, world: _World):
         self.cfg = cfg
         self.device = device
+        if cfg.freeze_word_embeddings:  # before DDP wraps the model: it registers what needs gradients
+            freeze_word_embeddings(model)
         self.module: nn.Module = _MaskedLMStep(model, sampled=cfg.loss == "sampled")
         if world.distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -846,8 +848,6 @@ class _Optimizer:
                 if device.type == "cuda" else None
             self.module = DDP(self.module, device_ids=ids)
         self.distributed = world.distributed
-        if cfg.freeze_word_embeddings:
-            freeze_word_embeddings(model)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = _adamw(_param_groups(model, cfg.weight_decay), cfg.learning_rate)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp == "fp16")

@@ -133,3 +133,14 @@ def test_freezing_word_embeddings_keeps_them_and_the_tied_decoder_fixed(tiny):
     step(ids, torch.ones_like(ids), labels)
     assert not torch.equal(emb, before)
     assert dataclasses.replace(step.cfg).freeze_word_embeddings is False
+
+
+def test_a_run_with_frozen_word_embeddings_never_changes_them(tiny):
+    model, tok = tiny
+    cfg = TrainConfig(steps=3, batch_size=4, seq_len=24, learning_rate=1e-2, warmup_steps=0, eval_every=3,
+                      amp="off", freeze_word_embeddings=True, probe_sentences=("the [MASK] sat.",))
+    result = train(model, tok, CORPUS, cfg)
+    trained = result.model
+    assert torch.equal(trained.get_input_embeddings().weight, model.get_input_embeddings().weight)
+    assert not torch.equal(trained.cls.predictions.bias, model.cls.predictions.bias)  # the bias still trains
+    assert model.get_input_embeddings().weight.requires_grad  # the base model is not touched
