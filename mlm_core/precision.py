@@ -6,8 +6,8 @@ AMX, such as AMD Zen 4 and Intel Sapphire Rapids) multiply bf16 about twice as f
 project's 2-core AMD EPYC with AVX-512 BF16: 2.1×). On a CPU without them there is no fast bf16
 kernel to call, a bf16 matmul can be slower than fp32, and autocast's casts come on top. So on a
 CPU the choice is measured, not guessed: ``auto_amp`` times one
-BERT-sized matmul in both dtypes (round-robin, median of several rounds, about 0.05 s), once per
-process and thread count, and picks bf16 when it is at least ``BF16_MIN_SPEEDUP`` times faster.
+BERT-sized matmul in both dtypes (round-robin, median of several rounds, in CPU time, about 0.05 s),
+once per process and thread count, and picks bf16 when it is at least ``BF16_MIN_SPEEDUP`` times faster.
 
 ``MLMLAB_AMP=off`` (or ``bf16``) in the environment overrides the choice: the test suite pins fp32
 that way, so tests that compare exact numbers never depend on the machine they run on.
@@ -64,7 +64,9 @@ def matmul_rates(shape: tuple[int, int, int] = BENCH_SHAPE, rounds: int = BENCH_
     """GFLOP/s of one ``(m × k) @ (k × n)`` matmul in fp32 and in bf16, and their speed ratio.
 
     Each round times one fp32 and one bf16 product back to back (after one warm-up of each), so a
-    burst of load from elsewhere hits both; the ratio is the median of the per-round ratios.
+    burst of load from elsewhere hits both; the ratio is the median of the per-round ratios. On a
+    CPU the clock is the process's CPU time, which other programs on a busy machine (a classroom
+    laptop, a shared server) disturb far less than wall time; on a GPU it is wall time.
 
     >>> r = matmul_rates((16, 16, 16), rounds=3)
     >>> sorted(r), r["fp32_gflops"] > 0
@@ -78,15 +80,17 @@ def matmul_rates(shape: tuple[int, int, int] = BENCH_SHAPE, rounds: int = BENCH_
     pairs = {"fp32": (a32, b32), "bf16": (a32.bfloat16(), b32.bfloat16())}
     times: dict[str, list[float]] = {"fp32": [], "bf16": []}
 
+    clock = time.perf_counter if device.type == "cuda" else time.process_time
+
     def once(name: str) -> float:
         a, b = pairs[name]
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        start = time.perf_counter()
+        start = clock()
         a @ b
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        return time.perf_counter() - start
+        return clock() - start
 
     for name in pairs:  # warm-up: the first call of a kernel pays for its set-up
         once(name)
