@@ -128,6 +128,11 @@ def run_controls(lesson: str, from_scratch: bool, on_gpu: bool) -> dict[str, Tra
                            "bf16 autocast (CUDA, or CPU); fp16 needs CUDA and a gradient scaler.")
         checkpointing = a3.toggle("Gradient checkpointing", False, key="training_ckpt",
                                   help="Recompute activations in the backward pass: less memory, ~30% slower.")
+        freeze = a3.toggle("Freeze word embeddings", False, key="training_freeze",
+                           disabled=from_scratch,
+                           help="Fine-tuning only: keep the word embeddings, and the output layer that BERT ties "
+                           "to them, fixed. That matrix (vocabulary × hidden) is half the default model's weights: "
+                           "no gradient, no AdamW update, a faster step. A model trained from scratch needs them.")
         mlm_p = a3.slider("Masked share", 0.05, 0.5, 0.15, 0.01, key="training_mlm_p",
                           help="BERT masks 15% of the tokens, with 80/10/10 replacement.")
         eval_every = a1.number_input("Evaluate every … steps", 1, 500, 10, key="training_eval_every",
@@ -138,6 +143,7 @@ def run_controls(lesson: str, from_scratch: bool, on_gpu: bool) -> dict[str, Tra
                   warmup_steps=int(warmup), schedule=schedule, amp=amp, gradient_checkpointing=bool(checkpointing),
                   masking=MaskingConfig(mlm_probability=float(mlm_p)), eval_every=int(eval_every),
                   probe_sentences=PROBES, seed=int(settings.seed), num_sampled=int(num_sampled))
+    common["freeze_word_embeddings"] = bool(freeze) and not from_scratch
     try:
         if lesson == "lr_too_high":
             sane = 1e-3 if from_scratch else 5e-5
