@@ -52,12 +52,22 @@ def logits_size_figure(size: dict, height: int = 360) -> go.Figure:
     return fig
 
 
+def _short(row: dict) -> str:
+    """An axis label: 'fp32', 'bf16 + ckpt', 'fp32, frozen emb.'."""
+    label = "bf16" if row["amp"] == "bf16" else "fp32"
+    if row["checkpointing"]:
+        label += " + ckpt"
+    if row.get("frozen"):
+        label += ", frozen emb."
+    return label
+
+
 def step_settings_figure(rows: list[dict], height: int = 380) -> go.Figure:
     """Time per training step, peak memory and share of the matmul speed (MFU) for each set-up."""
     with_mfu = all(r.get("mfu") is not None for r in rows)
     titles = ("time per step (ms)", "peak memory (MiB)") + (("share of matmul speed (MFU)",) if with_mfu else ())
     fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.08)
-    names = [r["label"] for r in rows]
+    names = [_short(r) for r in rows]
     colors = ["#1c7ed6" if r["amp"] == "off" else "#7048e8" for r in rows]
     patterns = ["/" if r["checkpointing"] else ("." if r.get("frozen") else "") for r in rows]
     marker = dict(color=colors, pattern_shape=patterns)
@@ -72,8 +82,7 @@ def step_settings_figure(rows: list[dict], height: int = 380) -> go.Figure:
                              text=[f"{r['mfu']:.0%}" for r in rows], textposition="outside", showlegend=False),
                       row=1, col=3)
         fig.update_yaxes(tickformat=".0%", row=1, col=3)
-    fig.update_layout(title="One training step, set up five ways, from the same weights "
-                            "(blue fp32, purple bf16; hatched: checkpointing, dotted: word embeddings frozen)",
+    fig.update_layout(title=f"One training step, {len(rows)} set-ups, the same starting weights",
                       height=height, margin=dict(t=80, b=40))
     fig.update_yaxes(rangemode="tozero")
     return fig
@@ -86,13 +95,14 @@ def loop_sweep_figure(rows: list[dict], height: int = 380) -> go.Figure:
         mine = sorted((r for r in rows if r["vocab"] == vocab), key=lambda r: r["rows"])
         fig.add_trace(go.Scatter(
             x=[r["rows"] for r in mine], y=[r["ratio"] for r in mine], mode="lines+markers+text",
-            name=f"V = {vocab:,}", text=[f"{r['ratio']:.0f}×" for r in mine], textposition="top center",
+            name=f"V = {vocab:,}", text=[f"{r['ratio']:.0f}×" for r in mine],
+            textposition="top left" if i % 2 else "bottom right",
             line=dict(color=("#adb5bd", "#f08c00", "#7048e8")[i % 3], width=3),
             hovertext=[f"loop {r['loop_ms']:.1f} ms, vectorised {r['vectorised_ms']:.2f} ms" for r in mine],
         ))
     fig.add_hline(y=1, line_dash="dot", line_color="#868e96")
     fig.update_layout(title="The loss alone: the loop's cost grows with M (and with V)", height=height,
-                      xaxis=dict(title="selected rows M", type="log"),
+                      xaxis=dict(title="selected rows M", type="log", tickvals=sorted({r["rows"] for r in rows})),
                       yaxis=dict(title="loop time ÷ vectorised time", rangemode="tozero"),
                       margin=dict(t=60, b=40), legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"))
     return fig
