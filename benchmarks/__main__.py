@@ -43,6 +43,11 @@ MISS_NOTES = {
           "assignments each ran a `nonzero` (now `torch.where` / `masked_fill`). What remains is per-call "
           "overhead on a small batch (4,096 tokens): both sides make three uniform draws and one randint; the "
           "trace itself only keeps references to tensors already computed.",
+    "MFU": "MFU: the bf16 step's share is reported, not targeted. bf16 makes the matrix multiplies about 2× "
+           "faster while dropout, the embedding gradient, AdamW and autocast's casts of the weights stay as they "
+           "were, so those take a larger share of a faster step (see the profile rows). The wall-clock figures need "
+           "a quiet machine; the CPU-time columns (one torch thread) are what a busy machine still measures "
+           "reliably.",
     "2 threads": "The 2-thread column: with the second core shared, every parallelised small operation waits "
                  "for it (see Method). That hits the contender with more small operations (the gathered path, "
                  "sampled softmax, our masking) much harder than the one dominated by a few large matrix "
@@ -72,7 +77,13 @@ METHOD = """\
   allocation (+bytes) and free (−bytes) events in time order
   (`mlm_core.efficiency.peak_memory_bytes`).
 - Sizes: P1, P3 and P4 use B = 32, T = 128 with BERT's 15% and 80/10/10 on workshop-corpus text;
-  P2 uses B = 8, T = 128 to keep a full step within seconds on 2 cores.
+  P2 uses B = 8, T = 128 to keep a full step within seconds on 2 cores; MFU uses B = 16, T = 64
+  (the size the bundled model was built with).
+- **MFU** (a CPU "model FLOPs utilisation"): the step's matrix-multiply FLOPs per second over the
+  speed of the same matrix multiplies (the step's own shapes and layouts,
+  `mlm_core.efficiency.step_gemms`) timed alone in the same run and dtype, i.e. matmul-alone time
+  over step time. With one torch thread it is also computed from the process's CPU time, which
+  other work on a busy machine disturbs far less than wall time.
 - Reproduce: `python -m benchmarks` (all, writes this file), or one of them, for example
   `python -m benchmarks.p1_head_loss` (prints its table, writes `benchmarks/results/p1_head_loss.json`).
 """

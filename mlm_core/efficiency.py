@@ -776,7 +776,7 @@ def step_gemms(config, *, batch_size: int, seq_len: int, masked: int,
     ...                intermediate_size=16, vocab_size=50), batch_size=2, seq_len=4, masked=3)
     >>> len(g), sum(x.flops for x in g) == bert_step_flops(hidden=8, layers=1, intermediate=16, vocab=50,
     ...                                                     seq_len=4, tokens=8, head_rows=3)["total"]
-    (18, True)
+    (21, True)
     """
     names = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size", "num_attention_heads")
     if any(not isinstance(getattr(config, n, None), int) for n in names) or \
