@@ -80,7 +80,10 @@ def matmul_rates(shape: tuple[int, int, int] = BENCH_SHAPE, rounds: int = BENCH_
     pairs = {"fp32": (a32, b32), "bf16": (a32.bfloat16(), b32.bfloat16())}
     times: dict[str, list[float]] = {"fp32": [], "bf16": []}
 
-    clock = time.perf_counter if device.type == "cuda" else time.process_time
+    # CPU: this thread's CPU time when torch computes on it alone (other sessions' threads in the same
+    # server process do not count), else the whole process's (the matmul runs on several threads).
+    clock = time.perf_counter if device.type == "cuda" else (
+        time.thread_time if torch.get_num_threads() == 1 else time.process_time)
 
     def once(name: str) -> float:
         a, b = pairs[name]
