@@ -636,14 +636,14 @@ def step_time_breakdown(model: nn.Module, tokenizer, *, amp: str = "off", batch_
     return _categorise(prof.events(), wall)
 
 
-STEP_CATEGORIES = ("matrix multiplies", "softmax and cross-entropy", "dropout", "layer norm", "GELU",
+STEP_CATEGORIES = ("matrix multiplies", "softmax (attention) and cross-entropy", "dropout", "layer norm", "GELU",
                    "embedding gradient", "optimizer (AdamW)", "gradient clipping", "casts and copies",
                    "other tensor operations", "Python and framework overhead")
 _OPS = {
     "matrix multiplies": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
                           "aten::_scaled_dot_product_flash_attention_for_cpu",
                           "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
-    "softmax and cross-entropy": ("aten::_softmax", "aten::_softmax_backward_data", "aten::_log_softmax",
+    "softmax (attention) and cross-entropy": ("aten::_softmax", "aten::_softmax_backward_data", "aten::_log_softmax",
                                   "aten::_log_softmax_backward_data", "aten::nll_loss_forward",
                                   "aten::nll_loss_backward"),
     "dropout": ("aten::bernoulli_", "aten::native_dropout", "aten::native_dropout_backward"),
@@ -654,6 +654,16 @@ _OPS = {
     "casts and copies": ("aten::copy_", "aten::_to_copy", "aten::clone"),
 }
 _CATEGORY_OF = {op: category for category, ops in _OPS.items() for op in ops}
+# Composite operators: what runs inside them belongs to them (SDPA's _safe_softmax checks rows with
+# `all`, dropout multiplies by its mask, ...), unless it has a category of its own (a cast is a cast).
+_PARENTS = {
+    "softmax (attention) and cross-entropy": ("aten::_safe_softmax", "aten::softmax", "aten::log_softmax",
+                                              "aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_loss_nd"),
+    "dropout": ("aten::dropout", "aten::native_dropout", "aten::feature_dropout"),
+    "layer norm": ("aten::layer_norm",),
+    "GELU": ("aten::gelu",),
+}
+_PARENT_CATEGORY = {op: category for category, ops in _PARENTS.items() for op in ops}
 
 
 def _categorise(events, wall_s: float) -> list[dict[str, Any]]:
@@ -670,13 +680,14 @@ def _categorise(events, wall_s: float) -> list[dict[str, Any]]:
             continue
         category = _CATEGORY_OF.get(event.name)
         parent = event.cpu_parent
-        while parent is not None and category not in ("embedding gradient",):
+        while parent is not None and category != "embedding gradient":
             if parent.name.startswith("Optimizer."):
                 category = "optimizer (AdamW)"
                 break
             if "EmbeddingBackward" in parent.name:
                 category = "embedding gradient"
                 break
+            category = category or _PARENT_CATEGORY.get(parent.name)  # the nearest composite that has one
             parent = parent.cpu_parent
         if event.name.startswith("Optimizer."):
             category = "optimizer (AdamW)"

@@ -109,7 +109,7 @@ def loop_sweep_figure(rows: list[dict], height: int = 380) -> go.Figure:
 
 
 BREAKDOWN_COLORS = {
-    "matrix multiplies": "#1c7ed6", "softmax and cross-entropy": "#f08c00", "dropout": "#e64980",
+    "matrix multiplies": "#1c7ed6", "softmax (attention) and cross-entropy": "#f08c00", "dropout": "#e64980",
     "layer norm": "#74b816", "GELU": "#15aabf", "embedding gradient": "#fa5252", "optimizer (AdamW)": "#7048e8",
     "gradient clipping": "#be4bdb", "casts and copies": "#fab005", "other tensor operations": "#adb5bd",
     "Python and framework overhead": "#495057",
