@@ -9,6 +9,7 @@ from mlm_core.efficiency import (LOOP_MAX_ROWS, LOOP_SWEEP_ROWS, amp_and_checkpo
 from mlm_core.errors import MLMLabError
 from mlm_core.figures.efficiency import (logits_size_figure, loop_sweep_figure, loss_paths_figure,
                                          step_breakdown_figure, step_settings_figure)
+from mlm_core.models import model_description
 from mlm_core.precision import auto_amp
 
 VOCABS = [1_000, 8_000, 30_522, 50_265, 128_000, 250_002]  # toy, small, BERT, RoBERTa, Llama 3, XLM-R
@@ -112,7 +113,7 @@ if paths is not None:
         "vs vectorised": f"{r['speedup']:.2f}×"} for r in rows]), hide_index=True, width="stretch")
 
 st.markdown("#### Where the loop hurts: the loss alone")
-vocab = int(model.get_output_embeddings().weight.shape[0]) if hasattr(model, "get_output_embeddings") else 30_522
+vocab = int(model_description(model)["vocab"] or 30_522)
 sweep_vocabs = tuple(sorted({1_000, min(vocab, 50_265)}))
 st.markdown(
     f"Now only the loss, on ready-made (M, V) scores: the loop against one `cross_entropy` call, for "
@@ -148,8 +149,7 @@ if sweep is not None:
 
 # --------------------------------------------------------------------------- 4. a training step, five ways
 st.markdown("#### A training step: bf16, checkpointing, frozen word embeddings")
-device = next(model.parameters()).device
-choice = auto_amp(device)
+choice = auto_amp(model_description(model)["device"])
 st.info(f"**Training runs in {choice.label} on this machine** (the Training page's precision setting "
         f"\"auto\"): {choice.reason}")
 st.markdown(
