@@ -61,7 +61,8 @@ class PrecisionChoice:
 
 def matmul_rates(shape: tuple[int, int, int] = BENCH_SHAPE, rounds: int = BENCH_ROUNDS,
                  device: str | torch.device = "cpu") -> dict[str, float]:
-    """GFLOP/s of one ``(m × k) @ (k × n)`` matmul in fp32 and in bf16, and their speed ratio.
+    """GFLOP per second of one ``(m × k) @ (k × n)`` matmul in fp32 and in bf16 (CPU: per second of CPU
+    time), and their speed ratio.
 
     Each round times one fp32 and one bf16 product back to back (after one warm-up of each), so a
     burst of load from elsewhere hits both; the ratio is the median of the per-round ratios. On a
@@ -148,9 +149,10 @@ def auto_amp(device: str | torch.device | None = None) -> PrecisionChoice:
             seconds = time.perf_counter() - start
             fast = rates["speedup"] >= BF16_MIN_SPEEDUP
             units = _bf16_units()
+            unit = "GFLOP/s, 1 thread" if threads == 1 else f"GFLOP per CPU second, {threads} threads"
             reason = (f"a bf16 matmul ran {rates['speedup']:.1f}× as fast as fp32 on this CPU "
-                      f"({rates['bf16_gflops']:.0f} vs {rates['fp32_gflops']:.0f} GFLOP/s, {threads} "
-                      f"thread{'s' if threads != 1 else ''}; oneDNN says it {units} bf16 units)")
+                      f"({rates['bf16_gflops']:.0f} vs {rates['fp32_gflops']:.0f} {unit}; "
+                      f"oneDNN says it {units} bf16 units)")
             reason += (", so training uses bf16 autocast." if fast else
                        f", less than the {BF16_MIN_SPEEDUP:g}× it takes to pay for autocast's casts, so training "
                        "stays in fp32.")
