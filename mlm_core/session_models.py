@@ -110,7 +110,7 @@ class TrainedModels:
         models, tokenizer, base = taken
         notes = []
         base_label = (getattr(base, INFO_ATTR, None) or {}).get("label", "its base model")
-        for i, (variant, model) in enumerate(models.items()):
+        for i, (variant, model) in reversed(list(enumerate(models.items()))):  # newest first, in the run's order
             notes += self.add(f"{run.run_id}.{i}", f"{variant}, trained from {base_label} (run {run.run_id})",
                               model, tokenizer, base)
         return notes

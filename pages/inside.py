@@ -149,12 +149,15 @@ view = st.segmented_control("View", list(VIEWS), format_func=VIEWS.get, default=
 def pick_head(layers: int, heads: int) -> tuple[int, int]:
     """The enlarged head: set by a click on the grid, or by the two boxes (keyboard, tests)."""
     state = st.session_state
-    for key, top in (("inside_layer", layers), ("inside_head", heads)):
-        if state.get(key) not in range(1, top + 1):
+    kept = state.get("inside_head_kept", (1, 1))  # survives the other views, where the boxes are not drawn
+    for key, top, value in (("inside_layer", layers, kept[0]), ("inside_head", heads, kept[1])):
+        state.setdefault(key, value)
+        if state[key] not in range(1, top + 1):
             state[key] = 1
     c1, c2, _ = st.columns([1, 1, 3])
     layer = c1.selectbox("Layer", list(range(1, layers + 1)), key="inside_layer")
     head = c2.selectbox("Head", list(range(1, heads + 1)), key="inside_head")
+    state["inside_head_kept"] = (layer, head)
     return layer - 1, head - 1
 
 
@@ -345,7 +348,7 @@ def lesson_bytes() -> bytes:
     attention = cached_attention(model_key, ids_key, position, model, tokenizer)
     patterns = cached_patterns(model_key, PATTERN_SENTENCES, model, tokenizer)
     result = cached_saliency(model_key, ids_key, position, true_id, model, tokenizer)
-    layer, head = st.session_state.get("inside_layer", 1) - 1, st.session_state.get("inside_head", 1) - 1
+    layer, head = (n - 1 for n in st.session_state.get("inside_head_kept", (1, 1)))
     figures = {"head grid": head_grid_figure(attention), "enlarged head": head_attention_figure(attention, layer, head),
                "layer averages": layer_attention_figure(attention), "head patterns": patterns_figure(patterns),
                "saliency": saliency_figure(result),
