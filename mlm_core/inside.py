@@ -68,6 +68,9 @@ __all__ = [
     "logit_lens",
     "gradient_x_input",
     "leave_one_out",
+    "GradientSaliency",
+    "gradient_saliency",
+    "special_positions",
     "Saliency",
     "saliency",
     "kendall_tau",
@@ -548,18 +551,31 @@ def layer_agreement(attention: torch.Tensor, reference: torch.Tensor) -> torch.T
 
 
 @dataclass(frozen=True)
-class Saliency:
-    """Which input tokens the guess at ``position`` depends on, measured two ways."""
+class GradientSaliency:
+    """Gradient × input for the true token at ``position``: one forward and one backward pass."""
 
     position: int
     true_id: int
     tokens: tuple[str, ...]
-    leave_one_out: torch.Tensor  # (T,) drop in log p(true) when token j becomes [MASK]; NaN where not measured
     grad_x_input: torch.Tensor  # (T,) gradient · embedding (the usual gradient × input)
     grad_x_delta: torch.Tensor  # (T,) gradient · (embedding − [MASK]'s): the first-order guess of leave-one-out
     log_prob: float  # log p(true) on the sentence as it is
-    tau_input: float  # Kendall τ(grad_x_input, leave_one_out)
-    tau_delta: float  # Kendall τ(grad_x_delta, leave_one_out)
+
+
+@dataclass(frozen=True)
+class Saliency(GradientSaliency):
+    """Which input tokens the guess at ``position`` depends on, measured two ways, and how far they agree."""
+
+    leave_one_out: torch.Tensor = None  # (T,) drop in log p(true) when token j becomes [MASK]; NaN: not measured
+    tau_input: float = float("nan")  # Kendall τ(grad_x_input, leave_one_out)
+    tau_delta: float = float("nan")  # Kendall τ(grad_x_delta, leave_one_out)
+
+    @classmethod
+    def from_parts(cls, gradient: GradientSaliency, leave_one_out: torch.Tensor) -> "Saliency":
+        """Both views together, with their agreement (Kendall τ over the tokens leave-one-out measured)."""
+        return cls(gradient.position, gradient.true_id, gradient.tokens, gradient.grad_x_input, gradient.grad_x_delta,
+                   gradient.log_prob, leave_one_out, kendall_tau(gradient.grad_x_input, leave_one_out),
+                   kendall_tau(gradient.grad_x_delta, leave_one_out))
 
     def records(self) -> list[dict]:
         return [{"position": j, "token": t, "leave_one_out": _finite(self.leave_one_out[j]),
@@ -572,17 +588,17 @@ def _finite(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def saliency(model: nn.Module, tokenizer, input_ids, attention_mask, position: int, true_id: int) -> Saliency:
-    """Leave-one-out (the reference) and gradient × input for the true token at ``position`` of one sentence (T,).
+def special_positions(tokenizer, input_ids) -> list[int]:
+    """Positions of special tokens other than [MASK] ([CLS], [SEP], padding): leave-one-out skips them."""
+    special = set(int(i) for i in tokenizer.all_special_ids) - {tokenizer.mask_token_id}
+    return [j for j, i in enumerate(torch.as_tensor(input_ids).reshape(-1).tolist()) if i in special]
 
-    Gradient × input needs one forward and one backward pass; leave-one-out one batched forward of
-    T rows. Special tokens ([CLS], [SEP], padding) get NaN in leave-one-out and are left out of τ.
-    """
+
+def gradient_saliency(model: nn.Module, tokenizer, input_ids, attention_mask, position: int,
+                      true_id: int) -> GradientSaliency:
+    """Gradient × input (and × (input − [MASK])) of log p(true token) at ``position`` of one sentence (T,)."""
     ids, mask = _one_sentence(input_ids, attention_mask)
     position = _check_position(position, ids.numel())
-    special = set(int(i) for i in tokenizer.all_special_ids) - {tokenizer.mask_token_id}
-    skip = [j for j, i in enumerate(ids.tolist()) if i in special]
-    loo = leave_one_out(model, tokenizer, ids, mask, position, true_id, skip=skip)  # (T,)
     table = model.get_input_embeddings()
     with torch.no_grad():
         embeds = table(ids.to(model.device))  # (T, E)
@@ -590,8 +606,20 @@ def saliency(model: nn.Module, tokenizer, input_ids, attention_mask, position: i
     log_prob, grad = _input_gradient(_log_prob_fn(model, mask, position, int(true_id)), embeds)  # grad (T, E)
     gxi = (grad * embeds).sum(-1).float().cpu()  # (T,)
     gxd = (grad * (embeds - mask_embed)).sum(-1).float().cpu()  # (T,)
-    return Saliency(position, int(true_id), tuple(tokenizer.convert_ids_to_tokens(ids.tolist())), loo, gxi, gxd,
-                    log_prob, kendall_tau(gxi, loo), kendall_tau(gxd, loo))
+    return GradientSaliency(position, int(true_id), tuple(tokenizer.convert_ids_to_tokens(ids.tolist())), gxi, gxd,
+                            log_prob)
+
+
+def saliency(model: nn.Module, tokenizer, input_ids, attention_mask, position: int, true_id: int) -> Saliency:
+    """Leave-one-out (the reference) and gradient × input for the true token at ``position`` of one sentence (T,).
+
+    Gradient × input needs one forward and one backward pass; leave-one-out one batched forward of
+    T rows (its cost grows with T²). Special tokens get NaN in leave-one-out and are left out of τ.
+    """
+    gradient = gradient_saliency(model, tokenizer, input_ids, attention_mask, position, true_id)
+    loo = leave_one_out(model, tokenizer, input_ids, attention_mask, position, true_id,
+                        skip=special_positions(tokenizer, input_ids))  # (T,)
+    return Saliency.from_parts(gradient, loo)
 
 
 # --------------------------------------------------------------------------- what training changed

@@ -24,12 +24,15 @@ from mlm_core.figures.inside import (
 from mlm_core.figures.predictions import topk_figure
 from mlm_core.inside import (
     LensUnavailable,
+    Saliency,
     attention_from,
     compare_models,
+    gradient_saliency,
     layer_agreement,
+    leave_one_out,
     logit_lens,
     measure_head_patterns,
-    saliency,
+    special_positions,
 )
 from mlm_core.models import head_parts, mask_positions
 from mlm_core.session_models import same_vocabulary
@@ -68,8 +71,19 @@ def cached_lens(key: str, ids: tuple, position: int, true_id: int, k: int, _mode
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
+def cached_gradient(key: str, ids: tuple, position: int, true_id: int, _model, _tokenizer):
+    return gradient_saliency(_model, _tokenizer, torch.tensor(ids), None, position, true_id)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def cached_leave_one_out(key: str, ids: tuple, position: int, true_id: int, _model, _tokenizer):
+    return leave_one_out(_model, _tokenizer, torch.tensor(ids), None, position, true_id,
+                         skip=special_positions(_tokenizer, ids))
+
+
 def cached_saliency(key: str, ids: tuple, position: int, true_id: int, _model, _tokenizer):
-    return saliency(_model, _tokenizer, torch.tensor(ids), None, position, true_id)
+    return Saliency.from_parts(cached_gradient(key, ids, position, true_id, _model, _tokenizer),
+                               cached_leave_one_out(key, ids, position, true_id, _model, _tokenizer))
 
 
 @st.cache_data(max_entries=16, show_spinner="Measuring every head on the workshop sentences…")
@@ -261,26 +275,30 @@ def lens_view() -> None:
 
 # --------------------------------------------------------------------------- 3. saliency
 def saliency_view() -> None:
+    st.markdown(
+        f"Which tokens does the guess of “{tokens[position]}” depend on? **Gradient × input** takes one "
+        "forward and one backward pass: the gradient of log p(true token) with respect to each input "
+        "embedding, times that embedding. With `[MASK]`'s embedding subtracted first, it is the first-order "
+        "(linear) estimate of what **leave-one-out** measures exactly: hide each other token behind `[MASK]` "
+        "in turn and see how much log p(true token) drops (one forward pass per token: the reference)."
+    )
     try:
-        result = cached_saliency(model_key, ids_key, position, true_id, model, tokenizer)
-        attention = cached_attention(model_key, ids_key, position, model, tokenizer)
+        gradient = cached_gradient(model_key, ids_key, position, true_id, model, tokenizer)
     except MLMLabError as exc:
         ui.show_error(exc)
         return
-    st.markdown(
-        f"Which tokens does the guess of “{tokens[position]}” depend on? **Leave-one-out** (the reference) "
-        "hides each other token behind `[MASK]` in turn and measures how much log p(true token) drops: exact, "
-        "one forward pass per token. **Gradient × input** is the one-pass shortcut: the gradient of log "
-        "p(true token) with respect to each input embedding, times that embedding. With `[MASK]`'s embedding "
-        "subtracted first it is the first-order (linear) estimate of exactly what leave-one-out measures."
-    )
-    st.caption("Leave-one-out (green: the token helped the guess; red: hiding it helped; grey: not measured)")
+    st.caption("Gradient × input (green: raises p(true token) to first order; red: lowers it)")
+    ui.value_chips(list(seen_tokens), gradient.grad_x_input.tolist(), highlight=position,
+                   titles=[f"{v:+.4f}" for v in gradient.grad_x_input.tolist()])
+    with st.spinner("Leave-one-out: one forward pass per token…"):
+        result = Saliency.from_parts(gradient, cached_leave_one_out(model_key, ids_key, position, true_id, model,
+                                                                     tokenizer))
+        attention = cached_attention(model_key, ids_key, position, model, tokenizer)
+    st.caption("Leave-one-out, the reference (green: the token helped the guess; red: hiding it helped; "
+               "grey: not measured)")
     loo = [None if v != v else float(v) for v in result.leave_one_out.tolist()]
     ui.value_chips(list(seen_tokens), loo, highlight=position,
                    titles=[f"{v:+.3f}" if v is not None else "not measured" for v in loo])
-    st.caption("Gradient × input")
-    ui.value_chips(list(seen_tokens), result.grad_x_input.tolist(), highlight=position,
-                   titles=[f"{v:+.4f}" for v in result.grad_x_input.tolist()])
     st.plotly_chart(saliency_figure(result, height=ui.chart_height(400)), key="inside_saliency_fig",
                     config=ui.plotly_config("inside_saliency"))
     taus = layer_agreement(attention.weights, result.leave_one_out)
