@@ -556,6 +556,7 @@ class GradientSaliency:
 
     position: int
     true_id: int
+    true_token: str
     tokens: tuple[str, ...]
     grad_x_input: torch.Tensor  # (T,) gradient · embedding (the usual gradient × input)
     grad_x_delta: torch.Tensor  # (T,) gradient · (embedding − [MASK]'s): the first-order guess of leave-one-out
@@ -573,8 +574,8 @@ class Saliency(GradientSaliency):
     @classmethod
     def from_parts(cls, gradient: GradientSaliency, leave_one_out: torch.Tensor) -> "Saliency":
         """Both views together, with their agreement (Kendall τ over the tokens leave-one-out measured)."""
-        return cls(gradient.position, gradient.true_id, gradient.tokens, gradient.grad_x_input, gradient.grad_x_delta,
-                   gradient.log_prob, leave_one_out, kendall_tau(gradient.grad_x_input, leave_one_out),
+        return cls(gradient.position, gradient.true_id, gradient.true_token, gradient.tokens, gradient.grad_x_input,
+                   gradient.grad_x_delta, gradient.log_prob, leave_one_out, kendall_tau(gradient.grad_x_input, leave_one_out),
                    kendall_tau(gradient.grad_x_delta, leave_one_out))
 
     def records(self) -> list[dict]:
@@ -606,8 +607,8 @@ def gradient_saliency(model: nn.Module, tokenizer, input_ids, attention_mask, po
     log_prob, grad = _input_gradient(_log_prob_fn(model, mask, position, int(true_id)), embeds)  # grad (T, E)
     gxi = (grad * embeds).sum(-1).float().cpu()  # (T,)
     gxd = (grad * (embeds - mask_embed)).sum(-1).float().cpu()  # (T,)
-    return GradientSaliency(position, int(true_id), tuple(tokenizer.convert_ids_to_tokens(ids.tolist())), gxi, gxd,
-                            log_prob)
+    return GradientSaliency(position, int(true_id), tokenizer.convert_ids_to_tokens(int(true_id)),
+                            tuple(tokenizer.convert_ids_to_tokens(ids.tolist())), gxi, gxd, log_prob)
 
 
 def saliency(model: nn.Module, tokenizer, input_ids, attention_mask, position: int, true_id: int) -> Saliency:

@@ -12,10 +12,12 @@ from mlm_core.data import clip_text
 from mlm_core.export import lesson_zip, masking_settings
 from mlm_core.figures.inside import (
     agreement_figure,
+    grid_height,
     head_attention_figure,
     head_grid_figure,
     layer_attention_figure,
     lens_comparison_figure,
+    layers_height,
     lens_figure,
     loss_change_figure,
     patterns_figure,
@@ -57,6 +59,14 @@ st.markdown(
 model, tokenizer = ui.model_or_stop(settings)
 model, tokenizer, trained_entry = ui.trained_model_choice(model, tokenizer)
 model_key = trained_entry.key if trained_entry is not None else f"model:{settings.model_name or 'default'}"
+
+
+def show(fig, key: str, **kwargs):
+    """``st.plotly_chart`` with the camera button's file name, and larger chart text in presenter view."""
+    if settings.presenter:
+        fig.update_layout(font=dict(size=16))
+        fig.update_traces(textfont_size=15, selector=dict(type="heatmap"))
+    return st.plotly_chart(fig, key=key, config=ui.plotly_config(key), **kwargs)
 
 
 # --------------------------------------------------------------------------- cached views (shared by reruns)
@@ -199,13 +209,10 @@ def attention_view() -> None:
         "head weights most; **click a cell** to enlarge that head."
     )
     layer, head = pick_head(L, H)
-    st.plotly_chart(head_grid_figure(attention, selected=(layer, head), height=ui.chart_height(110 + 42 * L)),
-                    key="inside_grid", on_select=on_grid_click, selection_mode="points",
-                    config=ui.plotly_config("inside_head_grid"))
-    st.plotly_chart(head_attention_figure(attention, layer, head, height=ui.chart_height(380)),
-                    key="inside_head_fig", config=ui.plotly_config("inside_head"))
-    st.plotly_chart(layer_attention_figure(attention, height=ui.chart_height(120 + 34 * L)),
-                    key="inside_layers_fig", config=ui.plotly_config("inside_layers"))
+    show(head_grid_figure(attention, selected=(layer, head), height=ui.chart_height(grid_height(L))), "inside_grid",
+         on_select=on_grid_click, selection_mode="points")
+    show(head_attention_figure(attention, layer, head, height=ui.chart_height(380)), "inside_head_fig")
+    show(layer_attention_figure(attention, height=ui.chart_height(layers_height(L))), "inside_layers_fig")
 
     st.subheader("Patterns: which heads do what, on this model")
     patterns = cached_patterns(model_key, PATTERN_SENTENCES, model, tokenizer)
@@ -226,8 +233,7 @@ def attention_view() -> None:
     st.markdown("\n".join(lines) + "\n\n"
                 "\"Same token elsewhere\" is our addition (not one of Clark et al.'s patterns): a head that copies "
                 "what the same word looks like elsewhere in the sentence.")
-    st.plotly_chart(patterns_figure(patterns, height=ui.chart_height(520)), key="inside_patterns_fig",
-                    config=ui.plotly_config("inside_patterns"))
+    show(patterns_figure(patterns, height=ui.chart_height(520)), "inside_patterns_fig")
     with st.expander("The patterns as a table"):
         st.dataframe(pd.DataFrame(patterns.records()), hide_index=True, width="stretch")
     st.info(
@@ -260,8 +266,7 @@ def lens_view() -> None:
         "a lens those layers were never trained for: an approximation that shows *when* the answer becomes "
         "readable, not what a layer \"thinks\". The last row is exactly the model's prediction."
     )
-    st.plotly_chart(lens_figure(lens, height=ui.chart_height(130 + 46 * lens.top_ids.shape[0])),
-                    key="inside_lens_fig", config=ui.plotly_config("inside_logit_lens"))
+    show(lens_figure(lens, height=ui.chart_height(130 + 46 * lens.top_ids.shape[0])), "inside_lens_fig")
     first = lens.first_top1
     last_rank = int(lens.true_rank[-1])
     if first is not None:
@@ -299,11 +304,9 @@ def saliency_view() -> None:
     loo = [None if v != v else float(v) for v in result.leave_one_out.tolist()]
     ui.value_chips(list(seen_tokens), loo, highlight=position,
                    titles=[f"{v:+.3f}" if v is not None else "not measured" for v in loo])
-    st.plotly_chart(saliency_figure(result, height=ui.chart_height(400)), key="inside_saliency_fig",
-                    config=ui.plotly_config("inside_saliency"))
+    show(saliency_figure(result, height=ui.chart_height(400)), "inside_saliency_fig")
     taus = layer_agreement(attention.weights, result.leave_one_out)
-    st.plotly_chart(agreement_figure(result, taus, height=ui.chart_height(320)), key="inside_agreement_fig",
-                    config=ui.plotly_config("inside_agreement"))
+    show(agreement_figure(result, taus, height=ui.chart_height(320)), "inside_agreement_fig")
     st.markdown(
         "Kendall τ compares the order of the tokens (Jain & Wallace 2019 use it in §4.1 for the same question). "
         "Where the gradient views disagree with leave-one-out, the model is far from linear around this "
@@ -341,16 +344,14 @@ def training_view() -> None:
     bar = 32 if settings.presenter else 22
     with left:
         st.markdown("**Before training**")
-        st.plotly_chart(topk_figure(comparison.base, bar_height=bar), key="inside_before_fig")
+        show(topk_figure(comparison.base, bar_height=bar), "inside_before_fig")
     with right:
         st.markdown("**After training**")
-        st.plotly_chart(topk_figure(comparison.trained, bar_height=bar), key="inside_after_fig")
-    st.plotly_chart(loss_change_figure(comparison, height=ui.chart_height(340)), key="inside_loss_change_fig",
-                    config=ui.plotly_config("inside_loss_change"))
+        show(topk_figure(comparison.trained, bar_height=bar), "inside_after_fig")
+    show(loss_change_figure(comparison, height=ui.chart_height(340)), "inside_loss_change_fig")
     if comparison.base_lens is not None and comparison.trained_lens is not None:
-        st.plotly_chart(lens_comparison_figure(comparison.base_lens, comparison.trained_lens,
-                                               height=ui.chart_height(360)),
-                        key="inside_lens_change_fig", config=ui.plotly_config("inside_lens_change"))
+        show(lens_comparison_figure(comparison.base_lens, comparison.trained_lens, height=ui.chart_height(360)),
+             "inside_lens_change_fig")
     else:
         st.caption("The logit lens is not available for this model family, so there is no before/after lens.")
     with st.expander("Every position as a table"):

@@ -42,6 +42,16 @@ def token_axis(tokens: Sequence[str]) -> list[str]:
     return [f"{i}·{_e(t)}" for i, t in enumerate(tokens)]
 
 
+def grid_height(layers: int) -> int:
+    """Pixels for a layers × heads grid: readable cells even for a 2-layer model."""
+    return 110 + 42 * max(layers, 4)
+
+
+def layers_height(layers: int) -> int:
+    """Pixels for a layers × tokens heatmap."""
+    return 130 + 30 * max(layers, 4)
+
+
 def head_grid_figure(attention: PositionAttention, *, selected: tuple[int, int] | None = None,
                      height: int | None = None) -> go.Figure:
     """Layers × heads: each cell names the token that head's row from the position attends to most.
@@ -83,7 +93,7 @@ def head_grid_figure(attention: PositionAttention, *, selected: tuple[int, int] 
               "the token each head attends to most (click a cell)",
         xaxis=dict(title="head", tickmode="array", tickvals=x, showgrid=False, zeroline=False),
         yaxis=dict(title="layer", tickmode="array", tickvals=y, autorange="reversed", showgrid=False, zeroline=False),
-        height=height or 110 + 42 * L, margin=dict(t=60, b=40, l=50, r=20), dragmode=False,
+        height=height or grid_height(L), margin=dict(t=60, b=40, l=50, r=20), dragmode=False,
     )
     return fig
 
@@ -123,7 +133,7 @@ def layer_attention_figure(attention: PositionAttention, *, height: int | None =
         title=f"The average over each layer's heads: where {attention.position}·"
               f"{_e(attention.tokens[attention.position])} looks, layer by layer",
         yaxis=dict(autorange="reversed"), xaxis=dict(tickangle=-45),
-        height=height or 120 + 34 * L, margin=dict(t=60, b=60),
+        height=height or layers_height(L), margin=dict(t=60, b=60),
     )
     return fig
 
@@ -148,13 +158,15 @@ def patterns_figure(patterns: HeadPatterns, *, height: int = 520) -> go.Figure:
                            + "<extra></extra>"),
         ), row=r, col=c)
         fig.update_yaxes(autorange="reversed", showticklabels=c == 1, title_text="layer" if c == 1 else None,
-                         row=r, col=c)
-        fig.update_xaxes(showticklabels=r == rows, title_text="head" if r == rows else None, row=r, col=c)
+                         dtick=1 if L <= 12 else 2, row=r, col=c)
+        fig.update_xaxes(showticklabels=r == rows, title_text="head" if r == rows else None,
+                         dtick=1 if H <= 12 else 2, row=r, col=c)
     fig.update_layout(
         title=f"Which heads do what, measured on {patterns.sentences} sentences: mean share of attention on each "
               "pattern's tokens",
         coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0, cmax=1, colorbar=dict(title="share", x=1.0, len=0.45, y=0.78)),
-        coloraxis2=dict(colorscale="Purples", cmin=0, colorbar=dict(title="nats", x=1.0, len=0.45, y=0.22)),
+        coloraxis2=dict(colorscale="Purples", cmin=0, cmax=max(0.1, float(patterns.entropy.max())),
+                        colorbar=dict(title="nats", x=1.0, len=0.45, y=0.22, tickformat=".1f")),
         height=height, margin=dict(t=80, b=40),
     )
     for annotation in fig.layout.annotations:
@@ -235,8 +247,9 @@ def saliency_figure(result: Saliency, *, height: int = 400) -> go.Figure:
                              hovertemplate="%{x}: %{customdata:.4f}<extra>" + name + "</extra>"))
     fig.update_layout(
         barmode="group",
-        title=f"What the guess of {_e(result.tokens[result.position])} → true token depends on "
-              f"(τ with leave-one-out: gradient × input {result.tau_input:.2f}, × (input − [MASK]) {result.tau_delta:.2f})",
+        title=f"What the guess at {result.position}·{_e(result.tokens[result.position])} (true token: "
+              f"{_e(result.true_token)}) depends on; τ with leave-one-out: gradient × input {result.tau_input:.2f}, "
+              f"× (input − [MASK]) {result.tau_delta:.2f}",
         yaxis=dict(title="scaled to the largest |value|", range=[-1.1, 1.1]), xaxis=dict(tickangle=-45),
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
         height=height, margin=dict(t=90, b=60),
@@ -268,11 +281,12 @@ def loss_change_figure(comparison: ModelComparison, *, height: int = 340) -> go.
     for preds, name, color in ((comparison.base, "base", BASE_COLOR), (comparison.trained, "trained", TRAINED_COLOR)):
         fig.add_trace(go.Bar(x=labels, y=[p.loss for p in preds.positions], name=name, marker_color=color,
                              hovertemplate="%{x}: loss %{y:.3f}<extra>" + name + "</extra>"))
-    for label, trained, change in zip(labels, comparison.trained.positions, comparison.loss_change):
-        fig.add_annotation(x=label, y=max(trained.loss, 0), text=f"{change:+.2f}", showarrow=False, yshift=14,
-                           font=dict(color=TRUE_COLOR if change < 0 else SELF_COLOR))
+    for label, base, trained, change in zip(labels, comparison.base.positions, comparison.trained.positions,
+                                            comparison.loss_change):
+        fig.add_annotation(x=label, y=max(base.loss, trained.loss, 0), text=f"change {change:+.2f}", showarrow=False,
+                           yshift=14, font=dict(color=TRUE_COLOR if change < 0 else SELF_COLOR))
     fig.update_layout(
-        barmode="group", title="Per-position loss −log p(true), before and after training (negative change = better)",
+        barmode="group", bargap=0.5 if len(labels) < 3 else 0.25, title="Per-position loss −log p(true), before and after training (negative change = better)",
         yaxis=dict(title="−log p(true)", rangemode="tozero"),
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
         height=height, margin=dict(t=80, b=40),
