@@ -50,8 +50,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from mlm_core.data import encode, mask_batch
 from mlm_core.errors import InputError
-from mlm_core.masking import IGNORE_INDEX
+from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig
 from mlm_core.models import Predictions, head_parts, masked_lm_logits, predict_masked
 
 __all__ = [
@@ -66,6 +67,9 @@ __all__ = [
     "measure_head_patterns",
     "LogitLens",
     "logit_lens",
+    "LensProfile",
+    "lens_profile",
+    "lens_profile_on_texts",
     "gradient_x_input",
     "leave_one_out",
     "GradientSaliency",
@@ -432,6 +436,66 @@ def _lens_result(log_probs: torch.Tensor, position: int, true_id: int | None, to
         top_tokens=tuple(tuple(tokenizer.convert_ids_to_tokens(row)) for row in top_ids.tolist()),
         true_prob=true_prob, true_rank=true_rank, entropy=entropy,
     )
+
+
+@dataclass(frozen=True)
+class LensProfile:
+    """The logit lens over many masked positions: how often the head, read at each depth, gets the answer."""
+
+    top1: torch.Tensor  # (L+1,) share of positions whose true token is the first guess at that depth
+    top5: torch.Tensor  # (L+1,) ... among the first five
+    mean_log_prob: torch.Tensor  # (L+1,) mean log p(true token)
+    positions: int  # M, the masked positions averaged over
+
+    @property
+    def depth_labels(self) -> tuple[str, ...]:
+        return ("embeddings",) + tuple(f"layer {i}" for i in range(1, self.top1.numel()))
+
+    def records(self) -> list[dict]:
+        return [{"depth": label, "top1": float(self.top1[d]), "top5": float(self.top5[d]),
+                 "mean_log_prob": float(self.mean_log_prob[d])} for d, label in enumerate(self.depth_labels)]
+
+
+def lens_profile(model: nn.Module, input_ids, attention_mask, labels) -> LensProfile:
+    """The logit lens at every position where ``labels != IGNORE_INDEX`` of a batch (B, T), summarised per depth.
+
+    One encoder pass with every hidden state; the head on the M selected rows at each depth.
+    Raises ``LensUnavailable`` for heads ``head_parts`` does not know.
+    """
+    head = head_parts(model)
+    if head is None:
+        raise LensUnavailable(f"The logit lens is not available for {type(model).__name__}.")
+    device = model.device
+    labels = torch.as_tensor(labels)
+    selected = labels.reshape(-1) != IGNORE_INDEX  # (B*T,)
+    targets = labels.reshape(-1)[selected].to(device)  # (M,)
+    top1, top5, mean_lp = [], [], []
+    with torch.no_grad():
+        out = model.base_model(input_ids=torch.as_tensor(input_ids).to(device),
+                               attention_mask=None if attention_mask is None else torch.as_tensor(attention_mask).to(device),
+                               output_hidden_states=True)
+        for states in out.hidden_states:  # (B, T, H) at each depth
+            rows = states.reshape(-1, states.shape[-1])[selected.to(device)]  # (M, H)
+            log_probs = F.log_softmax(head.decoder(head.transform(rows)).float(), dim=-1)  # (M, V)
+            true = log_probs.gather(1, targets[:, None])  # (M, 1)
+            rank = (log_probs > true).sum(-1) + 1  # (M,)
+            top1.append((rank == 1).float().mean())
+            top5.append((rank <= 5).float().mean())
+            mean_lp.append(true.mean())
+    return LensProfile(torch.stack(top1).cpu(), torch.stack(top5).cpu(), torch.stack(mean_lp).cpu(), int(targets.numel()))
+
+
+def lens_profile_on_texts(model: nn.Module, tokenizer, texts: Sequence[str], *, seed: int = 0,
+                          max_length: int = 64) -> LensProfile:
+    """``lens_profile`` at the [MASK] positions of ``texts`` masked by BERT's rule (15%, 80/10/10) from ``seed``.
+
+    Only [MASK] positions count: at an unchanged token the embedding already holds the answer, and
+    at a random one it holds a wrong word, so neither says when the answer *forms*.
+    """
+    batch = encode(tokenizer, list(texts), max_length=max_length)
+    masked = mask_batch(tokenizer, batch, MaskingConfig(), torch.Generator().manual_seed(seed), trace=False)
+    labels = torch.where(masked.decisions == int(Decision.MASK), masked.labels, IGNORE_INDEX)  # (B, T)
+    return lens_profile(model, masked.input_ids, batch.attention_mask, labels)
 
 
 # --------------------------------------------------------------------------- saliency

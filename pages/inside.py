@@ -16,9 +16,10 @@ from mlm_core.figures.inside import (
     head_attention_figure,
     head_grid_figure,
     layer_attention_figure,
-    lens_comparison_figure,
     layers_height,
+    lens_comparison_figure,
     lens_figure,
+    lens_profile_figure,
     loss_change_figure,
     patterns_figure,
     saliency_figure,
@@ -32,6 +33,7 @@ from mlm_core.inside import (
     gradient_saliency,
     layer_agreement,
     leave_one_out,
+    lens_profile_on_texts,
     logit_lens,
     measure_head_patterns,
     special_positions,
@@ -42,6 +44,8 @@ from mlm_core.session_models import same_vocabulary
 MAX_TOKENS = 64  # every view of a sentence this long answers within a second on 2 cores (benchmark P5)
 MAX_CHARS = 1_000
 PATTERN_SENTENCES = 32  # workshop sentences the head patterns are measured on
+PROFILE_SENTENCES = 128  # workshop sentences (about 170 [MASK] positions) the lens is averaged over
+PROFILE_SEED = 0  # their masks: fixed, so the result is measured once per model
 VIEWS = {
     "attention": "👀 Where [MASK] looks",
     "lens": "🔭 How the guess forms",
@@ -99,6 +103,11 @@ def cached_saliency(key: str, ids: tuple, position: int, true_id: int, _model, _
 @st.cache_data(max_entries=16, show_spinner="Measuring every head on the workshop sentences…")
 def cached_patterns(key: str, n: int, _model, _tokenizer):
     return measure_head_patterns(_model, _tokenizer, encode(_tokenizer, workshop_sentences()[:n], max_length=64))
+
+
+@st.cache_data(max_entries=16, show_spinner="Reading the lens on the workshop sentences (once per model)…")
+def cached_lens_profile(key: str, n: int, seed: int, _model, _tokenizer):
+    return lens_profile_on_texts(_model, _tokenizer, workshop_sentences()[:n], seed=seed)
 
 
 # --------------------------------------------------------------------------- the sentence and its masks
@@ -276,6 +285,10 @@ def lens_view() -> None:
                    f"(rank {last_rank:,}).")
     with st.expander("Every depth as a table"):
         st.dataframe(pd.DataFrame(lens.records()), hide_index=True, width="stretch")
+    st.markdown("**One sentence is an anecdote.** The same lens on many sentences, masked by BERT's rule "
+                f"(seed {PROFILE_SEED}):")
+    profile = cached_lens_profile(model_key, PROFILE_SENTENCES, PROFILE_SEED, model, tokenizer)
+    show(lens_profile_figure(profile, height=ui.chart_height(340)), "inside_lens_profile_fig")
 
 
 # --------------------------------------------------------------------------- 3. saliency

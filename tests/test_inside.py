@@ -321,3 +321,38 @@ def test_too_long_a_sentence_is_refused(models, tokenizer):
     ids = torch.full((inside.MAX_TOKENS + 1,), 1996)
     with pytest.raises(InputError, match="at most"):
         inside.attention_from(models["bert"], tokenizer, ids, None, 0)
+
+
+@pytest.mark.parametrize("family", ["bert", "albert"])
+def test_lens_profile_matches_the_lens_and_predictions(models, tokenizer, family):
+    model = models[family]
+    batch = encode(tokenizer, [SENTENCE, "Paris is the capital of France, and Berlin is big."])
+    g = torch.Generator().manual_seed(0)
+    labels = torch.where(torch.rand(batch.input_ids.shape, generator=g) < 0.4, batch.input_ids, -100)
+    labels[batch.special_tokens_mask.bool()] = -100
+    labels[0, 6] = int(batch.input_ids[0, 6])  # at least one position
+    profile = inside.lens_profile(model, batch.input_ids, batch.attention_mask, labels)
+    predictions = predict_masked(model, tokenizer, batch.input_ids, batch.attention_mask, labels, k=5)
+    M = len(predictions.positions)
+    assert profile.positions == M and profile.top1.shape == (3,)
+    assert float(profile.top1[-1]) == pytest.approx(sum(p.true_rank == 1 for p in predictions.positions) / M)
+    assert float(profile.top5[-1]) == pytest.approx(sum(p.true_rank <= 5 for p in predictions.positions) / M)
+    assert float(profile.mean_log_prob[-1]) == pytest.approx(-predictions.mean_loss, abs=1e-4)
+    one = torch.full_like(labels, -100)
+    one[0, 6] = labels[0, 6]
+    single = inside.lens_profile(model, batch.input_ids, batch.attention_mask, one)
+    lens = inside.logit_lens(model, tokenizer, batch.input_ids[0], batch.attention_mask[0], 6, int(labels[0, 6]))
+    assert single.top1.tolist() == (lens.true_rank == 1).float().tolist()
+    assert single.mean_log_prob.tolist() == pytest.approx(lens.true_prob.log().tolist(), abs=1e-4)
+
+
+def test_lens_profile_on_texts_counts_mask_positions_only(models, tokenizer):
+    texts = [SENTENCE, "Paris is the capital of France, and Berlin is big.", "A dog ran in the park today."] * 4
+    profile = inside.lens_profile_on_texts(models["roberta"], tokenizer, texts, seed=3)
+    from mlm_core.data import mask_batch
+    from mlm_core.masking import Decision, MaskingConfig
+
+    batch = encode(tokenizer, texts)
+    masked = mask_batch(tokenizer, batch, MaskingConfig(), torch.Generator().manual_seed(3), trace=False)
+    assert profile.positions == int((masked.decisions == int(Decision.MASK)).sum()) > 0
+    assert bool(((profile.top1 <= profile.top5) & (profile.top5 <= 1)).all())

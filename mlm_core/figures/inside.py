@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from mlm_core.inside import HeadPatterns, LogitLens, ModelComparison, PositionAttention, Saliency
+from mlm_core.inside import HeadPatterns, LensProfile, LogitLens, ModelComparison, PositionAttention, Saliency
 
 ATTENTION_SCALE = "Blues"
 PROB_SCALE = "Greens"
@@ -205,6 +205,24 @@ def lens_figure(lens: LogitLens, *, title: str | None = None, height: int | None
         title=title or (f"The logit lens at position {lens.position}: the model's own head read after every layer"
                         + (f" (true token: {_e(lens.true_token)})" if lens.true_token else "")),
         height=height or 130 + 46 * len(depths), margin=dict(t=90, b=40, r=40),
+    )
+    return fig
+
+
+def lens_profile_figure(profile: LensProfile, *, height: int = 340) -> go.Figure:
+    """Over many [MASK] positions: how often the head, read at each depth, has the answer first / in its top 5."""
+    depths = list(profile.depth_labels)
+    fig = go.Figure()
+    for values, name, color in ((profile.top5, "true token in the top 5", "#8ce99a"),
+                                (profile.top1, "true token first", TRUE_COLOR)):
+        fig.add_trace(go.Scatter(x=depths, y=values.tolist(), mode="lines+markers+text", name=name,
+                                 line=dict(color=color, width=3), text=[f"{float(v):.0%}" for v in values],
+                                 textposition="top center", hovertemplate="%{x}: %{y:.1%}<extra>" + name + "</extra>"))
+    fig.update_layout(
+        title=f"Over {profile.positions} [MASK] positions of the workshop corpus: when does the answer appear?",
+        yaxis=dict(title="share of positions", range=[0, 1.05], tickformat=".0%"),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
+        height=height, margin=dict(t=80, b=40),
     )
     return fig
 
