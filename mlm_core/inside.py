@@ -79,6 +79,9 @@ __all__ = [
     "saliency",
     "kendall_tau",
     "layer_agreement",
+    "last_word",
+    "AgreementSummary",
+    "agreement_over_texts",
     "ModelComparison",
     "compare_models",
 ]
@@ -685,6 +688,59 @@ def saliency(model: nn.Module, tokenizer, input_ids, attention_mask, position: i
     loo = leave_one_out(model, tokenizer, input_ids, attention_mask, position, true_id,
                         skip=special_positions(tokenizer, input_ids))  # (T,)
     return Saliency.from_parts(gradient, loo)
+
+
+def last_word(tokens: Sequence[str], special: Sequence[bool]) -> int | None:
+    """The position of the last token that has a letter or digit (the last word piece before the final
+    punctuation), or the last non-special token, or None: where the page puts its first [MASK].
+
+    >>> last_word(["[CLS]", "the", "cat", ".", "[SEP]"], [True, False, False, False, True])
+    2
+    """
+    options = [i for i, s in enumerate(special) if not s]
+    words = [i for i in options if any(ch.isalnum() for ch in tokens[i])]
+    return words[-1] if words else (options[-1] if options else None)
+
+
+@dataclass(frozen=True)
+class AgreementSummary:
+    """Kendall τ with leave-one-out over many sentences (last word masked): gradient views and each layer's attention."""
+
+    names: tuple[str, ...]  # "gradient × input", "gradient × (input − [MASK])", "attention, layer 1", ...
+    taus: torch.Tensor  # (N, 2 + L) one row per sentence; NaN where τ is undefined
+
+    def records(self) -> list[dict]:
+        rows = []
+        for i, name in enumerate(self.names):
+            column = self.taus[:, i]
+            column = column[column.isfinite()]
+            rows.append({"measure": name, "sentences": int(column.numel()),
+                         "mean_tau": float(column.mean()) if column.numel() else float("nan"),
+                         "median_tau": float(column.median()) if column.numel() else float("nan")})
+        return rows
+
+
+def agreement_over_texts(model: nn.Module, tokenizer, texts: Sequence[str], *, max_length: int = 64) -> AgreementSummary:
+    """For each text: mask its last word, then τ(gradient views, leave-one-out) and τ(each layer's attention, leave-one-out).
+
+    One sentence is an anecdote; this is the same comparison on many (Jain & Wallace 2019, §4.1, do
+    it over whole datasets). Costs a leave-one-out per text.
+    """
+    rows = []
+    for text in texts:
+        encoded = encode(tokenizer, text, max_length=max_length)
+        position = last_word(encoded.tokens[0], [bool(x) for x in encoded.special_tokens_mask[0].tolist()])
+        if position is None:
+            continue
+        ids = encoded.input_ids[0].clone()  # (T,)
+        true_id = int(ids[position])
+        ids[position] = tokenizer.mask_token_id
+        result = saliency(model, tokenizer, ids, None, position, true_id)
+        attention = attention_from(model, tokenizer, ids, None, position)
+        rows.append([result.tau_input, result.tau_delta, *layer_agreement(attention.weights, result.leave_one_out)])
+    layers = _layer_count(model) or (len(rows[0]) - 2 if rows else 0)
+    names = ("gradient × input", "gradient × (input − [MASK])") + tuple(f"attention, layer {i + 1}" for i in range(layers))
+    return AgreementSummary(names, torch.tensor(rows, dtype=torch.float32).reshape(len(rows), len(names)))
 
 
 # --------------------------------------------------------------------------- what training changed

@@ -12,6 +12,7 @@ from mlm_core.data import clip_text
 from mlm_core.export import lesson_zip, masking_settings
 from mlm_core.figures.inside import (
     agreement_figure,
+    agreement_summary_figure,
     grid_height,
     head_attention_figure,
     head_grid_figure,
@@ -29,8 +30,10 @@ from mlm_core.inside import (
     LensUnavailable,
     Saliency,
     attention_from,
+    agreement_over_texts,
     compare_models,
     gradient_saliency,
+    last_word,
     layer_agreement,
     leave_one_out,
     lens_profile_on_texts,
@@ -46,6 +49,7 @@ MAX_CHARS = 1_000
 PATTERN_SENTENCES = 32  # workshop sentences the head patterns are measured on
 PROFILE_SENTENCES = 128  # workshop sentences (about 170 [MASK] positions) the lens is averaged over
 PROFILE_SEED = 0  # their masks: fixed, so the result is measured once per model
+AGREEMENT_SENTENCES = 24  # workshop sentences for the saliency agreement (a leave-one-out each)
 VIEWS = {
     "attention": "👀 Where [MASK] looks",
     "lens": "🔭 How the guess forms",
@@ -110,6 +114,11 @@ def cached_lens_profile(key: str, n: int, seed: int, _model, _tokenizer):
     return lens_profile_on_texts(_model, _tokenizer, workshop_sentences()[:n], seed=seed)
 
 
+@st.cache_data(max_entries=16, show_spinner="Leave-one-out on the workshop sentences (once per model)…")
+def cached_agreement(key: str, n: int, _model, _tokenizer):
+    return agreement_over_texts(_model, _tokenizer, workshop_sentences()[:n])
+
+
 # --------------------------------------------------------------------------- the sentence and its masks
 def sentence_controls() -> str:
     state = st.session_state
@@ -126,9 +135,9 @@ def mask_controls(tokens: list[str], special: list[bool]) -> list[int]:
     """The tokens to hide (pills, one per token); starts with the last word before the final punctuation."""
     state = st.session_state
     options = [i for i, s in enumerate(special) if not s]
-    words = [i for i in options if any(ch.isalnum() for ch in tokens[i])]
     if state.get("inside_masked_for") != tokens:  # a new sentence: start from its last word
-        state["inside_masked"] = [words[-1] if words else options[-1]] if options else []
+        first = last_word(tokens, special)
+        state["inside_masked"] = [] if first is None else [first]
         state["inside_masked_for"] = tokens
     seen: dict[str, int] = {}
     labels = {}
@@ -327,6 +336,14 @@ def saliency_view() -> None:
     )
     with st.expander("Every token as a table"):
         st.dataframe(pd.DataFrame(result.records()), hide_index=True, width="stretch")
+    state = st.session_state
+    if st.button(f"📊 The same comparison on {AGREEMENT_SENTENCES} workshop sentences", key="inside_agreement_run",
+                 help="Masks each sentence's last word and runs leave-one-out on every one (once per model)."):
+        state["inside_agreement_for"] = model_key
+    if state.get("inside_agreement_for") == model_key:
+        summary = cached_agreement(model_key, AGREEMENT_SENTENCES, model, tokenizer)
+        show(agreement_summary_figure(summary, height=ui.chart_height(360)), "inside_agreement_summary_fig")
+        st.dataframe(pd.DataFrame(summary.records()), hide_index=True, width="stretch")
 
 
 # --------------------------------------------------------------------------- 4. what training changed

@@ -356,3 +356,21 @@ def test_lens_profile_on_texts_counts_mask_positions_only(models, tokenizer):
     masked = mask_batch(tokenizer, batch, MaskingConfig(), torch.Generator().manual_seed(3), trace=False)
     assert profile.positions == int((masked.decisions == int(Decision.MASK)).sum()) > 0
     assert bool(((profile.top1 <= profile.top5) & (profile.top5 <= 1)).all())
+
+
+def test_agreement_over_texts_is_the_per_sentence_comparison(models, tokenizer):
+    texts = ["The cat sat on the mat.", "Paris is the capital of France."]
+    summary = inside.agreement_over_texts(models["bert"], tokenizer, texts)
+    assert summary.taus.shape == (2, 2 + 2) and summary.names[0] == "gradient × input"
+    encoded = encode(tokenizer, texts[1])
+    tokens, special = encoded.tokens[0], [bool(x) for x in encoded.special_tokens_mask[0].tolist()]
+    position = inside.last_word(tokens, special)
+    assert tokens[position] == "france"
+    ids = encoded.input_ids[0].clone()
+    true_id = int(ids[position])
+    ids[position] = tokenizer.mask_token_id
+    direct = inside.saliency(models["bert"], tokenizer, ids, None, position, true_id)
+    assert float(summary.taus[1, 0]) == pytest.approx(direct.tau_input, nan_ok=True)
+    assert float(summary.taus[1, 1]) == pytest.approx(direct.tau_delta, nan_ok=True)
+    assert [r["sentences"] for r in summary.records()][:2] == [int(summary.taus[:, 0].isfinite().sum()),
+                                                               int(summary.taus[:, 1].isfinite().sum())]

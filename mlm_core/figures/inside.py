@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from mlm_core.inside import HeadPatterns, LensProfile, LogitLens, ModelComparison, PositionAttention, Saliency
+from mlm_core.inside import (AgreementSummary, HeadPatterns, LensProfile, LogitLens, ModelComparison,
+                             PositionAttention, Saliency)
 
 ATTENTION_SCALE = "Blues"
 PROB_SCALE = "Greens"
@@ -288,6 +289,23 @@ def agreement_figure(result: Saliency, layer_tau: torch.Tensor, *, height: int =
     fig.update_layout(
         title="Does it rank the tokens as leave-one-out does? Kendall τ (1 = same order, 0 = unrelated)",
         yaxis=dict(title="Kendall τ", range=[-1.1, 1.2], zeroline=True), height=height, margin=dict(t=60, b=60),
+    )
+    return fig
+
+
+def agreement_summary_figure(summary: AgreementSummary, *, height: int = 360) -> go.Figure:
+    """Kendall τ with leave-one-out, one point per sentence, for each gradient view and each layer's attention."""
+    fig = go.Figure()
+    colors = [SALIENCY_COLORS["gradient × input"], SALIENCY_COLORS["gradient × (input − [MASK])"]] + \
+        [OTHER_COLOR] * (len(summary.names) - 2)
+    for i, (name, color) in enumerate(zip(summary.names, colors)):
+        values = [v for v in summary.taus[:, i].tolist() if math.isfinite(v)]
+        fig.add_trace(go.Box(y=values, name=_e(name), marker_color=color, boxpoints="all", jitter=0.4, pointpos=0,
+                             boxmean=True, hovertemplate="τ = %{y:.2f}<extra>" + _e(name) + "</extra>"))
+    fig.update_layout(
+        title=f"Over {summary.taus.shape[0]} workshop sentences (last word masked): Kendall τ with leave-one-out",
+        yaxis=dict(title="Kendall τ", range=[-1.05, 1.05], zeroline=True), showlegend=False,
+        height=height, margin=dict(t=60, b=60),
     )
     return fig
 
