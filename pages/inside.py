@@ -18,6 +18,7 @@ from mlm_core.figures.inside import (
     head_grid_figure,
     layer_attention_figure,
     layers_height,
+    lesson_figures,
     lens_comparison_figure,
     lens_figure,
     lens_profile_figure,
@@ -397,17 +398,17 @@ def lesson_bytes() -> bytes:
     attention = cached_attention(model_key, ids_key, position, model, tokenizer)
     patterns = cached_patterns(model_key, PATTERN_SENTENCES, model, tokenizer)
     result = cached_saliency(model_key, ids_key, position, true_id, model, tokenizer)
-    layer, head = (n - 1 for n in st.session_state.get("inside_head_kept", (1, 1)))
-    figures = {"head grid": head_grid_figure(attention), "enlarged head": head_attention_figure(attention, layer, head),
-               "layer averages": layer_attention_figure(attention), "head patterns": patterns_figure(patterns),
-               "saliency": saliency_figure(result),
-               "agreement": agreement_figure(result, layer_agreement(attention.weights, result.leave_one_out))}
-    tables = {"head_patterns": patterns.records(), "saliency": result.records()}
+    lens = profile = None
     if head_parts(model) is not None:
         lens = cached_lens(model_key, ids_key, position, true_id, 5, model, tokenizer)
-        figures["logit lens"] = lens_figure(lens)
-        tables["logit_lens"] = lens.records()
-    return lesson_zip("Inside the model", figures=figures, tables=tables, link=share,
+        profile = cached_lens_profile(model_key, PROFILE_SENTENCES, PROFILE_SEED, model, tokenizer)
+    layer, head = (n - 1 for n in st.session_state.get("inside_head_kept", (1, 1)))
+    tables = {"head_patterns": patterns.records(), "saliency": result.records()}
+    if lens is not None:
+        tables.update(logit_lens=lens.records(), logit_lens_corpus=profile.records())
+    return lesson_zip("Inside the model", link=share, tables=tables,
+                      figures=lesson_figures(attention, patterns, result, lens=lens, profile=profile,
+                                             head=(layer, head)),
                       settings=masking_settings(sentence=text, seed=settings.seed, model=settings.model_name,
                                                 position=position, hidden=hidden,
                                                 trained_model=trained_entry.label if trained_entry else None))

@@ -374,3 +374,23 @@ def test_agreement_over_texts_is_the_per_sentence_comparison(models, tokenizer):
     assert float(summary.taus[1, 1]) == pytest.approx(direct.tau_delta, nan_ok=True)
     assert [r["sentences"] for r in summary.records()][:2] == [int(summary.taus[:, 0].isfinite().sum()),
                                                                int(summary.taus[:, 1].isfinite().sum())]
+
+
+def test_lesson_export_holds_every_picture(models, tokenizer, sentence):
+    from mlm_core.export import zip_contents, lesson_zip
+    from mlm_core.figures.inside import lesson_figures
+
+    model = models["bert"]
+    _, seen, labels = sentence
+    true_id = int(labels[6])
+    attention = inside.attention_from(model, tokenizer, seen, None, 6)
+    patterns = inside.measure_head_patterns(model, tokenizer, encode(tokenizer, [SENTENCE]))
+    result = inside.saliency(model, tokenizer, seen, None, 6, true_id)
+    lens = inside.logit_lens(model, tokenizer, seen, None, 6, true_id)
+    figures = lesson_figures(attention, patterns, result, lens=lens, head=(1, 1))
+    names = zip_contents(lesson_zip("Inside the model", figures=figures, html=False,
+                                    tables={"saliency": result.records()}))
+    for chart in ("head_grid", "enlarged_head", "layer_averages", "head_patterns", "saliency", "agreement",
+                  "logit_lens"):
+        assert f"charts/{chart}.json" in names
+    assert "saliency.csv" in names and "lesson.json" in names

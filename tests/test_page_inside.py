@@ -30,6 +30,7 @@ def test_every_view_and_a_head_picked(page):
     assert at.segmented_control(key="inside_view").value == "attention"
     assert "heads put more than half their attention" in _markdown(at)
     assert any("What attention is not" in i.value for i in at.info)
+    assert at.get("download_button")  # the lesson export (its contents: test_lesson_export_holds_every_picture)
     at.selectbox(key="inside_layer").set_value(2).run()
     at.selectbox(key="inside_head").set_value(2).run()
     assert not at.exception

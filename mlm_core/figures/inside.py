@@ -17,7 +17,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from mlm_core.inside import (AgreementSummary, HeadPatterns, LensProfile, LogitLens, ModelComparison,
-                             PositionAttention, Saliency)
+                             PositionAttention, Saliency, layer_agreement)
 
 ATTENTION_SCALE = "Blues"
 PROB_SCALE = "Greens"
@@ -328,3 +328,22 @@ def loss_change_figure(comparison: ModelComparison, *, height: int = 340) -> go.
         height=height, margin=dict(t=80, b=40),
     )
     return fig
+
+
+def lesson_figures(attention: PositionAttention, patterns: HeadPatterns, saliency: Saliency, *,
+                   lens: LogitLens | None = None, profile: LensProfile | None = None,
+                   head: tuple[int, int] = (0, 0)) -> dict[str, go.Figure]:
+    """Every picture of the page for one sentence, named, for ``mlm_core.export.lesson_zip``."""
+    figures = {
+        "head grid": head_grid_figure(attention, selected=head),
+        "enlarged head": head_attention_figure(attention, *head),
+        "layer averages": layer_attention_figure(attention),
+        "head patterns": patterns_figure(patterns),
+        "saliency": saliency_figure(saliency),
+        "agreement": agreement_figure(saliency, layer_agreement(attention.weights, saliency.leave_one_out)),
+    }
+    if lens is not None:
+        figures["logit lens"] = lens_figure(lens)
+    if profile is not None:
+        figures["logit lens over the corpus"] = lens_profile_figure(profile)
+    return figures
