@@ -322,7 +322,8 @@ def loss_change_figure(comparison: ModelComparison, *, height: int = 340) -> go.
         fig.add_annotation(x=label, y=max(base.loss, trained.loss, 0), text=f"change {change:+.2f}", showarrow=False,
                            yshift=14, font=dict(color=TRUE_COLOR if change < 0 else SELF_COLOR))
     fig.update_layout(
-        barmode="group", bargap=0.5 if len(labels) < 3 else 0.25, title="Per-position loss −log p(true), before and after training (negative change = better)",
+        barmode="group", bargap=0.5 if len(labels) < 3 else 0.25,
+        title="Per-position loss −log p(true), before and after training (negative change = better)",
         yaxis=dict(title="−log p(true)", rangemode="tozero"),
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
         height=height, margin=dict(t=80, b=40),
