@@ -145,13 +145,12 @@ def _layer_count(model: nn.Module) -> int | None:
     return getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", None)
 
 
-def _forward_inside(model: nn.Module, input_ids, attention_mask, *, hidden_states: bool = False):
-    """One encoder forward: (attention (B, L, H, T, T) fp32 on the CPU, hidden states (L+1) x (B, T, H) or None)."""
+def _forward_inside(model: nn.Module, input_ids, attention_mask) -> torch.Tensor:
+    """One encoder forward that records every attention map: (B, L, H, T, T) fp32 on the CPU."""
     implementation = getattr(model.config, "_attn_implementation", None) or "eager"
     device = model.device
     kwargs = dict(input_ids=input_ids.to(device),
-                  attention_mask=None if attention_mask is None else attention_mask.to(device),
-                  output_hidden_states=hidden_states)
+                  attention_mask=None if attention_mask is None else torch.as_tensor(attention_mask).to(device))
     with torch.no_grad():
         if implementation == "eager":  # the model returns its weights itself, recorded per call
             out = model.base_model(**kwargs, output_attentions=True)
@@ -170,8 +169,7 @@ def _forward_inside(model: nn.Module, input_ids, attention_mask, *, hidden_state
         raise AttentionUnavailable(
             f"{type(model).__name__} gave {len(maps)} attention maps for {layers} layers: its attention "
             "does not go through PyTorch's scaled_dot_product_attention, so its weights cannot be read here.")
-    attention = torch.stack([m.float().cpu() for m in maps], dim=1)  # (B, L, H, T, T)
-    return attention, (out.hidden_states if hidden_states else None)
+    return torch.stack([m.float().cpu() for m in maps], dim=1)  # (B, L, H, T, T)
 
 
 def attention_maps(model: nn.Module, input_ids, attention_mask=None) -> torch.Tensor:
@@ -184,7 +182,7 @@ def attention_maps(model: nn.Module, input_ids, attention_mask=None) -> torch.Te
     if input_ids.dim() == 1:  # one sentence (T,) -> a batch of one (1, T)
         input_ids = input_ids[None]
         attention_mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(1, -1)
-    return _forward_inside(model, input_ids, attention_mask)[0]
+    return _forward_inside(model, input_ids, attention_mask)
 
 
 @dataclass(frozen=True)
@@ -228,7 +226,7 @@ def attention_from(model: nn.Module, tokenizer, input_ids, attention_mask, posit
     """The attention from ``position`` to every token of one sentence (T,), every layer and head: (L, H, T)."""
     ids, mask = _one_sentence(input_ids, attention_mask)
     position = _check_position(position, ids.numel())
-    maps, _ = _forward_inside(model, ids[None], None if mask is None else mask[None])  # (1, L, H, T, T)
+    maps = _forward_inside(model, ids[None], None if mask is None else mask[None])  # (1, L, H, T, T)
     return PositionAttention(position, tuple(tokenizer.convert_ids_to_tokens(ids.tolist())), maps[0, :, :, position])
 
 

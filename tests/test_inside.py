@@ -394,3 +394,13 @@ def test_lesson_export_holds_every_picture(models, tokenizer, sentence):
                   "logit_lens"):
         assert f"charts/{chart}.json" in names
     assert "saliency.csv" in names and "lesson.json" in names
+
+
+def test_an_eager_model_gives_its_own_weights(models, tokenizer):
+    twin = _eager_twin(models["distilbert"])
+    batch = encode(tokenizer, [SENTENCE, "A dog ran."])
+    maps = inside.attention_maps(twin, batch.input_ids, batch.attention_mask)
+    sdpa = inside.attention_maps(models["distilbert"], batch.input_ids, batch.attention_mask)
+    real = batch.attention_mask.bool()
+    assert twin.config._attn_implementation == "eager"
+    assert torch.allclose(maps.permute(0, 3, 1, 2, 4)[real], sdpa.permute(0, 3, 1, 2, 4)[real], atol=1e-5)
