@@ -34,6 +34,17 @@ def _e(text) -> str:
     return html.escape(str(text), quote=False)
 
 
+def _percent(q: float) -> str:
+    """12% for visible probabilities, 0.31% or 2e-05 for the small ones an untrained model gives."""
+    return f"{q:.0%}" if q >= 0.01 else (f"{q:.2%}" if q >= 1e-4 else f"{q:.0e}")
+
+
+def _rank_ticks(top: float) -> dict:
+    """Log-axis ticks at 1, 10, 100, ... only (plotly labels the 2s and 5s between them too)."""
+    values = [10**i for i in range(int(math.log10(max(top, 10))) + 1)]
+    return dict(tickvals=values, ticktext=[f"{v:,}" for v in values])
+
+
 def _short(token: str, limit: int = 9) -> str:
     return token if len(token) <= limit else token[: limit - 1] + "…"
 
@@ -183,11 +194,13 @@ def lens_figure(lens: LogitLens, *, title: str | None = None, height: int | None
                         subplot_titles=(f"top {K} at each depth (green: the true token)",
                                         "rank of the true token (1 = first guess)" if lens.true_id is not None
                                         else "no true token given"))
-    text = [[("<b>✓ " + _e(t) + "</b>") if lens.true_id is not None and i == lens.true_id else _e(t)
-             for t, i in zip(lens.top_tokens[d], lens.top_ids[d].tolist())] for d in range(len(depths))]
+    text = [[(("<b>✓ " + _e(t) + "</b>") if lens.true_id is not None and i == lens.true_id else _e(t))
+             + "<br>" + _percent(q)
+             for t, i, q in zip(lens.top_tokens[d], lens.top_ids[d].tolist(), lens.top_probs[d].tolist())]
+            for d in range(len(depths))]
     fig.add_trace(go.Heatmap(
         z=lens.top_probs.tolist(), x=[f"#{k + 1}" for k in range(K)], y=depths, text=text,
-        texttemplate="%{text}<br>%{z:.0%}", colorscale=PROB_SCALE, zmin=0, zmax=max(0.05, float(lens.top_probs.max())),
+        texttemplate="%{text}", colorscale=PROB_SCALE, zmin=0, zmax=max(0.05, float(lens.top_probs.max())),
         showscale=False, xgap=2, ygap=2, hovertemplate="%{y}, %{x}: p = %{z:.3f}<extra></extra>",
     ), row=1, col=1)
     if lens.true_id is not None:
@@ -200,7 +213,8 @@ def lens_figure(lens: LogitLens, *, title: str | None = None, height: int | None
             hovertemplate="%{y}: rank %{x:,}<extra>" + _e(lens.true_token) + "</extra>",
         ), row=1, col=2)
         top = max(10.0, float(lens.true_rank.max()) * 3)
-        fig.update_xaxes(type="log", range=[math.log10(top), -0.1], title_text="rank (log scale)", row=1, col=2)
+        fig.update_xaxes(type="log", range=[math.log10(top), -0.1], title_text="rank (log scale)", row=1, col=2,
+                         **_rank_ticks(top))
     fig.update_yaxes(autorange="reversed", row=1, col=1)
     fig.update_layout(
         title=title or (f"The logit lens at position {lens.position}: the model's own head read after every layer"
@@ -240,7 +254,7 @@ def lens_comparison_figure(base: LogitLens, trained: LogitLens, *, height: int =
     top = max(10.0, float(torch.cat([base.true_rank, trained.true_rank]).max()) * 3)
     fig.update_layout(
         title=f"Logit lens before and after training: rank of {_e(base.true_token)} at each depth",
-        yaxis=dict(type="log", range=[math.log10(top), -0.1], title="rank (log, 1 at the top)"),
+        yaxis=dict(type="log", range=[math.log10(top), -0.1], title="rank (log, 1 at the top)", **_rank_ticks(top)),
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
         height=height, margin=dict(t=80, b=40),
     )
