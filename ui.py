@@ -29,6 +29,9 @@ class KEYS:
     sentence = "sentence"  # the current sentence, shared by Masking, Predictions and Quiz
     masking = "masking"  # the Masking page's last result: dict(tokens, encoded, result, config, seed)
     trained_tokenizer = "trained_tokenizer"  # Tokenizer page → Training page: a mlm_core.vocab.TrainedVocab
+    training_run = "training_run"  # Training page: this session's mlm_core.jobs.Run
+    trained_models = "trained_models"  # models trained in this session: mlm_core.session_models.TrainedModels
+    trained_choice = "trained_choice"  # Predictions / Inside the model: "base" or a trained model's key
 
 
 @dataclass(frozen=True)
@@ -559,3 +562,81 @@ def plotly_config(filename: str) -> dict:
 def advanced(name: str):
     """A container for advanced controls, hidden in presenter view: ``with ui.advanced("masking_rates"): ...``."""
     return st.container(key=f"advanced_{name}")
+
+
+# --------------------------------------------------------------------------- models trained in this session
+BASE_CHOICE = "base"  # the sidebar's model, in the trained-model picker
+
+
+def trained_models():
+    """This session's trained models (``mlm_core.session_models.TrainedModels``), a finished Training run's included.
+
+    The store lives in the session, so the copies go with it; the shared cached models are never replaced.
+    """
+    from mlm_core.session_models import TrainedModels
+
+    state = st.session_state
+    store = state.get(KEYS.trained_models)
+    if store is None:
+        store = state[KEYS.trained_models] = TrainedModels()
+    run = state.get(KEYS.training_run)
+    if run is not None and getattr(run, "keep_trained", False):
+        for note in store.add_run(run):  # takes the copies once the run has finished, then nothing
+            st.toast(note, icon="🧠")
+    return store
+
+
+def trained_model_choice(model, tokenizer):
+    """The page's model: the sidebar's, or one trained in this session. Returns ``(model, tokenizer, entry)``.
+
+    The picker shows only when the session has trained models; ``entry`` is the chosen
+    ``TrainedModel`` or None. A share link carries the choice (``trained=``); in another session no
+    such model exists, so the page falls back to the sidebar's model with a notice.
+    """
+    from mlm_core.classroom import Field
+
+    state = st.session_state
+    field = Field("trained", "text", default=BASE_CHOICE, max_chars=40, label="trained model")
+    state.setdefault(KEYS.trained_choice, BASE_CHOICE)
+    sync_query_params([(field, KEYS.trained_choice)])  # reads a link's trained= once per session
+    entries = {e.key: e for e in trained_models().entries()}
+    if state.get(KEYS.trained_choice, BASE_CHOICE) not in (BASE_CHOICE, *entries):
+        st.info("This view names a model trained in another session, or one this session no longer keeps. "
+                "Trained models live only in the session that trained them, so the sidebar's model is shown "
+                "instead.", icon="🔗")
+        state[KEYS.trained_choice] = BASE_CHOICE
+        sync_query_params([(field, KEYS.trained_choice)])
+    if not entries:
+        return model, tokenizer, None
+    labels = {BASE_CHOICE: f"{(getattr(model, 'mlmlab_info', None) or {}).get('label', 'The sidebar model')} (sidebar)",
+              **{key: f"Trained: {e.label}" for key, e in entries.items()}}
+    st.selectbox("Model on this page", list(labels), key=KEYS.trained_choice, format_func=labels.get,
+                 help="Models you trained on the Training page stay in your session (the last few), beside "
+                 "the sidebar's model. They are yours only: a shared link shows others the sidebar's model.")
+    entry = entries.get(state[KEYS.trained_choice])
+    return (model, tokenizer, None) if entry is None else (entry.model, entry.tokenizer, entry)
+
+
+def value_chips(tokens: list[str], values: list[float | None], *, highlight: int | None = None,
+                titles: list[str] | None = None) -> None:
+    """Tokens as escaped chips shaded by a value: green for positive, red for negative, grey where None.
+
+    Shades are scaled to the largest |value| of the row.
+    """
+    finite = [abs(v) for v in values if v is not None and v == v]
+    top = max(finite) if finite and max(finite) > 0 else 1.0
+    parts = []
+    for i, (token, value) in enumerate(zip(tokens, values)):
+        if value is None or value != value:
+            background = "#f1f3f5"
+        else:
+            share = min(1.0, abs(value) / top)
+            rgb = "47,158,68" if value >= 0 else "224,49,49"
+            background = f"rgba({rgb},{0.08 + 0.6 * share:.2f})"
+        outline = "box-shadow:0 0 0 3px #1c7ed6;" if highlight == i else ""
+        tip = f' title="{html.escape(titles[i], quote=True)}"' if titles else ""
+        parts.append(
+            f'<span class="mlm-chip-wrap" style="display:inline-block;margin:0 0 6px 6px"{tip}>'
+            f'<span class="mlm-chip" style="display:inline-block;padding:3px 7px;border-radius:6px;font-family:monospace;'
+            f'font-size:15px;background:{background};border:1px solid #ced4da;{outline}">{html.escape(token)}</span></span>')
+    st.markdown(f'<div class="mlm-chips" style="line-height:2.2">{"".join(parts)}</div>', unsafe_allow_html=True)

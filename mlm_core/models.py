@@ -37,7 +37,9 @@ from mlm_core.masking import IGNORE_INDEX, Decision
 __all__ = [
     "ModelLoadError",
     "TINY_RANDOM",
+    "TINY_FAMILIES",
     "load_masked_lm",
+    "tiny_random_masked_lm",
     "available_models",
     "model_description",
     "pick_device",
@@ -180,19 +182,46 @@ def _load_default(device: torch.device, dtype: torch.dtype):
     return model, tokenizer, info
 
 
-def tiny_random_masked_lm(tokenizer=None, seed: int = TINY_SEED):
-    """A tiny ``BertForMaskedLM`` whose vocabulary is ``len(tokenizer)``, the same for the same seed."""
-    from transformers import BertConfig, BertForMaskedLM
+TINY_FAMILIES = ("bert", "distilbert", "roberta", "albert", "electra")
+
+
+def _tiny_config(family: str, vocab_size: int, pad_token_id: int):
+    """TINY_CONFIG's sizes in the config class of ``family`` (ELECTRA: a head ``masked_lm_logits`` does not know)."""
+    import transformers as tf
+
+    size = dict(TINY_CONFIG)
+    common = dict(vocab_size=vocab_size, pad_token_id=pad_token_id)
+    if family == "bert":
+        return tf.BertConfig(**common, **size)
+    if family == "distilbert":
+        return tf.DistilBertConfig(**common, dim=size["hidden_size"], n_layers=size["num_hidden_layers"],
+                                   n_heads=size["num_attention_heads"], hidden_dim=size["intermediate_size"],
+                                   max_position_embeddings=size["max_position_embeddings"])
+    if family == "roberta":  # positions start after the padding index, so two more are needed
+        return tf.RobertaConfig(**common, **{**size, "max_position_embeddings": size["max_position_embeddings"] + 2})
+    if family in ("albert", "electra"):  # a smaller embedding, projected up to the hidden size
+        config_class = tf.AlbertConfig if family == "albert" else tf.ElectraConfig
+        return config_class(**common, embedding_size=size["hidden_size"] // 2, **size)
+    raise InputError(f"family must be one of {', '.join(TINY_FAMILIES)}; got {family!r}.")
+
+
+def tiny_random_masked_lm(tokenizer=None, seed: int = TINY_SEED, family: str = "bert"):
+    """A tiny masked LM whose vocabulary is ``len(tokenizer)``, the same for the same seed.
+
+    ``family``: ``"bert"`` (the app's tiny random BERT), or ``"distilbert"``, ``"roberta"``,
+    ``"albert"``, ``"electra"`` of the same size, so tests can cover every head this module handles.
+    """
+    from transformers import AutoModelForMaskedLM
 
     if tokenizer is None:
         from mlm_core.bundled import load_default_tokenizer
 
         tokenizer = load_default_tokenizer()
-    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0, **TINY_CONFIG)
+    config = _tiny_config(family, len(tokenizer), tokenizer.pad_token_id or 0)
     # Building a module draws from torch's global RNG; fork_rng gives that state back afterwards,
     # and the weights are then drawn again from our own generator, so they never depend on it.
     with torch.random.fork_rng(devices=[]):
-        model = BertForMaskedLM(config)
+        model = AutoModelForMaskedLM.from_config(config)
     _seeded_init_(model, torch.Generator().manual_seed(seed), config.initializer_range)
     return model.eval(), tokenizer
 

@@ -103,6 +103,7 @@ except MLMLabError as exc:
     st.markdown("These models work offline right now:")
     st.dataframe(pd.DataFrame([m for m in available_models() if m["offline"]]), hide_index=True)
     st.stop()
+model, tokenizer, _ = ui.trained_model_choice(model, tokenizer)  # a model trained in this session, if chosen
 model_panel(model, tokenizer)
 
 

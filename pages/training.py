@@ -17,7 +17,7 @@ from mlm_core.precision import auto_amp
 from mlm_core.models import model_description
 from mlm_core.training import TrainConfig
 
-RUN_KEY = "training_run"  # the jobs.Run of this session
+RUN_KEY = ui.KEYS.training_run  # the jobs.Run of this session
 SEEN_KEY = "training_seen_status"  # the status the page last drew, to redraw once when a run ends
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_PASTE_CHARS = 200_000
@@ -194,7 +194,7 @@ start_col, stop_col, info_col = st.columns([1, 1, 3])
 if start_col.button("▶ Start training", key="training_start", type="primary",
                     disabled=busy_here or variants is None or texts is None):
     try:
-        run = get_manager().submit(model, tokenizer, texts, variants,
+        run = get_manager().submit(model, tokenizer, texts, variants, keep_trained=True,  # for Predictions/Inside
                                    label=f"{about['label']} · {', '.join(variants)}")
         state[RUN_KEY] = run
         state[SEEN_KEY] = None
