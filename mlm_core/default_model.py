@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -29,6 +30,7 @@ TRAINED_LABEL = "MiniLM-L6 masked LM (bundled, adapted offline)"
 UNTRAINED_LABEL = "MiniLM-L6 encoder + untrained head"
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
+_WORDS = re.compile(r"[a-z0-9]+")
 
 
 # --------------------------------------------------------------------------- locations
@@ -298,14 +300,16 @@ def cloze_eval(model, tokenizer, rows: Sequence[tuple[str, Iterable[str]]], k: i
 
     An answer counts when it is a single token of the vocabulary and appears among the top-k
     predictions at the mask (answers that split into several word pieces can never be hit and are
-    ignored; a row with no single-token answer is counted as a miss).
+    ignored; a row with no single-token answer is counted as a miss).  ``copy_rate`` is the share
+    of rows whose top-1 guess is a copy (:func:`is_copy`): a word of the sentence that is not an
+    accepted answer.
     """
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     mask_id = tokenizer.mask_token_id
     vocab = tokenizer.get_vocab()
-    hits1 = hitsk = 0
+    hits1 = hitsk = copies = 0
     per_row = []
     rows = list(rows)
     for start in range(0, len(rows), batch_size):
@@ -325,13 +329,37 @@ def cloze_eval(model, tokenizer, rows: Sequence[tuple[str, Iterable[str]]], k: i
             preds = tokenizer.convert_ids_to_tokens(row.tolist())
             h1 = bool(ans_ids) and row[0].item() in ans_ids
             hk = bool(ans_ids) and any(t in ans_ids for t in row.tolist())
+            copy = is_copy(sent, answers, preds[0])
             hits1 += h1
             hitsk += hk
-            per_row.append({"sentence": sent, "answers": list(answers), "top": preds, "hit1": h1, "hitk": hk})
+            copies += copy
+            per_row.append({"sentence": sent, "answers": list(answers), "top": preds, "hit1": h1, "hitk": hk, "copy": copy})
     if was_training:
         model.train()
     n = max(len(rows), 1)
-    return {"n": len(rows), "k": k, "top1": hits1 / n, f"top{k}": hitsk / n, "topk": hitsk / n, "rows": per_row}
+    return {"n": len(rows), "k": k, "top1": hits1 / n, f"top{k}": hitsk / n, "topk": hitsk / n,
+            "copy_rate": copies / n, "rows": per_row}
+
+
+def sentence_words(sentence: str) -> set[str]:
+    """The lower-case words of a cloze sentence other than its ``[MASK]``."""
+    return set(_WORDS.findall(sentence.replace("[MASK]", " ").lower()))
+
+
+def is_copy(sentence: str, answers: Iterable[str], guess: str) -> bool:
+    """True when ``guess`` repeats a word found elsewhere in ``sentence`` and is not an accepted answer.
+
+    "She poured milk into her [MASK]." guessed as "milk" is a copy; "The cat sat on the [MASK]."
+    guessed as "cat" is one too, but a row that accepts the repeated word (e.g. "flower" in
+    "from flower to [MASK]") is not.
+    """
+    guess = guess.lower()
+    return guess not in {a.lower() for a in answers} and guess in sentence_words(sentence)
+
+
+def standard_error(p: float, n: int) -> float:
+    """Binomial standard error sqrt(p(1-p)/n) of an accuracy p measured on n rows."""
+    return math.sqrt(max(p * (1 - p), 0.0) / n) if n > 0 else float("nan")
 
 
 @torch.no_grad()

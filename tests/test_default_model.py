@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from mlm_core import default_model as dm
 
@@ -123,6 +124,61 @@ def test_cloze_eval_counts_hits(shipped):
     assert out["top5"] == pytest.approx(0.5)
 
 
+def test_is_copy_flags_repeated_sentence_words_only():
+    s = "She poured milk into her [MASK] and stirred it."
+    assert dm.is_copy(s, ["coffee", "tea"], "milk")  # a word of the sentence, not an answer
+    assert dm.is_copy(s, ["coffee"], "MILK")  # case does not matter
+    assert not dm.is_copy(s, ["coffee", "tea"], "coffee")  # an answer
+    assert not dm.is_copy(s, ["coffee"], "juice")  # a wrong guess, but not a copy
+    assert not dm.is_copy(s, ["coffee"], "mask")  # the [MASK] itself is not a word of the sentence
+    assert not dm.is_copy(s, ["coffee"], "##k")  # word pieces never match whole words
+    # a repeated word that the row accepts is a right answer, not a copy
+    assert not dm.is_copy("The bees flew from flower to [MASK].", ["flower", "flowers"], "flower")
+    assert dm.sentence_words("It's a [MASK], isn't it?") == {"it", "s", "a", "isn", "t"}
+
+
+class _ScriptedMLM(torch.nn.Module):
+    """A stand-in masked LM whose logits at every position are one fixed row per sentence."""
+
+    def __init__(self, tokenizer, guesses):
+        super().__init__()
+        self.tok = tokenizer
+        self.guesses = guesses  # one token per sentence, in order
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.calls = 0
+
+    def bert(self, input_ids, attention_mask):
+        out = torch.zeros(input_ids.shape[0], input_ids.shape[1], len(self.tok))
+        for b in range(input_ids.shape[0]):
+            out[b, :, self.tok.convert_tokens_to_ids(self.guesses[self.calls + b])] = 10.0
+        self.calls += input_ids.shape[0]
+        return type("Out", (), {"last_hidden_state": out})()
+
+    def cls(self, h):
+        return h
+
+
+def test_cloze_eval_copy_rate_on_a_hand_made_case():
+    tokenizer = dm.load_tokenizer()
+    rows = [
+        ("She poured milk into her [MASK].", ["coffee", "tea"]),  # guessed milk: a copy
+        ("The sun rises in the [MASK].", ["east"]),  # guessed east: right
+        ("He opened the door with a [MASK].", ["key"]),  # guessed door: a copy
+        ("The cat sat on the [MASK].", ["mat", "cat"]),  # guessed cat: accepted, so no copy
+    ]
+    model = _ScriptedMLM(tokenizer, ["milk", "east", "door", "cat"])
+    out = dm.cloze_eval(model, tokenizer, rows, k=5)
+    assert [r["copy"] for r in out["rows"]] == [True, False, True, False]
+    assert out["copy_rate"] == pytest.approx(0.5)
+    assert out["top1"] == pytest.approx(0.5)
+
+
+def test_standard_error_is_binomial():
+    assert dm.standard_error(0.5, 100) == pytest.approx(0.05)
+    assert dm.standard_error(0.235, 149) == pytest.approx(0.0347, abs=1e-4)  # the ~4 points of issue 19
+    assert dm.standard_error(0.0, 10) == 0.0
+
+
 # --------------------------------------------------------------------------- clean build sources
 _W = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
@@ -159,16 +215,77 @@ def test_workshop_corpus_shares_no_run_with_the_cloze_set(cloze_rows):
     assert _overlaps(docs, _runs(cloze_rows)) == []
 
 
+def _all_eval_rows(cloze_rows):
+    """The reported cloze set plus the dev and everyday sets: none of them may be trained on."""
+    return cloze_rows + dm.read_cloze(ROOT / "assets" / "cloze_dev.tsv") + dm.read_cloze(ROOT / "assets" / "cloze_everyday.tsv")
+
+
 def test_wordnet_source_as_built_shares_no_run_with_the_cloze_set(cloze_rows):
     from mlm_core import build_default as bd
 
     if not (bd.WORDNET_DIR / "data.noun").is_file():
         pytest.skip("wordnet-base is not installed here (it is only needed to build the model)")
-    sources, stats = bd.build_sources(cloze_rows)
+    rows = _all_eval_rows(cloze_rows)
+    sources, stats = bd.build_sources(rows)
     assert stats["wordnet"]["sentences"] > 100_000
-    runs = _runs(cloze_rows)
+    runs = _runs(rows)
     for name, docs in sources.items():
         assert _overlaps(docs, runs) == [], name
+
+
+def test_workshop_corpus_shares_no_run_with_the_dev_and_everyday_sets(cloze_rows):
+    from mlm_core import build_default as bd
+
+    rows = _all_eval_rows(cloze_rows)
+    assert len(rows) >= len(cloze_rows) + 200
+    assert _overlaps(bd.read_workshop_documents(), _runs(rows[len(cloze_rows):])) == []
+
+
+def _tiny_npm_tarball(path, files):
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tf:
+        for name, text in files.items():
+            data = text.encode("utf-8")
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_npm_sources_are_read_into_sentences(tmp_path):
+    from mlm_core import build_default as bd
+
+    sotu = _tiny_npm_tarball(tmp_path / "sotu.tgz", {
+        "package/data/1790_george_washington_n.txt": "Fellow-Citizens: I meet you with pleasure. (Applause.) Is it "
+        "not so? We\u2019ll see\u2014soon. The end.",
+        "package/data/1790_george_washington_n.json": "{}",
+        "package/README.md": "Not data. Never read.",
+    })
+    docs = bd.read_sotu_documents(sotu, per_doc=2)
+    assert docs == [["Fellow-Citizens: I meet you with pleasure.", "Is it not so?"], ["We'll see - soon.", "The end."]]
+    moby = _tiny_npm_tarball(tmp_path / "moby.tgz", {
+        "package/data/chapter_1.json": json.dumps({"chapter": "1", "text": "Call me Ishmael. Some years ago I went.\n\nA new paragraph."}),
+    })
+    assert bd.read_moby_documents(moby) == [["Call me Ishmael.", "Some years ago I went."], ["A new paragraph."]]
+
+
+def test_npm_sources_as_built_share_no_run_with_the_eval_sets(cloze_rows):
+    """Checked where the build's npm tarballs are present (they are fetched only to build the model)."""
+    from mlm_core import build_default as bd
+
+    tgz = {k: Path("/tmp/mlmlab_npm") / f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
+           for k, (name, version) in bd.NPM_SOURCES.items()}
+    if not all(p.is_file() for p in tgz.values()):
+        pytest.skip("the npm sources are not fetched here (only the build needs them)")
+    rows = _all_eval_rows(cloze_rows)
+    extra = {"sotu": bd.read_sotu_documents(tgz["sotu"]), "moby": bd.read_moby_documents(tgz["moby"])}
+    sources, stats = bd.build_sources(rows, wordnet_dir=Path("/nonexistent"), extra=extra)
+    assert stats["sotu"]["sentences"] > 50_000 and stats["moby"]["sentences"] > 5_000
+    runs = _runs(rows)
+    for name in ("sotu", "moby"):
+        assert _overlaps(sources[name], runs) == [], name
 
 
 def test_cloze_filter_catches_runs_and_short_sentences():
