@@ -270,10 +270,41 @@ def load_default_masked_lm(device=None, dtype=None, asset_dir: Path | str | None
         "asset_dir": str(asset),
         "tensors_applied": len(applied),
         "build": {k: record.get(k) for k in ("steps", "wall_time_s", "seed", "sources", "created") if k in record},
+        "scores": build_scores(record),
     }
     if not record:
         info["warning"] = f"{BUILD_FILE} is missing or unreadable in {asset}; the weights load but their scores are unknown."
     return _finish(model, device, dtype), tokenizer, info
+
+
+def build_scores(record: dict[str, Any] | None) -> dict[str, Any]:
+    """How good the bundled model is, as its build record measured it (for the model panel).
+
+    Keys (each only when recorded): ``cloze_n``, ``cloze_top1``/``cloze_top5`` with their standard
+    errors ``*_se``, ``copy_rate`` (share of cloze rows whose top-1 guess copies a word of the
+    sentence), ``everyday_n``/``everyday_top5``, ``dev_top1``/``dev_top5`` (the set that chose the
+    checkpoint), ``heldout_loss``, ``steps`` and ``hours`` (wall-clock time of the build).
+    """
+    record = record or {}
+    final = record.get("final_metrics") or record.get("metrics_after") or {}
+    out: dict[str, Any] = {}
+    for key in ("cloze_n", "cloze_top1", "cloze_top5", "everyday_n", "everyday_top1", "everyday_top5",
+                "dev_top1", "dev_top5", "heldout_loss", "heldout_perplexity"):
+        if final.get(key) is not None:
+            out[key] = final[key]
+    n = final.get("cloze_n")
+    for key in ("cloze_top1", "cloze_top5"):
+        if final.get(f"{key}_se") is not None:
+            out[f"{key}_se"] = final[f"{key}_se"]
+        elif key in out and n:
+            out[f"{key}_se"] = round(standard_error(out[key], n), 4)
+    if final.get("cloze_copy_rate") is not None:
+        out["copy_rate"] = final["cloze_copy_rate"]
+    if record.get("steps") is not None:
+        out["steps"] = record["steps"]
+    if record.get("wall_time_s") is not None:
+        out["hours"] = round(record["wall_time_s"] / 3600, 1)
+    return out
 
 
 # --------------------------------------------------------------------------- cloze evaluation

@@ -179,6 +179,24 @@ def test_standard_error_is_binomial():
     assert dm.standard_error(0.0, 10) == 0.0
 
 
+def test_build_scores_read_the_record():
+    record = {"steps": 5000, "wall_time_s": 7200, "final_metrics": {
+        "cloze_n": 100, "cloze_top1": 0.36, "cloze_top5": 0.7, "cloze_copy_rate": 0.08,
+        "everyday_n": 75, "everyday_top5": 0.6, "dev_top1": 0.4, "heldout_loss": 3.1}}
+    scores = dm.build_scores(record)
+    assert scores["cloze_top1_se"] == pytest.approx(0.048)  # computed when the record has no SE
+    assert scores["copy_rate"] == 0.08 and scores["everyday_top5"] == 0.6 and scores["hours"] == 2.0
+    assert scores["steps"] == 5000 and "dev_top5" not in scores
+    assert dm.build_scores(None) == {}
+
+
+def test_shipped_info_carries_the_build_scores(shipped):
+    _, _, info = shipped
+    record = json.loads((ASSET / dm.BUILD_FILE).read_text(encoding="utf-8"))
+    assert info["scores"]["cloze_top5"] == record["final_metrics"]["cloze_top5"]
+    assert info["scores"]["cloze_top1_se"] > 0 and info["scores"]["steps"] == record["steps"]
+
+
 # --------------------------------------------------------------------------- clean build sources
 _W = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
@@ -298,3 +316,22 @@ def test_cloze_filter_catches_runs_and_short_sentences():
     assert not filt.hits("We walked along the river.")
     docs, dropped = filt.clean_documents([["They said we walked along the quiet", "river at the end of the day."]])
     assert dropped == 1 and len(docs[0]) == 1  # a run across a sentence boundary is caught too
+
+
+# --------------------------------------------------------------------------- the Predictions page's model panel
+def test_predictions_panel_shows_the_build_record(apptest):
+    """The panel says how good the bundled model is: the build record's numbers, with standard errors."""
+    import ui
+
+    at = apptest("pages/predictions.py")
+    at.session_state[ui.KEYS.model] = ui.DEFAULT_MODEL  # the tests' default is the tiny random BERT
+    at.run()
+    assert not at.exception
+    record = json.loads((ASSET / dm.BUILD_FILE).read_text(encoding="utf-8"))
+    scores = dm.build_scores(record)
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["cloze top-1"] == f"{scores['cloze_top1']:.0%} ± {scores['cloze_top1_se']:.0%}"
+    assert shown["cloze top-5"].startswith(f"{scores['cloze_top5']:.0%} ± ")
+    if "copy_rate" in scores:
+        assert shown["copies a word"] == f"{scores['copy_rate']:.0%}"
+    assert any("one click away" in c.value and f"{scores['steps']:,} training steps" in c.value for c in at.caption)
