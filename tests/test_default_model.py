@@ -48,7 +48,7 @@ def test_shipped_weights_load_offline(shipped):
     record = json.loads((ASSET / dm.BUILD_FILE).read_text(encoding="utf-8"))
     for key in ("sources", "seed", "steps", "stages", "metrics_before", "final_metrics", "versions"):
         assert key in record
-    assert set(record["sources"]) == {"workshop", "wordnet"}
+    assert {"workshop", "wordnet"} <= set(record["sources"]) <= {"workshop", "wordnet", "sotu", "moby"}
     assert all(src.get("licence") for src in record["sources"].values())
 
 
