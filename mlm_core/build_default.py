@@ -637,7 +637,15 @@ def main(argv: list[str] | None = None) -> int:
         metrics_before = meta.get("metrics_before")
         metrics_init = meta.get("metrics_init")
         best = meta.get("best", best)
-        log(event="resumed", step=step, from_=args.resume)
+        best_path = ckpt_dir / "best.safetensors"
+        if best_path.is_file() and not args.export_only:  # a later eval may have beaten the resumed one's best
+            from safetensors import safe_open
+
+            with safe_open(str(best_path), "pt") as f:
+                saved_best = json.loads(f.metadata()["meta"]).get("best") or {}
+            if saved_best.get("score", -1) > best["score"]:
+                best = saved_best
+        log(event="resumed", step=step, from_=args.resume, best=best)
     elif not args.init_asset:
         # unigram prior for the output bias: a head that starts at the corpus' word frequencies
         counts = torch.zeros(len(tokenizer))
@@ -793,8 +801,6 @@ def main(argv: list[str] | None = None) -> int:
             log(event="train", step=step, loss=round(sum(last_loss) / len(last_loss), 4), lr_factor=round(f, 4),
                 grad_norm=round(float(gn), 3), s_per_step=round((time.time() - stage_t0) / max(1, step - stage["start_step"]), 2))
             last_loss = []
-        if step % args.ckpt_every == 0:
-            checkpoint()
         if step % args.eval_every == 0:
             ev = evaluate(model, tokenizer, cloze_rows, held_seqs, masker, continuation, eval_sets)
             model.train()
@@ -813,6 +819,8 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     stages.pop()
                 log(event="exported", step=step, out=args.out)
+        if step % args.ckpt_every == 0:  # after the eval, so that the checkpoint knows the best so far
+            checkpoint()
         if deadline is not None and time.time() > deadline:
             log(event="deadline", step=step)
             break
