@@ -724,6 +724,11 @@ def main(argv: list[str] | None = None) -> int:
                                "(mask filled with each answer) is dropped from every source",
             "metrics_before": metrics_before,
             "metrics_init": metrics_init,
+            "init_asset": ({"path": args.init_asset,
+                            "sha256": hashlib.sha256((Path(args.init_asset) / dm.WEIGHTS_FILE).read_bytes()).hexdigest()
+                            if (Path(args.init_asset) / dm.WEIGHTS_FILE).is_file() else None,
+                            "note": "an earlier asset of this build (fetch it from git history by this hash)"}
+                           if args.init_asset else None),
             "final_metrics": final_metrics,
             "stages": stages,
             "reproduce": (
