@@ -90,6 +90,9 @@ SOURCES_DOC = {
     },
 }
 
+SOURCE_LABELS = {"workshop": "the workshop corpus", "daily": "the daily-life corpus", "wordnet": "WordNet glosses and examples",
+                 "sotu": "State of the Union addresses", "moby": "Moby-Dick"}
+
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
@@ -535,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with safe_open(args.resume, "pt") as f:
             saved = json.loads(f.metadata()["meta"]).get("args", {})
-        keep = {"out", "resume", "export_only", "threads", "cloze", "dev", "everyday"}
+        keep = {"out", "resume", "export_only", "cloze", "dev", "everyday"}
         for k, v in saved.items():
             if k not in keep and hasattr(args, k):
                 setattr(args, k, v)
@@ -686,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
                 "all-MiniLM-L6-v2 encoder (6 layers, hidden 384, bert-base-uncased WordPiece) adapted into a "
                 f"masked LM by mlm_core.build_default: {step} AdamW steps of {args.batch} x <= {args.seq_len} tokens, "
                 f"{mcfg.strategy} masking {mcfg.mlm_probability:.0%} (80/10/10), on "
-                + ", ".join(f"{SOURCES_DOC[k]['what'].split(':')[0].split(',')[0]} ({v:.0%})" for k, v in mix.items())
+                + ", ".join(f"{SOURCE_LABELS.get(k, k)} ({v / sum(mix.values()):.0%})" for k, v in mix.items())
                 + " of each batch; "
                 + (f"embeddings and layers 0-{args.freeze_layers - 1} frozen." if args.freeze_layers
                    else "word embeddings (tied output layer) trained with a small lr." if args.emb_lr > 0
@@ -736,10 +739,12 @@ def main(argv: list[str] | None = None) -> int:
                 + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
                            if k in ("steps", "batch", "seq_len", "workshop_frac", "freeze_layers", "warmup", "lr",
                                     "head_lr", "masking", "seed", "threads", "mix", "emb_lr", "mlm_prob", "init_asset")
-                           and v is not None)
+                           and v is not None and not (k == "workshop_frac" and args.mix))
                 + (" --bf16" if args.bf16 else "")
-                + (f"  (stopped by the wall-clock limit at step {step} of the {args.steps}-step schedule; add --minutes "
-                   "or stop there to match)" if step < args.steps else "")
+                + (f"  (this asset is step {step} of the {args.steps}-step schedule, chosen on the dev set; stop "
+                   "there to match)" if step < args.steps else "")
+                + ("  (--init-asset: a folder holding the earlier asset whose model.safetensors has the sha256 under "
+                   "init_asset)" if args.init_asset else "")
                 + "  (one stage from scratch: batches and masks depend only on the seed and the step, so the "
                 "staged build above differs from it only in the lr schedule before its last re-plan and in "
                 "float rounding)"
