@@ -760,7 +760,9 @@ def main(argv: list[str] | None = None) -> int:
             "init_asset": ({"path": args.init_asset,
                             "sha256": hashlib.sha256((Path(args.init_asset) / dm.WEIGHTS_FILE).read_bytes()).hexdigest()
                             if (Path(args.init_asset) / dm.WEIGHTS_FILE).is_file() else None,
-                            "note": "an earlier asset of this build (fetch it from git history by this hash)"}
+                            "note": "an earlier asset of this build (fetch it from git history by this hash)",
+                            "build": {k: (dm.read_build_record(args.init_asset) or {}).get(k)
+                                      for k in ("steps", "wall_time_s", "created")}}
                            if args.init_asset else None),
             "final_metrics": final_metrics,
             "stages": stages,

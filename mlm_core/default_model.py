@@ -283,7 +283,8 @@ def build_scores(record: dict[str, Any] | None) -> dict[str, Any]:
     Keys (each only when recorded): ``cloze_n``, ``cloze_top1``/``cloze_top5`` with their standard
     errors ``*_se``, ``copy_rate`` (share of cloze rows whose top-1 guess copies a word of the
     sentence), ``everyday_n``/``everyday_top5``, ``dev_top1``/``dev_top5`` (the set that chose the
-    checkpoint), ``heldout_loss``, ``steps`` and ``hours`` (wall-clock time of the build).
+    checkpoint), ``heldout_loss``, ``steps`` and ``hours`` (wall-clock time of the build, with those of
+    the earlier build it started from, if any).
     """
     record = record or {}
     final = record.get("final_metrics") or record.get("metrics_after") or {}
@@ -300,10 +301,12 @@ def build_scores(record: dict[str, Any] | None) -> dict[str, Any]:
             out[f"{key}_se"] = round(standard_error(out[key], n), 4)
     if final.get("cloze_copy_rate") is not None:
         out["copy_rate"] = final["cloze_copy_rate"]
+    # A build that started from an earlier asset counts that asset's steps and time too.
+    earlier = ((record.get("init_asset") or {}).get("build") or {})
     if record.get("steps") is not None:
-        out["steps"] = record["steps"]
+        out["steps"] = record["steps"] + (earlier.get("steps") or 0)
     if record.get("wall_time_s") is not None:
-        out["hours"] = round(record["wall_time_s"] / 3600, 1)
+        out["hours"] = round((record["wall_time_s"] + (earlier.get("wall_time_s") or 0)) / 3600, 1)
     return out
 
 
