@@ -724,7 +724,9 @@ def main(argv: list[str] | None = None) -> int:
                 + (f"embeddings and layers 0-{args.freeze_layers - 1} frozen." if args.freeze_layers
                    else "word embeddings (tied output layer) trained with a small lr." if args.emb_lr > 0
                    else "word embeddings frozen.")
-                + (f" Started from the weights of {Path(args.init_asset).name} (an earlier build)." if args.init_asset else "")
+                + (" Started from the weights of an earlier build"
+                   + (f" ({init_steps:,} steps)." if (init_steps := (dm.read_build_record(args.init_asset) or {}).get("steps"))
+                      else ".") if args.init_asset else "")
             ),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "steps": step,

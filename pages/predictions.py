@@ -85,8 +85,12 @@ def model_panel(model, tokenizer) -> None:
         c1.metric("parameters", f"{about['params'] / 1e6:.1f} M")
         c2.metric("layers · hidden", f"{about['layers']} · {about['hidden']}")
         c3.metric("vocabulary", f"{about['vocab']:,}")
-        c4.metric("cloze top-5", f"{about['cloze_top5']:.0%}" if about.get("cloze_top5") is not None else "—",
-                  help="Share of the bundled fill-in-the-blank sentences where the answer is in the top 5.")
+        if about.get("scores", {}).get("heldout_perplexity") is not None:  # cloze scores follow in their own row
+            c4.metric("held-out perplexity", f"{about['scores']['heldout_perplexity']:.0f}",
+                      help="exp(MLM loss) on workshop-corpus documents the build never trained on (lower is better).")
+        else:
+            c4.metric("cloze top-5", f"{about['cloze_top5']:.0%}" if about.get("cloze_top5") is not None else "—",
+                      help="Share of the bundled fill-in-the-blank sentences where the answer is in the top 5.")
         st.caption(f"Mask token `{about['mask_token']}` · head: {about['head']} · {about['device']}, {about['dtype']}")
         if about.get("scores"):
             how_good(about["scores"])
