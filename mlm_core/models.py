@@ -495,7 +495,8 @@ def model_description(model: nn.Module, tokenizer=None) -> dict[str, Any]:
         "dtype": str(first.dtype).replace("torch.", ""),
         "trained": info.get("trained"),
     }
-    for key in ("description", "cloze_top1", "cloze_top5", "heldout_loss", "heldout_perplexity", "warning", "source"):
+    for key in ("description", "cloze_top1", "cloze_top5", "heldout_loss", "heldout_perplexity", "warning", "source",
+                "scores"):
         if info.get(key) is not None:
             description[key] = info[key]
     return description

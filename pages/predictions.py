@@ -71,6 +71,24 @@ st.markdown(
 
 
 # --------------------------------------------------------------------------- the model
+def how_good(sc: dict) -> None:
+    """The bundled model's scores, as its build record measured them (mlm_core.default_model.build_scores)."""
+    pct = lambda key: f"{sc[key]:.0%} ± {sc[key + '_se']:.0%}" if key in sc and key + "_se" in sc else "—"  # noqa: E731
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("cloze top-1", pct("cloze_top1"), help="Answer is the first guess, on fill-in-the-blank sentences never "
+              "trained on (± one standard error).")
+    c2.metric("cloze top-5", pct("cloze_top5"), help="Answer among the first five guesses (± one standard error).")
+    c3.metric("copies a word", f"{sc['copy_rate']:.0%}" if "copy_rate" in sc else "—",
+              help="Share of those sentences where the first guess repeats a word of the sentence that is not an answer.")
+    c4.metric("everyday top-5", f"{sc['everyday_top5']:.0%}" if "everyday_top5" in sc else "—",
+              help="Everyday sentences whose answer does not appear in the sentence.")
+    steps = f"{sc['steps']:,}" if "steps" in sc else "?"
+    st.caption(f"Build record: {steps} training steps, {sc.get('hours', '?')} h on a shared 2-core CPU; "
+               f"{sc.get('cloze_n', '?')} cloze sentences; the checkpoint was chosen on a separate development set. "
+               "Stronger hub models (bert-base-uncased, roberta-base, …) are one click away in the sidebar's model "
+               "picker when you are online.")
+
+
 def model_panel(model, tokenizer) -> None:
     about = model_description(model, tokenizer)
     if about.get("trained") is False:
@@ -85,9 +103,15 @@ def model_panel(model, tokenizer) -> None:
         c1.metric("parameters", f"{about['params'] / 1e6:.1f} M")
         c2.metric("layers · hidden", f"{about['layers']} · {about['hidden']}")
         c3.metric("vocabulary", f"{about['vocab']:,}")
-        c4.metric("cloze top-5", f"{about['cloze_top5']:.0%}" if about.get("cloze_top5") is not None else "—",
-                  help="Share of the bundled fill-in-the-blank sentences where the answer is in the top 5.")
+        if about.get("scores", {}).get("heldout_perplexity") is not None:  # cloze scores follow in their own row
+            c4.metric("held-out perplexity", f"{about['scores']['heldout_perplexity']:.0f}",
+                      help="exp(MLM loss) on workshop-corpus documents the build never trained on (lower is better).")
+        else:
+            c4.metric("cloze top-5", f"{about['cloze_top5']:.0%}" if about.get("cloze_top5") is not None else "—",
+                      help="Share of the bundled fill-in-the-blank sentences where the answer is in the top 5.")
         st.caption(f"Mask token `{about['mask_token']}` · head: {about['head']} · {about['device']}, {about['dtype']}")
+        if about.get("scores"):
+            how_good(about["scores"])
         st.markdown("**Models you can pick in the sidebar**")
         st.dataframe(
             pd.DataFrame([{"model": m["name"] or ui.DEFAULT_MODEL, "offline now": "✅" if m["offline"] else "⬇ download",
