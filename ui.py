@@ -304,6 +304,7 @@ LINK_KEYS = {
     "p": "masking_p",
     "mask": "masking_mask",
     "random": "masking_random",
+    "span_replace": "masking_span_replacement",
     "step": "masking_step",
     "quiz": "quiz_kind",
     "round": "quiz_round",

@@ -37,7 +37,7 @@ import torch
 
 from mlm_core.data import mask_sentence
 from mlm_core.errors import InputError
-from mlm_core.masking import IGNORE_INDEX, STRATEGIES, Decision, MaskingConfig
+from mlm_core.masking import IGNORE_INDEX, SPAN_REPLACEMENTS, STRATEGIES, Decision, MaskingConfig
 
 # The Masking page's first example: a link without a sentence shows it, as the page does.
 DEFAULT_SENTENCE = "The cat sat on the mat and watched the birds in the garden."
@@ -188,6 +188,7 @@ FIELDS: tuple[Field, ...] = (
     Field("p", "float", _RULE.mlm_probability, 0.0, 1.0, label="selection probability p"),
     Field("mask", "float", _RULE.mask_replace_prob, 0.0, 1.0, label="[MASK] share"),
     Field("random", "float", _RULE.random_replace_prob, 0.0, 1.0, label="random share"),
+    Field("span_replace", "choice", _RULE.span_replacement, choices=SPAN_REPLACEMENTS, label="span replacement"),
     Field("model", "model", None, label="model"),
     Field("step", "int", None, 0, MAX_STEP, label="step-through position"),
     Field("quiz", "choice", QUIZ_KINDS[0], choices=QUIZ_KINDS, label="quiz"),
@@ -290,7 +291,8 @@ def encode(values: Mapping[str, Any], fields: Sequence[Field] = FIELDS) -> dict[
 def masking_config(values: Mapping[str, Any]) -> MaskingConfig:
     """The masking rule a link describes (its rates and strategy)."""
     return MaskingConfig(mlm_probability=values["p"], mask_replace_prob=values["mask"],
-                         random_replace_prob=values["random"], strategy=values["strategy"])
+                         random_replace_prob=values["random"], strategy=values["strategy"],
+                         span_replacement=values.get("span_replace", _RULE.span_replacement))
 
 
 # --------------------------------------------------------------------------- quiz questions

@@ -8,7 +8,6 @@ import streamlit as st
 import ui
 from mlm_core import InputError, MaskingConfig, mask_sentence
 from mlm_core.bundled import workshop_sentences
-from mlm_core.classroom import Field
 from mlm_core.data import clip_text
 from mlm_core.export import lesson_zip, masking_settings
 from mlm_core.figures.masking import (
@@ -67,8 +66,6 @@ MLM Lab follows the paper (§3.1) and differs from SpanBERT's released code
 """
 
 settings = ui.page_setup("🎭 Masking: what BERT hides, and why")
-SPAN_FIELD = Field("span_replace", "choice", "per_span", choices=SPAN_REPLACEMENTS, label="span replacement")
-ui.sync_query_params([(SPAN_FIELD, "masking_span_replacement")])  # the link carries the whole rule
 st.markdown(
     "BERT **selects 15%** of the tokens. Of those, **80%** become `[MASK]`, **10%** a random token and "
     "**10%** stay unchanged, and the model must predict the original at *every* selected position. "
