@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import threading
 from dataclasses import dataclass
 
@@ -152,6 +153,9 @@ div.stButton button p, div.stFormSubmitButton button p, div.stDownloadButton but
 div[data-testid="stButtonGroup"] button {{ min-height: 2.8rem; padding: 0.3rem 1rem; }}
 div[data-testid="stButtonGroup"] button p, div[data-testid="stRadioOption"] p {{ font-size: 1.35rem; }}
 div[data-testid="stTextInput"] input, div[data-testid="stTextArea"] textarea {{ font-size: 1.4rem !important; }}
+/* the values of select boxes and number inputs (the seed, "Look from", a head): as large as their labels */
+div[data-testid="stSelectbox"] input, div[data-testid="stMultiSelect"] input, div[data-testid="stNumberInput"] input {{
+  font-size: 1.25rem !important; }}
 div[data-testid="stMetricValue"], div[data-testid="stMetricValue"] p {{ font-size: 2.8rem !important; line-height: 1.25; }}
 div[data-testid="stMetricLabel"] p, div[data-testid="stMetricDelta"] p, div[data-testid="stMetricDelta"] {{
   font-size: 1.3rem !important; }}
@@ -531,13 +535,48 @@ PRESENTER_CHART_FONT_PX = 20  # ticks, axis titles, legends and bar labels in pr
 PRESENTER_CHART_TITLE_PX = 26
 
 
+PRESENTER_TITLE_CHARS = 55  # a chart title this long fits one line at PRESENTER_CHART_TITLE_PX on a 1280-px projector
+
+
+def wrap_title(text: str, width: int = PRESENTER_TITLE_CHARS) -> str:
+    """``text`` broken into lines of at most ``width`` visible characters (HTML tags and entities not counted).
+
+    Plotly never wraps a title: at presenter size a long one runs off the chart's right edge.
+
+    >>> wrap_title("Where position 16 looks: the token each head attends to most (click a cell)", 40)
+    'Where position 16 looks: the token each<br>head attends to most (click a cell)'
+    >>> wrap_title("Short <b>title</b>")
+    'Short <b>title</b>'
+    """
+    lines, line, used = [], [], 0
+    for word in str(text).split(" "):
+        visible = len(html.unescape(re.sub(r"<[^>]*>", "", word)))
+        if line and used + 1 + visible > width:
+            lines.append(" ".join(line))
+            line, used = [], 0
+        used += visible + (1 if line else 0)
+        line.append(word)
+    lines.append(" ".join(line))
+    return "<br>".join(lines)
+
+
 def room_figure(fig):
     """``fig`` with fonts a room can read in presenter view (every tick, label and title), else as it is.
 
-    ``st.plotly_chart(ui.room_figure(fig), ...)``: the figure builders stay free of UI settings.
+    ``st.plotly_chart(ui.room_figure(fig), ...)``: the figure builders stay free of UI settings. A long
+    title is wrapped onto two lines (with room above the plot for it) instead of running off the chart.
     """
     if st.session_state.get(KEYS.presenter):
         size = PRESENTER_CHART_FONT_PX
+        title = fig.layout.title.text
+        if title and "<br>" not in title and len(title) > PRESENTER_TITLE_CHARS:
+            wrapped = wrap_title(title)
+            lines = wrapped.count("<br>") + 1
+            if lines > 1:
+                top = fig.layout.margin.t if fig.layout.margin.t is not None else 80
+                fig.update_layout(title=dict(text=wrapped, yref="container", y=1, yanchor="top",
+                                             pad=dict(t=PRESENTER_CHART_TITLE_PX + 14)),  # the first line's height
+                                  margin=dict(t=top + (lines - 1) * (PRESENTER_CHART_TITLE_PX + 8) + 12))
         fig.update_layout(font=dict(size=size), title=dict(font=dict(size=PRESENTER_CHART_TITLE_PX)),
                           legend=dict(font=dict(size=size)), hoverlabel=dict(font=dict(size=size)))
         fig.update_xaxes(automargin=True, title_font=dict(size=size), tickfont=dict(size=size))

@@ -71,11 +71,15 @@ model_key = trained_entry.key if trained_entry is not None else f"model:{setting
 
 
 def show(fig, key: str, **kwargs):
-    """``st.plotly_chart`` with the camera button's file name, and larger chart text in presenter view."""
+    """``st.plotly_chart`` with the camera button's file name, and the room's chart text in presenter view.
+
+    ``ui.room_figure`` sets every tick, axis title, legend and title (a layout font alone leaves the
+    builders' own tick sizes small); subplot titles are annotations, so they are enlarged here.
+    """
     if settings.presenter:
-        fig.update_layout(font=dict(size=16))
+        fig.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
         fig.update_traces(textfont_size=15, selector=dict(type="heatmap"))
-    return st.plotly_chart(fig, key=key, config=ui.plotly_config(key), **kwargs)
+    return st.plotly_chart(ui.room_figure(fig), key=key, config=ui.plotly_config(key), **kwargs)
 
 
 # --------------------------------------------------------------------------- cached views (shared by reruns)
@@ -252,7 +256,8 @@ def attention_view() -> None:
     st.markdown("\n".join(lines) + "\n\n"
                 "\"Same token elsewhere\" is our addition (not one of Clark et al.'s patterns): a head that copies "
                 "what the same word looks like elsewhere in the sentence.")
-    show(patterns_figure(patterns, height=ui.chart_height(520)), "inside_patterns_fig")
+    show(patterns_figure(patterns, height=1100 if settings.presenter else 520, cols=2 if settings.presenter else 4),
+         "inside_patterns_fig")
     with st.expander("The patterns as a table"):
         st.dataframe(pd.DataFrame(patterns.records()), hide_index=True, width="stretch")
     st.info(

@@ -16,6 +16,7 @@ from mlm_core.figures.losses import (
     per_token_figure,
     weights_figure,
 )
+from mlm_core.figures.masking import DECISION_WORDS
 from mlm_core.losses import (
     CORRECTION_LABELS,
     CORRECTION_SHORT,
@@ -166,8 +167,10 @@ st.caption(f"The per-position Python loop gives {float(loop.loss):.6f}, the vect
 
 st.subheader("Per token")
 st.plotly_chart(per_token_figure(per_token_rows(outputs, batch.tokens)), key="loss_per_token_fig")
-st.dataframe(pd.DataFrame(per_token_table(outputs, batch.tokens, batch.decisions)), hide_index=True,
-             width="stretch")
+per_token = pd.DataFrame(per_token_table(outputs, batch.tokens, batch.decisions))
+if "decision" in per_token:
+    per_token["decision"] = per_token["decision"].map(lambda d: DECISION_WORDS.get(d, d))  # the legend's words
+st.dataframe(per_token, hide_index=True, width="stretch")
 st.caption("Each variant's per-token values average to its loss: the weighted ones are w[y] / mean(w[y]) × CE.")
 
 # --------------------------------------------------------------------------- gradient

@@ -8,6 +8,7 @@ import ui
 from mlm_core import Decision, MaskingConfig, MLMLabError, classroom, encode, mask_batch
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import clip_text, mask_sentence
+from mlm_core.figures.masking import DECISION_WORDS
 from mlm_core.figures.predictions import (
     decision_comparison_figure,
     fill_comparison_figure,
@@ -51,6 +52,8 @@ CORRUPTIONS = {
 }
 SOURCES = ("Mask it here", "Take it from the Masking page")
 FILL_VIEWS = ("side by side", "independent", "easy_first", "mask_predict")
+SUMMARY_COLUMNS = {"decision": "what masking did", "count": "positions", "mean_true_prob": "mean p(true token)",
+                   "sem_true_prob": "± standard error", "top1_accuracy": "top-1 correct", "mean_loss": "mean loss"}
 PLL_KEY = "pred_pll"  # (model, ids) -> PseudoLogLikelihood, computed on request
 
 settings = ui.page_setup("🔮 Predictions: what the model guesses")
@@ -344,7 +347,9 @@ try:
 except Exception:  # the Loss page is not registered (yet)
     st.caption("The Loss page shows how this loss is computed and compares its variants.")
 with st.expander("Every position as a table"):
-    st.dataframe(pd.DataFrame(predictions.records()), hide_index=True, width="stretch")
+    records = pd.DataFrame(predictions.records())
+    records["decision"] = records["decision"].map(lambda d: DECISION_WORDS.get(d, d))  # the legend's words
+    st.dataframe(records, hide_index=True, width="stretch")
 
 # --------------------------------------------------------------------------- a score without a draw
 st.subheader("A score of the sentence that needs no random draw")
@@ -411,7 +416,9 @@ if corpus is not None and corpus[:3] == (settings.model_name, settings.seed, n_s
     summary = summarize_by_decision(corpus[3])
     st.markdown(decision_comparison_text(summary, n_sentences))
     chart(decision_comparison_figure(corpus[3]), "pred_corpus_fig", "predictions_by_decision", height=380)
-    st.dataframe(pd.DataFrame(summary).round(4), hide_index=True, width="stretch")
+    table = pd.DataFrame(summary).rename(columns=SUMMARY_COLUMNS)
+    table["what masking did"] = table["what masking did"].map(DECISION_WORDS)  # the legend's words, not enum names
+    st.dataframe(table.round(3), hide_index=True, width="stretch")
 
 # --------------------------------------------------------------------------- several masks at once
 fill_positions = [p.position for p in predictions.positions if p.row == 0][:MAX_FILL]

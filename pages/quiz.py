@@ -7,6 +7,7 @@ import ui
 from mlm_core import MLMLabError, classroom
 from mlm_core.bundled import workshop_sentences
 from mlm_core.export import lesson_json
+from mlm_core.figures.masking import DECISION_WORDS
 from mlm_core.figures.predictions import topk_figure
 from mlm_core.models import model_description, predict_masked
 
@@ -341,7 +342,7 @@ def loss_quiz() -> None:
     table = pd.DataFrame({
         "position": options,
         "model sees": list(question.shown),
-        "decision": list(question.decisions),
+        "decision": [DECISION_WORDS.get(d, d) for d in question.decisions],  # the legend's words
         "label": question.labels[0].tolist(),
         "in the loss": ["✅" if i in question.in_loss else "" for i in options],
     })

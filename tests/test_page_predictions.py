@@ -105,7 +105,9 @@ def test_a_predictions_link_rebuilds_the_masking_pages_masks(apptest, tokenizer)
     assert selected
     rows = next(d.value for d in page.dataframe if "position" in d.value.columns and "decision" in d.value.columns)
     assert sorted(rows["position"].tolist()) == selected
-    assert [Decision[d] for d in rows.sort_values("position")["decision"]] == \
+    from mlm_core.figures.masking import DECISION_WORDS  # the table shows the legend's words
+    name = {word: n for n, word in DECISION_WORDS.items()}
+    assert [Decision[name[d]] for d in rows.sort_values("position")["decision"]] == \
         [Decision(int(result.decisions[0, i])) for i in selected]
 
 

@@ -150,14 +150,17 @@ def layer_attention_figure(attention: PositionAttention, *, height: int | None =
     return fig
 
 
-def patterns_figure(patterns: HeadPatterns, *, height: int = 520) -> go.Figure:
-    """One small layers × heads map per pattern (share of attention on its tokens), and each head's entropy."""
+def patterns_figure(patterns: HeadPatterns, *, height: int = 520, cols: int = 4) -> go.Figure:
+    """One small layers × heads map per pattern (share of attention on its tokens), and each head's entropy.
+
+    ``cols`` maps per row: 4 on a screen; 2 in presenter view, where large tick labels and titles need the width.
+    """
     P = len(patterns.names)
-    cols = 4
     rows = math.ceil((P + 1) / cols)
     titles = [f"{_e(n)} (even: {float(u):.2f})" for n, u in zip(patterns.names, patterns.uniform)]
     titles.append(f"entropy, nats (even: {patterns.uniform_entropy:.1f})")
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.04, vertical_spacing=0.14)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.04 if cols > 2 else 0.1,
+                        vertical_spacing=0.14 if rows <= 2 else 0.32 / rows)
     L, H = patterns.entropy.shape
     for p in range(P + 1):
         r, c = p // cols + 1, p % cols + 1
@@ -191,7 +194,7 @@ def lens_figure(lens: LogitLens, *, title: str | None = None, height: int | None
     depths = list(lens.depth_labels)
     K = lens.top_ids.shape[1]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.66, 0.34], shared_yaxes=True, horizontal_spacing=0.03,
-                        subplot_titles=(f"top {K} at each depth (green: the true token)",
+                        subplot_titles=(f"top {K} at each depth (✓: the true token)",
                                         "rank of the true token (1 = first guess)" if lens.true_id is not None
                                         else "no true token given"))
     text = [[(("<b>✓ " + _e(t) + "</b>") if lens.true_id is not None and i == lens.true_id else _e(t))

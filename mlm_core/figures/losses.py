@@ -150,7 +150,7 @@ def k_sweep_figure(rows: Sequence[dict], *, vocab_size: int | None = None) -> go
             fig.add_vline(x=vocab_size, line_dash="dot", line_color="#868e96", row=row, col=col)
         fig.add_annotation(x=math.log10(vocab_size), y=1, xref="x", yref="paper", text="K = V", showarrow=False,
                            yanchor="bottom", font=dict(color="#495057"))
-    fig.update_xaxes(type="log", title_text="K (sampled classes)")
+    fig.update_xaxes(type="log", dtick=1, title_text="K (sampled classes)")  # 10, 100, 1000: no bare "2 5" minor labels
     fig.update_yaxes(tickformat=".0%", row=1, col=2)
     fig.update_layout(height=640, margin=dict(t=90), legend=dict(orientation="h", y=1.16))
     return fig
@@ -176,9 +176,19 @@ def nsp_accuracy_figure(records: Sequence[dict], *, heldout_before: float | None
     return fig
 
 
-def museum_figure(exhibits: Sequence) -> go.Figure:
+def bar_label(value: float) -> str:
+    """A bar's label: 3 significant digits, trailing zeros kept, so 2.995 reads "3.00", never an exact-looking "3".
+
+    >>> [bar_label(v) for v in (2.995, 17.52, 0.005186, 100.0)]
+    ['3.00', '17.5', '0.00519', '100']
+    """
+    return f"{float(value):#.3g}".rstrip(".")
+
+
+def museum_figure(exhibits: Sequence, *, height: int = 420) -> go.Figure:
     """Buggy vs correct for the exhibits measured as a loss, with the full softmax loss beside them
-    where the exhibit is an estimate of it (the sampled-softmax ones)."""
+    where the exhibit is an estimate of it (the sampled-softmax ones). Bar labels keep 3 significant
+    digits with their trailing zeros ("3.00" beside a card's "2.995"): short enough for three bars a group."""
     shown = [e for e in exhibits if e.unit.startswith("loss") and e.wrong_value == e.wrong_value
              and tuple(e.labels) == ("buggy code", "correct code")]
     if not shown:
@@ -186,16 +196,20 @@ def museum_figure(exhibits: Sequence) -> go.Figure:
     names = [_e(e.title) for e in shown]
     bars = [
         go.Bar(name="buggy code", x=names, y=[e.wrong_value for e in shown], marker_color=WRONG_COLOR,
-               text=[readable(e.wrong_value, 3) for e in shown], textposition="outside"),
+               text=[bar_label(e.wrong_value) for e in shown], textposition="outside", cliponaxis=False),
         go.Bar(name="correct code", x=names, y=[e.right_value for e in shown], marker_color=RIGHT_COLOR,
-               text=[readable(e.right_value, 3) for e in shown], textposition="outside"),
+               text=[bar_label(e.right_value) for e in shown], textposition="outside", cliponaxis=False),
     ]
     full = [e.also.get("full softmax loss") if e.key.startswith(("sampled", "negatives")) else None for e in shown]
     if any(v is not None for v in full):
         bars.append(go.Bar(name="full softmax loss (what sampled softmax estimates)", x=names, y=full,
-                           marker_color=FULL_COLOR, text=[readable(v, 3) if v is not None else "" for v in full],
-                           textposition="outside"))
+                           marker_color=FULL_COLOR, text=[bar_label(v) if v is not None else "" for v in full],
+                           textposition="outside", cliponaxis=False))
     fig = go.Figure(bars)
-    fig.update_layout(barmode="group", yaxis_title="loss (nats)", height=420, margin=dict(t=30, b=140),
-                      legend=dict(orientation="h", y=1.1), xaxis_tickangle=-20)
+    top = max([e.wrong_value for e in shown] + [e.right_value for e in shown] + [v for v in full if v is not None])
+    fig.update_yaxes(range=[0, top * 1.25])  # headroom for the labels above the tallest bar
+    # The legend sits above the plot (anchored at its bottom), so however many lines it wraps to it never
+    # covers a bar; the page gives it more room in presenter view.
+    fig.update_layout(barmode="group", yaxis_title="loss (nats)", height=height, margin=dict(t=60, b=140),
+                      legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"), xaxis_tickangle=-20)
     return fig

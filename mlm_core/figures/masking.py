@@ -107,8 +107,14 @@ def decision_counts_figure(counts: dict[str, int], *, revealed: int | None = Non
         title = "Decisions in this sentence"
     else:
         title = f"Decisions revealed so far: {revealed} of {total} tokens"
-    fig.update_layout(title=title, height=height, xaxis=dict(title="tokens", rangemode="tozero"),
-                      yaxis=dict(autorange="reversed"), margin=dict(t=50, b=30))
+    # Counts are whole tokens: ticks 0, 1, 2, … while they are few (Plotly would label 0.2, 0.4, … tokens),
+    # and the axis reaches at least 1 so that a chart with nothing revealed yet is not a fraction of a token wide.
+    top = max([counts.get(n, 0) for n in names] + [1])
+    xaxis = dict(title="tokens", rangemode="tozero", tickformat="d", range=[0, top * 1.05])
+    if top <= 10:
+        xaxis.update(tick0=0, dtick=1)
+    fig.update_layout(title=title, height=height, xaxis=xaxis, yaxis=dict(autorange="reversed"),
+                      margin=dict(t=50, b=30))
     return fig
 
 

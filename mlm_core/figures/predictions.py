@@ -52,8 +52,14 @@ def topk_figure(predictions: Predictions, *, max_positions: int = 8, bar_height:
         fig.update_layout(height=200, xaxis=dict(visible=False), yaxis=dict(visible=False))
         return fig
     truth = predictions.known_truth
+    height = 80 + (60 + bar_height * (predictions.k + 1)) * len(shown)
+    # The gap between facets in pixels, not as a share of the figure: it must hold one facet's tick labels
+    # and the next facet's title, whatever the number of facets (a share of a short 2-facet figure let the
+    # title run over the ticks above it). Presenter view draws both larger, so the gap grows with the bars.
+    gap_px = 70 + 2 * max(0, bar_height - 22)
+    spacing = min(gap_px / max(height - 100, 1), 0.9 / max(len(shown) - 1, 1)) if len(shown) > 1 else 0.0
     fig = make_subplots(rows=len(shown), cols=1, subplot_titles=[_facet_title(p, truth) for p in shown],
-                        vertical_spacing=min(0.5 / len(shown), 0.12))
+                        vertical_spacing=spacing)
     for row, p in enumerate(shown, start=1):
         labels = [f"{_e(t)}" for t in p.top_tokens]
         values = list(p.top_probs)
@@ -76,7 +82,7 @@ def topk_figure(predictions: Predictions, *, max_positions: int = 8, bar_height:
         fig.update_xaxes(range=[0, 1.15], tickformat=".0%", row=row, col=1,
                          title_text="probability" if row == len(shown) else None)
     fig.update_layout(
-        height=80 + (60 + bar_height * (predictions.k + 1)) * len(shown),
+        height=height,
         margin=dict(t=60, b=40, l=10, r=30),
         title=(f"Top-{predictions.k} guesses at each selected position (green: the true token)" if truth else
                f"Top-{predictions.k} guesses at each blank you typed (there is no true token to compare with)"),
@@ -131,12 +137,16 @@ def loss_per_position_figure(predictions: Predictions, *, height: int = 320) -> 
         hovertemplate="%{x}<br>-log p(true) = %{y:.3f}<extra></extra>",
     ))
     if items:
+        uniform = math.log(predictions.vocab_size)
+        # Each label sits on the side of its line away from the other line, so neither is struck through
+        # when the mean loss comes close to log V (an untrained or badly wrong guess).
+        mean_below = predictions.mean_loss <= uniform
         fig.add_hline(y=predictions.mean_loss, line=dict(dash="dash", color="#495057"),
                       annotation_text=f"MLM loss (mean) = {predictions.mean_loss:.2f}",
-                      annotation_position="top left")
-        uniform = math.log(predictions.vocab_size)
+                      annotation_position="bottom left" if mean_below else "top left")
         fig.add_hline(y=uniform, line=dict(dash="dot", color="#adb5bd"),
-                      annotation_text=f"uniform guess: log V = {uniform:.1f}", annotation_position="bottom right")
+                      annotation_text=f"uniform guess: log V = {uniform:.1f}",
+                      annotation_position="top right" if mean_below else "bottom right")
     fig.update_layout(
         title="Per-token loss −log p(true token); the MLM loss is their mean",
         yaxis=dict(title="−log p(true)", rangemode="tozero"), xaxis=dict(title="position: true token"),

@@ -1,0 +1,87 @@
+"""Real browser: what a workshop rehearsal at a projector's 1280x720 tripped over.
+
+- presenter view: the sidebar's seed and model, and the Inside-the-model and Bug-museum charts, are as
+  large as the rest of the room's text, and no chart title runs off its chart;
+- two typed blanks on the Predictions page: the second facet's title never covers the first's ticks;
+- the Masking page counts whole tokens while stepping (no 0.2, 0.4 … tick labels).
+"""
+
+import re
+
+from playwright.sync_api import expect
+
+from tests.browser.conftest import open_page, wait_idle
+from tests.browser.test_masking_classroom import ROOM_CHECK
+
+SLOW = 120_000  # ms: first runs load torch and the model on a busy 2-core machine
+
+SIDEBAR_VALUES = """() => Array.from(document.querySelectorAll(
+  '[data-testid="stSidebar"] [data-testid="stNumberInput"] input, [data-testid="stSidebar"] [data-testid="stSelectbox"] input'))
+  .map(e => parseFloat(getComputedStyle(e).fontSize))"""
+
+OVERLAPS = """() => {
+  const plot = document.querySelector('.js-plotly-plot');
+  const boxes = sel => Array.from(plot.querySelectorAll(sel)).map(e => e.getBoundingClientRect())
+    .filter(r => r.width > 0 && r.height > 0);
+  const titles = boxes('.annotation-text'), ticks = boxes('.xtick text');
+  const hit = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  return {titles: titles.length, ticks: ticks.length, overlaps: titles.filter(t => ticks.some(k => hit(t, k))).length};
+}"""
+
+X_TICKS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(p => p.textContent.includes('Decisions'))
+  .flatMap(p => Array.from(p.querySelectorAll('.xtick text')).map(t => t.textContent))"""
+
+
+def go_to(pg, title: str) -> None:
+    pg.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title).click()
+    expect(pg.locator("h1").first).to_contain_text(title, timeout=SLOW)
+    wait_idle(pg)
+    pg.wait_for_timeout(500)  # plotly draws after the run's last message
+    assert pg.locator('[data-testid="stException"]').count() == 0, f"{title} shows an exception"
+
+
+def assert_room_sized(room: dict, page_name: str) -> None:
+    assert room["ticks"] and min(room["ticks"]) >= 18, (page_name, sorted(room["ticks"])[:5])
+    assert room["titles"] and min(t["font"] for t in room["titles"]) >= 24, (page_name, room["titles"])
+    assert not [t for t in room["titles"] if t["cut"]], (page_name, room["titles"])
+
+
+def test_presenter_view_sidebar_inside_and_museum(browser, server):
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    page.set_default_timeout(SLOW)
+    try:
+        open_page(page, server, "inside")
+        page.locator('[data-testid="stSidebar"]').get_by_text("Presenter view").click()
+        wait_idle(page)
+        page.wait_for_timeout(500)
+        sizes = page.evaluate(SIDEBAR_VALUES)
+        assert len(sizes) >= 2 and min(sizes) >= 18, sizes  # the seed and the model, as large as their labels
+        assert_room_sized(page.evaluate(ROOM_CHECK), "Inside the model")
+        go_to(page, "Bug museum")
+        assert_room_sized(page.evaluate(ROOM_CHECK), "Bug museum")
+    finally:
+        context.close()
+
+
+def test_two_blank_facets_leave_the_ticks_readable(page, server):
+    open_page(page, server, "predictions")
+    expect(page.locator("h1").first).to_contain_text("Predictions", timeout=SLOW)
+    box = page.get_by_label("…or type your own sentence")
+    box.fill("The [MASK] sat on the [MASK] near the door.")
+    box.press("Control+Enter")
+    expect(page.get_by_text(re.compile(r"Your sentence has 2 typed blanks"))).to_be_visible(timeout=SLOW)
+    wait_idle(page)
+    page.wait_for_timeout(500)
+    found = page.evaluate(OVERLAPS)
+    assert found["titles"] >= 2 and found["ticks"] >= 6, found
+    assert found["overlaps"] == 0, found
+
+
+def test_stepping_counts_whole_tokens(page, server):
+    open_page(page, server, "masking?seed=3&step=0")
+    page.get_by_role("button", name=re.compile("Next token")).click()
+    wait_idle(page)
+    page.wait_for_timeout(500)
+    ticks = page.evaluate(X_TICKS)
+    assert ticks and all(re.fullmatch(r"\d+", t) for t in ticks), ticks

@@ -1,0 +1,171 @@
+"""What a workshop rehearsal found on the pages (figures and AppTests; the browser half is in
+tests/browser/test_rehearsal.py): charts a projector can read, labels that do not collide, the
+legend's words instead of enum names, and numbers that agree with the text beside them."""
+
+import json
+import math
+
+import pytest
+
+import ui
+from mlm_core import Decision
+from mlm_core.figures.losses import bar_label, k_sweep_figure, museum_figure
+from mlm_core.figures.masking import DECISION_WORDS, decision_counts_figure
+from mlm_core.figures.predictions import loss_per_position_figure, topk_figure
+from mlm_core.models import Predictions, TokenPrediction
+
+ENUM_NAMES = {"MASK", "RANDOM", "UNCHANGED", "NOT_SELECTED", "SPECIAL"}
+
+
+def _prediction(position: int, loss: float, k: int = 5) -> TokenPrediction:
+    probs = tuple(0.1 / (i + 1) for i in range(k))
+    return TokenPrediction(row=0, position=position, seen_id=103, seen_token="[MASK]", true_id=2000 + position,
+                           true_token=f"w{position}", top_ids=tuple(range(1000, 1000 + k)),
+                           top_tokens=tuple(f"t{i}" for i in range(k)), top_probs=probs, true_prob=math.exp(-loss),
+                           true_rank=50, entropy=5.0, loss=loss, decision=Decision.MASK)
+
+
+# --------------------------------------------------------------------------- figures
+@pytest.mark.parametrize("revealed", [0, 1, 3])
+def test_decision_counts_have_whole_token_ticks(revealed):
+    """Masking: while stepping, the counts are 0 or 1: the axis says 0, 1 (it said 0, 0.2, 0.4 … tokens)."""
+    counts = {"MASK": min(revealed, 1), "NOT_SELECTED": max(revealed - 2, 0), "SPECIAL": min(revealed, 1)}
+    fig = decision_counts_figure(counts, revealed=revealed, total=16)
+    axis = fig.layout.xaxis
+    assert axis.dtick == 1 and axis.tickformat == "d"
+    assert axis.range[1] >= 1  # nothing revealed yet: still an axis of whole tokens, not a fraction of one
+
+
+def test_two_facets_leave_room_for_the_next_title():
+    """Predictions and Quiz: with two blanks, the second facet's title ran over the first facet's tick labels."""
+    predictions = Predictions(positions=(_prediction(2, 3.0), _prediction(6, 2.0)), k=5, vocab_size=30522)
+    for bar_height in (22, 36):  # screen and presenter view
+        fig = topk_figure(predictions, bar_height=bar_height)
+        plot_height = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+        gap_px = (fig.layout.yaxis.domain[0] - fig.layout.yaxis2.domain[1]) * plot_height  # facet 1 above 2
+        assert gap_px >= 70, (bar_height, gap_px)
+
+
+def test_loss_labels_are_not_struck_through_when_the_mean_nears_log_v():
+    """Predictions: a mean loss of 9.6 beside log V = 10.3 put each label across the other line."""
+    predictions = Predictions(positions=(_prediction(3, 9.6),), k=5, vocab_size=30522)
+    fig = loss_per_position_figure(predictions)
+    labels = {a.text.split(" ")[0]: a for a in fig.layout.annotations}
+    mean, uniform = labels["MLM"], labels["uniform"]
+    assert mean.yanchor == "top"  # below its own line, away from log V above it
+    assert uniform.yanchor == "bottom"  # above its own line, away from the mean below it
+
+
+def test_museum_bars_read_like_the_cards_and_fit_under_the_legend():
+    """Bug museum: a bar read "3" beside a card's 2.995; the tallest label had no room above it."""
+    assert [bar_label(v) for v in (2.995, 17.52, 0.005186, 3.0)] == ["3.00", "17.5", "0.00519", "3.00"]
+
+    class Exhibit:
+        def __init__(self, key, wrong, right):
+            self.key, self.title, self.unit = key, key, "loss (nats)"
+            self.wrong_value, self.right_value, self.labels, self.also = wrong, right, ("buggy code", "correct code"), {}
+
+    fig = museum_figure([Exhibit("a", 17.52, 2.995), Exhibit("b", 3.243, 2.995)])
+    assert list(fig.data[0].text) == ["17.5", "3.24"] and list(fig.data[1].text) == ["3.00", "3.00"]
+    assert fig.layout.yaxis.range[1] >= 17.52 * 1.2
+    assert fig.layout.legend.yanchor == "bottom" and fig.layout.legend.y >= 1  # above the plot, never over a bar
+
+
+def test_k_sweep_labels_only_powers_of_ten():
+    """Loss: the log K axis read "10 2 5 100 2 5 1000"."""
+    rows = [dict(K=k, correction="logq", label="importance sampling", loss=2.0, loss_std=0.1, rel_bias=-0.1,
+                 grad_cosine=0.9, time_ms=1.0, full_loss=2.2, full_time_ms=2.0) for k in (16, 64, 256, 1024)]
+    fig = k_sweep_figure(rows, vocab_size=30522)
+    assert all(fig.layout[name].dtick == 1 for name in ("xaxis", "xaxis2", "xaxis3", "xaxis4"))
+
+
+def test_wrap_title():
+    text = "Which heads do what, measured on 32 sentences: mean share of attention on each pattern's tokens"
+    lines = ui.wrap_title(text).split("<br>")
+    assert len(lines) == 2 and all(len(line) <= ui.PRESENTER_TITLE_CHARS for line in lines)
+    assert " ".join(lines) == text
+    assert ui.wrap_title("short <b>bold</b> &lt;mask&gt;") == "short <b>bold</b> &lt;mask&gt;"
+
+
+# --------------------------------------------------------------------------- pages
+def _specs(at) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def _presenter(at):
+    at.session_state[ui.KEYS.presenter] = True
+    return at
+
+
+def test_inside_charts_are_room_sized_in_presenter_view(apptest):
+    """Inside the model: in presenter view the charts kept 10-14 px ticks and titles; long titles ran off."""
+    at = apptest("pages/inside.py")
+    at.session_state[ui.KEYS.model] = "tiny-random"
+    _presenter(at).run()
+    assert not at.exception
+    specs = _specs(at)
+    assert specs
+    for spec in specs:
+        layout = spec["layout"]
+        assert layout["xaxis"]["tickfont"]["size"] == ui.PRESENTER_CHART_FONT_PX
+        assert layout["title"]["font"]["size"] == ui.PRESENTER_CHART_TITLE_PX
+        title = layout["title"]["text"]
+        assert all(len(line) <= ui.PRESENTER_TITLE_CHARS + 10 for line in title.split("<br>")), title
+    patterns = next(s for s in specs if "Which heads do what" in s["layout"]["title"]["text"])
+    assert "xaxis3" in patterns["layout"] and patterns["layout"]["xaxis"]["domain"][1] > 0.4  # 2 maps a row
+    at.segmented_control(key="inside_view").set_value("lens").run()
+    lens = _specs(at)[0]
+    subtitles = [a["text"] for a in lens["layout"]["annotations"]]
+    assert not any("green: the true token" in t for t in subtitles)  # every cell is green: the ✓ marks it
+
+
+def test_museum_chart_is_room_sized_in_presenter_view(apptest, monkeypatch):
+    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
+    at = _presenter(apptest("pages/bug_museum.py", timeout=240))
+    at.run()
+    assert not at.exception
+    layout = _specs(at)[0]["layout"]
+    assert layout["height"] >= ui.PRESENTER_CHART_HEIGHT
+    assert layout["yaxis"]["tickfont"]["size"] == ui.PRESENTER_CHART_FONT_PX
+
+
+def _words_only(values) -> None:
+    values = [v for v in values if v is not None]
+    assert values and not set(values) & ENUM_NAMES, values
+    assert set(values) <= set(DECISION_WORDS.values()), values
+
+
+def test_predictions_tables_use_the_legends_words(apptest):
+    at = apptest("pages/predictions.py")
+    at.session_state[ui.KEYS.model] = "tiny-random"
+    at.run()
+    at.select_slider(key="pred_corpus_n").set_value(32)
+    at.button(key="pred_corpus_run").click().run()
+    assert not at.exception
+    tables = [d.value for d in at.dataframe]
+    summary = next(t for t in tables if "what masking did" in t.columns)
+    _words_only(list(summary["what masking did"]))
+    assert "mean_true_prob" not in summary.columns
+    positions = next(t for t in tables if "true_token" in t.columns)
+    _words_only(list(positions["decision"]))
+
+
+def test_loss_table_uses_the_legends_words(apptest, monkeypatch):
+    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
+    at = apptest("pages/losses.py", timeout=240)
+    at.run()
+    assert not at.exception
+    table = next(d.value for d in at.dataframe if "decision" in d.value.columns)
+    _words_only(list(table["decision"]))
+
+
+def test_loss_quiz_table_uses_the_legends_words(apptest, tokenizer):
+    at = apptest("pages/quiz.py")
+    at.context["url"] = "http://localhost:8501/quiz"
+    at.query_params.update({"quiz": "loss", "seed": "2"})
+    at.run()
+    key = next(b.key for b in at.button if b.key and b.key.startswith("quiz_reveal_"))
+    at.button(key=key).click().run()
+    assert not at.exception
+    table = next(d.value for d in at.dataframe if "decision" in d.value.columns)
+    _words_only(list(table["decision"]))
