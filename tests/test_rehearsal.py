@@ -4,14 +4,17 @@ legend's words instead of enum names, and numbers that agree with the text besid
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 import ui
-from mlm_core import Decision
+from mlm_core import Decision, MaskingConfig, mask_sentence
+from mlm_core.bundled import workshop_sentences
 from mlm_core.figures.losses import bar_label, k_sweep_figure, museum_figure
 from mlm_core.figures.masking import DECISION_WORDS, decision_counts_figure
 from mlm_core.figures.predictions import loss_per_position_figure, topk_figure
+from mlm_core.masking_stats import masking_statistics
 from mlm_core.models import Predictions, TokenPrediction
 
 ENUM_NAMES = {"MASK", "RANDOM", "UNCHANGED", "NOT_SELECTED", "SPECIAL"}
@@ -169,3 +172,34 @@ def test_loss_quiz_table_uses_the_legends_words(apptest, tokenizer):
     assert not at.exception
     table = next(d.value for d in at.dataframe if "decision" in d.value.columns)
     _words_only(list(table["decision"]))
+
+
+# --------------------------------------------------------------------------- the workshop guide's numbers
+GUIDE_SENTENCE = "Unbelievably, the tokenizer splits rare words into several word pieces."
+
+
+def _decisions(tokenizer, strategy: str, seed: int) -> dict[str, str]:
+    masked = mask_sentence(tokenizer, GUIDE_SENTENCE, MaskingConfig(strategy=strategy), seed)
+    shown = tokenizer.convert_ids_to_tokens(masked.result.input_ids[0][: len(masked.tokens)].tolist())
+    return {f"{t}@{i}": (d if d != "RANDOM" else f"RANDOM:{shown[i]}")
+            for i, (t, d) in enumerate(zip(masked.tokens, masked.decisions)) if d not in ("NOT_SELECTED", "SPECIAL")}
+
+
+def test_the_guides_sentence_and_seeds(tokenizer):
+    """docs/workshop.md, Before the class (4) and Masking (3): the example, its pieces and the seeds it names."""
+    assert GUIDE_SENTENCE in (Path(__file__).parents[1] / "pages" / "masking.py").read_text()  # "the third example"
+    assert tokenizer.tokenize("Unbelievably") == ["un", "##bel", "##ie", "##va", "##bly"]
+    assert _decisions(tokenizer, "token", 144) == {
+        "##bel@2": "MASK", "##va@4": "RANDOM:onset", "token@8": "MASK", "splits@10": "MASK",
+        "rare@11": "UNCHANGED", "pieces@16": "UNCHANGED"}
+    assert {k.split("@")[0] for k in _decisions(tokenizer, "whole_word", 148)} >= {"token", "##izer"}
+    seed151 = _decisions(tokenizer, "whole_word", 151)
+    assert all(f"{p}@{i}" in seed151 for i, p in enumerate(["un", "##bel", "##ie", "##va", "##bly"], 1))
+    assert seed151["##ie@3"] == "UNCHANGED"  # selected per word, replaced per token
+
+
+def test_the_guides_z_scores(tokenizer):
+    """docs/workshop.md, Masking (4): at 10,000 tokens seed 144 gives z = −0.00 and seed 3 gives z = +3.24."""
+    z = {seed: masking_statistics(tokenizer, workshop_sentences(), MaskingConfig(), target_tokens=10_000,
+                                  seed=seed).selection.z for seed in (144, 3)}
+    assert f"{z[144]:+.2f}" == "-0.00" and f"{z[3]:+.2f}" == "+3.24"
