@@ -13,6 +13,7 @@ from mlm_core.figures.predictions import (
     decision_comparison_figure,
     fill_comparison_figure,
     loss_per_position_figure,
+    probability_text,
     topk_figure,
 )
 from mlm_core.models import (
@@ -335,7 +336,8 @@ c1.metric("MLM loss of this sentence", f"{predictions.mean_loss:.3f}",
           help="Mean of −log p(true token) over the selected positions: what training minimises. It depends on "
                "which tokens this one masking selected and how it corrupted them.")
 c2.metric("top-1 correct", f"{sum(p.correct for p in predictions.positions)} of {len(predictions.positions)}")
-c3.metric("mean p(true token)", f"{sum(p.true_prob for p in predictions.positions) / len(predictions.positions):.1%}")
+c3.metric("mean p(true token)",  # the chart's format: a tiny mean reads 6.7e-05, not "0.0%"
+          probability_text(sum(p.true_prob for p in predictions.positions) / len(predictions.positions)))
 st.caption(f"This loss comes from **one masking** of the sentence — the {len(predictions.positions)} position"
            f"{'s' if len(predictions.positions) != 1 else ''} "
            + ("the Masking page's random draw selected" if shared_masks else "you clicked")

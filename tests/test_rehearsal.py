@@ -153,6 +153,16 @@ def test_predictions_tables_use_the_legends_words(apptest):
     _words_only(list(positions["decision"]))
 
 
+def test_a_tiny_mean_probability_is_not_zero_percent(apptest):
+    """Predictions: the metric read "0.0%" beside a chart bar labelled 6.7e-05 (the tiny model guesses at ~1/V)."""
+    at = apptest("pages/predictions.py")
+    at.session_state[ui.KEYS.model] = "tiny-random"
+    at.run()
+    assert not at.exception
+    value = next(m.value for m in at.metric if m.label == "mean p(true token)")
+    assert any(c in "123456789" for c in value), value
+
+
 def test_loss_table_uses_the_legends_words(apptest, monkeypatch):
     monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
     at = apptest("pages/losses.py", timeout=240)

@@ -26,8 +26,12 @@ def _e(text: str) -> str:
     return html.escape(str(text), quote=False)
 
 
-def _pct(q: float) -> str:
-    """12.3% for visible probabilities, 3.1e-05 for the tiny ones an untrained model gives."""
+def probability_text(q: float) -> str:
+    """12.3% for visible probabilities, 3.1e-05 for the tiny ones an untrained model gives (never "0.0%").
+
+    >>> probability_text(0.1234), probability_text(0.000067)
+    ('12.3%', '6.7e-05')
+    """
     return f"{q:.1%}" if q >= 0.001 else f"{q:.1e}"
 
 
@@ -64,12 +68,12 @@ def topk_figure(predictions: Predictions, *, max_positions: int = 8, bar_height:
         labels = [f"{_e(t)}" for t in p.top_tokens]
         values = list(p.top_probs)
         colors = [TRUE_COLOR if truth and i == p.true_id else OTHER_COLOR for i in p.top_ids]
-        texts = [_pct(q) for q in values]
+        texts = [probability_text(q) for q in values]
         if truth and p.true_rank > len(p.top_ids):  # the true token ranked below the top-k: show it anyway
             labels.append(f"{_e(p.true_token)} (rank {p.true_rank:,})")
             values.append(p.true_prob)
             colors.append(MISSED_COLOR)
-            texts.append(f"{_pct(p.true_prob)} · rank {p.true_rank:,}")
+            texts.append(f"{probability_text(p.true_prob)} · rank {p.true_rank:,}")
         fig.add_trace(
             go.Bar(
                 x=values, y=labels, orientation="h", marker_color=colors, text=texts, textposition="outside",
