@@ -74,7 +74,7 @@ class TrainConfig:
     max_grad_norm: float | None = 1.0  # clip the global gradient norm; None or 0 turns clipping off
     amp: str = "off"  # "off", "bf16" (CUDA or CPU autocast) or "fp16" (CUDA only, with a GradScaler)
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% slower
-    grad_accum_steps: int = 1  # micro-batches per optimizer step: one process can stand in for N
+    grad_accum_steps: int = 1  # micro-batches per optimizer step; the loss is one mean over all their masked tokens
     loss: str = "full"  # "full", "weighted" (by token frequency) or "sampled" (sampled softmax)
     weight_scheme: str = "inverse_sqrt"  # weighted loss: how a token's count becomes its weight
     weight_smoothing: float = 1.0  # weighted loss: added to every count, so unseen tokens stay finite
@@ -480,10 +480,13 @@ def _mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, vo
     """
     inputs, labels = [], []
     for r, s in enumerate(seeds):
+        # The attention mask gives each row its own length: exact-count masking counts real tokens,
+        # never the padding a short row carries up to seq_len.
         result = mask_tokens(chunks.input_ids[r], chunks.special_tokens_mask[r], masking,
                              mask_token_id=mask_token_id, vocab_size=vocab_size,
                              generator=torch.Generator().manual_seed(s),
-                             word_ids=chunks.word_ids[r], special_ids=special_ids, trace=False)
+                             word_ids=chunks.word_ids[r], special_ids=special_ids,
+                             attention_mask=chunks.attention_mask[r], trace=False)
         inputs.append(result.input_ids)
         labels.append(result.labels)
     return torch.stack(inputs), torch.stack(labels)
@@ -533,6 +536,15 @@ def _loss_value(cfg: TrainConfig, outputs, *, class_weights, counts, generator) 
     return losses.full_cross_entropy(logits, targets).loss, m
 
 
+def _normaliser(cfg: TrainConfig, labels: torch.Tensor, class_weights: torch.Tensor | None) -> float:
+    """What a micro-batch's mean loss is an average over: its masked tokens M, or for the weighted
+    loss its sum of target weights Σw (the normalisation of F.cross_entropy(weight=w))."""
+    targets = labels[labels != IGNORE_INDEX]  # (M,)
+    if cfg.loss == "weighted" and class_weights is not None:
+        return float(class_weights[targets.to(class_weights.device)].double().sum()) if targets.numel() else 0.0
+    return float(targets.numel())
+
+
 def _lr_at(cfg: TrainConfig, step: int) -> float:
     """Learning rate for optimizer step `step` (0-based): linear warm-up, then the schedule."""
     if cfg.warmup_steps and step < cfg.warmup_steps:
@@ -562,12 +574,23 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]
             {"params": no_decay, "weight_decay": 0.0}]
 
 
+# BERT's optimizer (google-research/bert optimization.py, AdamWeightDecayOptimizer) uses betas
+# (0.9, 0.999) and eps 1e-6 *without* bias correction; RoBERTa (Appendix, Table 9) keeps eps 1e-6.
+# PyTorch's AdamW always corrects the bias of its moment estimates, and its default eps is 1e-8.
+# We take BERT's betas and eps and PyTorch's bias correction: without the correction the first
+# few hundred steps are up to 6.5x larger (step t scales by (1 - 0.9^t) / sqrt(1 - 0.999^t)), which
+# BERT's 10,000 warm-up steps hide but a 60-step run would not; eps 1e-6 keeps parameters whose
+# gradient is only rounding noise (e.g. attention key biases, whose exact gradient is 0) still.
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-6
+
+
 def _adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.Optimizer:
-    """AdamW with BERT's betas and eps; the fused kernel where the device has one (4x faster on CPU)."""
+    """AdamW (bias-corrected) with BERT's betas and eps; the fused kernel where the device has one."""
     try:
-        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, fused=True)
+        return torch.optim.AdamW(groups, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, fused=True)
     except (RuntimeError, ValueError, TypeError):
-        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, foreach=True)
+        return torch.optim.AdamW(groups, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, foreach=True)
 
 
 def _enable_checkpointing(model: nn.Module) -> None:
@@ -818,16 +841,21 @@ class _Optimizer:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
 
-    def micro_step(self, inputs, attention, labels, last: bool, loss_fn) -> tuple[float, int]:
-        """Forward and backward of one micro-batch; gradients are synchronised on the last one only."""
+    def micro_step(self, inputs, attention, labels, last: bool, loss_fn, *, share: float,
+                   world_size: int) -> float:
+        """Forward and backward of one micro-batch; gradients are synchronised on the last one only.
+
+        `share` is this micro-batch's part of the global normaliser (n_a / N); DDP averages the
+        gradients over the ranks, so each rank's loss is multiplied by the world size W to make the
+        average a sum. Returns the micro-batch's own mean loss.
+        """
         sync = contextlib.nullcontext() if (last or not self.distributed) else self.module.no_sync()
         with sync:
             with _autocast(self.device, self.cfg.amp):
                 outputs = self.module(inputs, attention, labels)
-            loss, m = loss_fn(outputs)
-            # A mean over micro-batches (and, through DDP's averaging, over ranks).
-            self.scaler.scale(loss / self.cfg.grad_accum_steps).backward()
-        return float(loss.detach()), m
+            loss, _ = loss_fn(outputs)
+            self.scaler.scale(loss * (share * world_size)).backward()
+        return float(loss.detach())
 
     def finish(self, skip: bool) -> float | None:
         """Clip and update; returns the gradient norm before clipping (None when skipped or not finite)."""
@@ -864,12 +892,15 @@ class _DeepSpeedOptimizer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def micro_step(self, inputs, attention, labels, last: bool, loss_fn) -> tuple[float, int]:
+    def micro_step(self, inputs, attention, labels, last: bool, loss_fn, *, share: float,
+                   world_size: int) -> float:
         outputs = self.engine(inputs, attention, labels)
-        loss, m = loss_fn(outputs)
-        self.engine.backward(loss)  # DeepSpeed divides by its gradient_accumulation_steps itself
+        loss, _ = loss_fn(outputs)
+        # The same n_a / N x W as with DDP (DeepSpeed also averages gradients over the ranks), times
+        # the accumulation steps: `engine.backward` divides every loss by gradient_accumulation_steps.
+        self.engine.backward(loss * (share * world_size * self.cfg.grad_accum_steps))
         self.engine.step()  # an update happens only at the accumulation boundary
-        return float(loss.detach()), m
+        return float(loss.detach())
 
     def finish(self, skip: bool) -> float | None:
         norm = self.engine.get_global_grad_norm()
@@ -990,13 +1021,26 @@ class _Batches:
 
 def _train_step(state: list[_Variant], micro_batches, step: int, first: TrainConfig, world: _World,
                 device: torch.device, counts_dev: torch.Tensor, started: float, emit) -> int:
-    """One optimizer step of every variant on the same micro-batches; returns the steps done."""
+    """One optimizer step of every variant on the same micro-batches; returns the steps done.
+
+    The step's loss is one average over every masked token of the global batch (all micro-batches,
+    all ranks), exactly what one big batch would give: micro-batch a adds (its mean) x (its share
+    n_a / N of the global normaliser N), where N (masked tokens, or Σw for the weighted loss) is
+    all-reduced before any forward pass. A mean of micro-batch means would weight a micro-batch
+    with 5 masked tokens as much as one with 10.
+    """
     local_tokens = sum(int(b[2].sum()) for b in micro_batches)
-    for v in state:
+    local_masked = sum(int((b[3] != IGNORE_INDEX).sum()) for b in micro_batches)
+    norms = [[_normaliser(v.cfg, b[3], v.class_weights) for b in micro_batches] for v in state]
+    *totals, masked_all, tokens_all = _all_reduce_sum(
+        [sum(n) for n in norms] + [float(local_masked), float(local_tokens)], device, world)
+    for v, v_norms, total in zip(state, norms, totals):
         t0 = time.perf_counter()
         lr = _lr_at(v.cfg, step)
         v.opt.begin(lr)
-        loss_sum, masked = 0.0, 0
+        loss_sum = 0.0
+        # Nothing selected anywhere: no loss to learn from, so no update (and no NaN in the curve).
+        skip = masked_all == 0 or total <= 0
         for a, (j, inputs, attention, labels) in enumerate(micro_batches):
             _seed_dropout(_mix(first.seed, _DROPOUT, step, j), device)  # same dropout for every variant
 
@@ -1004,18 +1048,15 @@ def _train_step(state: list[_Variant], micro_batches, step: int, first: TrainCon
                 return _loss_value(v.cfg, outputs, class_weights=v.class_weights, counts=counts_dev,
                                    generator=_generator(first.seed, _SAMPLED, step, j))
 
-            value, m = v.opt.micro_step(inputs, attention, labels, a == len(micro_batches) - 1, loss_fn)
-            loss_sum += value
-            masked += m
-        loss_sum, masked_all, tokens_all = _all_reduce_sum(
-            [loss_sum, float(masked), float(local_tokens)], device, world)
+            share = v_norms[a] / total if total > 0 else 0.0  # n_a / N
+            value = v.opt.micro_step(inputs, attention, labels, a == len(micro_batches) - 1, loss_fn,
+                                     share=share, world_size=world.size)
+            loss_sum += value * share
+        (loss_sum,) = _all_reduce_sum([loss_sum], device, world)
         record: dict[str, Any] = {"step": step + 1, "lr": lr, "masked_tokens": int(masked_all),
                                   "tokens": int(tokens_all)}
-        # Nothing selected anywhere: no loss to learn from, so no update (and no NaN in the curve).
-        skip = masked_all == 0
         grad_norm = v.opt.finish(skip)
-        record.update(loss=None if skip else loss_sum / (first.grad_accum_steps * world.size),
-                      grad_norm=grad_norm, skipped=skip)
+        record.update(loss=None if skip else loss_sum, grad_norm=grad_norm, skipped=skip)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         dt = time.perf_counter() - t0

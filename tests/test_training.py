@@ -286,12 +286,40 @@ def test_gradient_checkpointing_gives_the_same_losses(tok, model):
     assert [r["loss"] for r in ckpt.steps] == pytest.approx([r["loss"] for r in plain.steps], rel=1e-5)
 
 
-def test_accumulation_matches_one_big_batch(tok, model):
-    one = train(model, tok, CORPUS, quick(steps=3))
-    acc = train(model, tok, CORPUS, quick(steps=3, grad_accum_steps=2))
-    # same examples and masks; the loss is a mean of the two halves' means instead of one mean
+def _step_gradients(monkeypatch):
+    """Spy on the optimizer: every step's flattened gradient (before clipping) and micro-batch shares."""
+    grads, shares = [], []
+    finish, micro_step = training._Optimizer.finish, training._Optimizer.micro_step
+
+    def finish_spy(self, skip):
+        grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
+                                for p in self.params]).clone())
+        return finish(self, skip)
+
+    def micro_spy(self, *args, share, **kwargs):
+        shares.append(share)
+        return micro_step(self, *args, share=share, **kwargs)
+
+    monkeypatch.setattr(training._Optimizer, "finish", finish_spy)
+    monkeypatch.setattr(training._Optimizer, "micro_step", micro_spy)
+    return grads, shares
+
+
+@pytest.mark.parametrize("loss", ["full", "weighted"])
+def test_accumulation_matches_one_big_batch(tok, model, monkeypatch, loss):
+    """Issue 14 item 9: 4 micro-batches of uneven masked counts give one batch's loss and gradient."""
+    grads, shares = _step_gradients(monkeypatch)
+    cfg = dict(steps=2, batch_size=8, loss=loss, dropout=False, amp="off", max_grad_norm=None)
+    one = train(model, tok, CORPUS, quick(**cfg))
+    one_grads = list(grads)
+    grads.clear(), shares.clear()
+    acc = train(model, tok, CORPUS, quick(**cfg, grad_accum_steps=4))
+    assert len(set(round(s, 6) for s in shares[:4])) > 1, "the test needs micro-batches of uneven size"
+    assert sum(shares[:4]) == pytest.approx(1.0)
     assert [r["masked_tokens"] for r in acc.steps] == [r["masked_tokens"] for r in one.steps]
-    assert all(math.isfinite(r["loss"]) for r in acc.steps)
+    assert [r["loss"] for r in acc.steps] == pytest.approx([r["loss"] for r in one.steps], abs=1e-5)
+    for g_one, g_acc in zip(one_grads, grads, strict=True):
+        assert float((g_one - g_acc).norm() / g_one.norm()) < 1e-5
 
 
 def test_zero_selection_batch_gives_no_nan(tok, model):
