@@ -242,21 +242,28 @@ def test_variants_must_share_data_settings(tok, model):
 
 
 def test_evaluation_is_full_cross_entropy(tok, model):
+    """Issue 14 item 11: the loss (and MLM perplexity) averages over every selected position, as
+    Hugging Face's run_mlm.py; mask_loss is the same cross-entropy at the [MASK] positions alone."""
     chunks = make_chunks(tok, CORPUS, seq_len=24, overlap=4)
     gen = torch.Generator().manual_seed(0)
     labels = torch.where(torch.rand(chunks.input_ids.shape, generator=gen) < 0.3, chunks.input_ids,
                          torch.full_like(chunks.input_ids, IGNORE_INDEX))
     labels[chunks.special_tokens_mask.bool()] = IGNORE_INDEX
-    inputs = torch.where(labels != IGNORE_INDEX, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
+    shown_mask = (labels != IGNORE_INDEX) & (torch.rand(labels.shape, generator=gen) < 0.8)  # the rest unchanged
+    inputs = torch.where(shown_mask, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
     counts = training.token_counts(chunks, len(tok))
-    eval_set = training._EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 5)
+    eval_set = training._EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 5,
+                                 mask_token_id=tok.mask_token_id)
     got = evaluate(model, eval_set)
     with torch.no_grad():
         logits = model(input_ids=inputs, attention_mask=chunks.attention_mask).logits
     selected = labels != IGNORE_INDEX
     expected = F.cross_entropy(logits[selected], labels[selected])
     assert got["loss"] == pytest.approx(float(expected), rel=1e-5)
-    assert got["perplexity"] == pytest.approx(math.exp(float(expected)), rel=1e-5)
+    assert got["mlm_perplexity"] == pytest.approx(math.exp(float(expected)), rel=1e-5)
+    at_mask = F.cross_entropy(logits[shown_mask], labels[shown_mask])
+    assert 0 < got["mask_tokens"] == int(shown_mask.sum()) < int(selected.sum())
+    assert got["mask_loss"] == pytest.approx(float(at_mask), rel=1e-5)
     top1 = (logits[selected].argmax(-1) == labels[selected]).float().mean()
     assert got["top1"] == pytest.approx(float(top1))
     assert sum(got[f"{b}_tokens"] for b in training.BUCKETS) == got["masked_tokens"] == int(selected.sum())
@@ -343,7 +350,7 @@ def test_zero_selection_batch_gives_no_nan(tok, model):
     keys = ("loss", "grad_norm", "lr", "tokens_per_s")
     assert finite_or_none(result.steps, keys)
     assert all(r["skipped"] and r["loss"] is None for r in result.steps)
-    assert finite_or_none(result.evals, ("loss", "perplexity", "top1", "top5"))
+    assert finite_or_none(result.evals, ("loss", "mlm_perplexity", "mask_loss", "top1", "top5"))
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), result.model.state_dict().values()))
 
 
