@@ -311,7 +311,7 @@ class TrainResult:
 def smooth(values: Sequence[float | None], weight: float = 0.8) -> list[float | None]:
     """Exponential moving average with TensorBoard's debiasing; gaps (None) stay gaps.
 
-    >>> smooth([1.0, 1.0, None, 1.0])
+    >>> [None if v is None else round(v, 9) for v in smooth([1.0, 1.0, None, 1.0])]
     [1.0, 1.0, None, 1.0]
     """
     if not 0.0 <= weight < 1.0:
@@ -600,12 +600,25 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]
 # BERT's optimizer (google-research/bert optimization.py, AdamWeightDecayOptimizer) uses betas
 # (0.9, 0.999) and eps 1e-6 *without* bias correction; RoBERTa (Appendix, Table 9) keeps eps 1e-6.
 # PyTorch's AdamW always corrects the bias of its moment estimates, and its default eps is 1e-8.
-# We take BERT's betas and eps and PyTorch's bias correction: without the correction the first
-# few hundred steps are up to 6.5x larger (step t scales by (1 - 0.9^t) / sqrt(1 - 0.999^t)), which
-# BERT's 10,000 warm-up steps hide but a 60-step run would not; eps 1e-6 keeps parameters whose
-# gradient is only rounding noise (e.g. attention key biases, whose exact gradient is 0) still.
+# We take BERT's betas and eps and PyTorch's bias correction: without the correction the early
+# steps are several times larger (`uncorrected_adam_step_ratio`), which BERT's 10,000 warm-up steps
+# hide but a 100-step run would not; eps 1e-6 keeps parameters whose gradient is only rounding
+# noise (e.g. attention key biases, whose exact gradient is 0) still.
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-6
+
+
+def uncorrected_adam_step_ratio(step: int, betas: tuple[float, float] = ADAM_BETAS) -> float:
+    """How much larger Adam's step t (1-based) is without bias correction, as in BERT's optimizer:
+    (1 - beta1^t) / sqrt(1 - beta2^t) (eps aside), for the same gradients.
+
+    >>> round(uncorrected_adam_step_ratio(1), 2)  # 0.1 / sqrt(0.001)
+    3.16
+    >>> round(max(uncorrected_adam_step_ratio(t) for t in range(1, 1001)), 2), round(uncorrected_adam_step_ratio(1000), 2)
+    (6.57, 1.26)
+    """
+    b1, b2 = betas
+    return (1.0 - b1 ** step) / math.sqrt(1.0 - b2 ** step)
 
 
 def _adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.Optimizer:

@@ -13,6 +13,7 @@ from mlm_core.figures.training import (bucket_figure, eval_figure, grad_norm_fig
                                        probe_figure)
 from mlm_core.jobs import BusyError, get_manager, teacher_key_set
 from mlm_core.models import model_description
+from mlm_core.training import ADAM_BETAS, ADAM_EPS, uncorrected_adam_step_ratio
 from mlm_core.training_lessons import (LESSONS, SOURCES, VARIANT_LABELS, Texts, base_config, gazetteer_texts,
                                        lesson_defaults, lesson_variants, probe_rows, probes_right, usable_probes,
                                        workshop_texts)
@@ -124,9 +125,11 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
     with st.expander("Why these defaults?", expanded=False):
         st.dataframe(pd.DataFrame([{"setting": name.replace("_", " "), "default": d.value, "why": d.why}
                                    for name, d in defaults.items()]), hide_index=True, key=f"training_why_{suffix}")
-        st.caption("AdamW with BERT's betas (0.9, 0.999) and eps 1e-6, and PyTorch's bias correction (BERT's "
-                   "optimizer had none: its first steps were up to 6.5x larger, hidden by 10,000 warm-up steps); "
-                   "weight decay 0.01, not on biases and LayerNorm weights.")
+        peak = max(range(1, 1001), key=uncorrected_adam_step_ratio)
+        st.caption(f"AdamW with BERT's betas {ADAM_BETAS} and eps {ADAM_EPS:g}, and PyTorch's bias correction. "
+                   f"BERT's optimizer had none, so its early steps were larger (at step {peak}, "
+                   f"{uncorrected_adam_step_ratio(peak):.1f}x), which its 10,000 warm-up steps hid; PyTorch's "
+                   "default eps is 1e-8. Weight decay 0.01, not on biases and LayerNorm weights.")
     try:
         base = base_config(lesson, from_scratch=from_scratch, texts=texts, seed=int(settings.seed),
                            steps=int(steps), batch_size=int(batch), seq_len=int(seq_len), learning_rate=float(lr),
