@@ -236,6 +236,53 @@ def test_identical_variants_give_identical_curves(tok, model):
     assert [r["loss"] for r in results["a"].steps] == [r["loss"] for r in results["b"].steps]
 
 
+def test_static_masks_repeat_and_dynamic_masks_do_not(tok, model, monkeypatch):
+    """Static masking (BERT's dupe_factor) reuses each chunk's masks epoch after epoch; dynamic masking
+    (RoBERTa, section 4.1) draws new ones; both race on the same chunks in the same order."""
+    seen = []
+    forward = training._MaskedLMStep.forward
+
+    def spy(self, input_ids, attention_mask, labels):
+        seen.append((id(self), input_ids.clone(), labels.clone()))
+        return forward(self, input_ids, attention_mask, labels)
+
+    monkeypatch.setattr(training._MaskedLMStep, "forward", spy)
+    texts = CORPUS[:8]  # one distinct sentence per chunk, so a chunk is known by its tokens
+    base = quick(steps=12, batch_size=4, seq_len=12, chunk_overlap=2, eval_every=100)
+    chunks = make_chunks(tok, texts, seq_len=12, overlap=2)
+    assert len(chunks) == 8 and len({tuple(r.tolist()) for r in chunks.input_ids}) == 8
+    variants = {"dynamic": TrainConfig(**{**base.to_dict(), "masking": base.masking, "mask_copies": 0}),
+                "static": TrainConfig(**{**base.to_dict(), "masking": base.masking, "mask_copies": 1}),
+                "static2": TrainConfig(**{**base.to_dict(), "masking": base.masking, "mask_copies": 2})}
+    train_variants(model, tok, texts, variants)
+    by_variant: dict[int, list] = {}
+    for key, ids, labels in seen:
+        by_variant.setdefault(key, []).append((ids, labels))
+    masks = []  # per variant: [(chunk as a tuple of original ids, its selected positions), ...] in order
+    for calls in by_variant.values():
+        rows = []
+        for ids, labels in calls:
+            original = torch.where(labels != IGNORE_INDEX, labels, ids)
+            rows += [(tuple(o.tolist()), tuple((l != IGNORE_INDEX).nonzero().flatten().tolist()))
+                     for o, l in zip(original, labels)]
+        masks.append(rows)
+    dynamic, static, static2 = masks
+    assert [c for c, _ in dynamic] == [c for c, _ in static] == [c for c, _ in static2]  # same chunks, same order
+
+    def masks_per_chunk(rows):
+        out: dict[tuple, list] = {}
+        for chunk, positions in rows:
+            out.setdefault(chunk, []).append(positions)
+        return out
+
+    for chunk, draws in masks_per_chunk(static).items():
+        assert len(set(draws)) == 1, "static: one mask per chunk, every epoch"
+    two = masks_per_chunk(static2)
+    assert all(len(set(d)) <= 2 and d[0::2] == [d[0]] * len(d[0::2]) for d in two.values())
+    repeated = [d for d in masks_per_chunk(dynamic).values() if len(d) >= 3]
+    assert repeated and sum(len(set(d)) > 1 for d in repeated) >= len(repeated) * 0.8, "dynamic: fresh masks"
+
+
 def test_variants_must_share_data_settings(tok, model):
     with pytest.raises(InputError, match="seq_len"):
         train_variants(model, tok, CORPUS, {"a": quick(), "b": quick(seq_len=32)})
