@@ -458,3 +458,12 @@ def test_figures_draw_gaps_not_nans():
                                                           "probs": [0.6, 0.3]}]}]
     fig = figs.probe_figure(probe)
     assert fig.data[0].marker.color == ("#2f9e44", "#1c7ed6")  # the hidden word in green
+    # an untrained model's tiny probabilities stay readable: the axis fits them, the rank is in the title
+    tiny = [{"text": "the [MASK] sat", "predictions": [{"position": 2, "answer": "cat", "tokens": ["the", "."],
+                                                         "probs": [4e-5, 3e-5], "answer_prob": 1e-5,
+                                                         "answer_rank": 812}]}]
+    fig = figs.probe_figure(tiny)
+    assert fig.layout.xaxis.range[1] < 1e-4 and fig.data[0].text == ("3.0e-05", "4.0e-05")
+    assert "rank 812" in fig.layout.annotations[0].text
+    evals["a"][0]["mask_loss"] = 3.5
+    assert any("[MASK] positions only" in t.name for t in figs.eval_figure(evals).data)
