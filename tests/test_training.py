@@ -467,3 +467,61 @@ def test_figures_draw_gaps_not_nans():
     assert "rank 812" in fig.layout.annotations[0].text
     evals["a"][0]["mask_loss"] = 3.5
     assert any("[MASK] positions only" in t.name for t in figs.eval_figure(evals).data)
+
+
+# ---------------------------------------------------------------------------------------- lessons
+
+
+def test_every_lesson_builds_its_variants_from_defaults_that_say_why():
+    from mlm_core import training_lessons as L
+
+    texts = L.gazetteer_texts()
+    for lesson in L.LESSONS:
+        for scratch in (False, True):
+            defaults = L.lesson_defaults(lesson, from_scratch=scratch)
+            assert all(len(d.why) > 30 for d in defaults.values())
+            base = L.base_config(lesson, from_scratch=scratch, texts=texts)
+            variants = L.lesson_variants(lesson, base, from_scratch=scratch, losses=("full", "sampled"))
+            training.check_variants(variants)  # same data for every variant
+    base = L.base_config("lr_too_high", from_scratch=False, texts=texts)
+    lr = L.lesson_variants("lr_too_high", base, from_scratch=False, clip=1.0)
+    assert [c.max_grad_norm for c in lr.values()] == [None, 1.0, 1.0]
+    assert sorted({c.learning_rate for c in lr.values()}) == [L.sane_learning_rate(False), base.learning_rate]
+    masks = L.lesson_variants("masking", base, from_scratch=False, static_copies=10)
+    assert sorted(c.mask_copies for c in masks.values()) == [0, 10]
+    texts, variants = L.default_run()
+    (cfg,) = variants.values()
+    assert texts.name == "Veldoria gazetteer" and texts.held_out and cfg.loss == "full"
+    assert cfg.probe_answers == tuple(a for _, a in texts.probes) and len(cfg.probe_answers) == 5
+    with pytest.raises(InputError, match="lesson"):
+        L.lesson_defaults("nap", from_scratch=False)
+
+
+def test_probe_rows_report_the_first_and_latest_guess_and_the_answers_rank():
+    from mlm_core.training_lessons import probe_rows, probes_right
+
+    def entry(step, top, rank):
+        return {"step": step, "probes": [{"text": "the capital is [MASK] .", "predictions": [
+            {"answer": "marrow", "tokens": [top, "x"], "probs": [0.4, 0.1], "answer_prob": 0.05, "answer_rank": rank}]}]}
+
+    rows = probe_rows([entry(0, "rome", 4619), entry(10, "city", 7), entry(80, "marrow", 1)])
+    assert rows == [{"sentence": "the capital is [MASK] .", "answer": "marrow", "top-1 at step 0": "rome (40%)",
+                     "top-1 at step 80": "marrow (40%)", "answer's rank then": 4619, "answer's rank now": 1,
+                     "answer's probability now": 0.05, "right now": True}]
+    assert probes_right(entry(80, "marrow", 1)) == (1, 1) and probes_right(entry(0, "rome", 9)) == (0, 1)
+
+
+def test_probes_report_the_hidden_words_rank_and_probability(tok, model):
+    result = train(model, tok, CORPUS, quick(steps=2, probe_sentences=("the cat sat on the [MASK] .",),
+                                             probe_answers=("mat",)))
+    pred = result.probes[-1]["probes"][0]["predictions"][0]
+    with torch.no_grad():
+        ids = tok("the cat sat on the [MASK] .", return_tensors="pt")["input_ids"]
+        probs = result.model(input_ids=ids).logits[0, pred["position"]].softmax(-1)
+    mat = tok.convert_tokens_to_ids("mat")
+    assert pred["answer"] == "mat" and pred["answer_prob"] == pytest.approx(float(probs[mat]), rel=1e-4)
+    assert pred["answer_rank"] == int((probs > probs[mat]).sum()) + 1
+    with pytest.raises(InputError, match="one token"):
+        train(model, tok, CORPUS, quick(probe_sentences=("the [MASK] sat .",), probe_answers=("cat dog",)))
+    with pytest.raises(InputError, match="one answer per sentence"):
+        quick(probe_sentences=("the [MASK] sat .",), probe_answers=("cat", "dog"))
