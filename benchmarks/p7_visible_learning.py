@@ -59,10 +59,15 @@ def _one_run(model, tokenizer, texts, variants, threads: int) -> dict[str, Any]:
     if snap.status != "done":
         raise RuntimeError(f"the default run did not finish: {snap.status} {snap.error or snap.message}")
     (name, curves), = snap.variants.items()
+    norms = [e.values.get("grad_norm") for _, e in events if e.kind == "step"]
+    norms = [n for n in norms if n is not None]
+    clip = next(iter(variants.values())).max_grad_norm
     first_eval = next(t for t, e in events if e.kind == "eval")
     first_step = next(t for t, e in events if e.kind == "step")
     eval_times = {e.step: t for t, e in events if e.kind == "eval"}
     return {"total_s": total, "first_eval_s": first_eval, "first_step_s": first_step, "curves": curves,
+            "grad_norm_max": max(norms), "grad_norm_median": median(norms),
+            "clipped": sum(n > clip for n in norms) if clip else 0,
             "eval_times": eval_times, "load": (tuple(round(x, 2) for x in load_before),
                                                 tuple(round(x, 2) for x in load_after))}
 
@@ -126,6 +131,10 @@ def run(quick: bool = False, repeats: int = 3) -> Result:
         f"Runs: {len(runs)}; total seconds {', '.join(f'{t:.1f}' for t in totals)}; first curve point "
         f"{firsts} s; first training-loss point {first_steps} s; load average (1, 5, 15 min) before → after "
         f"{loads}.",
+        "Gradient norm (healthy run, before clipping): median "
+        + ", ".join(f"{r['grad_norm_median']:.1f}" for r in runs) + "; largest "
+        + ", ".join(f"{r['grad_norm_max']:.1f}" for r in runs) + f"; steps clipped at {cfg.max_grad_norm:g}: "
+        + ", ".join(str(r["clipped"]) for r in runs) + ".",
         f"Held-out loss {lm['loss_start']:.3f} → {lm['loss_end']:.3f} (every run: "
         + ", ".join(f"{x['loss_start']:.3f} → {x['loss_end']:.3f}" for x in learned) + ").",
         "Probes, top-1 before → after: " + "; ".join(f"\"{t}\" {lm['before'][t]} → {lm['after'][t]}"

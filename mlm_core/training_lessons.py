@@ -87,11 +87,11 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
     if lesson not in LESSONS:
         raise InputError(f"Unknown lesson {lesson!r}; choose one of {', '.join(LESSONS)}.")
     d = {
-        "steps": Default(300 if from_scratch else 100,
+        "steps": Default(300 if from_scratch else 80,
                          "A tiny model's step takes a few milliseconds, so 300 of them fit in a minute."
                          if from_scratch else
                          "About a minute on one laptop CPU core, and enough for the probes to change their "
-                         "answers (benchmark P7)."),
+                         "answers to Veldoria's facts (benchmark P7: 3 of 5 by about step 40)."),
         "batch_size": Default(8, "Eight chunks, about 30 sentences, per step: one step takes about half a "
                               "second on a CPU core with the default model."),
         "seq_len": Default(64, "Sentences are packed together up to 64 tokens; longer chunks would only add "
@@ -100,9 +100,9 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
                                  "Random weights have nothing to lose, so steps can be large (1e-4 to 1e-3 is usual "
                                  "from scratch)." if from_scratch else
                                  "High for fine-tuning (BERT fine-tuned at 2e-5 to 5e-5 for thousands of steps), "
-                                 "because this run has only 100 steps to learn a new country; 1e-3 made the "
-                                 "answers flip back and forth."),
-        "warmup_steps": Default(10, "The first tenth of the steps ramps the learning rate up from 0: Adam's "
+                                 "because this run has only 80 steps to learn a new country (in a trial, 1e-3 "
+                                 "learned less and its answers flipped back and forth)."),
+        "warmup_steps": Default(10, "The first steps ramp the learning rate up from 0: Adam's "
                                 "estimate of each gradient's size is built from few steps at first, so early "
                                 "steps are the least reliable (BERT warmed up over its first 10,000)."),
         "max_grad_norm": Default(5.0 if from_scratch else 25.0,
@@ -110,8 +110,9 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
                                  "run's gradient norm reaches (the tiny model's stays below about 3)."
                                  if from_scratch else
                                  "Clipping is a guard against a rare bad batch, so it sits above what a healthy "
-                                 "run's gradient norm reaches (about 10, at most 19 here). At BERT's 1.0 it "
-                                 "would fire on every step, and Adam would undo it."),
+                                 "run's gradient norm reaches (about 10 here; benchmark P7 records the largest "
+                                 "and the steps clipped). At BERT's 1.0 it would fire on every step, and Adam "
+                                 "would undo it."),
         "eval_every": Default(10, "Ten held-out evaluations over a run draw a curve; each costs a forward pass "
                               "over the held-out text."),
     }
