@@ -105,9 +105,9 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
         "warmup_steps": Default(10, "The first steps ramp the learning rate up from 0: Adam's "
                                 "estimate of each gradient's size is built from few steps at first, so early "
                                 "steps are the least reliable (BERT warmed up over its first 10,000)."),
-        "max_grad_norm": Default(5.0 if from_scratch else 25.0,
+        "max_grad_norm": Default(10.0 if from_scratch else 25.0,
                                  "Clipping is a guard against a rare bad batch, so it sits above what a healthy "
-                                 "run's gradient norm reaches (the tiny model's stays below about 3)."
+                                 "run's gradient norm reaches (the tiny model's stays below about 5 here)."
                                  if from_scratch else
                                  "Clipping is a guard against a rare bad batch, so it sits above what a healthy "
                                  "run's gradient norm reaches (about 10 here; benchmark P7 records the largest "
@@ -117,16 +117,17 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
                               "over the held-out text."),
     }
     if lesson == "lr_too_high":
-        d["steps"] = Default(150 if from_scratch else 40,
-                             "Enough steps for the loss to blow up and for clipping to show what it changes, "
-                             "in under 90 seconds with three model copies.")
+        d["steps"] = Default(150 if from_scratch else 25,
+                             "The loss blows up within five steps; 25 steps of three model copies fit in about "
+                             "a minute, so the lesson does not hold the training slot for long.")
         d["learning_rate"] = Default(3e-2 if from_scratch else 1e-2,
                                      "Far above the sensible rate on purpose: watch the held-out loss.")
         d["warmup_steps"] = Default(0, "No warm-up, so the first steps already take the full learning rate.")
         d["eval_every"] = Default(5, "Frequent evaluations show when the held-out loss starts to climb.")
     if lesson == "masking":
-        d["steps"] = Default(600 if from_scratch else 60,
-                             "Many epochs over the same chunks: static masks repeat, dynamic ones do not.")
+        d["steps"] = Default(600 if from_scratch else 40,
+                             "About seven passes over the gazetteer: enough for static masks to repeat several "
+                             "times, and for two model copies to finish in about a minute.")
     return d
 
 

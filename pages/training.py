@@ -140,7 +140,10 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
         if lesson == "lr_too_high":
             st.info(f"Three runs from the same weights on the same batches: the learning rate above ({lr:g}) "
                     f"without clipping, the same with the gradient norm clipped at {clip or 1.0:g}, and a "
-                    "sensible rate for reference. Watch the gradient-norm spikes and the held-out loss.")
+                    "sensible rate for reference. Watch the held-out loss: within a few steps the fast runs "
+                    "forget what the model knew. Clipping caps the size of each gradient, but AdamW divides every "
+                    "update by its running gradient size anyway, so the clipped run takes steps of about the same "
+                    "size and fails too (its first jump may be smaller). The cure is a smaller learning rate.")
             return lesson_variants(lesson, base, from_scratch=from_scratch, clip=float(clip or 1.0))
         if lesson == "masking":
             copies = st.select_slider("Static masks per chunk", [1, 2, 5, 10], 1, key="training_static_copies",
@@ -257,11 +260,10 @@ def draw_probes(snap) -> None:
             first_right, _ = probes_right(entries[0])
             st.metric(f"{name}: probes answered right (top-1)", f"{right} of {known}",
                       delta=f"{right - first_right:+d} since step {entries[0]['step']}")
-        c1, c2 = st.columns([1, 1])
-        c1.plotly_chart(probe_figure(entries[-1]["probes"], title=f"{name}: step {at}"),
-                        key=f"training_probe_{name}")
-        c2.dataframe(pd.DataFrame(probe_rows(entries)), hide_index=True, key=f"training_probe_table_{name}",
+        st.dataframe(pd.DataFrame(probe_rows(entries)), hide_index=True, key=f"training_probe_table_{name}",
                      column_config={"answer's probability now": st.column_config.NumberColumn(format="percent")})
+        st.plotly_chart(probe_figure(entries[-1]["probes"], title=f"{name}: step {at}"),
+                        key=f"training_probe_{name}")
 
 
 def draw(snap) -> None:

@@ -30,8 +30,10 @@ def runs_of(sentences, n=RUN) -> dict[tuple[str, ...], str]:
 
 
 def all_sentences():
+    """Every sentence of the file, each probe with its hidden word filled in."""
     g = gazetteer()
-    return (g.sentences + list(g.held_out) + [p for p, _ in g.probes] + [p for p, _ in g.scratch_probes])
+    filled = [p.replace("[MASK]", a) if a not in ".,?!" else p.replace(" [MASK]", a) for p, a in g.probes + g.scratch_probes]
+    return g.sentences + list(g.held_out) + filled
 
 
 def bundled_wordpiece():
