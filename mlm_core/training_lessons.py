@@ -188,6 +188,15 @@ def default_run(model_is_trained: bool = True) -> tuple[Texts, dict[str, TrainCo
 # --------------------------------------------------------------------------------------------
 
 
+def percent_text(p: float) -> str:
+    """A probability as people read it: 42%, 0.31%, or 3.3e-05 when it is tiny (an untrained model).
+
+    >>> percent_text(0.42), percent_text(0.0031), percent_text(3.3e-05)
+    ('42.0%', '0.31%', '3.3e-05')
+    """
+    return f"{p:.1%}" if p >= 0.01 else (f"{p:.2%}" if p >= 1e-4 else f"{p:.1e}")
+
+
 def probe_rows(probes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per probe sentence: its answer, the first and the latest top-1 guess, and the answer's
     rank and probability then and now. `probes` is one variant's list of {"step", "probes"} entries.
@@ -202,8 +211,8 @@ def probe_rows(probes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         rows.append({
             "sentence": now["text"],
             "answer": answer or "",
-            f"top-1 at step {first['step']}": f"{b['tokens'][0]} ({b['probs'][0]:.0%})",
-            f"top-1 at step {last['step']}": f"{n['tokens'][0]} ({n['probs'][0]:.0%})",
+            f"top-1 at step {first['step']}": f"{b['tokens'][0]} ({percent_text(b['probs'][0])})",
+            f"top-1 at step {last['step']}": f"{n['tokens'][0]} ({percent_text(n['probs'][0])})",
             "answer's rank then": b.get("answer_rank"),
             "answer's rank now": n.get("answer_rank"),
             "answer's probability now": n.get("answer_prob"),

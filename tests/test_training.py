@@ -505,8 +505,8 @@ def test_probe_rows_report_the_first_and_latest_guess_and_the_answers_rank():
             {"answer": "marrow", "tokens": [top, "x"], "probs": [0.4, 0.1], "answer_prob": 0.05, "answer_rank": rank}]}]}
 
     rows = probe_rows([entry(0, "rome", 4619), entry(10, "city", 7), entry(80, "marrow", 1)])
-    assert rows == [{"sentence": "the capital is [MASK] .", "answer": "marrow", "top-1 at step 0": "rome (40%)",
-                     "top-1 at step 80": "marrow (40%)", "answer's rank then": 4619, "answer's rank now": 1,
+    assert rows == [{"sentence": "the capital is [MASK] .", "answer": "marrow", "top-1 at step 0": "rome (40.0%)",
+                     "top-1 at step 80": "marrow (40.0%)", "answer's rank then": 4619, "answer's rank now": 1,
                      "answer's probability now": 0.05, "right now": True}]
     assert probes_right(entry(80, "marrow", 1)) == (1, 1) and probes_right(entry(0, "rome", 9)) == (0, 1)
 

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mlm_core.training import BUCKETS, smooth
+from mlm_core.training_lessons import percent_text
 
 PALETTE = ("#1c7ed6", "#e8590c", "#2f9e44", "#ae3ec9")
 BUCKET_COLORS = {"frequent": "#1c7ed6", "medium": "#f08c00", "rare": "#e03131"}
@@ -145,16 +146,11 @@ def bucket_figure(evals: Mapping[str, Rows], metric: str = "top1", height: int =
     return fig
 
 
-def _percent(p: float) -> str:
-    """A probability as people read it: 42.1%, 0.31%, or 3.3e-05 when it is tiny (an untrained model)."""
-    return f"{p:.1%}" if p >= 0.01 else (f"{p:.2%}" if p >= 1e-4 else f"{p:.1e}")
-
-
 def _probe_title(text: str, pred: Mapping[str, Any]) -> str:
     answer, rank = pred.get("answer"), pred.get("answer_rank")
     if not answer or rank is None:
         return _short(text)
-    return f"{_short(text, 60)}<br>hidden word \"{html.escape(answer)}\": rank {rank:,}, {_percent(pred['answer_prob'])}"
+    return f"{_short(text, 60)}<br>hidden word \"{html.escape(answer)}\": rank {rank:,}, {percent_text(pred['answer_prob'])}"
 
 
 def probe_figure(probes: Sequence[Mapping[str, Any]], title: str = "", height: int | None = None) -> go.Figure:
@@ -172,9 +168,10 @@ def probe_figure(probes: Sequence[Mapping[str, Any]], title: str = "", height: i
         colors = ["#2f9e44" if t == pred.get("answer") else "#1c7ed6" for t in raw]
         tokens = [html.escape(t) for t in raw]
         fig.add_trace(go.Bar(x=probs, y=tokens, orientation="h", marker_color=colors, showlegend=False,
-                             text=[_percent(p) for p in probs], textposition="auto"), row=r, col=1)
+                             text=[percent_text(p) for p in probs], textposition="outside",
+                             textfont=dict(size=13), cliponaxis=False), row=r, col=1)
         top = max(probs, default=1.0)
-        fig.update_xaxes(range=[0, min(1.0, top * 1.25) if top > 0 else 1.0],
+        fig.update_xaxes(range=[0, min(1.15, top * 1.3) if top > 0 else 1.0],
                          tickformat=".0%" if top >= 0.05 else ".2%", row=r, col=1)
     fig.update_layout(title=title or "What the model guesses at [MASK]", height=height or 140 + 190 * n,
                       margin=dict(t=80, b=30, l=110))
