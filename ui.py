@@ -78,6 +78,7 @@ def _ensure_app_navigation() -> None:
 def page_setup(title: str) -> Settings:
     """Shared defaults, the sidebar and the page title; returns the settings every page uses."""
     _ensure_app_navigation()
+    _cap_torch_threads()
     state = st.session_state
     _restore_left_widgets()  # classroom: sidebar and page widgets lose their values on a page switch
     state.setdefault(KEYS.model, os.environ.get("MLMLAB_MODEL", DEFAULT_MODEL))
@@ -149,6 +150,15 @@ def _training_run_status() -> None:
             pass
 
     status()
+
+
+@st.cache_resource(show_spinner=False)
+def _cap_torch_threads() -> int:
+    """Once per server: torch's thread count (mlm_core.jobs.cap_threads), so a background training run
+    and every page's forward passes share the cores instead of each taking all of them."""
+    from mlm_core.jobs import cap_threads
+
+    return cap_threads()
 
 
 def client_id() -> str:
