@@ -203,7 +203,7 @@ class Run:
                  label: str = "", train_fn: TrainFn = train_variants, clock=time.monotonic,
                  eval_texts: Sequence[str] | None = None, client: str | None = None,
                  alive: Callable[[], bool] | None = None, max_seconds: float | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, keep_trained: bool = False):
         check_variants(variants)
         self.run_id = uuid.uuid4().hex[:8]
         self.label = label
@@ -211,6 +211,7 @@ class Run:
         self.alive = alive  # is the session that started it still there (on any page)?
         self.max_seconds = max_seconds
         self.threads = threads
+        self.keep_trained = keep_trained  # hold the trained copies after the run, until take_trained()
         self._model = model
         self._tokenizer = tokenizer
         self._texts = list(texts)
@@ -293,6 +294,20 @@ class Run:
                 self._message = reason
                 self._release_model()
 
+    def take_trained(self) -> tuple[dict[str, Any], Any, Any] | None:
+        """``({variant: trained model}, tokenizer, base model)`` of a finished ``keep_trained`` run, once.
+
+        The run lets go of them (the caller owns the copies from now on, e.g. the learner's
+        session); None while it runs, when it kept nothing, or when they were taken already.
+        """
+        with self._lock:
+            if self._status not in FINISHED:
+                return None
+            models = {name: r.model for name, r in self.results.items() if r.model is not None}
+            taken = (models, self._tokenizer, self._model) if models else None
+            self._release_model()
+            return taken
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the run has finished (True) or the timeout passed (False)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -360,7 +375,8 @@ class Run:
         finally:
             with self._lock:
                 self._finished_at = self._clock()
-                self._release_model()
+                if not (self.keep_trained and self.results):  # else kept until take_trained()
+                    self._release_model()
             _free_memory()
             if self._on_finish is not None:
                 self._on_finish(self)
@@ -410,19 +426,20 @@ class RunManager:
 
     def submit(self, model, tokenizer, texts: Sequence[str], variants: Mapping[str, TrainConfig], *,
                label: str = "", eval_texts: Sequence[str] | None = None, client: str | None = None,
-               alive: Callable[[], bool] | None = None) -> Run:
+               alive: Callable[[], bool] | None = None, keep_trained: bool = False) -> Run:
         """A new run: started now if a slot is free, queued if not; BusyError when the queue is full
         or this client already has a run; InputError when a step would be too big for this server.
 
         `client` names who asks (an IP address, or a session for local connections); `alive()` says
-        whether the session that owns the run is still there.
+        whether the session that owns the run is still there. ``keep_trained``: the finished run
+        holds its trained copies until ``run.take_trained()``.
         """
         problem = step_tokens_problem(variants, self.max_step_tokens)
         if problem:
             raise InputError(problem)
         run = Run(model, tokenizer, texts, variants, label=label, train_fn=self._train_fn, clock=self._clock,
                   eval_texts=eval_texts, client=client, alive=alive, max_seconds=self.max_run_s,
-                  threads=self.threads)
+                  threads=self.threads, keep_trained=keep_trained)
         run._on_finish = self._finished
         with self._lock:
             mine = [r for r in self._running + self._queue

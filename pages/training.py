@@ -12,6 +12,8 @@ from mlm_core.export import lesson_zip
 from mlm_core.figures.training import (bucket_figure, eval_figure, grad_norm_figure, loss_figure, lr_figure,
                                        probe_figure)
 from mlm_core.jobs import BusyError, get_manager, teacher_key_set
+from mlm_core.precision import auto_amp
+from mlm_core.losses import SAMPLED_SOFTMAX
 from mlm_core.models import model_description
 from mlm_core.training import ADAM_BETAS, ADAM_EPS, uncorrected_adam_step_ratio
 from mlm_core.training_lessons import (LESSONS, SOURCES, VARIANT_LABELS, Texts, base_config, gazetteer_texts,
@@ -110,17 +112,24 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
         clip_default = 1.0 if lesson == "lr_too_high" else defaults["max_grad_norm"].value
         clip = a2.number_input("Clip gradient norm at (0 = off)", 0.0, 100.0, clip_default, 0.5,
                                key=f"training_clip_{suffix}", help=defaults["max_grad_norm"].why)
-        amp_modes = ["off", "bf16", "fp16"] if on_gpu else ["off", "bf16"]
+        amp_modes = ["auto", "off", "bf16", "fp16"] if on_gpu else ["auto", "off", "bf16"]
         amp = a2.selectbox("Mixed precision", amp_modes, key="training_amp",
-                           help="bf16 autocast (CUDA, or CPU where supported); fp16 needs CUDA and a gradient scaler.")
+                           help="auto: " + auto_amp("cuda" if on_gpu else "cpu").reason + " off: fp32. bf16: "
+                           "bf16 autocast (CUDA, or CPU); fp16 needs CUDA and a gradient scaler.")
         checkpointing = a3.toggle("Gradient checkpointing", False, key="training_ckpt",
                                   help="Recompute activations in the backward pass: less memory, ~30% slower; "
                                   "it lets a step hold more tokens on this server.")
+        freeze = a3.toggle("Freeze word embeddings", False, key="training_freeze",
+                           disabled=from_scratch,
+                           help="Fine-tuning only: keep the word embeddings, and the output layer that BERT ties "
+                           "to them, fixed. That matrix (vocabulary × hidden) is half the default model's weights: "
+                           "no gradient, no AdamW update, a faster step. A model trained from scratch needs them.")
         mlm_p = a3.slider("Masked share", 0.05, 0.5, 0.15, 0.01, key="training_mlm_p",
                           help="BERT masks 15% of the tokens, with 80/10/10 replacement.")
         eval_every = a1.number_input("Evaluate every … steps", 1, 500, defaults["eval_every"].value,
                                      key=f"training_eval_every_{suffix}", help=defaults["eval_every"].why)
-        num_sampled = a2.select_slider("Sampled softmax: K", [16, 64, 256, 1024, 4096], 256, key="training_k",
+        num_sampled = a2.select_slider("Sampled softmax: K", [16, 64, 256, 1024, 4096], SAMPLED_SOFTMAX.num_sampled,
+                                       key="training_k",
                                        help="Classes in each sampled softmax (besides the true one).")
     with st.expander("Why these defaults?", expanded=False):
         st.dataframe(pd.DataFrame([{"setting": name.replace("_", " "), "default": d.value, "why": d.why}
@@ -136,7 +145,7 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
                            warmup_steps=int(warmup), schedule=schedule, amp=amp,
                            gradient_checkpointing=bool(checkpointing), max_grad_norm=float(clip) or None,
                            masking=MaskingConfig(mlm_probability=float(mlm_p)), eval_every=int(eval_every),
-                           num_sampled=int(num_sampled))
+                           num_sampled=int(num_sampled), freeze_word_embeddings=bool(freeze) and not from_scratch)
         if lesson == "lr_too_high":
             st.info(f"Three runs from the same weights on the same batches: the learning rate above ({lr:g}) "
                     f"without clipping, the same with the gradient norm clipped at {clip or 1.0:g}, and a "
@@ -195,7 +204,8 @@ if start_col.button("▶ Start training", key="training_start", type="primary",
     try:
         run = manager.submit(model, tokenizer, texts.train, variants, eval_texts=texts.held_out,
                              label=f"{about['label']} · {texts.name} · {', '.join(variants)}",
-                             client=ui.client_id(), alive=ui.session_alive_check())
+                             client=ui.client_id(), alive=ui.session_alive_check(),
+                             keep_trained=True)  # for the Predictions and Inside pages
         state[RUN_KEY] = run
         state[SEEN_KEY] = None
         st.rerun()  # redraw the buttons: Start off, Stop on

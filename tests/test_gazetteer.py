@@ -131,6 +131,28 @@ def test_no_overlap_with_wordnet():
         assert not found, (path.name, [(" ".join(r), runs[r]) for r in found])
 
 
+def test_no_overlap_with_the_builds_npm_sources():
+    """State of the Union and Moby-Dick, read by the build's own readers from its npm cache (skipped
+    where the build has never run: the tests never fetch them)."""
+    from mlm_core import build_default
+
+    cache = Path("/tmp/mlmlab_npm")
+    readers = {"sotu": build_default.read_sotu_documents, "moby": build_default.read_moby_documents}
+    runs = runs_of(all_sentences())
+    checked = 0
+    for key, reader in readers.items():
+        name, version = build_default.NPM_SOURCES[key]
+        tgz = cache / f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
+        if not tgz.is_file():
+            continue
+        text = "\n".join(" ".join(doc) for doc in reader(tgz))
+        found = overlaps(text, runs)
+        assert not found, (key, [(" ".join(r), runs[r]) for r in found])
+        checked += 1
+    if not checked:
+        pytest.skip("the build's npm sources are not cached in /tmp/mlmlab_npm")
+
+
 def test_the_default_model_build_never_reads_the_gazetteer(monkeypatch, tmp_path):
     """The build's source reader is run with every file open watched; its code never names the file."""
     from mlm_core import build_default
