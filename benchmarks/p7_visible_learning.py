@@ -104,6 +104,7 @@ def run(quick: bool = False, repeats: int = 3) -> Result:
 
     from mlm_core import jobs
     from mlm_core.models import load_masked_lm
+    from mlm_core.precision import resolve_amp
     from mlm_core.training_lessons import default_run
 
     threads = jobs.default_threads()
@@ -166,7 +167,8 @@ def run(quick: bool = False, repeats: int = 3) -> Result:
         config={"quick": quick, "model": "bundled default", "texts": texts.name, "variants": list(variants),
                 "steps": cfg.steps, "batch_size": cfg.batch_size, "seq_len": cfg.seq_len,
                 "learning_rate": cfg.learning_rate, "warmup_steps": cfg.warmup_steps,
-                "max_grad_norm": cfg.max_grad_norm, "amp": cfg.amp, "eval_every": cfg.eval_every,
+                "max_grad_norm": cfg.max_grad_norm, "eval_every": cfg.eval_every,
+                "amp": f"{cfg.amp} → {resolve_amp(cfg.amp, 'cpu')}" if cfg.amp == "auto" else cfg.amp,
                 "runs": len(runs), "threads": threads},
         rows=lm["rows"],
         columns=["step", "seconds since Start", "held-out loss", "[MASK]-only loss", "probes right"],
