@@ -485,14 +485,17 @@ def _mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, vo
     """Mask each row with its own generator, so a row's mask depends on its seed only.
 
     That makes one process with gradient accumulation and N processes under torchrun mask the
-    same example the same way. Returns (input_ids, labels), both (B, T).
+    same example the same way. Each row's attention mask goes along: it gives the row's length, which
+    Google's exact count needs (a short padded row gets round(p · its length), not round(p · T)).
+    Returns (input_ids, labels), both (B, T).
     """
     inputs, labels = [], []
     for r, s in enumerate(seeds):
         result = mask_tokens(chunks.input_ids[r], chunks.special_tokens_mask[r], masking,
                              mask_token_id=mask_token_id, vocab_size=vocab_size,
                              generator=torch.Generator().manual_seed(s),
-                             word_ids=chunks.word_ids[r], special_ids=special_ids, trace=False)
+                             word_ids=chunks.word_ids[r], special_ids=special_ids,
+                             attention_mask=chunks.attention_mask[r], trace=False)
         inputs.append(result.input_ids)
         labels.append(result.labels)
     return torch.stack(inputs), torch.stack(labels)
