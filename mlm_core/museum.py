@@ -533,16 +533,34 @@ def audit_batch(original_ids, input_ids, labels, *, tokenizer, config: MaskingCo
     ignore_values = set(not_ids) | ({pad_id} if zero_filler else set())
     labelled = ~torch.isin(labels, torch.tensor(sorted(ignore_values) or [IGNORE_INDEX]))  # (B, T)
 
-    # Selection rate over the eligible (non-special) tokens.
+    # Selection rate over the eligible (non-special) tokens. Exact count and span fix each row's count
+    # (MaskingConfig.selection_budget, from the row's length): on short rows that is not p (Google's
+    # exact count selects ~18.6% of the workshop sentences' tokens), so the rule's own count is expected.
     eligible = ~special
     n_eligible = int(eligible.sum())
     selected = labelled & eligible
     rate = int(selected.sum()) / max(1, n_eligible)
     p = config.mlm_probability
     tol = _tolerance(p, n_eligible)
+    lengths, eligible_rows = (~padding).sum(1).tolist(), eligible.sum(1).tolist()  # (B,) [CLS]/[SEP] counted
+    budgets = [config.selection_budget(int(n), int(e)) for n, e in zip(lengths, eligible_rows)]
+    fixed = all(b is not None for b in budgets)
     if int(labelled.sum()) == 0:
         checks.append(AuditCheck("Selection rate", False, "0 (nothing selected: the loss is NaN)",
                                  f"{p:.1%} ± {tol:.1%}", "zero_selected_nan"))
+    elif fixed:
+        per_row = selected.sum(1).tolist()
+        expected_rate = sum(budgets) / max(1, n_eligible)
+        if config.strategy == "exact_count":  # Google's count, row by row
+            ok = per_row == budgets
+            expected = f"{expected_rate:.1%}: min({config.max_predictions}, max(1, round(n × {p:g}))) in each row"
+        else:  # span: never past a row's budget, short of it by less than a word
+            ok = all(s <= b for s, b in zip(per_row, budgets)) and rate >= expected_rate - _tolerance(expected_rate,
+                                                                                                    n_eligible)
+            expected = f"{expected_rate:.1%}: each row's budget round({p:g} × its eligible tokens), never more"
+        checks.append(AuditCheck("Selection rate", ok, f"{rate:.1%} of {n_eligible} tokens", expected,
+                                 None if ok else ("labels_never_ignored" if rate > expected_rate
+                                                  else "loss_only_at_mask")))
     else:
         ok = abs(rate - p) <= tol
         checks.append(AuditCheck("Selection rate", ok, f"{rate:.1%} of {n_eligible} tokens", f"{p:.1%} ± {tol:.1%}",

@@ -198,6 +198,28 @@ def test_audit_passes_mask_tokens_batch(tokenizer):
         assert _failed(checks) == {}, checks
 
 
+@pytest.mark.parametrize("strategy", ["exact_count", "span"])
+def test_audit_expects_the_rules_own_count(tokenizer, strategy):
+    """A correct batch of 256 workshop sentences masked by exact count or span passes the audit with that rule.
+    These rules fix each row's count from its length (Google's count: ~18.6% of the tokens of short sentences),
+    so a test against p = 15% ± 4 standard errors failed 19 exact-count batches of 20 and blamed 'labels never
+    ignored'. A row past its count fails (the old test let two extra labels in one row pass, for both rules)."""
+    from mlm_core.bundled import workshop_sentences
+
+    config = MaskingConfig(strategy=strategy)
+    enc = encode(tokenizer, workshop_sentences()[:256], max_length=64)
+    for seed in range(3):
+        result = mask_batch(tokenizer, enc, config, torch.Generator().manual_seed(seed))
+        assert _failed(audit_batch(enc.input_ids, result.input_ids, result.labels, tokenizer=tokenizer,
+                                   config=config)) == {}
+    labels = result.labels.clone()
+    row = 0
+    extra = ((labels[row] == IGNORE_INDEX) & (enc.special_tokens_mask[row] == 0)).nonzero().flatten()[:2]
+    labels[row, extra] = enc.input_ids[row, extra]  # two more selected tokens (left as they are) in row 0
+    failed = _failed(audit_batch(enc.input_ids, result.input_ids, labels, tokenizer=tokenizer, config=config))
+    assert failed.get("Selection rate") == "labels_never_ignored"
+
+
 def test_audit_flags_each_planted_fault(tokenizer):
     original, inputs, labels, enc, result = _good_batch(tokenizer)
     audit = lambda o, i, l: _failed(audit_batch(o, i, l, tokenizer=tokenizer))  # noqa: E731
