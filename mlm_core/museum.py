@@ -493,6 +493,25 @@ def _tolerance(p: float, n: int) -> float:
     return max(0.01, 4.0 * math.sqrt(max(p * (1 - p), 1e-12) / max(n, 1)))
 
 
+def _independent_units(selected: torch.Tensor) -> float:
+    """The effective number of independent decisions when each run of consecutive selected tokens shares one.
+
+    With runs of L_i tokens, a per-token share has the variance of (Σ L_i)² / Σ L_i² independent draws (the
+    design effect of clusters). Runs, not spans: touching spans count as one run, which only widens the test.
+    """
+    lengths = []
+    for row in selected.tolist():
+        run = 0
+        for chosen in row + [False]:
+            if chosen:
+                run += 1
+            elif run:
+                lengths.append(run)
+                run = 0
+    total = sum(lengths)
+    return total * total / max(1, sum(n * n for n in lengths))
+
+
 def audit_batch(original_ids, input_ids, labels, *, tokenizer, config: MaskingConfig | None = None) -> list[AuditCheck]:
     """Check a batch from your own pipeline for the museum's mistakes.
 
@@ -575,7 +594,10 @@ def audit_batch(original_ids, input_ids, labels, *, tokenizer, config: MaskingCo
                   "unchanged": float((s_in == s_orig).float().mean())}
         wanted = {"[MASK]": config.mask_replace_prob, "random": config.random_replace_prob,
                   "unchanged": config.unchanged_prob}
-        bad = [k for k in shares if abs(shares[k] - wanted[k]) > _tolerance(wanted[k], n_sel)]
+        n_units = n_sel  # tokens decided independently
+        if config.strategy == "span" and config.span_replacement == "per_span":
+            n_units = _independent_units(selected)  # a span shares one decision: fewer independent draws
+        bad = [k for k in shares if abs(shares[k] - wanted[k]) > _tolerance(wanted[k], n_units)]
         exhibit = None
         if bad:  # which mistake leaves this fingerprint?
             if shares["[MASK]"] > 0.99 and wanted["[MASK]"] < 0.99:

@@ -220,6 +220,37 @@ def test_audit_expects_the_rules_own_count(tokenizer, strategy):
     assert failed.get("Selection rate") == "labels_never_ignored"
 
 
+def test_audit_tests_the_split_per_span_when_a_span_shares_one_decision(tokenizer):
+    """Per-span replacement (SpanBERT §3.1): the tokens of a span share one decision, so the per-token
+    [MASK]/random/unchanged shares vary more than a per-token binomial says. On 64 workshop passages of ~100
+    tokens (spans kept ~3 words long), correct batches failed the 80/10/10 check 15 times in 100 seeds;
+    with the spread of the runs' decisions (design effect), at most 2 of 60 may fail (before: ~9 expected).
+    A real fault (every selected token [MASK]) still fails."""
+    from mlm_core.bundled import workshop_sentences
+
+    texts, current, n = [], [], 0
+    for sentence in workshop_sentences():
+        current.append(sentence)
+        n += len(tokenizer.tokenize(sentence))
+        if n >= 100:
+            texts.append(" ".join(current))
+            current, n = [], 0
+        if len(texts) == 64:
+            break
+    enc = encode(tokenizer, texts, max_length=128)
+    config = MaskingConfig(strategy="span")
+    failures = 0
+    for seed in range(60):
+        result = mask_batch(tokenizer, enc, config, torch.Generator().manual_seed(seed), trace=False)
+        failures += "80/10/10 split" in _failed(audit_batch(enc.input_ids, result.input_ids, result.labels,
+                                                            tokenizer=tokenizer, config=config))
+    assert failures <= 2, failures
+    all_mask = torch.where(result.labels != IGNORE_INDEX, torch.full_like(result.input_ids, tokenizer.mask_token_id),
+                           result.input_ids)
+    failed = _failed(audit_batch(enc.input_ids, all_mask, result.labels, tokenizer=tokenizer, config=config))
+    assert failed.get("80/10/10 split") == "loss_only_at_mask"
+
+
 def test_audit_flags_each_planted_fault(tokenizer):
     original, inputs, labels, enc, result = _good_batch(tokenizer)
     audit = lambda o, i, l: _failed(audit_batch(o, i, l, tokenizer=tokenizer))  # noqa: E731
