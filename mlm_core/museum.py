@@ -120,10 +120,16 @@ def special_ids_hardcoded(batch: LossBatch) -> Exhibit:
     special = _special_positions(batch)
     buggy_mask = torch.isin(ids, torch.tensor([0, 1]))  # the bug: "special tokens are 0 and 1"
     right_mask = batch.encoded.special_tokens_mask.bool()  # from the tokenizer
-    exposed_wrong = int((special & ~buggy_mask).sum())
+    exposed = special & ~buggy_mask  # (B, T) special tokens the bug leaves open
+    exposed_wrong = int(exposed.sum())
     exposed_right = int((special & ~right_mask).sum())
+    # Whole-word and span masking select words: an exposed [CLS]/[SEP] is a word of its own to the buggy
+    # pipeline (as in Hugging Face's whole-word collator, whose words come from the special-tokens mask and
+    # the offsets), so it gets a word id here; the tokenizer's word ids (-1) would protect it after all.
+    words = batch.encoded.word_ids.clone()
+    words[exposed] = words.max() + 1 + torch.arange(exposed_wrong)
     buggy = mask_tokens(ids, buggy_mask.long(), batch.config, mask_token_id=batch.mask_id,
-                        vocab_size=batch.vocab_size, generator=batch.generator(1), word_ids=batch.encoded.word_ids,
+                        vocab_size=batch.vocab_size, generator=batch.generator(1), word_ids=words,
                         attention_mask=batch.attention_mask, trace=False)
     exposed_tokens = sorted(set(batch.tokenizer.convert_ids_to_tokens(ids[special & ~buggy_mask].tolist())))
     return Exhibit(

@@ -114,6 +114,25 @@ def test_labels_never_ignored_shows_its_parts(batch, exhibits):
     assert ("above" if e.wrong_value > e.right_value else "below") in e.why
 
 
+@pytest.mark.parametrize("strategy", ["token", "whole_word", "span", "exact_count"])
+def test_hard_coded_special_ids_expose_cls_and_sep_under_every_rule(tokenizer, strategy):
+    """The exhibit says [CLS] and [SEP] "get masked" with the bug. Under whole-word and span masking the buggy
+    draw used the tokenizer's word ids, where [CLS]/[SEP] have none (-1), so it never selected one (0 in 20
+    seeds): the exhibit's own numbers contradicted its text. At p = 0.5, over 10 seeds, some are selected."""
+    from mlm_core.bundled import workshop_sentences
+    from mlm_core.losses import pick_sentences
+
+    selected = 0
+    for seed in range(10):
+        b = loss_batch(None, tokenizer, pick_sentences(workshop_sentences(), 8, seed),
+                       MaskingConfig(strategy=strategy, mlm_probability=0.5), seed=seed)
+        e = EXHIBITS["special_ids_hardcoded"](b)
+        assert e.wrong_value == 16 and e.right_value == 0  # [CLS] and [SEP] of 8 rows left open
+        selected += e.details["special tokens selected in this draw (buggy)"]
+        assert e.details["special tokens selected (correct)"] == 0
+    assert selected > 0
+
+
 def test_random_overwritten_one_order():
     """Random first, then [MASK]: the bug leaves r(1 − m) random and (1 − r)(1 − m) unchanged; the fix in
     the same order gives r and 1 − m − r. Shares over 200 copies, within 4 standard errors."""
