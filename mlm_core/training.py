@@ -508,7 +508,9 @@ def _mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, vo
     """Mask each row with its own generator, so a row's mask depends on its seed only.
 
     That makes one process with gradient accumulation and N processes under torchrun mask the
-    same example the same way. Returns (input_ids, labels), both (B, T).
+    same example the same way. Each row's attention mask goes along: it gives the row's length, which
+    Google's exact count needs (a short padded row gets round(p · its length), not round(p · T)).
+    Returns (input_ids, labels), both (B, T).
     """
     inputs, labels = [], []
     for r, s in enumerate(seeds):

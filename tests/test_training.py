@@ -392,6 +392,22 @@ def test_accumulation_matches_one_big_batch(tok, model, monkeypatch, loss):
         assert float((g_one - g_acc).norm() / g_one.norm()) < 1e-5
 
 
+def test_exact_count_masks_each_row_by_its_own_length(tok, model):
+    """Issue 14.2 in the loop: Google's exact count is min(20, max(1, round(p · n))) with n the row's own
+    length ([CLS]/[SEP] included, padding not). Training used to call mask_tokens without the attention
+    mask, so exact_count stopped with an InputError (and before that counted every padded row as T long)."""
+    chunks = make_chunks(tok, ["The cat sat.", " ".join(CORPUS)], seq_len=48, overlap=4)
+    lengths = chunks.attention_mask.sum(1)
+    assert int(lengths.min()) < 48, "a short, padded row"
+    masking = MaskingConfig(strategy="exact_count")
+    _, labels = training._mask_rows(chunks, masking, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+                                    special_ids=training._special_ids(tok), seeds=range(len(chunks)))
+    expected = [min(20, max(1, round(0.15 * int(n)))) for n in lengths]
+    assert (labels != IGNORE_INDEX).sum(1).tolist() == expected
+    result = train(model, tok, CORPUS, quick(steps=2, masking=masking))
+    assert all(math.isfinite(r["loss"]) for r in result.steps if not r["skipped"])
+
+
 def test_zero_selection_batch_gives_no_nan(tok, model):
     result = train(model, tok, CORPUS, quick(steps=3, masking=MaskingConfig(mlm_probability=0.0)))
     keys = ("loss", "grad_norm", "lr", "tokens_per_s")
