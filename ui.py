@@ -30,7 +30,7 @@ class KEYS:
     sentence = "sentence"  # the current sentence, shared by Masking, Predictions and Quiz
     masking = "masking"  # the Masking page's last result: dict(tokens, encoded, result, config, seed)
     trained_tokenizer = "trained_tokenizer"  # Tokenizer page → Training page: a mlm_core.vocab.TrainedVocab
-    training_run = "training_run"  # Training page: this session's mlm_core.jobs.Run
+    training_run = "training_run"  # the Training page's mlm_core.jobs.Run; the sidebar shows it on every page
     trained_models = "trained_models"  # models trained in this session: mlm_core.session_models.TrainedModels
     trained_choice = "trained_choice"  # Predictions / Inside the model: "base" or a trained model's key
 
@@ -86,6 +86,7 @@ def page_setup(title: str, private: tuple[str, ...] = ()) -> Settings:
     """
     _RUN.private = frozenset(private)
     _ensure_app_navigation()
+    _cap_torch_threads()
     state = st.session_state
     _restore_left_widgets()  # classroom: sidebar and page widgets lose their values on a page switch
     state.setdefault(KEYS.model, os.environ.get("MLMLAB_MODEL", DEFAULT_MODEL))
@@ -131,12 +132,66 @@ def _sidebar() -> Settings:
         st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=KEYS.seed,
                         help="Every random choice on every page comes from this seed.")
         st.toggle("Presenter view", key=KEYS.presenter, help="Large tokens and charts for a projector.")
+        _training_run_status()
     name = custom.strip() or state[KEYS.model]
     return Settings(
         model_name=None if name == DEFAULT_MODEL else name,
         seed=int(state[KEYS.seed]),
         presenter=bool(state[KEYS.presenter]),
     )
+
+
+def _training_run_status() -> None:
+    """This session's training run, on every page: progress and a link back (a run lives while its
+    session does, on any page)."""
+    run = st.session_state.get(KEYS.training_run)
+    if run is None:
+        return
+
+    @st.fragment(run_every=None if run.snapshot().finished else 2.0)
+    def status() -> None:
+        snap = run.snapshot()
+        st.progress(min(1.0, snap.progress), text=f"Training run: {snap.status}, step {snap.step} of {snap.total_steps}")
+        try:
+            st.page_link("pages/training.py", label="Open the Training page", icon="🏋️")
+        except Exception:  # a page run on its own (tests) has no navigation to link into
+            pass
+
+    status()
+
+
+@st.cache_resource(show_spinner=False)
+def _cap_torch_threads() -> int:
+    """Once per server: torch's thread count (mlm_core.jobs.cap_threads), so a background training run
+    and every page's forward passes share the cores instead of each taking all of them."""
+    from mlm_core.jobs import cap_threads
+
+    return cap_threads()
+
+
+def client_id() -> str:
+    """Who is asking, for "one run per client": the IP address, or the session for local connections
+    (st.context.ip_address is None on localhost, and a teacher's tabs are not one student)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ip = st.context.ip_address
+    if ip:
+        return f"ip:{ip}"
+    ctx = get_script_run_ctx()
+    return f"session:{ctx.session_id if ctx else 'unknown'}"
+
+
+def session_alive_check():
+    """A thread-safe "is this session still connected (on any page)?" for mlm_core.jobs, or None
+    where there is no server runtime (AppTest), so the run falls back to being polled."""
+    from streamlit import runtime
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is None or not runtime.exists():
+        return None
+    instance, session_id = runtime.get_instance(), ctx.session_id
+    return lambda: instance.is_active_session(session_id)
 
 
 PRESENTER_TOKEN_PX = 30  # chips readable from the back row (issue: at least 28 px)

@@ -1,4 +1,4 @@
-"""Run P1–P5 and MFU (and P6 where CUDA is present) and write ``benchmarks/RESULTS.md``.
+"""Run P1–P5, MFU and P7 (and P6 where CUDA is present) and write ``benchmarks/RESULTS.md``.
 
     python -m benchmarks            # the full run (several minutes on a 2-core CPU)
     python -m benchmarks --quick    # small sizes: checks that everything runs (RESULTS.md untouched)
@@ -29,6 +29,7 @@ BENCHMARKS = [
     ("p4", "benchmarks.p4_sampled_softmax"),
     ("p5", "benchmarks.p5_app_latency"),
     ("mfu", "benchmarks.mfu"),
+    ("p7", "benchmarks.p7_visible_learning"),
 ]
 RESULTS_MD = ROOT / "benchmarks" / "RESULTS.md"
 DEFAULT_THREADS = 1  # see THREADS below

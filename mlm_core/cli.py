@@ -54,6 +54,8 @@ OPTION_HELP = {
     "num_sampled": "sampled softmax: K sampled classes",
     "sampler": "sampled softmax: proposal distribution",
     "logq_correction": "sampled softmax: subtract log Q from the sampled logits",
+    "mask_copies": "0: a fresh mask each time a chunk is drawn (dynamic, as RoBERTa); k: k masks made once per "
+                   "chunk and reused in turn (static, as BERT's dupe_factor)",
     "masking": "(set through --mlm-probability, --mask-replace-prob, --random-replace-prob, "
                "--masking-strategy, or a 'masking:' section in the config file)",
     "eval_every": "steps between evaluations on the held-out chunks",
@@ -61,6 +63,8 @@ OPTION_HELP = {
     "eval_max_chunks": "most held-out chunks evaluated",
     "probe_sentences": "a sentence with [MASK] whose top-k predictions are recorded at each evaluation "
                        "(repeat the flag for several)",
+    "probe_answers": "the hidden word of each --probe, in the same order (repeat the flag); its rank and "
+                     "probability are recorded",
     "probe_top_k": "predictions recorded per probe position",
     "dropout": "dropout while training (--no-dropout for exact comparisons)",
     "seed": "seed of data order, masks, dropout and sampled classes",
@@ -131,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
         elif f.name == "probe_sentences":
             opts.add_argument("--probe", dest=f.name, action="append", default=argparse.SUPPRESS,
                               metavar="SENTENCE", help=OPTION_HELP[f.name])
+        elif f.name == "probe_answers":
+            opts.add_argument(flag, dest=f.name, action="append", default=argparse.SUPPRESS,
+                              metavar="WORD", help=OPTION_HELP[f.name])
         else:
             kind = float if f.name in ("learning_rate", "weight_decay", "max_grad_norm", "eval_fraction",
                                        "weight_smoothing") else (int if isinstance(default, int) else str)
@@ -204,8 +211,9 @@ def resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         values["masking"] = masking
     if "max_grad_norm" in values and not values["max_grad_norm"]:
         values["max_grad_norm"] = None
-    if isinstance(values.get("probe_sentences"), str):
-        values["probe_sentences"] = [values["probe_sentences"]]
+    for key in ("probe_sentences", "probe_answers"):
+        if isinstance(values.get(key), str):
+            values[key] = [values[key]]
     for key in RUN_KEYS:
         if flags.get(key) is not None:
             run[key] = flags[key]
@@ -336,8 +344,9 @@ def _progress(rank: int, total: int, enabled: bool):
             tps = v.get("tokens_per_s") or 0
             bar.set_postfix_str(f"loss {loss}  lr {v['lr']:.2e}  {tps:,.0f} tok/s", refresh=False)
         elif event.kind == "eval" and v.get("loss") is not None:
-            say(f"step {event.step:>5}: eval loss {v['loss']:.4f}  perplexity {v['perplexity']:.2f}  "
-                f"top-1 {v['top1']:.1%}  top-5 {v['top5']:.1%}")
+            mask_loss = "—" if v.get("mask_loss") is None else f"{v['mask_loss']:.4f}"
+            say(f"step {event.step:>5}: eval loss {v['loss']:.4f} (MLM perplexity {v['mlm_perplexity']:.2f}; "
+                f"[MASK] positions alone {mask_loss})  top-1 {v['top1']:.1%}  top-5 {v['top5']:.1%}")
         elif event.kind == "probe":
             for probe in v["probes"]:
                 tops = ", ".join(p["tokens"][0] for p in probe["predictions"])

@@ -1,19 +1,31 @@
-"""Training runs for a UI: a background thread per run, a snapshot to draw, a cap on how many run.
+"""Training runs for a UI: a background thread per run, a snapshot to draw, caps on what runs.
 
 A page never starts threads. It asks the global `RunManager` for a `Run`, keeps that handle in its
 session, and redraws from `run.snapshot()` every second. The run's thread calls
 `training.train_variants` and writes its events into the run under a lock; `snapshot()` hands out
 a copy, so drawing never races the training thread.
 
-Streamlit has no "session ended" hook, so a watchdog stops any run whose page has not asked for a
-snapshot for `MLMLAB_ABANDON_S` seconds (default 60) and frees its model copies (and the GPU
-cache). `MLMLAB_MAX_RUNS` caps simultaneous runs (default 1 on a CPU machine, 2 with CUDA);
-further runs wait in a short queue, and beyond that the learner gets a clear "busy" message.
+A run lives as long as the session that started it. The page hands `submit` an `alive()` check
+(in Streamlit: is this session still connected, on any page?); a watchdog stops a run once its
+session has been gone for `MLMLAB_ABANDON_S` seconds (default 60: a reloaded tab reconnects in
+time) and frees its model copies. A run without an `alive()` check counts as gone when nobody
+has asked for a snapshot for that long.
+
+Limits, each an environment variable, so one student cannot hold a classroom's machine:
+`MLMLAB_MAX_RUNS` runs at once (1 on a CPU machine, 2 with CUDA), a short queue behind them, at
+most one queued or running run per client; `MLMLAB_MAX_STEP_TOKENS` tokens per step (batch x
+sequence length, 4,096; up to 4x that with gradient checkpointing, which recomputes activations
+instead of storing them); `MLMLAB_MAX_RUN_S` seconds per run (300), after which it stops with its
+curves kept; `MLMLAB_TORCH_THREADS` torch threads (half the cores), set process-wide and in every
+run's thread, so the pages keep the other cores. `MLMLAB_TEACHER_KEY`, when set, lets whoever
+knows it see and stop every run (`teacher_runs`, `teacher_stop`); without it no session can reach
+another session's run.
 """
 
 from __future__ import annotations
 
 import gc
+import hmac
 import os
 import threading
 import time
@@ -29,6 +41,12 @@ QUEUED, RUNNING, DONE, STOPPED, ERROR = "queued", "running", "done", "stopped", 
 FINISHED = (DONE, STOPPED, ERROR)
 DEFAULT_ABANDON_S = 60.0
 DEFAULT_MAX_QUEUE = 4
+# Batch x sequence length per optimizer step. 4,096 tokens on the default model take ~2 GB of
+# activations in fp32 (batch 64 x 256 = 16,384 took ~9 GB), which fits a laptop next to the server.
+DEFAULT_MAX_STEP_TOKENS = 4096
+CHECKPOINTING_TOKEN_FACTOR = 4  # gradient checkpointing stores one tensor per layer, not every activation
+DEFAULT_MAX_RUN_S = 300.0  # a workshop run is a minute or two; five minutes is the most one run holds a slot
+TEACHER_KEY_ENV = "MLMLAB_TEACHER_KEY"
 
 
 class BusyError(InputError):
@@ -61,8 +79,73 @@ def default_max_runs() -> int:
 
 
 def default_abandon_s() -> float:
-    """`MLMLAB_ABANDON_S`: seconds without a snapshot after which a run counts as abandoned."""
+    """`MLMLAB_ABANDON_S`: seconds a run's session may be gone before the run is stopped."""
     return float(_env_number("MLMLAB_ABANDON_S", DEFAULT_ABANDON_S, float, 0.001))
+
+
+def default_max_step_tokens() -> int:
+    """`MLMLAB_MAX_STEP_TOKENS`: most batch x sequence-length tokens per step without checkpointing."""
+    return int(_env_number("MLMLAB_MAX_STEP_TOKENS", DEFAULT_MAX_STEP_TOKENS, int, 16))
+
+
+def default_max_run_s() -> float:
+    """`MLMLAB_MAX_RUN_S`: wall-clock seconds after which a run is stopped (its curves are kept)."""
+    return float(_env_number("MLMLAB_MAX_RUN_S", DEFAULT_MAX_RUN_S, float, 1.0))
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_threads() -> int:
+    """`MLMLAB_TORCH_THREADS`, else half the cores (at least 1): the rest stay free for the pages."""
+    return int(_env_number("MLMLAB_TORCH_THREADS", max(1, _cores() // 2), int, 1))
+
+
+def cap_threads(threads: int | None = None) -> int:
+    """Set torch's intra-op thread count. With OpenMP it applies to the calling thread and to every
+    thread started afterwards (Streamlit starts one per script run), so setting it once in the
+    server caps the pages, and each run sets it again in its own thread."""
+    import torch
+
+    n = int(threads if threads is not None else default_threads())
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
+def step_tokens_problem(variants: Mapping[str, TrainConfig], max_step_tokens: int) -> str | None:
+    """Why this run's batch x sequence length is too big for one step here, or None if it fits.
+
+    >>> step_tokens_problem({"a": TrainConfig(batch_size=64, seq_len=128)}, 4096) is not None
+    True
+    >>> step_tokens_problem({"a": TrainConfig(batch_size=64, seq_len=128, gradient_checkpointing=True)}, 4096)
+    """
+    for name, cfg in variants.items():
+        tokens = cfg.batch_size * cfg.seq_len
+        hard = max_step_tokens * CHECKPOINTING_TOKEN_FACTOR
+        if tokens > hard:
+            return (f"{cfg.batch_size} x {cfg.seq_len} = {tokens:,} tokens per step is more than this server "
+                    f"allows ({hard:,} with gradient checkpointing). Use a smaller batch or shorter sequences.")
+        if tokens > max_step_tokens and not cfg.gradient_checkpointing:
+            return (f"{cfg.batch_size} x {cfg.seq_len} = {tokens:,} tokens per step is more than "
+                    f"{max_step_tokens:,}, the most this server takes without gradient checkpointing. Turn on "
+                    "gradient checkpointing (More settings: it recomputes activations instead of storing "
+                    f"them, up to {hard:,} tokens), or use a smaller batch or shorter sequences.")
+    return None
+
+
+def teacher_key_set() -> bool:
+    """True when the server was started with a teacher key (`MLMLAB_TEACHER_KEY`)."""
+    return bool(os.environ.get(TEACHER_KEY_ENV, "").strip())
+
+
+def _teacher_key_ok(key: str | None) -> bool:
+    expected = os.environ.get(TEACHER_KEY_ENV, "").strip()
+    return bool(expected) and isinstance(key, str) and hmac.compare_digest(key.encode(), expected.encode())
 
 
 @dataclass(frozen=True)
@@ -118,14 +201,21 @@ class Run:
 
     def __init__(self, model, tokenizer, texts: Sequence[str], variants: Mapping[str, TrainConfig], *,
                  label: str = "", train_fn: TrainFn = train_variants, clock=time.monotonic,
-                 keep_trained: bool = False):
+                 eval_texts: Sequence[str] | None = None, client: str | None = None,
+                 alive: Callable[[], bool] | None = None, max_seconds: float | None = None,
+                 threads: int | None = None, keep_trained: bool = False):
         check_variants(variants)
         self.run_id = uuid.uuid4().hex[:8]
         self.label = label
+        self.client = client  # who started it: one queued or running run per client
+        self.alive = alive  # is the session that started it still there (on any page)?
+        self.max_seconds = max_seconds
+        self.threads = threads
         self.keep_trained = keep_trained  # hold the trained copies after the run, until take_trained()
         self._model = model
         self._tokenizer = tokenizer
         self._texts = list(texts)
+        self._eval_texts = list(eval_texts) if eval_texts is not None else None
         self._variants = dict(variants)
         self._configs = {name: cfg.to_dict() for name, cfg in variants.items()}
         self._train_fn = train_fn
@@ -158,11 +248,19 @@ class Run:
         with self._lock:
             return self._model is None and all(r.model is None for r in self.results.values())
 
-    def snapshot(self) -> RunSnapshot:
-        """A copy of everything recorded so far; also tells the watchdog the page is still there."""
+    @property
+    def elapsed_s(self) -> float:
+        with self._lock:
+            if self._started_at is None:
+                return 0.0
+            return (self._finished_at or self._clock()) - self._started_at
+
+    def snapshot(self, touch: bool = True) -> RunSnapshot:
+        """A copy of everything recorded so far; with `touch`, also tells the watchdog someone looks."""
         now = self._clock()
         with self._lock:
-            self.last_polled = now
+            if touch:
+                self.last_polled = now
             variants = {
                 name: VariantCurves(name, list(c["steps"]), list(c["evals"]), list(c["probes"]),
                                     dict(c["summary"]) if c["summary"] else None)
@@ -256,8 +354,11 @@ class Run:
 
     def _work(self) -> None:
         try:
+            if self.threads is not None:
+                cap_threads(self.threads)  # this thread's own OpenMP setting
+            extra = {} if self._eval_texts is None else {"eval_texts": self._eval_texts}
             results = self._train_fn(self._model, self._tokenizer, self._texts, self._variants,
-                                     on_event=self._on_event, stop=self._stop)
+                                     on_event=self._on_event, stop=self._stop, **extra)
             with self._lock:
                 self.results = dict(results)
                 if self._stop.is_set() and any(r.stopped for r in self.results.values()):
@@ -284,6 +385,7 @@ class Run:
         """Drop every reference to model weights (lock held): the trained copies and the base model."""
         self._model = None
         self._tokenizer = None
+        self.alive = None  # the session check may hold the session; a finished run needs neither
         for result in self.results.values():
             result.model = None
 
@@ -301,11 +403,16 @@ class RunManager:
 
     def __init__(self, max_runs: int | None = None, abandon_s: float | None = None, *,
                  max_queue: int = DEFAULT_MAX_QUEUE, watch_interval_s: float | None = None,
-                 train_fn: TrainFn = train_variants, clock=time.monotonic, watchdog: bool = True):
+                 train_fn: TrainFn = train_variants, clock=time.monotonic, watchdog: bool = True,
+                 max_step_tokens: int | None = None, max_run_s: float | None = None,
+                 threads: int | None = None):
         self.max_runs = int(max_runs if max_runs is not None else default_max_runs())
         self.abandon_s = float(abandon_s if abandon_s is not None else default_abandon_s())
-        if self.max_runs < 1 or self.abandon_s <= 0 or max_queue < 0:
-            raise InputError("max_runs must be at least 1, abandon_s above 0 and max_queue at least 0.")
+        self.max_step_tokens = int(max_step_tokens if max_step_tokens is not None else default_max_step_tokens())
+        self.max_run_s = float(max_run_s if max_run_s is not None else default_max_run_s())
+        self.threads = threads  # None: leave each run thread's torch setting as it is
+        if self.max_runs < 1 or self.abandon_s <= 0 or max_queue < 0 or self.max_run_s <= 0:
+            raise InputError("max_runs must be at least 1, abandon_s and max_run_s above 0 and max_queue at least 0.")
         self.max_queue = max_queue
         self.watch_interval_s = watch_interval_s or max(0.05, min(5.0, self.abandon_s / 4))
         self._train_fn = train_fn
@@ -318,15 +425,29 @@ class RunManager:
         self._watchdog: threading.Thread | None = None
 
     def submit(self, model, tokenizer, texts: Sequence[str], variants: Mapping[str, TrainConfig], *,
-               label: str = "", keep_trained: bool = False) -> Run:
-        """A new run: started now if a slot is free, queued if not, BusyError when the queue is full.
+               label: str = "", eval_texts: Sequence[str] | None = None, client: str | None = None,
+               alive: Callable[[], bool] | None = None, keep_trained: bool = False) -> Run:
+        """A new run: started now if a slot is free, queued if not; BusyError when the queue is full
+        or this client already has a run; InputError when a step would be too big for this server.
 
-        ``keep_trained``: the finished run holds its trained copies until ``run.take_trained()``.
+        `client` names who asks (an IP address, or a session for local connections); `alive()` says
+        whether the session that owns the run is still there. ``keep_trained``: the finished run
+        holds its trained copies until ``run.take_trained()``.
         """
+        problem = step_tokens_problem(variants, self.max_step_tokens)
+        if problem:
+            raise InputError(problem)
         run = Run(model, tokenizer, texts, variants, label=label, train_fn=self._train_fn, clock=self._clock,
-                  keep_trained=keep_trained)
+                  eval_texts=eval_texts, client=client, alive=alive, max_seconds=self.max_run_s,
+                  threads=self.threads, keep_trained=keep_trained)
         run._on_finish = self._finished
         with self._lock:
+            mine = [r for r in self._running + self._queue
+                    if client is not None and r.client == client and r.status not in FINISHED]
+            if mine:
+                raise BusyError("You already have a training run going (perhaps from another tab): stop it "
+                                "or let it finish before starting another. One run per person keeps the "
+                                "machine fair for everyone.")
             if len(self._running) < self.max_runs:
                 self._running.append(run)
                 start = True
@@ -353,18 +474,58 @@ class RunManager:
             return {"running": len(self._running), "queued": len(self._queue), "max_runs": self.max_runs}
 
     def reap(self, now: float | None = None) -> list[Run]:
-        """Stop every run (running or queued) whose page has not polled it for `abandon_s`."""
+        """Stop every run whose session has been gone for `abandon_s`, and every run past `max_run_s`.
+
+        A run with an `alive()` check is seen while its session is connected, on any page; one
+        without is seen when someone asks for its snapshot.
+        """
         now = self._clock() if now is None else now
-        stale = [r for r in self.active() if now - r.last_polled > self.abandon_s and r.status not in FINISHED]
-        for run in stale:
-            run.stop(f"Stopped: the page stopped checking on this run for {self.abandon_s:.0f} s "
-                     "(tab closed?), so its memory was freed.")
+        stale = []
+        for run in self.active():
+            if run.status in FINISHED:
+                continue
+            alive = run.alive
+            if alive is not None:
+                try:
+                    if alive():
+                        run.last_polled = max(run.last_polled, now)
+                except Exception:  # a broken check must not keep a run forever, nor kill the watchdog
+                    pass
+            if now - run.last_polled > self.abandon_s:
+                stale.append(run)
+                run.stop(f"Stopped: the session that started this run was gone for {self.abandon_s:.0f} s "
+                         "(tab closed?), so its memory was freed.")
+            elif run.status == RUNNING and run.max_seconds is not None and run.elapsed_s > run.max_seconds:
+                run.stop(f"Stopped at the time limit of {run.max_seconds:.0f} s per run (MLMLAB_MAX_RUN_S), "
+                         "so others get their turn. The curves so far are kept.")
         with self._lock:
             dropped = [r for r in self._queue if r.status in FINISHED]
             self._queue = [r for r in self._queue if r.status not in FINISHED]
             if dropped:
                 self._renumber()
         return stale
+
+    def teacher_runs(self, key: str | None) -> list[RunSnapshot]:
+        """Every queued or running run on the server, for whoever knows `MLMLAB_TEACHER_KEY`.
+
+        The snapshots do not count as a look from the run's owner. A wrong or missing key (or no key
+        set on the server) is an InputError: without it, nobody sees other sessions' runs.
+        """
+        if not _teacher_key_ok(key):
+            raise InputError("Wrong teacher key." if teacher_key_set() else
+                             f"No teacher key is set: start the server with {TEACHER_KEY_ENV}=... to use this.")
+        return [run.snapshot(touch=False) for run in self.active()]
+
+    def teacher_stop(self, key: str | None, run_id: str) -> bool:
+        """Stop any run by its id (teacher key needed); True if it was found and not finished."""
+        if not _teacher_key_ok(key):
+            raise InputError("Wrong teacher key." if teacher_key_set() else
+                             f"No teacher key is set: start the server with {TEACHER_KEY_ENV}=... to use this.")
+        for run in self.active():
+            if run.run_id == run_id and run.status not in FINISHED:
+                run.stop("Stopped by the teacher.")
+                return True
+        return False
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop every run and the watchdog (tests, interpreter exit)."""
@@ -415,9 +576,13 @@ _manager_lock = threading.Lock()
 
 
 def get_manager() -> RunManager:
-    """The one manager of this process (the Streamlit server), made on first use from the environment."""
+    """The one manager of this process (the Streamlit server), made on first use from the environment.
+
+    Making it also caps torch's threads for the whole server (`cap_threads`).
+    """
     global _manager
     with _manager_lock:
         if _manager is None:
-            _manager = RunManager()
+            threads = cap_threads()
+            _manager = RunManager(threads=threads)
         return _manager

@@ -146,19 +146,27 @@ def token_frequency_weights(
     - ``"log"``: ``w = log(1 + N / c)`` (an IDF-like weight: grows only logarithmically);
     - ``"none"``: ``w = 1`` (plain cross-entropy).
 
-    ``normalize`` rescales so that the corpus-average weight ``sum(c * w) / N`` is 1: a token
-    drawn from the corpus has weight 1 on average, so the weighted loss stays on the scale of the
-    plain one. (The weighted loss divides by the sum of weights, so scaling never changes it.)
+    ``normalize`` rescales so that a token drawn from the corpus has weight 1 on average:
+    ``sum(counts * w) / sum(counts) = 1``, over the real counts. (Averaging over the smoothed counts
+    instead would count every unseen id of the vocabulary as a corpus token: with BERT's 30,522 ids,
+    smoothing 1 and the workshop corpus's 24,019 tokens, more than half of that mass is unseen ids, and
+    a real corpus token would weigh 0.15 on average under ``"inverse"``.) With no counts at all the
+    smoothed counts stand in. The weighted loss divides by the sum of weights, so scaling never
+    changes it; ``(w * CE).mean()`` then estimates the weighted risk E[w·CE] on the corpus' scale.
 
     >>> w = token_frequency_weights(torch.tensor([99, 0]), scheme="inverse", normalize=False)
     >>> [round(x, 3) for x in w.tolist()]
     [0.01, 1.0]
+    >>> w = token_frequency_weights(torch.tensor([90, 10, 0]), scheme="inverse")
+    >>> round(float((torch.tensor([90, 10, 0]) * w).sum() / 100), 6)  # a corpus token weighs 1 on average
+    1.0
     """
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}.")
     if smoothing < 0 or (smoothing == 0 and scheme != "none"):
         raise ValueError("smoothing must be > 0 so that unseen tokens get a finite weight.")
-    c = torch.as_tensor(counts, dtype=torch.float64).clamp_min(0) + smoothing  # (V,)
+    seen = torch.as_tensor(counts, dtype=torch.float64).clamp_min(0)  # (V,) the corpus' own counts
+    c = seen + smoothing  # (V,)
     total = c.sum()
     if scheme == "inverse":
         w = 1.0 / c
@@ -169,7 +177,8 @@ def token_frequency_weights(
     else:
         w = torch.ones_like(c)
     if normalize:
-        w = w * total / (c * w).sum()
+        corpus = seen if seen.sum() > 0 else c  # the tokens a batch is drawn from (no counts: the smoothed ones)
+        w = w * corpus.sum() / (corpus * w).sum()
     return w.float()
 
 

@@ -335,7 +335,8 @@ def _select_spans(eligible, word_ids, config, generator, draws):
     Each span: a length L ~ Geometric(span_p) renormalised over 1..span_max (one draw), and a start
     word drawn uniformly among the words that are still free and fit in what is left of the budget
     (a second draw). The span then takes up to L words to the right, and stops early at the end of
-    the row, at a word already taken, or at a word that would pass the budget. The row is done when
+    the row, at a special token (a pair's middle [SEP]), at a word already taken, or at a word that
+    would pass the budget. The row is done when
     no free word fits: it then falls short of its budget by less than one word (usually not at all).
 
     Returns (selected, span_first): span_first (B, T) holds, on each piece of a span, the position
@@ -371,9 +372,13 @@ def _select_spans(eligible, word_ids, config, generator, draws):
             length = min(bisect.bisect_right(cdf, u_len) + 1, len(cdf))  # inverse CDF, 1..span_max
             i = free[min(int(u_start * len(free)), len(free) - 1)]
             first = pieces[words[i]][0]
-            kept = 0
-            while kept < length and i < len(words) and not taken[i] and len(pieces[words[i]]) <= left:
+            kept, end = 0, first - 1
+            # A span runs over the next words as long as they touch it: it never jumps a special token
+            # (the [SEP] between the two sentences of a pair), a taken word or the budget.
+            while (kept < length and i < len(words) and not taken[i] and len(pieces[words[i]]) <= left
+                   and pieces[words[i]][0] == end + 1):
                 where = pieces[words[i]]
+                end = where[-1]
                 taken[i] = True
                 left -= len(where)
                 selected[b, where] = True

@@ -120,10 +120,16 @@ def special_ids_hardcoded(batch: LossBatch) -> Exhibit:
     special = _special_positions(batch)
     buggy_mask = torch.isin(ids, torch.tensor([0, 1]))  # the bug: "special tokens are 0 and 1"
     right_mask = batch.encoded.special_tokens_mask.bool()  # from the tokenizer
-    exposed_wrong = int((special & ~buggy_mask).sum())
+    exposed = special & ~buggy_mask  # (B, T) special tokens the bug leaves open
+    exposed_wrong = int(exposed.sum())
     exposed_right = int((special & ~right_mask).sum())
+    # Whole-word and span masking select words: an exposed [CLS]/[SEP] is a word of its own to the buggy
+    # pipeline (as in Hugging Face's whole-word collator, whose words come from the special-tokens mask and
+    # the offsets), so it gets a word id here; the tokenizer's word ids (-1) would protect it after all.
+    words = batch.encoded.word_ids.clone()
+    words[exposed] = words.max() + 1 + torch.arange(exposed_wrong)
     buggy = mask_tokens(ids, buggy_mask.long(), batch.config, mask_token_id=batch.mask_id,
-                        vocab_size=batch.vocab_size, generator=batch.generator(1), word_ids=batch.encoded.word_ids,
+                        vocab_size=batch.vocab_size, generator=batch.generator(1), word_ids=words,
                         attention_mask=batch.attention_mask, trace=False)
     exposed_tokens = sorted(set(batch.tokenizer.convert_ids_to_tokens(ids[special & ~buggy_mask].tolist())))
     return Exhibit(
@@ -493,6 +499,25 @@ def _tolerance(p: float, n: int) -> float:
     return max(0.01, 4.0 * math.sqrt(max(p * (1 - p), 1e-12) / max(n, 1)))
 
 
+def _independent_units(selected: torch.Tensor) -> float:
+    """The effective number of independent decisions when each run of consecutive selected tokens shares one.
+
+    With runs of L_i tokens, a per-token share has the variance of (Σ L_i)² / Σ L_i² independent draws (the
+    design effect of clusters). Runs, not spans: touching spans count as one run, which only widens the test.
+    """
+    lengths = []
+    for row in selected.tolist():
+        run = 0
+        for chosen in row + [False]:
+            if chosen:
+                run += 1
+            elif run:
+                lengths.append(run)
+                run = 0
+    total = sum(lengths)
+    return total * total / max(1, sum(n * n for n in lengths))
+
+
 def audit_batch(original_ids, input_ids, labels, *, tokenizer, config: MaskingConfig | None = None) -> list[AuditCheck]:
     """Check a batch from your own pipeline for the museum's mistakes.
 
@@ -533,16 +558,34 @@ def audit_batch(original_ids, input_ids, labels, *, tokenizer, config: MaskingCo
     ignore_values = set(not_ids) | ({pad_id} if zero_filler else set())
     labelled = ~torch.isin(labels, torch.tensor(sorted(ignore_values) or [IGNORE_INDEX]))  # (B, T)
 
-    # Selection rate over the eligible (non-special) tokens.
+    # Selection rate over the eligible (non-special) tokens. Exact count and span fix each row's count
+    # (MaskingConfig.selection_budget, from the row's length): on short rows that is not p (Google's
+    # exact count selects ~18.6% of the workshop sentences' tokens), so the rule's own count is expected.
     eligible = ~special
     n_eligible = int(eligible.sum())
     selected = labelled & eligible
     rate = int(selected.sum()) / max(1, n_eligible)
     p = config.mlm_probability
     tol = _tolerance(p, n_eligible)
+    lengths, eligible_rows = (~padding).sum(1).tolist(), eligible.sum(1).tolist()  # (B,) [CLS]/[SEP] counted
+    budgets = [config.selection_budget(int(n), int(e)) for n, e in zip(lengths, eligible_rows)]
+    fixed = all(b is not None for b in budgets)
     if int(labelled.sum()) == 0:
         checks.append(AuditCheck("Selection rate", False, "0 (nothing selected: the loss is NaN)",
                                  f"{p:.1%} ± {tol:.1%}", "zero_selected_nan"))
+    elif fixed:
+        per_row = selected.sum(1).tolist()
+        expected_rate = sum(budgets) / max(1, n_eligible)
+        if config.strategy == "exact_count":  # Google's count, row by row
+            ok = per_row == budgets
+            expected = f"{expected_rate:.1%}: min({config.max_predictions}, max(1, round(n × {p:g}))) in each row"
+        else:  # span: never past a row's budget, short of it by less than a word
+            ok = all(s <= b for s, b in zip(per_row, budgets)) and rate >= expected_rate - _tolerance(expected_rate,
+                                                                                                    n_eligible)
+            expected = f"{expected_rate:.1%}: each row's budget round({p:g} × its eligible tokens), never more"
+        checks.append(AuditCheck("Selection rate", ok, f"{rate:.1%} of {n_eligible} tokens", expected,
+                                 None if ok else ("labels_never_ignored" if rate > expected_rate
+                                                  else "loss_only_at_mask")))
     else:
         ok = abs(rate - p) <= tol
         checks.append(AuditCheck("Selection rate", ok, f"{rate:.1%} of {n_eligible} tokens", f"{p:.1%} ± {tol:.1%}",
@@ -557,7 +600,10 @@ def audit_batch(original_ids, input_ids, labels, *, tokenizer, config: MaskingCo
                   "unchanged": float((s_in == s_orig).float().mean())}
         wanted = {"[MASK]": config.mask_replace_prob, "random": config.random_replace_prob,
                   "unchanged": config.unchanged_prob}
-        bad = [k for k in shares if abs(shares[k] - wanted[k]) > _tolerance(wanted[k], n_sel)]
+        n_units = n_sel  # tokens decided independently
+        if config.strategy == "span" and config.span_replacement == "per_span":
+            n_units = _independent_units(selected)  # a span shares one decision: fewer independent draws
+        bad = [k for k in shares if abs(shares[k] - wanted[k]) > _tolerance(wanted[k], n_units)]
         exhibit = None
         if bad:  # which mistake leaves this fingerprint?
             if shares["[MASK]"] > 0.99 and wanted["[MASK]"] < 0.99:

@@ -105,7 +105,11 @@ def make_nsp_pairs(
 
 def encode_pairs(tokenizer, pairs: Sequence[SentencePair], max_length: int = 64) -> dict[str, torch.Tensor]:
     """``[CLS] A [SEP] B [SEP]`` for each pair: input_ids, token_type_ids, attention_mask,
-    special_tokens_mask (B, T) and next_sentence_label (B,)."""
+    special_tokens_mask, word_ids (B, T) and next_sentence_label (B,).
+
+    ``word_ids`` number the words of A, then those of B after them (the tokenizer restarts at 0 for
+    B), -1 on special tokens and padding: whole-word and span masking need them, as on every page.
+    """
     if not pairs:
         raise InputError("There are no sentence pairs to encode.")
     batch = tokenizer(
@@ -114,11 +118,19 @@ def encode_pairs(tokenizer, pairs: Sequence[SentencePair], max_length: int = 64)
         return_special_tokens_mask=True, return_token_type_ids=True, return_tensors="pt",
     )
     special = batch["special_tokens_mask"].bool() | (batch["attention_mask"] == 0)
+    words = torch.full_like(batch["input_ids"], -1)  # (B, T)
+    for row in range(len(pairs)):
+        ids = [(p, s, w) for p, (s, w) in enumerate(zip(batch.sequence_ids(row), batch.word_ids(row)))
+               if s is not None and w is not None and not special[row, p]]
+        offset = 1 + max((w for _, s, w in ids if s == 0), default=-1)  # B's words come after A's
+        for position, sequence, word in ids:
+            words[row, position] = word + (offset if sequence == 1 else 0)
     return {
         "input_ids": batch["input_ids"],
         "token_type_ids": batch["token_type_ids"],
         "attention_mask": batch["attention_mask"],
         "special_tokens_mask": special.long(),
+        "word_ids": words,
         "next_sentence_label": torch.tensor([p.label for p in pairs], dtype=torch.long),
     }
 
@@ -383,9 +395,10 @@ def combined_loss_on_pairs(
 
 
 def mask_tokens_for_pairs(tokenizer, batch: dict, config, generator: torch.Generator, special: Sequence[int]):
-    """BERT's masking on encoded pairs ([CLS], [SEP] and padding never selected)."""
+    """The learner's masking rule on encoded pairs ([CLS], [SEP] and padding never selected; whole-word and
+    span masking use the pairs' word ids)."""
     from mlm_core.masking import mask_tokens
 
     return mask_tokens(batch["input_ids"], batch["special_tokens_mask"], config, mask_token_id=tokenizer.mask_token_id,
                        vocab_size=len(tokenizer), generator=generator, special_ids=special,
-                       attention_mask=batch["attention_mask"], trace=False)
+                       word_ids=batch["word_ids"], attention_mask=batch["attention_mask"], trace=False)

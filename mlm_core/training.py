@@ -77,7 +77,7 @@ class TrainConfig:
     amp: str = "auto"  # "auto": bf16 autocast where it is measured faster (precision.auto_amp), else fp32;
     # or "off" (fp32), "bf16" (CUDA or CPU autocast), "fp16" (CUDA only, with a GradScaler)
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% slower
-    grad_accum_steps: int = 1  # micro-batches per optimizer step: one process can stand in for N
+    grad_accum_steps: int = 1  # micro-batches per optimizer step; the loss is one mean over all their masked tokens
     loss: str = "full"  # "full", "weighted" (by token frequency) or "sampled" (sampled softmax)
     weight_scheme: str = "inverse_sqrt"  # weighted loss: how a token's count becomes its weight
     weight_smoothing: float = 1.0  # weighted loss: added to every count, so unseen tokens stay finite
@@ -85,10 +85,15 @@ class TrainConfig:
     sampler: str = SAMPLED_SOFTMAX.sampler  # sampled softmax: "unigram" = the training corpus' token counts
     logq_correction: bool = SAMPLED_SOFTMAX.logq_correction  # sampled softmax: importance-sampling estimate of the full loss
     masking: MaskingConfig = field(default_factory=MaskingConfig)  # BERT's 15% with 80/10/10
+    # 0: dynamic masking, a fresh mask every time a chunk is drawn (RoBERTa, section 4.1). k >= 1:
+    # static masking, k masks made once per chunk and reused in turn, epoch after epoch (BERT's
+    # create_pretraining_data.py makes dupe_factor = 10 masked copies of its data up front).
+    mask_copies: int = 0
     eval_every: int = 10  # steps between evaluations (one at step 0 and one at the end too)
     eval_fraction: float = 0.1  # share of the chunks held out for evaluation
     eval_max_chunks: int = 64  # cap on held-out chunks, so an evaluation stays a second or two
     probe_sentences: tuple[str, ...] = ()  # sentences with [MASK]; empty: a few held-out sentences
+    probe_answers: tuple[str, ...] = ()  # the hidden word of each probe sentence ("" if unknown)
     probe_top_k: int = 5
     dropout: bool = True  # False sets the model to eval mode while training (exact comparisons)
     seed: int = 0  # data order, masks, dropout and sampled classes all come from this
@@ -159,6 +164,8 @@ class TrainConfig:
             fail("logq_correction must be True or False.")
         if not isinstance(self.masking, MaskingConfig):
             fail("masking must be a MaskingConfig.")
+        whole("mask_copies", self.mask_copies, 0, 1000,
+              "0 masks every chunk afresh each time (dynamic); BERT made 10 static copies.")
         whole("eval_every", self.eval_every, 1, 1_000_000)
         number("eval_fraction", self.eval_fraction, 0.0, 0.5,
                "Hold out 5% to 20% of the chunks for evaluation.")
@@ -168,6 +175,12 @@ class TrainConfig:
         ):
             fail("probe_sentences must be a list of sentences.")
         object.__setattr__(self, "probe_sentences", tuple(self.probe_sentences))
+        if isinstance(self.probe_answers, str) or not all(isinstance(a, str) for a in self.probe_answers):
+            fail("probe_answers must be a list of words.")
+        object.__setattr__(self, "probe_answers", tuple(self.probe_answers))
+        if self.probe_answers and len(self.probe_answers) != len(self.probe_sentences):
+            fail(f"probe_answers has {len(self.probe_answers)} words for {len(self.probe_sentences)} "
+                 "probe sentences: give one answer per sentence (\"\" where it is unknown).")
         whole("probe_top_k", self.probe_top_k, 1, 50)
         if not isinstance(self.dropout, bool):
             fail("dropout must be True or False.")
@@ -186,6 +199,7 @@ class TrainConfig:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["masking"] = dataclasses.asdict(self.masking)
         out["probe_sentences"] = list(self.probe_sentences)
+        out["probe_answers"] = list(self.probe_answers)
         return out
 
     @classmethod
@@ -216,8 +230,9 @@ class TrainConfig:
                 raise
             except (TypeError, ValueError) as exc:
                 raise InputError(f"Bad masking settings: {exc}") from None
-        if "probe_sentences" in kwargs and isinstance(kwargs["probe_sentences"], list):
-            kwargs["probe_sentences"] = tuple(kwargs["probe_sentences"])
+        for key in ("probe_sentences", "probe_answers"):
+            if key in kwargs and isinstance(kwargs[key], list):
+                kwargs[key] = tuple(kwargs[key])
         try:
             return cls(**kwargs)
         except InputError:
@@ -227,9 +242,13 @@ class TrainConfig:
 
 
 # Settings that decide which tokens a step sees: variants compared side by side must share them.
+# (mask_copies is not one: static and dynamic masking race on the same chunks in the same order.)
 DATA_FIELDS = ("steps", "batch_size", "seq_len", "chunk_overlap", "grad_accum_steps", "masking",
-               "eval_every", "eval_fraction", "eval_max_chunks", "probe_sentences", "probe_top_k",
-               "seed")
+               "eval_every", "eval_fraction", "eval_max_chunks", "probe_sentences", "probe_answers",
+               "probe_top_k", "seed")
+# A small held-out text is scored under this many different masks (capped at eval_max_chunks rows),
+# so its loss measures more than the few tokens one mask happens to select.
+EVAL_MASKINGS = 4
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,8 +261,11 @@ class TrainEvent:
     """One thing that happened in a run, sent to `on_event` as it happens.
 
     kind "step": values has loss, grad_norm, lr, tokens_per_s, masked_tokens, tokens, elapsed_s.
-    kind "eval": loss, perplexity, top1, top5, masked_tokens, and per bucket `<bucket>_top1` etc.
-    kind "probe": values["probes"], one dict per probe sentence (text, positions with top-k).
+    kind "eval": loss, mlm_perplexity (exp(loss): over every selected position, as Hugging Face's
+    run_mlm.py reports perplexity), mask_loss (at the [MASK] positions alone), top1, top5,
+    masked_tokens, and per bucket `<bucket>_top1` etc.
+    kind "probe": values["probes"], one dict per probe sentence (text, positions with top-k, and the
+    hidden word's probability and rank when it is known).
     kind "done": the variant's summary; kind "error": values["message"].
     """
 
@@ -286,7 +308,8 @@ class TrainResult:
             "stopped": self.stopped,
             "final_loss": last_step.get("loss"),
             "eval_loss": last_eval.get("loss"),
-            "eval_perplexity": last_eval.get("perplexity"),
+            "eval_mlm_perplexity": last_eval.get("mlm_perplexity"),
+            "eval_mask_loss": last_eval.get("mask_loss"),
             "eval_top1": last_eval.get("top1"),
             "eval_top5": last_eval.get("top5"),
             "tokens_per_s": self.tokens_per_s,
@@ -297,7 +320,7 @@ class TrainResult:
 def smooth(values: Sequence[float | None], weight: float = 0.8) -> list[float | None]:
     """Exponential moving average with TensorBoard's debiasing; gaps (None) stay gaps.
 
-    >>> smooth([1.0, 1.0, None, 1.0])
+    >>> [None if v is None else round(v, 9) for v in smooth([1.0, 1.0, None, 1.0])]
     [1.0, 1.0, None, 1.0]
     """
     if not 0.0 <= weight < 1.0:
@@ -348,7 +371,7 @@ def _generator(*parts: int) -> torch.Generator:
 
 
 # Purposes, so streams never collide.
-_ORDER, _MASK, _EVAL_MASK, _SPLIT, _DROPOUT, _SAMPLED, _PROBE = range(1, 8)
+_ORDER, _MASK, _EVAL_MASK, _SPLIT, _DROPOUT, _SAMPLED, _PROBE, _STATIC_MASK = range(1, 9)
 
 
 # --------------------------------------------------------------------------------------------
@@ -485,14 +508,19 @@ def _mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, vo
     """Mask each row with its own generator, so a row's mask depends on its seed only.
 
     That makes one process with gradient accumulation and N processes under torchrun mask the
-    same example the same way. Returns (input_ids, labels), both (B, T).
+    same example the same way. Each row's attention mask goes along: it gives the row's length, which
+    Google's exact count needs (a short padded row gets round(p · its length), not round(p · T)).
+    Returns (input_ids, labels), both (B, T).
     """
     inputs, labels = [], []
     for r, s in enumerate(seeds):
+        # The attention mask gives each row its own length: exact-count masking counts real tokens,
+        # never the padding a short row carries up to seq_len.
         result = mask_tokens(chunks.input_ids[r], chunks.special_tokens_mask[r], masking,
                              mask_token_id=mask_token_id, vocab_size=vocab_size,
                              generator=torch.Generator().manual_seed(s),
-                             word_ids=chunks.word_ids[r], special_ids=special_ids, trace=False)
+                             word_ids=chunks.word_ids[r], special_ids=special_ids,
+                             attention_mask=chunks.attention_mask[r], trace=False)
         inputs.append(result.input_ids)
         labels.append(result.labels)
     return torch.stack(inputs), torch.stack(labels)
@@ -542,6 +570,15 @@ def _loss_value(cfg: TrainConfig, outputs, *, class_weights, counts, generator) 
     return losses.full_cross_entropy(logits, targets).loss, m
 
 
+def _normaliser(cfg: TrainConfig, labels: torch.Tensor, class_weights: torch.Tensor | None) -> float:
+    """What a micro-batch's mean loss is an average over: its masked tokens M, or for the weighted
+    loss its sum of target weights Σw (the normalisation of F.cross_entropy(weight=w))."""
+    targets = labels[labels != IGNORE_INDEX]  # (M,)
+    if cfg.loss == "weighted" and class_weights is not None:
+        return float(class_weights[targets.to(class_weights.device)].double().sum()) if targets.numel() else 0.0
+    return float(targets.numel())
+
+
 def _lr_at(cfg: TrainConfig, step: int) -> float:
     """Learning rate for optimizer step `step` (0-based): linear warm-up, then the schedule."""
     if cfg.warmup_steps and step < cfg.warmup_steps:
@@ -571,12 +608,36 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]
             {"params": no_decay, "weight_decay": 0.0}]
 
 
+# BERT's optimizer (google-research/bert optimization.py, AdamWeightDecayOptimizer) uses betas
+# (0.9, 0.999) and eps 1e-6 *without* bias correction; RoBERTa (Appendix, Table 9) keeps eps 1e-6.
+# PyTorch's AdamW always corrects the bias of its moment estimates, and its default eps is 1e-8.
+# We take BERT's betas and eps and PyTorch's bias correction: without the correction the early
+# steps are several times larger (`uncorrected_adam_step_ratio`), which BERT's 10,000 warm-up steps
+# hide but a 100-step run would not; eps 1e-6 keeps parameters whose gradient is only rounding
+# noise (e.g. attention key biases, whose exact gradient is 0) still.
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-6
+
+
+def uncorrected_adam_step_ratio(step: int, betas: tuple[float, float] = ADAM_BETAS) -> float:
+    """How much larger Adam's step t (1-based) is without bias correction, as in BERT's optimizer:
+    (1 - beta1^t) / sqrt(1 - beta2^t) (eps aside), for the same gradients.
+
+    >>> round(uncorrected_adam_step_ratio(1), 2)  # 0.1 / sqrt(0.001)
+    3.16
+    >>> round(max(uncorrected_adam_step_ratio(t) for t in range(1, 1001)), 2), round(uncorrected_adam_step_ratio(1000), 2)
+    (6.57, 1.26)
+    """
+    b1, b2 = betas
+    return (1.0 - b1 ** step) / math.sqrt(1.0 - b2 ** step)
+
+
 def _adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.Optimizer:
-    """AdamW with BERT's betas and eps; the fused kernel where the device has one (4x faster on CPU)."""
+    """AdamW (bias-corrected) with BERT's betas and eps; the fused kernel where the device has one."""
     try:
-        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, fused=True)
+        return torch.optim.AdamW(groups, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, fused=True)
     except (RuntimeError, ValueError, TypeError):
-        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, foreach=True)
+        return torch.optim.AdamW(groups, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, foreach=True)
 
 
 def set_checkpointing(model: nn.Module, on: bool) -> None:
@@ -690,17 +751,24 @@ class _EvalSet:
     labels: torch.Tensor  # (N, T), IGNORE_INDEX where not selected
     buckets: torch.Tensor  # (V,) bucket per token id
     micro_batch: int
+    mask_token_id: int | None = None  # to score the positions replaced by [MASK] on their own
 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, eval_set: _EvalSet, *, amp: str = "off") -> dict[str, Any]:
-    """Held-out masked-token metrics with full cross-entropy: loss, perplexity, top-1/top-5, per bucket."""
+    """Held-out masked-token metrics with full cross-entropy: loss, MLM perplexity, top-1/top-5, per bucket.
+
+    `loss` averages over every selected position, as Hugging Face's run_mlm.py does (its
+    perplexity is exp of that loss); 10% of those positions show the model the true token and
+    another 10% a random one, so `mask_loss`, over the [MASK] positions alone, is the harder number.
+    """
     from mlm_core.models import masked_lm_logits
 
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     total = torch.zeros(3, dtype=torch.float64)  # sum CE, top1 hits, top5 hits
+    at_mask = torch.zeros(2, dtype=torch.float64)  # [MASK] positions, sum CE there
     per_bucket = torch.zeros(len(BUCKETS), 4, dtype=torch.float64)  # n, sum CE, top1, top5
     try:
         for s in range(0, eval_set.input_ids.shape[0], eval_set.micro_batch):
@@ -713,6 +781,10 @@ def evaluate(model: nn.Module, eval_set: _EvalSet, *, amp: str = "off") -> dict[
                                                    eval_set.attention_mask[sl].to(device), labels)
             logits = logits.float()  # (M, V)
             ce = nn.functional.cross_entropy(logits, targets, reduction="none")  # (M,)
+            if eval_set.mask_token_id is not None:  # rows come row-major, as the selected positions
+                shown = eval_set.input_ids[sl].reshape(-1)[eval_set.labels[sl].reshape(-1) != IGNORE_INDEX]
+                is_mask = (shown == eval_set.mask_token_id).to(device)  # (M,)
+                at_mask += torch.stack([is_mask.double().sum(), ce.double()[is_mask].sum()]).cpu()
             top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices  # (M, 5)
             hit1 = (top5[:, 0] == targets).double()
             hit5 = (top5 == targets[:, None]).any(-1).double()
@@ -725,12 +797,13 @@ def evaluate(model: nn.Module, eval_set: _EvalSet, *, amp: str = "off") -> dict[
     finally:
         model.train(was_training)
     n = float(per_bucket[:, 0].sum())
-    out: dict[str, Any] = {"masked_tokens": int(n)}
+    out: dict[str, Any] = {"masked_tokens": int(n), "mask_tokens": int(at_mask[0]),
+                           "mask_loss": float(at_mask[1] / at_mask[0]) if at_mask[0] else None}
     if n == 0:
-        out.update(loss=None, perplexity=None, top1=None, top5=None)
+        out.update(loss=None, mlm_perplexity=None, top1=None, top5=None)
     else:
         loss = float(total[0]) / n
-        out.update(loss=loss, perplexity=math.exp(min(loss, 700.0)), top1=float(total[1]) / n,
+        out.update(loss=loss, mlm_perplexity=math.exp(min(loss, 700.0)), top1=float(total[1]) / n,
                    top5=float(total[2]) / n)
     for k, name in enumerate(BUCKETS):
         nk = float(per_bucket[k, 0])
@@ -755,14 +828,22 @@ def _make_probes(tokenizer, texts: Sequence[str], cfg: TrainConfig) -> list[_Pro
     mask_tok = tokenizer.mask_token
     probes: list[_Probe] = []
     if cfg.probe_sentences:
-        for text in cfg.probe_sentences:
+        answers = cfg.probe_answers or ("",) * len(cfg.probe_sentences)
+        for text, answer in zip(cfg.probe_sentences, answers):
             shown = text.replace("[MASK]", mask_tok) if mask_tok != "[MASK]" else text
             ids = tokenizer(shown, truncation=True, max_length=cfg.seq_len, return_tensors="pt")["input_ids"][0]
             positions = (ids == mask_id).nonzero().flatten().tolist()
             if not positions:
                 raise InputError(f"The probe sentence {text!r} has no [MASK] token: put [MASK] where "
                                  "the model should guess a word.")
-            probes.append(_Probe(shown, ids, positions, [None] * len(positions)))
+            known: str | None = None
+            if answer:
+                pieces = tokenizer.tokenize(answer)
+                if len(pieces) != 1 or len(positions) != 1:
+                    raise InputError(f"The answer {answer!r} of the probe {text!r} must be one token of this "
+                                     f"vocabulary at one [MASK] (it is {len(pieces)} token(s): {' '.join(pieces)}).")
+                known = pieces[0]
+            probes.append(_Probe(shown, ids, positions, [known] * len(positions)))
         return probes
     # No probes given: mask the middle whole-word token of up to 3 distinct short corpus sentences.
     seen: set[str] = set()
@@ -815,12 +896,20 @@ def _probe_predictions(model: nn.Module, tokenizer, probes: list[_Probe], top_k:
             top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
             rows = []
             for j, pos in enumerate(probe.positions):
-                rows.append({
+                row = {
                     "position": pos,
                     "answer": probe.answers[j],
                     "tokens": tokenizer.convert_ids_to_tokens(top.indices[j].tolist()),
                     "probs": [float(x) for x in top.values[j]],
-                })
+                    "answer_prob": None,
+                    "answer_rank": None,  # 1 = the model's first guess
+                }
+                answer_id = tokenizer.convert_tokens_to_ids(probe.answers[j]) if probe.answers[j] else None
+                if answer_id is not None and 0 <= answer_id < probs.shape[-1]:
+                    p = probs[j, answer_id]
+                    row["answer_prob"] = float(p)
+                    row["answer_rank"] = int((probs[j] > p).sum()) + 1
+                rows.append(row)
             out.append({"text": probe.text, "predictions": rows})
     finally:
         model.train(was_training)
@@ -858,16 +947,21 @@ class _Optimizer:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
 
-    def micro_step(self, inputs, attention, labels, last: bool, loss_fn) -> tuple[float, int]:
-        """Forward and backward of one micro-batch; gradients are synchronised on the last one only."""
+    def micro_step(self, inputs, attention, labels, last: bool, loss_fn, *, share: float,
+                   world_size: int) -> float:
+        """Forward and backward of one micro-batch; gradients are synchronised on the last one only.
+
+        `share` is this micro-batch's part of the global normaliser (n_a / N); DDP averages the
+        gradients over the ranks, so each rank's loss is multiplied by the world size W to make the
+        average a sum. Returns the micro-batch's own mean loss.
+        """
         sync = contextlib.nullcontext() if (last or not self.distributed) else self.module.no_sync()
         with sync:
             with _autocast(self.device, self.cfg.amp):
                 outputs = self.module(inputs, attention, labels)
-            loss, m = loss_fn(outputs)
-            # A mean over micro-batches (and, through DDP's averaging, over ranks).
-            self.scaler.scale(loss / self.cfg.grad_accum_steps).backward()
-        return float(loss.detach()), m
+            loss, _ = loss_fn(outputs)
+            self.scaler.scale(loss * (share * world_size)).backward()
+        return float(loss.detach())
 
     def finish(self, skip: bool) -> float | None:
         """Clip and update; returns the gradient norm before clipping (None when skipped or not finite)."""
@@ -948,8 +1042,10 @@ class TrainStep:
                 return _loss_value(self.cfg, outputs, class_weights=self.class_weights, counts=None,
                                    generator=None)
 
-            loss, m = self.opt.micro_step(ids, attention, labels, True, loss_fn)
-            self.opt.finish(m == 0)
+            empty = not bool((labels != IGNORE_INDEX).any())
+            # One batch is the whole step: its share of the step's normaliser is 1.
+            loss = self.opt.micro_step(ids, attention, labels, True, loss_fn, share=1.0, world_size=1)
+            self.opt.finish(empty)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return loss
@@ -979,12 +1075,15 @@ class _DeepSpeedOptimizer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def micro_step(self, inputs, attention, labels, last: bool, loss_fn) -> tuple[float, int]:
+    def micro_step(self, inputs, attention, labels, last: bool, loss_fn, *, share: float,
+                   world_size: int) -> float:
         outputs = self.engine(inputs, attention, labels)
-        loss, m = loss_fn(outputs)
-        self.engine.backward(loss)  # DeepSpeed divides by its gradient_accumulation_steps itself
+        loss, _ = loss_fn(outputs)
+        # The same n_a / N x W as with DDP (DeepSpeed also averages gradients over the ranks), times
+        # the accumulation steps: `engine.backward` divides every loss by gradient_accumulation_steps.
+        self.engine.backward(loss * (share * world_size * self.cfg.grad_accum_steps))
         self.engine.step()  # an update happens only at the accumulation boundary
-        return float(loss.detach()), m
+        return float(loss.detach())
 
     def finish(self, skip: bool) -> float | None:
         norm = self.engine.get_global_grad_norm()
@@ -1038,18 +1137,22 @@ class _Batches:
     """Each step's micro-batches for this rank, masked, prepared one or two steps ahead in a thread.
 
     Global sample number s = step * batch_size + position; its chunk comes from a seeded
-    permutation of the training chunks per epoch, its mask from a generator seeded by s. Neither
-    depends on the number of processes or accumulation steps. This rank's micro-batches are the
-    global micro indices j = rank * A + a (a < A), holding samples [j * micro, (j + 1) * micro).
-    Masking one example at a time costs a few ms per batch, so a thread does it while the
-    model computes (on a GPU the step would otherwise wait for it).
+    permutation of the training chunks per epoch, its mask from a generator seeded by s (dynamic
+    masking), or, for static masking with k copies, by (chunk, epoch mod k). Neither depends on
+    the number of processes or accumulation steps. This rank's micro-batches are the global micro
+    indices j = rank * A + a (a < A), holding samples [j * micro, (j + 1) * micro). Masking one
+    example at a time costs a few ms per batch, so a thread does it while the model computes (on
+    a GPU the step would otherwise wait for it). A step is {mask_copies: micro-batches}, one
+    entry per masking scheme the variants use, all on the same chunks.
     """
 
     def __init__(self, chunks: Chunks, cfg: TrainConfig, world: _World, micro: int, *, mask_token_id: int,
-                 vocab_size: int, special_ids: tuple[int, ...], prefetch: int = 2):
+                 vocab_size: int, special_ids: tuple[int, ...], mask_copies: Sequence[int] = (0,),
+                 prefetch: int = 2):
         import queue
 
         self.chunks, self.cfg, self.world, self.micro = chunks, cfg, world, micro
+        self.mask_copies = tuple(dict.fromkeys(mask_copies))
         self.mask_kwargs = dict(mask_token_id=mask_token_id, vocab_size=vocab_size, special_ids=special_ids)
         self.perm: dict[int, torch.Tensor] = {}
         self.queue: queue.Queue = queue.Queue(maxsize=prefetch)
@@ -1064,15 +1167,24 @@ class _Batches:
             self.perm[epoch] = torch.randperm(len(self.chunks), generator=_generator(self.cfg.seed, _ORDER, epoch))
         return int(self.perm[epoch][k])
 
-    def make(self, step: int) -> list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
-        cfg, out = self.cfg, []
+    def _mask_seed(self, sample: int, chunk: int, copies: int) -> int:
+        if copies == 0:  # dynamic: every draw of a chunk gets a new mask
+            return _mix(self.cfg.seed, _MASK, sample)
+        epoch = sample // len(self.chunks)  # static: copy epoch mod k of this chunk's k masks
+        return _mix(self.cfg.seed, _STATIC_MASK, chunk, epoch % copies)
+
+    def make(self, step: int) -> dict[int, list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]]:
+        cfg = self.cfg
+        out: dict[int, list] = {k: [] for k in self.mask_copies}
         for a in range(cfg.grad_accum_steps):
             j = self.world.rank * cfg.grad_accum_steps + a
             samples = [step * cfg.batch_size + j * self.micro + i for i in range(self.micro)]
-            batch = self.chunks.take([self._chunk_index(s) for s in samples])
-            inputs, labels = _mask_rows(batch, cfg.masking, seeds=[_mix(cfg.seed, _MASK, s) for s in samples],
-                                        **self.mask_kwargs)
-            out.append((j, inputs, batch.attention_mask, labels))
+            index = [self._chunk_index(s) for s in samples]
+            batch = self.chunks.take(index)
+            for copies in self.mask_copies:
+                seeds = [self._mask_seed(s, c, copies) for s, c in zip(samples, index)]
+                inputs, labels = _mask_rows(batch, cfg.masking, seeds=seeds, **self.mask_kwargs)
+                out[copies].append((j, inputs, batch.attention_mask, labels))
         return out
 
     def _fill(self) -> None:
@@ -1106,32 +1218,43 @@ class _Batches:
 
 def _train_step(state: list[_Variant], micro_batches, step: int, first: TrainConfig, world: _World,
                 device: torch.device, counts_dev: torch.Tensor, started: float, emit) -> int:
-    """One optimizer step of every variant on the same micro-batches; returns the steps done."""
-    local_tokens = sum(int(b[2].sum()) for b in micro_batches)
-    for v in state:
+    """One optimizer step of every variant on the same micro-batches; returns the steps done.
+
+    The step's loss is one average over every masked token of the global batch (all micro-batches,
+    all ranks), exactly what one big batch would give: micro-batch a adds (its mean) x (its share
+    n_a / N of the global normaliser N), where N (masked tokens, or Σw for the weighted loss) is
+    all-reduced before any forward pass. A mean of micro-batch means would weight a micro-batch
+    with 5 masked tokens as much as one with 10.
+    """
+    mine = [micro_batches[v.cfg.mask_copies] for v in state]  # each variant's masks (static or dynamic)
+    local_tokens = sum(int(b[2].sum()) for b in mine[0])
+    norms = [[_normaliser(v.cfg, b[3], v.class_weights) for b in batches] for v, batches in zip(state, mine)]
+    masked = [float(sum(int((b[3] != IGNORE_INDEX).sum()) for b in batches)) for batches in mine]
+    reduced = _all_reduce_sum([sum(n) for n in norms] + masked + [float(local_tokens)], device, world)
+    totals, masked_counts, tokens_all = reduced[:len(state)], reduced[len(state):-1], reduced[-1]
+    for v, batches, v_norms, total, masked_all in zip(state, mine, norms, totals, masked_counts):
         t0 = time.perf_counter()
         lr = _lr_at(v.cfg, step)
         v.opt.begin(lr)
-        loss_sum, masked = 0.0, 0
-        for a, (j, inputs, attention, labels) in enumerate(micro_batches):
+        loss_sum = 0.0
+        # Nothing selected anywhere: no loss to learn from, so no update (and no NaN in the curve).
+        skip = masked_all == 0 or total <= 0
+        for a, (j, inputs, attention, labels) in enumerate(batches):
             _seed_dropout(_mix(first.seed, _DROPOUT, step, j), device)  # same dropout for every variant
 
             def loss_fn(outputs, v=v, j=j):
                 return _loss_value(v.cfg, outputs, class_weights=v.class_weights, counts=counts_dev,
                                    generator=_generator(first.seed, _SAMPLED, step, j))
 
-            value, m = v.opt.micro_step(inputs, attention, labels, a == len(micro_batches) - 1, loss_fn)
-            loss_sum += value
-            masked += m
-        loss_sum, masked_all, tokens_all = _all_reduce_sum(
-            [loss_sum, float(masked), float(local_tokens)], device, world)
+            share = v_norms[a] / total if total > 0 else 0.0  # n_a / N
+            value = v.opt.micro_step(inputs, attention, labels, a == len(batches) - 1, loss_fn,
+                                     share=share, world_size=world.size)
+            loss_sum += value * share
+        (loss_sum,) = _all_reduce_sum([loss_sum], device, world)
         record: dict[str, Any] = {"step": step + 1, "lr": lr, "masked_tokens": int(masked_all),
                                   "tokens": int(tokens_all)}
-        # Nothing selected anywhere: no loss to learn from, so no update (and no NaN in the curve).
-        skip = masked_all == 0
         grad_norm = v.opt.finish(skip)
-        record.update(loss=None if skip else loss_sum / (first.grad_accum_steps * world.size),
-                      grad_norm=grad_norm, skipped=skip)
+        record.update(loss=None if skip else loss_sum, grad_norm=grad_norm, skipped=skip)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         dt = time.perf_counter() - t0
@@ -1147,13 +1270,15 @@ def _train_step(state: list[_Variant], micro_batches, step: int, first: TrainCon
 
 def train(model: nn.Module, tokenizer, texts: Sequence[str], config: TrainConfig, *,
           on_event: Callable[[TrainEvent], None] | None = None,
-          stop: threading.Event | None = None) -> TrainResult:
+          stop: threading.Event | None = None,
+          eval_texts: Sequence[str] | None = None) -> TrainResult:
     """Train a copy of `model` on `texts`; the base model and the caller's RNG stay untouched.
 
     >>> # result = train(model, tok, ["the cat sat on the mat."] * 64, TrainConfig(steps=50))
     >>> # result.steps[-1]["loss"] < result.steps[0]["loss"]
     """
-    return train_variants(model, tokenizer, texts, {"run": config}, on_event=on_event, stop=stop)["run"]
+    return train_variants(model, tokenizer, texts, {"run": config}, on_event=on_event, stop=stop,
+                          eval_texts=eval_texts)["run"]
 
 
 def check_variants(variants: Mapping[str, TrainConfig]) -> None:
@@ -1181,8 +1306,12 @@ def train_variants(model: nn.Module, tokenizer, texts: Sequence[str],
                    on_event: Callable[[TrainEvent], None] | None = None,
                    stop: threading.Event | None = None,
                    device: str | torch.device | None = None,
-                   deepspeed: Mapping[str, Any] | None = None) -> dict[str, TrainResult]:
+                   deepspeed: Mapping[str, Any] | None = None,
+                   eval_texts: Sequence[str] | None = None) -> dict[str, TrainResult]:
     """Train 1-4 variants from the same initial weights on identical batches and masks, step by step.
+
+    `eval_texts`, when given, is the held-out text (every chunk of `texts` is then trained on);
+    otherwise `eval_fraction` of the chunks of `texts` is held out.
 
     Each variant trains its own deep copy of `model` (in fp32; AMP handles low precision). Under an
     initialised torch.distributed process group the global batch is split over the ranks, a stop
@@ -1202,7 +1331,8 @@ def train_variants(model: nn.Module, tokenizer, texts: Sequence[str],
         fork_devices = [dev.index if dev.index is not None else torch.cuda.current_device()] \
             if dev.type == "cuda" else []
         with torch.random.fork_rng(devices=fork_devices):
-            return _train_variants(model, tokenizer, texts, dict(variants), first, emit, stop, dev, deepspeed)
+            return _train_variants(model, tokenizer, texts, dict(variants), first, emit, stop, dev, deepspeed,
+                                   eval_texts)
     except Exception as exc:
         message = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
         for name in variants:
@@ -1225,7 +1355,7 @@ def _stop_requested(stop: threading.Event, device: torch.device, world: _World) 
 
 def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, TrainConfig],
                     first: TrainConfig, emit, stop: threading.Event, device: torch.device,
-                    ds_template: Mapping[str, Any] | None):
+                    ds_template: Mapping[str, Any] | None, eval_texts: Sequence[str] | None = None):
     world = _world()
     started = time.perf_counter()
     for cfg in variants.values():
@@ -1246,21 +1376,30 @@ def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, Train
     # Data: chunks, a held-out split, token counts, eval masks and probes: all from the seed.
     chunks = make_chunks(tokenizer, texts, first.seq_len, first.chunk_overlap)
     n = len(chunks)
-    n_eval = 0
-    if first.eval_fraction > 0 and n >= 4:
-        n_eval = max(1, min(first.eval_max_chunks, round(n * first.eval_fraction)))
-    order = torch.randperm(n, generator=_generator(first.seed, _SPLIT))
-    eval_on_train = n_eval == 0
-    if eval_on_train:  # too little text to hold any out: evaluate on (some of) the training chunks
-        train_chunks, eval_chunks = chunks, chunks.take(order[:first.eval_max_chunks])
+    if eval_texts is not None and any(str(t).strip() for t in eval_texts):  # a held-out text of its own
+        held = make_chunks(tokenizer, eval_texts, first.seq_len, first.chunk_overlap)
+        train_chunks, eval_chunks = chunks, held.take(range(min(len(held), first.eval_max_chunks)))
+        eval_on_train = False
     else:
-        train_chunks, eval_chunks = chunks.take(order[n_eval:]), chunks.take(order[:n_eval])
+        n_eval = 0
+        if first.eval_fraction > 0 and n >= 4:
+            n_eval = max(1, min(first.eval_max_chunks, round(n * first.eval_fraction)))
+        order = torch.randperm(n, generator=_generator(first.seed, _SPLIT))
+        eval_on_train = n_eval == 0
+        if eval_on_train:  # too little text to hold any out: evaluate on (some of) the training chunks
+            train_chunks, eval_chunks = chunks, chunks.take(order[:first.eval_max_chunks])
+        else:
+            train_chunks, eval_chunks = chunks.take(order[n_eval:]), chunks.take(order[:n_eval])
     counts = token_counts(train_chunks, vocab_size)
     buckets = frequency_buckets(counts)
+    # Each held-out chunk under up to EVAL_MASKINGS different masks, at most eval_max_chunks rows.
+    copies = max(1, min(EVAL_MASKINGS, first.eval_max_chunks // max(1, len(eval_chunks))))
+    eval_chunks = eval_chunks.take([i for _ in range(copies) for i in range(len(eval_chunks))])
+    e_seeds = [_mix(first.seed, _EVAL_MASK, r) for r in range(len(eval_chunks))]
     e_inputs, e_labels = _mask_rows(eval_chunks, first.masking, mask_token_id=tokenizer.mask_token_id,
-                                    vocab_size=mask_vocab, special_ids=special,
-                                    seeds=[_mix(first.seed, _EVAL_MASK, i) for i in range(len(eval_chunks))])
-    eval_set = _EvalSet(e_inputs, eval_chunks.attention_mask, e_labels, buckets, max(1, micro))
+                                    vocab_size=mask_vocab, special_ids=special, seeds=e_seeds)
+    eval_set = _EvalSet(e_inputs, eval_chunks.attention_mask, e_labels, buckets, max(1, micro),
+                        mask_token_id=tokenizer.mask_token_id)
     probes = _make_probes(tokenizer, texts, first)
 
     # Variants: a deep copy each (fp32 master weights), its own optimizer.
@@ -1301,14 +1440,16 @@ def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, Train
     do_eval(0)
     counts_dev = counts.float().to(device)
     batches = _Batches(train_chunks, first, world, micro, mask_token_id=tokenizer.mask_token_id,
-                       vocab_size=mask_vocab, special_ids=special)
+                       vocab_size=mask_vocab, special_ids=special,
+                       mask_copies=[cfg.mask_copies for cfg in variants.values()])
     steps_done = 0
     try:
         for step in range(first.steps):
             if _stop_requested(stop, device, world):
                 break
-            micro_batches = [(j, inputs.to(device), attention.to(device), labels.to(device))
-                             for j, inputs, attention, labels in batches.get(step)]
+            micro_batches = {copies: [(j, inputs.to(device), attention.to(device), labels.to(device))
+                                      for j, inputs, attention, labels in group]
+                             for copies, group in batches.get(step).items()}
             steps_done = _train_step(state, micro_batches, step, first, world, device, counts_dev, started, emit)
             if not stop.is_set() and (steps_done % first.eval_every == 0 or steps_done == first.steps):
                 do_eval(steps_done)

@@ -124,4 +124,5 @@ if upload is not None:
             "explained by exhibit": titles.get(c.exhibit, "") if c.exhibit else "",
         } for c in checks]).set_index("check"))
         st.caption(f"The batch: {tuple(arrays.input_ids.shape)} (rows × positions). Rates pass within 4 standard "
-                   "errors, so a small batch is judged leniently.")
+                   "errors, so a small batch is judged leniently; exact count and span fix each row's count from its "
+                   "length, and that count is what is expected.")

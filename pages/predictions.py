@@ -108,8 +108,11 @@ def model_panel(model, tokenizer) -> None:
         c2.metric("layers · hidden", f"{about['layers']} · {about['hidden']}")
         c3.metric("vocabulary", f"{about['vocab']:,}")
         if about.get("scores", {}).get("heldout_perplexity") is not None:  # cloze scores follow in their own row
-            c4.metric("held-out perplexity", f"{about['scores']['heldout_perplexity']:.0f}",
-                      help="exp(MLM loss) on workshop-corpus documents the build never trained on (lower is better).")
+            c4.metric("held-out MLM perplexity", f"{about['scores']['heldout_perplexity']:.0f}",
+                      help="exp(mean MLM loss over every selected position, [MASK], random and unchanged alike: "
+                           "the loss BertForMaskedLM computes from its labels) on workshop-corpus documents the build "
+                           "never trained on (lower is better). The unchanged positions are nearly free (the model sees the answer), "
+                           "so this is lower than the perplexity at [MASK] positions alone.")
         else:
             c4.metric("cloze top-5", f"{about['cloze_top5']:.0%}" if about.get("cloze_top5") is not None else "—",
                       help="Share of the bundled fill-in-the-blank sentences where the answer is in the top 5.")

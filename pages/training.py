@@ -1,4 +1,4 @@
-"""Training: press Start and watch a masked LM learn, with loss variants racing on identical batches."""
+"""Training: press Start and watch a masked LM learn facts it could not know, or race variants on identical batches."""
 
 import math
 
@@ -6,128 +6,119 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from mlm_core.export import lesson_zip
 from mlm_core import InputError, MaskingConfig, MLMLabError
-from mlm_core.bundled import workshop_sentences
 from mlm_core.data import clean_text, read_text_upload, split_sentences
+from mlm_core.export import lesson_zip
 from mlm_core.figures.training import (bucket_figure, eval_figure, grad_norm_figure, loss_figure, lr_figure,
                                        probe_figure)
-from mlm_core.jobs import BusyError, get_manager
+from mlm_core.jobs import BusyError, get_manager, teacher_key_set
 from mlm_core.precision import auto_amp
+from mlm_core.losses import SAMPLED_SOFTMAX
 from mlm_core.models import model_description
-from mlm_core.training import TrainConfig
+from mlm_core.training import ADAM_BETAS, ADAM_EPS, uncorrected_adam_step_ratio
+from mlm_core.training_lessons import (LESSONS, SOURCES, VARIANT_LABELS, Texts, base_config, gazetteer_texts,
+                                       lesson_defaults, lesson_variants, probe_rows, probes_right, usable_probes,
+                                       workshop_texts)
 
-RUN_KEY = ui.KEYS.training_run  # the jobs.Run of this session
+RUN_KEY = ui.KEYS.training_run  # the jobs.Run of this session (the sidebar shows it on every page)
 SEEN_KEY = "training_seen_status"  # the status the page last drew, to redraw once when a run ends
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_PASTE_CHARS = 200_000
-PROBES = (
-    "The cat sat on the [MASK].",
-    "I drink a cup of [MASK] every morning.",
-    "The sun rises in the [MASK] and sets in the west.",
-)
-VARIANTS = {
-    "full": ("Full cross-entropy", "The softmax over the whole vocabulary: BERT's loss, the reference."),
-    "weighted": ("Weighted by frequency", "Rare tokens count more (1/√count): watch the 'rare' bars."),
-    "sampled": ("Sampled softmax", "Only the true word and K sampled words in the softmax: cheaper, "
-                "slightly biased."),
-}
-LESSONS = {
-    "free": "Free run: your settings, up to three loss variants side by side",
-    "lr_too_high": "Lesson: learning rate too high (clipping off vs on)",
-}
 LR_CHOICES = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 3e-2, 1e-1]
+TRAINED_VOCAB = "tiny-random+vocab"  # the tiny model with the Tokenizer page's trained vocabulary
 
 settings = ui.page_setup("🏋️ Training: watch a masked LM learn")
 st.markdown(
     "Press **Start** and the model trains in the background while the curves below update every "
     "second. Each step masks fresh tokens, runs the encoder once, scores only the masked positions, "
-    "and takes one AdamW step. Variants start from the **same weights** and see **identical batches "
-    "and masks**, so any difference between their curves comes from the loss alone. Evaluation on "
-    "held-out text always uses the full cross-entropy, so the variants are compared fairly."
+    "and takes one AdamW step. The first lesson fine-tunes the bundled model on the gazetteer of "
+    "**Veldoria**, a country invented for MLM Lab: before training the model guesses generic words, "
+    "after about a minute it names Veldoria's capital, breakfast and customs. Evaluation on held-out "
+    "text always uses the full cross-entropy, so variants raced side by side are compared fairly."
 )
 state = st.session_state
 
 
 # ------------------------------------------------------------------------------------- controls
-TRAINED_VOCAB = "tiny-random+vocab"  # the tiny model with the Tokenizer page's trained vocabulary
-
-
-def model_controls() -> str | None:
+def model_controls(lesson: str) -> str | None:
     """The model to train: the sidebar's, the tiny random BERT, or the tiny one with your own vocabulary."""
     sidebar = settings.model_name or ui.DEFAULT_MODEL
     vocab = state.get(ui.KEYS.trained_tokenizer)
-    options = list(dict.fromkeys([ui.DEFAULT_MODEL, "tiny-random", sidebar] + ([TRAINED_VOCAB] if vocab else [])))
+    tiny = ["tiny-random"] + ([TRAINED_VOCAB] if vocab else [])
+    options = tiny if lesson == "scratch" else list(dict.fromkeys([ui.DEFAULT_MODEL, "tiny-random", sidebar] + tiny))
     labels = {ui.DEFAULT_MODEL: "Bundled default model: fine-tune it",
               "tiny-random": "Tiny random BERT: train from scratch"}
     if vocab:
         labels[TRAINED_VOCAB] = f"Tiny random BERT with your {vocab.label} vocabulary (Tokenizer page)"
-    choice = st.radio("Model", options, index=options.index(sidebar), key="training_model", horizontal=True,
+    index = options.index(sidebar) if sidebar in options else 0
+    choice = st.radio("Model", options, index=index, key=f"training_model_{lesson}", horizontal=True,
                       format_func=lambda v: labels.get(v, f"{v} (sidebar): fine-tune it"),
-                      help="A trained model starts near its held-out loss and improves slowly; the tiny "
-                      "random one starts near ln V ≈ 10.3 (a uniform guess over 30,522 tokens) and falls fast.")
+                      help="A trained model starts near its held-out loss and learns what is new to it; the "
+                      "tiny random one starts near ln V ≈ 10.3 (a uniform guess over 30,522 tokens) and first "
+                      "learns which words are common.")
     return None if choice == ui.DEFAULT_MODEL else choice
 
 
-def corpus_controls() -> list[str] | None:
-    """The training text as a list of texts, or None with a message shown."""
-    source = st.radio("Text to train on", ["Workshop corpus", "Upload a file", "Paste text"], key="training_source",
-                      horizontal=True, help="Long texts are split into sequence-length chunks with an overlap, "
-                      "never cut off.")
+def corpus_controls(from_scratch: bool) -> Texts | None:
+    """The texts to train on, with their held-out part and probes; None with a message shown."""
+    source = st.radio("Text to train on", SOURCES, key="training_source", horizontal=True,
+                      help="Long texts are split into sequence-length chunks with an overlap, never cut off.")
     try:
-        if source == "Workshop corpus":
-            texts = workshop_sentences()
-            st.caption(f"{len(texts):,} everyday sentences written for MLM Lab (bundled, offline).")
-            return texts
-        if source == "Upload a file":
-            upload = st.file_uploader("A .txt, .csv or .jsonl file (one text per line)", type=["txt", "csv", "jsonl"],
-                                      key="training_upload")
-            if upload is None:
-                st.info("Choose a file to train on.")
-                return None
-            text = read_text_upload(upload.name, upload.getvalue(), max_bytes=MAX_UPLOAD_BYTES)
+        if source == SOURCES[0]:
+            texts = gazetteer_texts(from_scratch)
+        elif source == SOURCES[1]:
+            texts = workshop_texts()
         else:
-            text = clean_text(st.text_area("Your text", key="training_paste", height=140,
-                                           placeholder="Paste a few paragraphs…"),
-                              max_chars=MAX_PASTE_CHARS, what="The pasted text")
-        texts = [line for line in text.splitlines() if line.strip()] or split_sentences(text)
-        st.caption(f"{len(texts):,} lines, {sum(len(t) for t in texts):,} characters.")
+            if source == SOURCES[2]:
+                upload = st.file_uploader("A .txt, .csv or .jsonl file (one text per line)",
+                                          type=["txt", "csv", "jsonl"], key="training_upload")
+                if upload is None:
+                    st.info("Choose a file to train on.")
+                    return None
+                text = read_text_upload(upload.name, upload.getvalue(), max_bytes=MAX_UPLOAD_BYTES)
+            else:
+                text = clean_text(st.text_area("Your text", key="training_paste", height=140,
+                                               placeholder="Paste a few paragraphs…"),
+                                  max_chars=MAX_PASTE_CHARS, what="The pasted text")
+            lines = [line for line in text.splitlines() if line.strip()] or split_sentences(text)
+            texts = Texts("Your text", lines, None, (), f"{len(lines):,} lines, {sum(map(len, lines)):,} characters; "
+                          "a tenth of it is held out, and the probes are words masked in a few of its sentences.")
+        st.caption(texts.about)
         return texts
     except InputError as exc:
         st.warning(str(exc))
         return None
 
 
-def run_controls(lesson: str, from_scratch: bool, on_gpu: bool) -> dict[str, TrainConfig] | None:
+def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
     """The variants to train, as TrainConfigs; None (with a message) when a setting is impossible."""
+    defaults = lesson_defaults(lesson, from_scratch=from_scratch)
+    suffix = f"{lesson}_{int(from_scratch)}"  # each lesson and model kind keeps its own defaults
     c1, c2, c3, c4 = st.columns(4)
-    steps = c1.slider("Steps", 5, 500, 60, 5, key="training_steps",
-                      help="Optimizer steps. On a laptop CPU the bundled model does a few steps a second.")
-    batch = c2.select_slider("Batch (sequences)", [2, 4, 8, 16, 32, 64], 8, key="training_batch",
-                             help="More sequences per step: smoother curves, slower steps.")
-    seq_len = c3.select_slider("Sequence length", [32, 64, 128, 256], 64, key="training_seq_len",
-                               help="Tokens per chunk. Sentences are packed together up to this length.")
-    default_lr = 1e-3 if from_scratch else 5e-5
-    if lesson == "lr_too_high":
-        default_lr = 3e-2 if from_scratch else 1e-2
-    lr = c4.select_slider("Learning rate", LR_CHOICES, default_lr, key=f"training_lr_{lesson}_{from_scratch}",
-                          format_func=lambda v: f"{v:g}",
-                          help="Typical: 1e-5 to 5e-5 to fine-tune a trained model; 1e-4 to 1e-3 from scratch.")
+    steps = c1.slider("Steps", 5, 1000, defaults["steps"].value, 5, key=f"training_steps_{suffix}",
+                      help=defaults["steps"].why)
+    batch = c2.select_slider("Batch (sequences)", [2, 4, 8, 16, 32, 64], defaults["batch_size"].value,
+                             key="training_batch", help=defaults["batch_size"].why)
+    seq_len = c3.select_slider("Sequence length", [32, 64, 128, 256], defaults["seq_len"].value,
+                               key="training_seq_len", help=defaults["seq_len"].why)
+    lr = c4.select_slider("Learning rate", LR_CHOICES, defaults["learning_rate"].value, key=f"training_lr_{suffix}",
+                          format_func=lambda v: f"{v:g}", help=defaults["learning_rate"].why)
     with st.expander("More settings", expanded=False):
         a1, a2, a3 = st.columns(3)
-        warmup = a1.number_input("Warm-up steps", 0, 500, 0 if lesson == "lr_too_high" else 5,
-                                 key=f"training_warmup_{lesson}", help="Linear warm-up from 0 to the learning rate.")
+        warmup = a1.number_input("Warm-up steps", 0, 500, defaults["warmup_steps"].value,
+                                 key=f"training_warmup_{suffix}", help=defaults["warmup_steps"].why)
         schedule = a1.selectbox("Then", ["linear", "cosine", "constant"], key="training_schedule",
                                 help="How the learning rate decays after warm-up.")
-        clip = a2.number_input("Clip gradient norm at (0 = off)", 0.0, 100.0, 1.0, 0.5, key="training_clip",
-                               help="Rescales the whole gradient when its norm is larger: stops one bad batch "
-                               "from throwing the weights far away.")
+        clip_default = 1.0 if lesson == "lr_too_high" else defaults["max_grad_norm"].value
+        clip = a2.number_input("Clip gradient norm at (0 = off)", 0.0, 100.0, clip_default, 0.5,
+                               key=f"training_clip_{suffix}", help=defaults["max_grad_norm"].why)
         amp_modes = ["auto", "off", "bf16", "fp16"] if on_gpu else ["auto", "off", "bf16"]
         amp = a2.selectbox("Mixed precision", amp_modes, key="training_amp",
                            help="auto: " + auto_amp("cuda" if on_gpu else "cpu").reason + " off: fp32. bf16: "
                            "bf16 autocast (CUDA, or CPU); fp16 needs CUDA and a gradient scaler.")
         checkpointing = a3.toggle("Gradient checkpointing", False, key="training_ckpt",
-                                  help="Recompute activations in the backward pass: less memory, ~30% slower.")
+                                  help="Recompute activations in the backward pass: less memory, ~30% slower; "
+                                  "it lets a step hold more tokens on this server.")
         freeze = a3.toggle("Freeze word embeddings", False, key="training_freeze",
                            disabled=from_scratch,
                            help="Fine-tuning only: keep the word embeddings, and the output layer that BERT ties "
@@ -135,44 +126,57 @@ def run_controls(lesson: str, from_scratch: bool, on_gpu: bool) -> dict[str, Tra
                            "no gradient, no AdamW update, a faster step. A model trained from scratch needs them.")
         mlm_p = a3.slider("Masked share", 0.05, 0.5, 0.15, 0.01, key="training_mlm_p",
                           help="BERT masks 15% of the tokens, with 80/10/10 replacement.")
-        eval_every = a1.number_input("Evaluate every … steps", 1, 500, 10, key="training_eval_every",
-                                     help="Held-out loss, accuracy and the probe predictions are measured this often.")
-        num_sampled = a2.select_slider("Sampled softmax: K", [16, 64, 256, 1024, 4096], 256, key="training_k",
+        eval_every = a1.number_input("Evaluate every … steps", 1, 500, defaults["eval_every"].value,
+                                     key=f"training_eval_every_{suffix}", help=defaults["eval_every"].why)
+        num_sampled = a2.select_slider("Sampled softmax: K", [16, 64, 256, 1024, 4096], SAMPLED_SOFTMAX.num_sampled,
+                                       key="training_k",
                                        help="Classes in each sampled softmax (besides the true one).")
-    common = dict(steps=int(steps), batch_size=int(batch), seq_len=int(seq_len), learning_rate=float(lr),
-                  warmup_steps=int(warmup), schedule=schedule, amp=amp, gradient_checkpointing=bool(checkpointing),
-                  masking=MaskingConfig(mlm_probability=float(mlm_p)), eval_every=int(eval_every),
-                  probe_sentences=PROBES, seed=int(settings.seed), num_sampled=int(num_sampled))
-    common["freeze_word_embeddings"] = bool(freeze) and not from_scratch
+    with st.expander("Why these defaults?", expanded=False):
+        st.dataframe(pd.DataFrame([{"setting": name.replace("_", " "), "default": d.value, "why": d.why}
+                                   for name, d in defaults.items()]), hide_index=True, key=f"training_why_{suffix}")
+        peak = max(range(1, 1001), key=uncorrected_adam_step_ratio)
+        st.caption(f"AdamW with BERT's betas {ADAM_BETAS} and eps {ADAM_EPS:g}, and PyTorch's bias correction. "
+                   f"BERT's optimizer had none, so its early steps were larger (at step {peak}, "
+                   f"{uncorrected_adam_step_ratio(peak):.1f}x), which its 10,000 warm-up steps hid; PyTorch's "
+                   "default eps is 1e-8. Weight decay 0.01, not on biases and LayerNorm weights.")
     try:
+        base = base_config(lesson, from_scratch=from_scratch, texts=texts, seed=int(settings.seed),
+                           steps=int(steps), batch_size=int(batch), seq_len=int(seq_len), learning_rate=float(lr),
+                           warmup_steps=int(warmup), schedule=schedule, amp=amp,
+                           gradient_checkpointing=bool(checkpointing), max_grad_norm=float(clip) or None,
+                           masking=MaskingConfig(mlm_probability=float(mlm_p)), eval_every=int(eval_every),
+                           num_sampled=int(num_sampled), freeze_word_embeddings=bool(freeze) and not from_scratch)
         if lesson == "lr_too_high":
-            sane = 1e-3 if from_scratch else 5e-5
             st.info(f"Three runs from the same weights on the same batches: the learning rate above ({lr:g}) "
-                    f"without clipping, the same with the gradient norm clipped at {clip or 1.0:g}, and a sensible "
-                    f"{sane:g} for reference. Watch the gradient-norm spikes and the held-out loss: a trained "
-                    "model forgets what it knew within a few steps. Clipping caps each step's gradient, but "
-                    "Adam rescales gradients anyway, so it softens the damage without curing it: the cure is "
-                    "a smaller learning rate (and warm-up).")
-            return {"too high, clipping off": TrainConfig(**common, max_grad_norm=None),
-                    f"too high, clipped at {clip or 1.0:g}": TrainConfig(**common, max_grad_norm=float(clip or 1.0)),
-                    f"sensible lr {sane:g}": TrainConfig(**{**common, "learning_rate": sane},
-                                                         max_grad_norm=float(clip or 1.0))}
-        chosen = st.multiselect("Loss variants to race (1 to 3)", list(VARIANTS), ["full", "sampled"],
-                                key="training_variants", format_func=lambda v: VARIANTS[v][0],
-                                help=" · ".join(f"{label}: {why}" for label, why in VARIANTS.values()))
-        if not chosen:
-            st.warning("Choose at least one loss variant.")
-            return None
-        return {VARIANTS[v][0]: TrainConfig(**common, loss=v, max_grad_norm=float(clip) or None) for v in chosen}
+                    f"without clipping, the same with the gradient norm clipped at {clip or 1.0:g}, and a "
+                    "sensible rate for reference. Watch the held-out loss: within a few steps the fast runs "
+                    "forget what the model knew. Clipping caps the size of each gradient, but AdamW divides every "
+                    "update by its running gradient size anyway, so the clipped run takes steps of about the same "
+                    "size and fails too (its first jump may be smaller). The cure is a smaller learning rate.")
+            return lesson_variants(lesson, base, from_scratch=from_scratch, clip=float(clip or 1.0))
+        if lesson == "masking":
+            copies = st.select_slider("Static masks per chunk", [1, 2, 5, 10], 1, key="training_static_copies",
+                                      help="BERT's create_pretraining_data.py masks its data dupe_factor = 10 "
+                                      "times up front; training then reuses those masks every epoch.")
+            st.info("Two runs on the same chunks in the same order. **Dynamic**: every time a chunk comes round "
+                    "it gets a fresh mask (RoBERTa, section 4.1). **Static**: each chunk gets its masks once, "
+                    "before training, and sees them again every epoch (BERT). RoBERTa's Table 1 found dynamic "
+                    "masking comparable or slightly better; on this small text, watch the held-out loss.")
+            return lesson_variants(lesson, base, from_scratch=from_scratch, static_copies=int(copies))
+        if lesson == "free":
+            chosen = st.multiselect("Loss variants to race (1 to 3)", list(VARIANT_LABELS), ["full", "sampled"],
+                                    key="training_variants", format_func=lambda v: VARIANT_LABELS[v][0],
+                                    help=" · ".join(f"{label}: {why}" for label, why in VARIANT_LABELS.values()))
+            return lesson_variants(lesson, base, from_scratch=from_scratch, losses=chosen)
+        return lesson_variants(lesson, base, from_scratch=from_scratch)
     except InputError as exc:
         st.error(str(exc))
         return None
 
 
 # ------------------------------------------------------------------------------------- start / stop
-lesson = st.radio("What to run", list(LESSONS), key="training_lesson", format_func=LESSONS.get)
-model_name = model_controls()
-texts = corpus_controls()
+lesson = st.radio("Lesson", list(LESSONS), key="training_lesson", format_func=LESSONS.get)
+model_name = model_controls(lesson)
 try:
     if model_name == TRAINED_VOCAB:
         vocab = state[ui.KEYS.trained_tokenizer]
@@ -183,19 +187,25 @@ try:
 except MLMLabError as exc:
     ui.show_error(exc)
     st.stop()
-st.caption(f"{about['label']}: {about['params']:,} parameters, {about['layers']} layers, "
-           f"on {about['device']}. " + ("" if about.get("trained") is not False else
-                                        "Untrained: its first loss is near ln V, a uniform guess."))
-variants = run_controls(lesson, about.get("trained") is False, about["device"].startswith("cuda"))
+from_scratch = about.get("trained") is False
+st.caption(f"{about['label']}: {about['params']:,} parameters, {about['layers']} layers, on {about['device']}. "
+           + ("Untrained: its first loss is near ln V, a uniform guess." if from_scratch else ""))
+texts = corpus_controls(from_scratch)
+if texts is not None:
+    texts = usable_probes(texts, tokenizer)
+variants = run_controls(lesson, from_scratch, texts, about["device"].startswith("cuda")) if texts else None
 
+manager = get_manager()
 run = state.get(RUN_KEY)
 busy_here = run is not None and not run.snapshot().finished
 start_col, stop_col, info_col = st.columns([1, 1, 3])
 if start_col.button("▶ Start training", key="training_start", type="primary",
                     disabled=busy_here or variants is None or texts is None):
     try:
-        run = get_manager().submit(model, tokenizer, texts, variants, keep_trained=True,  # for Predictions/Inside
-                                   label=f"{about['label']} · {', '.join(variants)}")
+        run = manager.submit(model, tokenizer, texts.train, variants, eval_texts=texts.held_out,
+                             label=f"{about['label']} · {texts.name} · {', '.join(variants)}",
+                             client=ui.client_id(), alive=ui.session_alive_check(),
+                             keep_trained=True)  # for the Predictions and Inside pages
         state[RUN_KEY] = run
         state[SEEN_KEY] = None
         st.rerun()  # redraw the buttons: Start off, Stop on
@@ -206,9 +216,30 @@ if start_col.button("▶ Start training", key="training_start", type="primary",
 if stop_col.button("■ Stop run", key="training_stop", disabled=run is None or run.snapshot().finished):
     run.stop("Stopped by you.")
     st.toast("Stopping after the current step…")
-counts = get_manager().counts()
+counts = manager.counts()
 info_col.caption(f"Machine: {counts['running']} of {counts['max_runs']} training slot(s) in use, "
-                 f"{counts['queued']} waiting. A run nobody watches for a minute is stopped to free memory.")
+                 f"{counts['queued']} waiting. One run per person; a run stops after {manager.max_run_s:.0f} s, "
+                 f"and when its session has been gone for {manager.abandon_s:.0f} s. A step holds at most "
+                 f"{manager.max_step_tokens:,} tokens (batch × sequence length; 4× with gradient checkpointing).")
+
+if teacher_key_set():
+    with st.expander("Teacher: every run on this server", expanded=False):
+        key = st.text_input("Teacher key", type="password", key="training_teacher_key",
+                            help="The value of MLMLAB_TEACHER_KEY the server was started with.")
+        if key:
+            try:
+                runs = manager.teacher_runs(key)
+                st.dataframe(pd.DataFrame([[s.run_id, s.label, s.status, f"{s.step} / {s.total_steps}",
+                                            round(s.elapsed_s)] for s in runs],
+                                          columns=["run", "what", "status", "step", "seconds"]),
+                             hide_index=True, key="training_teacher_runs")
+                if runs:
+                    target = st.selectbox("Run to stop", [s.run_id for s in runs], key="training_teacher_target")
+                    if st.button("■ Stop this run", key="training_teacher_stop"):
+                        manager.teacher_stop(key, target)
+                        st.toast(f"Stopping run {target}…")
+            except InputError as exc:
+                st.warning(str(exc))
 
 
 # ------------------------------------------------------------------------------------- live view
@@ -220,6 +251,31 @@ def evals_by_variant(snap):
     return {name: v.evals for name, v in snap.variants.items()}
 
 
+def draw_probes(snap) -> None:
+    """What the model guesses at each probe's [MASK]: bars, and a table from the first guess to now."""
+    probe_steps = sorted({p["step"] for v in snap.variants.values() for p in v.probes})
+    if not probe_steps:
+        return
+    st.subheader("Predictions sharpening")
+    at = probe_steps[-1]  # while training: the latest; afterwards, any step
+    if snap.finished and len(probe_steps) > 1:
+        at = st.select_slider("Show the predictions at step", probe_steps, probe_steps[-1],
+                              key=f"training_probe_step_{snap.run_id}")
+    for name, v in snap.variants.items():
+        entries = [p for p in v.probes if p["step"] <= at]
+        if not entries:
+            continue
+        right, known = probes_right(entries[-1])
+        if known:
+            first_right, _ = probes_right(entries[0])
+            st.metric(f"{name}: probes answered right (top-1)", f"{right} of {known}",
+                      delta=f"{right - first_right:+d} since step {entries[0]['step']}")
+        st.dataframe(pd.DataFrame(probe_rows(entries)), hide_index=True, key=f"training_probe_table_{name}",
+                     column_config={"answer's probability now": st.column_config.NumberColumn(format="percent")})
+        st.plotly_chart(probe_figure(entries[-1]["probes"], title=f"{name}: step {at}"),
+                        key=f"training_probe_{name}")
+
+
 def draw(snap) -> None:
     """Everything the page shows about a run, from one snapshot."""
     eta = f", about {snap.eta_s:.0f} s left" if snap.eta_s is not None else ""
@@ -229,43 +285,41 @@ def draw(snap) -> None:
     if snap.error:
         st.error(snap.error)
     steps = steps_by_variant(snap)
-    if not any(steps.values()):
+    evals = evals_by_variant(snap)
+    if not any(steps.values()) and not any(evals.values()):
         st.info("The first step is on its way (the model copy and the held-out set are being prepared)…")
         return
-    log_v = math.log(len(tokenizer)) if about.get("trained") is False else None
-    st.plotly_chart(loss_figure(steps, log_v=log_v), key="training_loss_chart")
+    log_v = math.log(len(tokenizer)) if from_scratch else None
+    if any(evals.values()):
+        st.plotly_chart(eval_figure(evals), key="training_eval_chart")
+        st.caption("Held-out loss: the mean cross-entropy over every selected position, as Hugging Face's run_mlm.py "
+                   "reports it (its perplexity is exp of this \"MLM perplexity\"); 10% of those positions show the "
+                   "model the true word, so the dashed line, the [MASK] positions alone, is the harder number.")
+    draw_probes(snap)
+    if any(steps.values()):
+        st.plotly_chart(loss_figure(steps, log_v=log_v), key="training_loss_chart")
     if any((cfg or {}).get("loss") == "sampled" for cfg in (snap.configs or {}).values()):
-        st.caption("The sampled-softmax training loss is a softmax over the true word and K sampled words "
-                   "only, so it sits lower than the full loss: compare the variants on the held-out chart "
-                   "below, which scores every variant with the full cross-entropy.")
+        st.caption("The sampled-softmax training loss is an estimate of the full loss from the true word and K "
+                   "sampled words: compare the variants on the held-out chart, which scores every variant with "
+                   "the full cross-entropy.")
     c1, c2 = st.columns([2, 1])
     clips = {name: cfg.get("max_grad_norm") for name, cfg in (snap.configs or {}).items()}
     c1.plotly_chart(grad_norm_figure(steps, clip=clips), key="training_grad_chart")
     c2.plotly_chart(lr_figure(steps), key="training_lr_chart")
-    evals = evals_by_variant(snap)
     if any(evals.values()):
-        st.plotly_chart(eval_figure(evals), key="training_eval_chart")
         st.plotly_chart(bucket_figure(evals), key="training_bucket_chart")
-    probe_steps = sorted({p["step"] for v in snap.variants.values() for p in v.probes})
-    if probe_steps:
-        st.subheader("Predictions sharpening")
-        at = probe_steps[-1]  # while training: the latest; afterwards, any step
-        if snap.finished and len(probe_steps) > 1:
-            at = st.select_slider("Show the predictions at step", probe_steps, probe_steps[-1],
-                                  key=f"training_probe_step_{snap.run_id}")
-        cols = st.columns(len(snap.variants))
-        for col, (name, v) in zip(cols, snap.variants.items()):
-            entry = next((p for p in v.probes if p["step"] == at), None)
-            if entry:
-                col.plotly_chart(probe_figure(entry["probes"], title=f"{name}: step {at}"),
-                                 key=f"training_probe_{name}")
     rows = []
     for name, v in snap.variants.items():
         last = next((r for r in reversed(v.steps) if r.get("loss") is not None), {})
-        last_eval = v.evals[-1] if v.evals else {}
+        first_eval, last_eval = (v.evals[0], v.evals[-1]) if v.evals else ({}, {})
+        clipped = [r for r in v.steps if r.get("grad_norm") is not None]
+        limit = (snap.configs or {}).get(name, {}).get("max_grad_norm")
         rows.append({"variant": name, "steps": len(v.steps), "train loss": last.get("loss"),
-                     "held-out loss": last_eval.get("loss"), "perplexity": last_eval.get("perplexity"),
+                     "held-out loss at start": first_eval.get("loss"), "held-out loss": last_eval.get("loss"),
+                     "[MASK]-only loss": last_eval.get("mask_loss"),
+                     "MLM perplexity": last_eval.get("mlm_perplexity"),
                      "top-1": last_eval.get("top1"), "top-5": last_eval.get("top5"),
+                     "steps clipped": sum(r["grad_norm"] > limit for r in clipped) if limit else 0,
                      "tokens/s": (v.summary or {}).get("tokens_per_s") or last.get("tokens_per_s"),
                      "wall time (s)": (v.summary or {}).get("wall_time_s") or last.get("elapsed_s")})
     st.subheader("Results")
@@ -276,13 +330,13 @@ def draw(snap) -> None:
     c1, c2 = st.columns(2)
     c1.download_button("⬇ Download all curves (CSV)", curves.to_csv(index=False).encode("utf-8"),
                        file_name=f"mlm_lab_curves_{snap.run_id}.csv", mime="text/csv", key="training_csv")
-    lesson = dict(settings={"model": model_name or "default (bundled)", "seed": settings.seed,
+    export = dict(settings={"model": model_name or "default (bundled)", "seed": settings.seed,
                             "variants": snap.configs or {}},
                   curves=snap.curves_rows(), tables={"results": rows})
     figures = {"loss": loss_figure(steps), "held-out": eval_figure(evals) if any(evals.values()) else None}
     c2.download_button("⬇ Lesson export (zip: curves, results, charts, settings)",
                        lambda: lesson_zip("Training", figures={k: f for k, f in figures.items() if f is not None},
-                                          **lesson),
+                                          **export),
                        file_name=f"mlm_lab_training_{snap.run_id}.zip", mime="application/zip",
                        key="training_lesson_zip", on_click="ignore")
 

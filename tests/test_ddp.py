@@ -1,8 +1,11 @@
-"""Two gloo processes under torchrun reproduce one process with gradient accumulation.
+"""Two gloo processes under torchrun, each accumulating two micro-batches, reproduce one process
+taking the whole batch at once.
 
 Both runs see the same global batch and the same masks (seeded by the global example index), with
-dropout off and one thread per process, so the per-step losses agree to 1e-5 and the final
-weights to a relative 1e-4 (only the order of floating-point sums differs).
+dropout off and one thread per process. The four micro-batches hold different numbers of masked
+tokens, so only a loss normalised by the global count (all-reduced before the backward passes)
+matches: the per-step losses agree to 1e-5 and the final weights to a relative 1e-4 (only the
+order of floating-point sums differs). A mean of micro-batch means fails both.
 """
 
 import json
@@ -64,11 +67,11 @@ def runs(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as OMP_NUM_THREADS=1 in the torchrun processes
     try:  # in this process: one fewer interpreter start on a 2-core CI machine
-        assert cli.main([*common, "--grad-accum-steps", "2", "--output", str(tmp_path / "one")]) == 0
+        assert cli.main([*common, "--grad-accum-steps", "1", "--output", str(tmp_path / "one")]) == 0
     finally:
         torch.set_num_threads(threads)
     two = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2",
-                "-m", "mlm_core", *common, "--grad-accum-steps", "1", "--output", "two"],
+                "-m", "mlm_core", *common, "--grad-accum-steps", "2", "--output", "two"],
                tmp_path, "2 gloo processes")
     return tmp_path, two
 
@@ -77,7 +80,7 @@ def _curves(path):
     return json.loads((path / "curves.json").read_text(encoding="utf-8"))
 
 
-def test_two_processes_match_one_process_with_accumulation(runs):
+def test_two_processes_with_uneven_micro_batches_match_one_process(runs):
     tmp_path, _ = runs
     one, two = _curves(tmp_path / "one"), _curves(tmp_path / "two")
     assert two["world_size"] == 2 and one["world_size"] == 1
@@ -95,8 +98,9 @@ def test_two_processes_match_one_process_with_accumulation(runs):
     assert w1.keys() == w2.keys()
     moved = 0
     for key in w1:
-        scale = max(float(w1[key].norm()), 1e-12)
-        assert float((w1[key] - w2[key]).norm()) / scale < 1e-4, key
+        # Relative 1e-4, with an absolute floor far below one AdamW step (lr 1e-3): the attention key
+        # biases start at 0 and have an exact gradient of 0, so they hold only rounding noise.
+        assert float((w1[key] - w2[key]).norm()) < 1e-4 * float(w1[key].norm()) + 1e-7, key
         moved += int(key in base and not torch.equal(base[key], w1[key]))
     assert moved > 0  # training changed the weights
 

@@ -1,5 +1,7 @@
-"""Training jobs for the UI: the cap holds under parallel starts, abandoned runs are stopped and
-freed, snapshots are copies, and a real run reports its curves."""
+"""Training jobs for the UI: the cap holds under parallel starts, a run lives as long as its session
+and no longer, the classroom limits (one run per client, tokens per step, time per run, threads)
+hold, only the teacher key reaches other sessions' runs, snapshots are copies, and a real run
+reports its curves."""
 
 import gc
 import threading
@@ -32,8 +34,10 @@ class FakeModel(nn.Module):
         self.w = nn.Parameter(torch.zeros(4))
 
 
-def fake_train(model, tokenizer, texts, variants, *, on_event, stop):
+def fake_train(model, tokenizer, texts, variants, *, on_event, stop, eval_texts=None):
     """Stands in for train_variants: one "step" every 10 ms until stopped, on a copy of the model."""
+    fake_train.threads.append(torch.get_num_threads())
+    fake_train.eval_texts.append(eval_texts)
     copies = {name: FakeModel() for name in variants}
     fake_train.copies.extend(weakref.ref(m) for m in copies.values())
     step = 0
@@ -47,6 +51,8 @@ def fake_train(model, tokenizer, texts, variants, *, on_event, stop):
 
 
 fake_train.copies = []
+fake_train.threads = []
+fake_train.eval_texts = []
 
 
 def wait_for(condition, timeout=30.0):
@@ -112,7 +118,7 @@ def test_abandoned_run_is_stopped_and_its_model_freed():
         now[0] = 100.0  # ... and the other page has been silent for 100 s
         assert abandoned.wait(10)  # the watchdog thread stopped it
         assert abandoned.status == "stopped"
-        assert "stopped checking" in abandoned.snapshot().message
+        assert "gone" in abandoned.snapshot().message
         assert abandoned.model_freed
         gc.collect()
         assert fake_train.copies[0]() is None  # nothing keeps the trained copy alive
@@ -210,3 +216,150 @@ def test_environment_sets_the_defaults(monkeypatch):
     assert jobs.default_max_runs() == (2 if torch.cuda.is_available() else 1)
     assert jobs.default_abandon_s() == jobs.DEFAULT_ABANDON_S
     assert jobs.get_manager() is jobs.get_manager()
+
+
+# ------------------------------------------------------------------ a run lives with its session
+
+
+def test_a_run_lives_while_its_session_is_alive_on_any_page():
+    """Issue 16 item 4: a session on another page polls nothing, but it is alive, so its run goes on;
+    once the session is gone for abandon_s, the run is stopped and freed."""
+    now = [0.0]
+    session = {"alive": True}
+    manager = jobs.RunManager(max_runs=1, abandon_s=60, watchdog=False, train_fn=fake_train,
+                              clock=lambda: now[0], max_run_s=3600)
+    try:
+        run = manager.submit(FakeModel(), None, ["t"], {"a": CFG}, alive=lambda: session["alive"])
+        assert wait_for(lambda: run.snapshot().step > 0)
+        for t in range(0, 600, 5):  # ten minutes on the Predictions page: nobody asks for a snapshot
+            now[0] = float(t)
+            assert manager.reap() == []
+        assert run.status == "running"
+        session["alive"] = False  # the tab is closed
+        now[0] = 640.0
+        assert manager.reap() == []  # a reload reconnects within abandon_s
+        now[0] = 661.0
+        assert manager.reap() == [run]
+        assert run.wait(10) and run.status == "stopped" and "gone" in run.snapshot().message
+        assert run.model_freed and run.alive is None
+    finally:
+        manager.shutdown()
+
+
+def test_a_broken_session_check_does_not_keep_a_run_forever():
+    now = [0.0]
+
+    def broken():
+        raise RuntimeError("no runtime")
+
+    manager = jobs.RunManager(max_runs=1, abandon_s=10, watchdog=False, train_fn=fake_train, clock=lambda: now[0])
+    try:
+        run = manager.submit(FakeModel(), None, ["t"], {"a": CFG}, alive=broken)
+        now[0] = 11.0
+        assert manager.reap() == [run]
+    finally:
+        manager.shutdown()
+
+
+# ------------------------------------------------------------------ classroom limits
+
+
+def test_one_queued_or_running_run_per_client():
+    """Issue 16 item 7: five tabs of one student hold one run, not the slot and the whole queue."""
+    manager = jobs.RunManager(max_runs=1, max_queue=4, watchdog=False, train_fn=fake_train)
+    try:
+        first = manager.submit(FakeModel(), None, ["t"], {"a": CFG}, client="ip:10.0.0.7")
+        for _ in range(4):
+            with pytest.raises(jobs.BusyError, match="already have a training run"):
+                manager.submit(FakeModel(), None, ["t"], {"a": CFG}, client="ip:10.0.0.7")
+        other = manager.submit(FakeModel(), None, ["t"], {"a": CFG}, client="ip:10.0.0.8")
+        assert other.status == "queued" and manager.counts()["queued"] == 1
+        first.stop()
+        assert first.wait(10)
+        again = manager.submit(FakeModel(), None, ["t"], {"a": CFG}, client="ip:10.0.0.7")  # its turn again
+        assert again.status == "queued"
+    finally:
+        manager.shutdown()
+
+
+@pytest.mark.parametrize("batch, seq_len, checkpointing, ok", [
+    (8, 64, False, True), (16, 256, False, True), (32, 256, False, False), (32, 256, True, True),
+    (64, 256, True, True), (64, 512, True, False)])
+def test_tokens_per_step_budget_offers_checkpointing(batch, seq_len, checkpointing, ok):
+    manager = jobs.RunManager(max_runs=1, watchdog=False, train_fn=fake_train, max_step_tokens=4096)
+    cfg = TrainConfig(steps=5, batch_size=batch, seq_len=seq_len, gradient_checkpointing=checkpointing)
+    try:
+        if ok:
+            manager.submit(FakeModel(), None, ["t"], {"a": cfg}).stop()
+        else:
+            with pytest.raises(InputError, match="tokens per step") as info:
+                manager.submit(FakeModel(), None, ["t"], {"a": cfg})
+            assert ("checkpointing" in str(info.value)) and manager.counts()["running"] == 0
+    finally:
+        manager.shutdown()
+
+
+def test_a_run_stops_at_the_wall_time_cap_and_keeps_its_curves():
+    manager = jobs.RunManager(max_runs=1, watch_interval_s=0.05, train_fn=fake_train, max_run_s=0.5)
+    try:
+        run = manager.submit(FakeModel(), None, ["t"], {"a": CFG})
+        assert run.wait(20)
+        snap = run.snapshot()
+        assert snap.status == "stopped" and "time limit" in snap.message
+        assert 0 < snap.step < 1000 and len(snap.variants["a"].steps) == snap.step
+    finally:
+        manager.shutdown()
+
+
+def test_runs_use_the_capped_thread_count_and_get_their_held_out_text():
+    fake_train.threads.clear(), fake_train.eval_texts.clear()
+    manager = jobs.RunManager(max_runs=1, watchdog=False, train_fn=fake_train, threads=1)
+    before = torch.get_num_threads()
+    try:
+        run = manager.submit(FakeModel(), None, ["t"], {"a": CFG}, eval_texts=["held out."])
+        assert wait_for(lambda: fake_train.threads)
+        run.stop()
+        assert fake_train.threads == [1] and fake_train.eval_texts == [["held out."]]
+    finally:
+        manager.shutdown()
+    assert jobs.cap_threads(before) == before == torch.get_num_threads()
+
+
+def test_environment_sets_the_limits(monkeypatch):
+    monkeypatch.setenv("MLMLAB_MAX_STEP_TOKENS", "2048")
+    monkeypatch.setenv("MLMLAB_MAX_RUN_S", "90")
+    monkeypatch.setenv("MLMLAB_TORCH_THREADS", "3")
+    assert (jobs.default_max_step_tokens(), jobs.default_max_run_s(), jobs.default_threads()) == (2048, 90.0, 3)
+    monkeypatch.delenv("MLMLAB_TORCH_THREADS")
+    assert 1 <= jobs.default_threads() <= max(1, (jobs._cores() + 1) // 2)
+
+
+# ------------------------------------------------------------------ the teacher's view
+
+
+def test_only_the_teacher_key_sees_and_stops_other_sessions_runs(monkeypatch):
+    monkeypatch.delenv(jobs.TEACHER_KEY_ENV, raising=False)
+    now = [0.0]
+    manager = jobs.RunManager(max_runs=2, watchdog=False, train_fn=fake_train, clock=lambda: now[0])
+    try:
+        a = manager.submit(FakeModel(), None, ["t"], {"a": CFG}, label="student A", client="ip:10.0.0.1")
+        b = manager.submit(FakeModel(), None, ["t"], {"a": CFG}, label="student B", client="ip:10.0.0.2")
+        with pytest.raises(InputError, match="No teacher key"):
+            manager.teacher_runs("")
+        monkeypatch.setenv(jobs.TEACHER_KEY_ENV, "s3cret-key")
+        for wrong in (None, "", "s3cret", "S3CRET-KEY"):
+            with pytest.raises(InputError, match="Wrong teacher key"):
+                manager.teacher_runs(wrong)
+            with pytest.raises(InputError, match="Wrong teacher key"):
+                manager.teacher_stop(wrong, a.run_id)
+        assert a.status == "running"
+        now[0] = 50.0
+        seen = manager.teacher_runs("s3cret-key")
+        assert {s.label for s in seen} == {"student A", "student B"}
+        assert a.last_polled == 0.0  # the teacher looking does not keep a run alive
+        assert manager.teacher_stop("s3cret-key", a.run_id) is True
+        assert a.wait(10) and a.status == "stopped" and "teacher" in a.snapshot().message
+        assert b.status == "running"
+        assert manager.teacher_stop("s3cret-key", "nosuchid") is False
+    finally:
+        manager.shutdown()

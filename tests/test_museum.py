@@ -114,6 +114,25 @@ def test_labels_never_ignored_shows_its_parts(batch, exhibits):
     assert ("above" if e.wrong_value > e.right_value else "below") in e.why
 
 
+@pytest.mark.parametrize("strategy", ["token", "whole_word", "span", "exact_count"])
+def test_hard_coded_special_ids_expose_cls_and_sep_under_every_rule(tokenizer, strategy):
+    """The exhibit says [CLS] and [SEP] "get masked" with the bug. Under whole-word and span masking the buggy
+    draw used the tokenizer's word ids, where [CLS]/[SEP] have none (-1), so it never selected one (0 in 20
+    seeds): the exhibit's own numbers contradicted its text. At p = 0.5, over 10 seeds, some are selected."""
+    from mlm_core.bundled import workshop_sentences
+    from mlm_core.losses import pick_sentences
+
+    selected = 0
+    for seed in range(10):
+        b = loss_batch(None, tokenizer, pick_sentences(workshop_sentences(), 8, seed),
+                       MaskingConfig(strategy=strategy, mlm_probability=0.5), seed=seed)
+        e = EXHIBITS["special_ids_hardcoded"](b)
+        assert e.wrong_value == 16 and e.right_value == 0  # [CLS] and [SEP] of 8 rows left open
+        selected += e.details["special tokens selected in this draw (buggy)"]
+        assert e.details["special tokens selected (correct)"] == 0
+    assert selected > 0
+
+
 def test_random_overwritten_one_order():
     """Random first, then [MASK]: the bug leaves r(1 − m) random and (1 − r)(1 − m) unchanged; the fix in
     the same order gives r and 1 − m − r. Shares over 200 copies, within 4 standard errors."""
@@ -196,6 +215,59 @@ def test_audit_passes_mask_tokens_batch(tokenizer):
         checks = audit_batch(original, inputs, labels, tokenizer=tokenizer, config=MaskingConfig())
         assert all(isinstance(c, AuditCheck) for c in checks) and len(checks) == 5
         assert _failed(checks) == {}, checks
+
+
+@pytest.mark.parametrize("strategy", ["exact_count", "span"])
+def test_audit_expects_the_rules_own_count(tokenizer, strategy):
+    """A correct batch of 256 workshop sentences masked by exact count or span passes the audit with that rule.
+    These rules fix each row's count from its length (Google's count: ~18.6% of the tokens of short sentences),
+    so a test against p = 15% ± 4 standard errors failed 19 exact-count batches of 20 and blamed 'labels never
+    ignored'. A row past its count fails (the old test let two extra labels in one row pass, for both rules)."""
+    from mlm_core.bundled import workshop_sentences
+
+    config = MaskingConfig(strategy=strategy)
+    enc = encode(tokenizer, workshop_sentences()[:256], max_length=64)
+    for seed in range(3):
+        result = mask_batch(tokenizer, enc, config, torch.Generator().manual_seed(seed))
+        assert _failed(audit_batch(enc.input_ids, result.input_ids, result.labels, tokenizer=tokenizer,
+                                   config=config)) == {}
+    labels = result.labels.clone()
+    row = 0
+    extra = ((labels[row] == IGNORE_INDEX) & (enc.special_tokens_mask[row] == 0)).nonzero().flatten()[:2]
+    labels[row, extra] = enc.input_ids[row, extra]  # two more selected tokens (left as they are) in row 0
+    failed = _failed(audit_batch(enc.input_ids, result.input_ids, labels, tokenizer=tokenizer, config=config))
+    assert failed.get("Selection rate") == "labels_never_ignored"
+
+
+def test_audit_tests_the_split_per_span_when_a_span_shares_one_decision(tokenizer):
+    """Per-span replacement (SpanBERT §3.1): the tokens of a span share one decision, so the per-token
+    [MASK]/random/unchanged shares vary more than a per-token binomial says. On 64 workshop passages of ~100
+    tokens (spans kept ~3 words long), correct batches failed the 80/10/10 check 15 times in 100 seeds;
+    with the spread of the runs' decisions (design effect), at most 2 of 60 may fail (before: ~9 expected).
+    A real fault (every selected token [MASK]) still fails."""
+    from mlm_core.bundled import workshop_sentences
+
+    texts, current, n = [], [], 0
+    for sentence in workshop_sentences():
+        current.append(sentence)
+        n += len(tokenizer.tokenize(sentence))
+        if n >= 100:
+            texts.append(" ".join(current))
+            current, n = [], 0
+        if len(texts) == 64:
+            break
+    enc = encode(tokenizer, texts, max_length=128)
+    config = MaskingConfig(strategy="span")
+    failures = 0
+    for seed in range(60):
+        result = mask_batch(tokenizer, enc, config, torch.Generator().manual_seed(seed), trace=False)
+        failures += "80/10/10 split" in _failed(audit_batch(enc.input_ids, result.input_ids, result.labels,
+                                                            tokenizer=tokenizer, config=config))
+    assert failures <= 2, failures
+    all_mask = torch.where(result.labels != IGNORE_INDEX, torch.full_like(result.input_ids, tokenizer.mask_token_id),
+                           result.input_ids)
+    failed = _failed(audit_batch(enc.input_ids, all_mask, result.labels, tokenizer=tokenizer, config=config))
+    assert failed.get("80/10/10 split") == "loss_only_at_mask"
 
 
 def test_audit_flags_each_planted_fault(tokenizer):

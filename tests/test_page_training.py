@@ -1,4 +1,5 @@
-"""AppTest of the Training page: configure, start, see progress and curve data, stop."""
+"""AppTest of the Training page: the default lesson, start, progress, probes and curve data, stop;
+the other lessons' variants; limits and the teacher view; the run's status in every page's sidebar."""
 
 import json
 import time
@@ -9,6 +10,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 PAGE = Path(__file__).resolve().parent.parent / "pages" / "training.py"
+HOME = Path(__file__).resolve().parent.parent / "pages" / "home.py"
 
 
 @pytest.fixture(autouse=True)
@@ -29,42 +31,73 @@ def charts(at):
     return out
 
 
-def test_start_progress_curves_stop():
-    at = AppTest.from_file(str(PAGE), default_timeout=120)
-    at.run()
-    assert not at.exception
-    assert at.button(key="training_start").label == "▶ Start training"
-    assert at.button(key="training_stop").label == "■ Stop run"
-    at.slider(key="training_steps").set_value(200)  # long enough that we stop it
-    at.select_slider(key="training_batch").set_value(2)
-    at.select_slider(key="training_seq_len").set_value(32)
-    at.number_input(key="training_eval_every").set_value(2)
-    at.multiselect(key="training_variants").set_value(["full", "weighted"])
-    at.run()
-    assert not at.exception
-    at.button(key="training_start").click().run()
-    assert not at.exception
-    run = at.session_state["training_run"]
+def frame(at, *columns):
+    """The first dataframe on the page that has these columns (AppTest finds dataframes by position)."""
+    for element in at.dataframe:
+        if set(columns) <= set(element.value.columns):
+            return element.value
+    raise AssertionError(f"no dataframe with columns {columns}")
 
-    # AppTest does not tick run_every fragments: rerun until the run reports progress.
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
+
+def page(**state):
+    at = AppTest.from_file(str(PAGE), default_timeout=120)
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.run()
+    assert not at.exception
+    return at
+
+
+def poll(at, run, done, timeout=240):
+    """AppTest does not tick run_every fragments: rerun until `done(snapshot)`."""
+    deadline = time.monotonic() + timeout
+    snap = run.snapshot()
+    while time.monotonic() < deadline and not done(snap):
         time.sleep(0.5)
         at.run()
         assert not at.exception
         snap = run.snapshot()
-        if snap.step >= 3 and all(v.evals and len(v.evals) >= 2 for v in snap.variants.values()):
-            break
+    return snap
+
+
+def test_default_lesson_is_the_gazetteer_with_its_probes():
+    at = page()
+    assert at.radio(key="training_lesson").value == "facts"
+    assert at.radio(key="training_source").value == "Veldoria gazetteer"
+    assert any("Veldoria" in c.value and "never used to build the default model" in c.value for c in at.caption)
+    # the tiny model (this test's sidebar model) gets the from-scratch defaults, each with its reason
+    assert at.select_slider(key="training_lr_facts_1").value == 1e-3
+    why = frame(at, "setting", "default", "why")
+    assert {"steps", "learning rate", "warmup steps", "max grad norm"} <= set(why["setting"])
+    assert why["why"].str.len().min() > 30
+
+
+def test_start_progress_probes_curves_stop():
+    at = page()
+    at.slider(key="training_steps_facts_1").set_value(300)  # long enough that we stop it
+    at.select_slider(key="training_batch").set_value(2)
+    at.select_slider(key="training_seq_len").set_value(32)
+    at.number_input(key="training_eval_every_facts_1").set_value(2)
+    at.run()
+    at.button(key="training_start").click().run()
+    assert not at.exception
+    run = at.session_state["training_run"]
+    snap = poll(at, run, lambda s: s.step >= 3 and all(len(v.evals) >= 2 for v in s.variants.values()))
     assert snap.step >= 3, snap
     at.run()
     progress = [p for p in at.get("progress")]
-    assert progress and "step" in progress[0].proto.text
-    specs = [s for s in charts(at).values()]
+    assert progress and any("step" in p.proto.text for p in progress)
+    specs = list(charts(at).values())
     loss = next(s for s in specs if "Training loss" in json.dumps(s.get("layout", {}).get("title", "")))
-    names = {trace.get("name") for trace in loss["data"]}
-    assert {"Full cross-entropy", "Weighted by frequency"} <= names
     ys = [y for trace in loss["data"] for y in (trace.get("y") or []) if y is not None]
-    assert len(ys) >= 6 and all(y > 0 for y in ys)
+    assert len(ys) >= 3 and all(y > 0 for y in ys)
+    held = next(s for s in specs if "held-out loss" in json.dumps(s.get("layout", {})))
+    assert any("[MASK] positions only" in (t.get("name") or "") for t in held["data"])
+    # the probes: the gazetteer's from-scratch probes, with the hidden word's rank
+    table = frame(at, "sentence", "answer", "answer's rank now")
+    assert list(table["answer"]) == ["the", ".", "the", "of", "whistle"]
+    assert table["answer's rank now"].min() >= 1
+    assert any("probes answered right" in m.label for m in at.metric)
 
     at.button(key="training_stop").click().run()
     assert not at.exception
@@ -72,44 +105,90 @@ def test_start_progress_curves_stop():
     assert run.status == "stopped"
     at.run()
     assert not at.exception
-    assert at.session_state["training_run"].snapshot().step < 200
+    assert at.session_state["training_run"].snapshot().step < 300
     assert at.get("download_button")  # the CSV export
-    assert at.get("arrow_data_frame") or at.get("dataframe")
+    results = frame(at, "variant", "held-out loss")
+    assert {"[MASK]-only loss", "MLM perplexity", "held-out loss at start", "steps clipped"} <= set(results.columns)
     assert at.button(key="training_start").disabled is False
 
 
-def test_lesson_preset_builds_two_clipping_variants():
-    at = AppTest.from_file(str(PAGE), default_timeout=120)
-    at.run()
+def test_lr_lesson_races_clipping_off_on_and_a_sensible_rate():
+    at = page()
     at.radio(key="training_lesson").set_value("lr_too_high").run()
     assert not at.exception
-    assert any("clipping" in info.value for info in at.info)
-    assert at.select_slider(key="training_lr_lr_too_high_True").value == 3e-2
+    assert any("clipped" in info.value for info in at.info)
+    assert at.select_slider(key="training_lr_lr_too_high_1").value == 3e-2
+
+
+def test_masking_lesson_races_static_against_dynamic_masks():
+    at = page()
+    at.radio(key="training_lesson").set_value("masking").run()
+    at.slider(key="training_steps_masking_1").set_value(20)
+    at.select_slider(key="training_static_copies").set_value(2)
+    at.run()
+    at.button(key="training_start").click().run()
+    assert not at.exception
+    run = at.session_state["training_run"]
+    configs = run.snapshot().configs
+    run.stop()
+    assert run.wait(120)
+    assert sorted(c["mask_copies"] for c in configs.values()) == [0, 2]
+
+
+def test_a_step_over_the_token_budget_is_refused_with_advice():
+    at = page()
+    at.select_slider(key="training_batch").set_value(64)
+    at.select_slider(key="training_seq_len").set_value(256)
+    at.run()
+    at.button(key="training_start").click().run()
+    assert not at.exception
+    assert any("gradient checkpointing" in e.value for e in at.error)
+    assert "training_run" not in at.session_state
 
 
 def test_empty_paste_is_a_warning_not_a_crash():
-    at = AppTest.from_file(str(PAGE), default_timeout=120)
-    at.run()
+    at = page()
     at.radio(key="training_source").set_value("Paste text").run()
     assert not at.exception
     assert at.warning and "empty" in at.warning[0].value
     assert at.button(key="training_start").disabled
 
 
-def test_a_vocabulary_from_the_tokenizer_page_trains_the_tiny_model():
-    """The Tokenizer page hands a trained vocabulary over; the Training page builds a tiny model of that size."""
-    import ui
-    from mlm_core.bundled import workshop_sentences
-    from mlm_core.vocab import train_tokenizer
+def test_the_teacher_view_needs_the_key(monkeypatch):
+    assert not any("Teacher" in e.label for e in page().expander)  # no key set: no teacher view at all
+    monkeypatch.setenv("MLMLAB_TEACHER_KEY", "k3y")
+    at = page()
+    assert any("Teacher" in e.label for e in at.expander)
+    at.text_input(key="training_teacher_key").set_value("wrong").run()
+    assert any("Wrong teacher key" in w.value for w in at.warning)
+    at.text_input(key="training_teacher_key").set_value("k3y").run()
+    assert not at.exception
+    assert frame(at, "run", "what", "status") is not None
 
-    vocab = train_tokenizer(workshop_sentences()[:300], 600)
-    at = AppTest.from_file(str(PAGE), default_timeout=120)
-    at.session_state[ui.KEYS.trained_tokenizer] = vocab
-    at.run()
-    assert not at.exception
-    options = at.radio(key="training_model").options
-    assert any(vocab.label in o for o in options)
-    at.radio(key="training_model").set_value("tiny-random+vocab").run()
-    assert not at.exception
-    model = ui.cached_tiny_for_vocab(vocab, f"{vocab.algorithm}-{vocab.vocab_size}-{vocab.corpus_hash}")[0]
-    assert model.config.vocab_size == len(vocab.tokenizer)
+
+def test_every_page_shows_the_runs_status_in_the_sidebar():
+    """Issue 16 item 4: the run's progress is in the sidebar of another page, which keeps polling it."""
+    from mlm_core import jobs
+    from mlm_core.training import TrainConfig, TrainEvent, TrainResult
+
+    def slow_train(model, tokenizer, texts, variants, *, on_event, stop, **kwargs):
+        step = 0
+        while not stop.is_set() and step < 500:
+            step += 1
+            for name in variants:
+                on_event(TrainEvent("step", name, step, 500, {"step": step, "loss": 1.0}))
+            time.sleep(0.01)
+        return {name: TrainResult(name=name, config=cfg, steps_done=step, stopped=True) for name, cfg in variants.items()}
+
+    manager = jobs.RunManager(max_runs=1, watchdog=False, train_fn=slow_train)
+    run = manager.submit(None, None, ["t"], {"a": TrainConfig(steps=500)})
+    try:
+        at = AppTest.from_file(str(HOME), default_timeout=120)
+        at.session_state["training_run"] = run
+        run.last_polled = -1e9
+        at.run()
+        assert not at.exception
+        assert any("Training run: running" in p.proto.text for p in at.sidebar.get("progress"))
+        assert run.last_polled > 0  # the other page's sidebar looked at the run
+    finally:
+        manager.shutdown()

@@ -127,6 +127,23 @@ def test_short_texts_are_packed(tok):
     assert bool((chunks.word_ids[chunks.special_tokens_mask.bool()] == -1).all())
 
 
+def test_exact_count_masking_counts_each_rows_own_length(tok):
+    """Issue 14 item 2: a short row padded to seq_len gets round(n * p) selections for its own n
+    tokens ([CLS] and [SEP] included, as Google counts), not round(seq_len * p)."""
+    long_row = make_chunks(tok, [" ".join(CORPUS[:8])], seq_len=64, overlap=4).take([0])
+    short_row = make_chunks(tok, [SENTENCE], seq_len=64, overlap=4)  # 7 tokens + [CLS] [SEP], 55 [PAD]
+    batch = training.Chunks(*(torch.cat([getattr(long_row, f), getattr(short_row, f)])
+                              for f in ("input_ids", "attention_mask", "special_tokens_mask", "word_ids")))
+    config = MaskingConfig(strategy="exact_count", mlm_probability=0.15)
+    _, labels = training._mask_rows(batch, config, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+                                    special_ids=tuple(tok.all_special_ids), seeds=[11, 12])
+    lengths = batch.attention_mask.sum(1).tolist()
+    assert lengths[1] == 9 and lengths[0] > 40
+    for row, n in enumerate(lengths):
+        expected = min(config.max_predictions, max(1, round(n * config.mlm_probability)))
+        assert int((labels[row] != IGNORE_INDEX).sum()) == expected, (row, n)
+
+
 def test_empty_corpus_is_an_input_error(tok, model):
     with pytest.raises(InputError, match="empty"):
         train(model, tok, ["  ", ""], quick())
@@ -219,27 +236,81 @@ def test_identical_variants_give_identical_curves(tok, model):
     assert [r["loss"] for r in results["a"].steps] == [r["loss"] for r in results["b"].steps]
 
 
+def test_static_masks_repeat_and_dynamic_masks_do_not(tok, model, monkeypatch):
+    """Static masking (BERT's dupe_factor) reuses each chunk's masks epoch after epoch; dynamic masking
+    (RoBERTa, section 4.1) draws new ones; both race on the same chunks in the same order."""
+    seen = []
+    forward = training._MaskedLMStep.forward
+
+    def spy(self, input_ids, attention_mask, labels):
+        seen.append((id(self), input_ids.clone(), labels.clone()))
+        return forward(self, input_ids, attention_mask, labels)
+
+    monkeypatch.setattr(training._MaskedLMStep, "forward", spy)
+    texts = CORPUS[:8]  # one distinct sentence per chunk, so a chunk is known by its tokens
+    base = quick(steps=12, batch_size=4, seq_len=12, chunk_overlap=2, eval_every=100)
+    chunks = make_chunks(tok, texts, seq_len=12, overlap=2)
+    assert len(chunks) == 8 and len({tuple(r.tolist()) for r in chunks.input_ids}) == 8
+    variants = {"dynamic": TrainConfig(**{**base.to_dict(), "masking": base.masking, "mask_copies": 0}),
+                "static": TrainConfig(**{**base.to_dict(), "masking": base.masking, "mask_copies": 1}),
+                "static2": TrainConfig(**{**base.to_dict(), "masking": base.masking, "mask_copies": 2})}
+    train_variants(model, tok, texts, variants)
+    by_variant: dict[int, list] = {}
+    for key, ids, labels in seen:
+        by_variant.setdefault(key, []).append((ids, labels))
+    masks = []  # per variant: [(chunk as a tuple of original ids, its selected positions), ...] in order
+    for calls in by_variant.values():
+        rows = []
+        for ids, labels in calls:
+            original = torch.where(labels != IGNORE_INDEX, labels, ids)
+            rows += [(tuple(o.tolist()), tuple((l != IGNORE_INDEX).nonzero().flatten().tolist()))
+                     for o, l in zip(original, labels)]
+        masks.append(rows)
+    dynamic, static, static2 = masks
+    assert [c for c, _ in dynamic] == [c for c, _ in static] == [c for c, _ in static2]  # same chunks, same order
+
+    def masks_per_chunk(rows):
+        out: dict[tuple, list] = {}
+        for chunk, positions in rows:
+            out.setdefault(chunk, []).append(positions)
+        return out
+
+    for chunk, draws in masks_per_chunk(static).items():
+        assert len(set(draws)) == 1, "static: one mask per chunk, every epoch"
+    two = masks_per_chunk(static2)
+    assert all(len(set(d)) <= 2 and d[0::2] == [d[0]] * len(d[0::2]) for d in two.values())
+    repeated = [d for d in masks_per_chunk(dynamic).values() if len(d) >= 3]
+    assert repeated and sum(len(set(d)) > 1 for d in repeated) >= len(repeated) * 0.8, "dynamic: fresh masks"
+
+
 def test_variants_must_share_data_settings(tok, model):
     with pytest.raises(InputError, match="seq_len"):
         train_variants(model, tok, CORPUS, {"a": quick(), "b": quick(seq_len=32)})
 
 
 def test_evaluation_is_full_cross_entropy(tok, model):
+    """Issue 14 item 11: the loss (and MLM perplexity) averages over every selected position, as
+    Hugging Face's run_mlm.py; mask_loss is the same cross-entropy at the [MASK] positions alone."""
     chunks = make_chunks(tok, CORPUS, seq_len=24, overlap=4)
     gen = torch.Generator().manual_seed(0)
     labels = torch.where(torch.rand(chunks.input_ids.shape, generator=gen) < 0.3, chunks.input_ids,
                          torch.full_like(chunks.input_ids, IGNORE_INDEX))
     labels[chunks.special_tokens_mask.bool()] = IGNORE_INDEX
-    inputs = torch.where(labels != IGNORE_INDEX, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
+    shown_mask = (labels != IGNORE_INDEX) & (torch.rand(labels.shape, generator=gen) < 0.8)  # the rest unchanged
+    inputs = torch.where(shown_mask, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
     counts = training.token_counts(chunks, len(tok))
-    eval_set = training._EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 5)
+    eval_set = training._EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 5,
+                                 mask_token_id=tok.mask_token_id)
     got = evaluate(model, eval_set)
     with torch.no_grad():
         logits = model(input_ids=inputs, attention_mask=chunks.attention_mask).logits
     selected = labels != IGNORE_INDEX
     expected = F.cross_entropy(logits[selected], labels[selected])
     assert got["loss"] == pytest.approx(float(expected), rel=1e-5)
-    assert got["perplexity"] == pytest.approx(math.exp(float(expected)), rel=1e-5)
+    assert got["mlm_perplexity"] == pytest.approx(math.exp(float(expected)), rel=1e-5)
+    at_mask = F.cross_entropy(logits[shown_mask], labels[shown_mask])
+    assert 0 < got["mask_tokens"] == int(shown_mask.sum()) < int(selected.sum())
+    assert got["mask_loss"] == pytest.approx(float(at_mask), rel=1e-5)
     top1 = (logits[selected].argmax(-1) == labels[selected]).float().mean()
     assert got["top1"] == pytest.approx(float(top1))
     assert sum(got[f"{b}_tokens"] for b in training.BUCKETS) == got["masked_tokens"] == int(selected.sum())
@@ -286,12 +357,55 @@ def test_gradient_checkpointing_gives_the_same_losses(tok, model):
     assert [r["loss"] for r in ckpt.steps] == pytest.approx([r["loss"] for r in plain.steps], rel=1e-5)
 
 
-def test_accumulation_matches_one_big_batch(tok, model):
-    one = train(model, tok, CORPUS, quick(steps=3))
-    acc = train(model, tok, CORPUS, quick(steps=3, grad_accum_steps=2))
-    # same examples and masks; the loss is a mean of the two halves' means instead of one mean
+def _step_gradients(monkeypatch):
+    """Spy on the loop: every step's flattened gradient (before clipping) and each forward's masked count."""
+    grads, masked = [], []
+    finish, forward = training._Optimizer.finish, training._MaskedLMStep.forward
+
+    def finish_spy(self, skip):
+        grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
+                                for p in self.params]).clone())
+        return finish(self, skip)
+
+    def forward_spy(self, input_ids, attention_mask, labels):
+        masked.append(int((labels != IGNORE_INDEX).sum()))
+        return forward(self, input_ids, attention_mask, labels)
+
+    monkeypatch.setattr(training._Optimizer, "finish", finish_spy)
+    monkeypatch.setattr(training._MaskedLMStep, "forward", forward_spy)
+    return grads, masked
+
+
+@pytest.mark.parametrize("loss", ["full", "weighted"])
+def test_accumulation_matches_one_big_batch(tok, model, monkeypatch, loss):
+    """Issue 14 item 9: 4 micro-batches of uneven masked counts give one batch's loss and gradient."""
+    grads, masked = _step_gradients(monkeypatch)
+    cfg = dict(steps=2, batch_size=8, loss=loss, dropout=False, amp="off", max_grad_norm=None)
+    one = train(model, tok, CORPUS, quick(**cfg))
+    one_grads = list(grads)
+    grads.clear(), masked.clear()
+    acc = train(model, tok, CORPUS, quick(**cfg, grad_accum_steps=4))
+    assert len(set(masked[:4])) > 1, f"the test needs micro-batches of uneven size, got {masked[:4]}"
     assert [r["masked_tokens"] for r in acc.steps] == [r["masked_tokens"] for r in one.steps]
-    assert all(math.isfinite(r["loss"]) for r in acc.steps)
+    assert [r["loss"] for r in acc.steps] == pytest.approx([r["loss"] for r in one.steps], abs=1e-5)
+    for g_one, g_acc in zip(one_grads, grads, strict=True):
+        assert float((g_one - g_acc).norm() / g_one.norm()) < 1e-5
+
+
+def test_exact_count_masks_each_row_by_its_own_length(tok, model):
+    """Issue 14.2 in the loop: Google's exact count is min(20, max(1, round(p · n))) with n the row's own
+    length ([CLS]/[SEP] included, padding not). Training used to call mask_tokens without the attention
+    mask, so exact_count stopped with an InputError (and before that counted every padded row as T long)."""
+    chunks = make_chunks(tok, ["The cat sat.", " ".join(CORPUS)], seq_len=48, overlap=4)
+    lengths = chunks.attention_mask.sum(1)
+    assert int(lengths.min()) < 48, "a short, padded row"
+    masking = MaskingConfig(strategy="exact_count")
+    _, labels = training._mask_rows(chunks, masking, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+                                    special_ids=training._special_ids(tok), seeds=range(len(chunks)))
+    expected = [min(20, max(1, round(0.15 * int(n)))) for n in lengths]
+    assert (labels != IGNORE_INDEX).sum(1).tolist() == expected
+    result = train(model, tok, CORPUS, quick(steps=2, masking=masking))
+    assert all(math.isfinite(r["loss"]) for r in result.steps if not r["skipped"])
 
 
 def test_zero_selection_batch_gives_no_nan(tok, model):
@@ -299,7 +413,7 @@ def test_zero_selection_batch_gives_no_nan(tok, model):
     keys = ("loss", "grad_norm", "lr", "tokens_per_s")
     assert finite_or_none(result.steps, keys)
     assert all(r["skipped"] and r["loss"] is None for r in result.steps)
-    assert finite_or_none(result.evals, ("loss", "perplexity", "top1", "top5"))
+    assert finite_or_none(result.evals, ("loss", "mlm_perplexity", "mask_loss", "top1", "top5"))
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), result.model.state_dict().values()))
 
 
@@ -360,3 +474,70 @@ def test_figures_draw_gaps_not_nans():
                                                           "probs": [0.6, 0.3]}]}]
     fig = figs.probe_figure(probe)
     assert fig.data[0].marker.color == ("#2f9e44", "#1c7ed6")  # the hidden word in green
+    # an untrained model's tiny probabilities stay readable: the axis fits them, the rank is in the title
+    tiny = [{"text": "the [MASK] sat", "predictions": [{"position": 2, "answer": "cat", "tokens": ["the", "."],
+                                                         "probs": [4e-5, 3e-5], "answer_prob": 1e-5,
+                                                         "answer_rank": 812}]}]
+    fig = figs.probe_figure(tiny)
+    assert fig.layout.xaxis.range[1] < 1e-4 and fig.data[0].text == ("3.0e-05", "4.0e-05")
+    assert "rank 812" in fig.layout.annotations[0].text
+    evals["a"][0]["mask_loss"] = 3.5
+    assert any("[MASK] positions only" in t.name for t in figs.eval_figure(evals).data)
+
+
+# ---------------------------------------------------------------------------------------- lessons
+
+
+def test_every_lesson_builds_its_variants_from_defaults_that_say_why():
+    from mlm_core import training_lessons as L
+
+    texts = L.gazetteer_texts()
+    for lesson in L.LESSONS:
+        for scratch in (False, True):
+            defaults = L.lesson_defaults(lesson, from_scratch=scratch)
+            assert all(len(d.why) > 30 for d in defaults.values())
+            base = L.base_config(lesson, from_scratch=scratch, texts=texts)
+            variants = L.lesson_variants(lesson, base, from_scratch=scratch, losses=("full", "sampled"))
+            training.check_variants(variants)  # same data for every variant
+    base = L.base_config("lr_too_high", from_scratch=False, texts=texts)
+    lr = L.lesson_variants("lr_too_high", base, from_scratch=False, clip=1.0)
+    assert [c.max_grad_norm for c in lr.values()] == [None, 1.0, 1.0]
+    assert sorted({c.learning_rate for c in lr.values()}) == [L.sane_learning_rate(False), base.learning_rate]
+    masks = L.lesson_variants("masking", base, from_scratch=False, static_copies=10)
+    assert sorted(c.mask_copies for c in masks.values()) == [0, 10]
+    texts, variants = L.default_run()
+    (cfg,) = variants.values()
+    assert texts.name == "Veldoria gazetteer" and texts.held_out and cfg.loss == "full"
+    assert cfg.probe_answers == tuple(a for _, a in texts.probes) and len(cfg.probe_answers) == 5
+    with pytest.raises(InputError, match="lesson"):
+        L.lesson_defaults("nap", from_scratch=False)
+
+
+def test_probe_rows_report_the_first_and_latest_guess_and_the_answers_rank():
+    from mlm_core.training_lessons import probe_rows, probes_right
+
+    def entry(step, top, rank):
+        return {"step": step, "probes": [{"text": "the capital is [MASK] .", "predictions": [
+            {"answer": "marrow", "tokens": [top, "x"], "probs": [0.4, 0.1], "answer_prob": 0.05, "answer_rank": rank}]}]}
+
+    rows = probe_rows([entry(0, "rome", 4619), entry(10, "city", 7), entry(80, "marrow", 1)])
+    assert rows == [{"sentence": "the capital is [MASK] .", "answer": "marrow", "top-1 at step 0": "rome (40.0%)",
+                     "top-1 at step 80": "marrow (40.0%)", "answer's rank then": 4619, "answer's rank now": 1,
+                     "answer's probability now": 0.05, "right now": True}]
+    assert probes_right(entry(80, "marrow", 1)) == (1, 1) and probes_right(entry(0, "rome", 9)) == (0, 1)
+
+
+def test_probes_report_the_hidden_words_rank_and_probability(tok, model):
+    result = train(model, tok, CORPUS, quick(steps=2, probe_sentences=("the cat sat on the [MASK] .",),
+                                             probe_answers=("mat",)))
+    pred = result.probes[-1]["probes"][0]["predictions"][0]
+    with torch.no_grad():
+        ids = tok("the cat sat on the [MASK] .", return_tensors="pt")["input_ids"]
+        probs = result.model(input_ids=ids).logits[0, pred["position"]].softmax(-1)
+    mat = tok.convert_tokens_to_ids("mat")
+    assert pred["answer"] == "mat" and pred["answer_prob"] == pytest.approx(float(probs[mat]), rel=1e-4)
+    assert pred["answer_rank"] == int((probs > probs[mat]).sum()) + 1
+    with pytest.raises(InputError, match="one token"):
+        train(model, tok, CORPUS, quick(probe_sentences=("the [MASK] sat .",), probe_answers=("cat dog",)))
+    with pytest.raises(InputError, match="one answer per sentence"):
+        quick(probe_sentences=("the [MASK] sat .",), probe_answers=("cat", "dog"))

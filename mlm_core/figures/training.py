@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mlm_core.training import BUCKETS, smooth
+from mlm_core.training_lessons import percent_text
 
 PALETTE = ("#1c7ed6", "#e8590c", "#2f9e44", "#ae3ec9")
 BUCKET_COLORS = {"frequent": "#1c7ed6", "medium": "#f08c00", "rare": "#e03131"}
@@ -99,19 +100,24 @@ def lr_figure(steps: Mapping[str, Rows], height: int = 220) -> go.Figure:
 
 
 def eval_figure(evals: Mapping[str, Rows], height: int = 420) -> go.Figure:
-    """Held-out evaluation (always full cross-entropy): loss, and top-1 / top-5 accuracy, per variant."""
+    """Held-out evaluation (always full cross-entropy): loss over every selected position (solid) and at
+    the [MASK] positions alone (dashed), and top-1 / top-5 accuracy, per variant."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("held-out loss (full CE)", "held-out accuracy"))
     for i, (name, rows) in enumerate(evals.items()):
         x = [r["step"] for r in rows]
         color = _color(i)
         fig.add_trace(go.Scatter(x=x, y=[_value(r, "loss") for r in rows], mode="lines+markers", name=name,
                                  legendgroup=name, line=dict(color=color)), row=1, col=1)
+        if any(_value(r, "mask_loss") is not None for r in rows):
+            fig.add_trace(go.Scatter(x=x, y=[_value(r, "mask_loss") for r in rows], mode="lines",
+                                     name=f"{name}: [MASK] positions only", legendgroup=name,
+                                     line=dict(color=color, dash="dash")), row=1, col=1)
         fig.add_trace(go.Scatter(x=x, y=[_value(r, "top1") for r in rows], mode="lines+markers",
                                  name=f"{name} top-1", legendgroup=name, line=dict(color=color)), row=1, col=2)
         fig.add_trace(go.Scatter(x=x, y=[_value(r, "top5") for r in rows], mode="lines+markers",
                                  name=f"{name} top-5", legendgroup=name, line=dict(color=color, dash="dot")),
                       row=1, col=2)
-    fig.update_yaxes(title_text="loss", row=1, col=1)
+    fig.update_yaxes(title_text="loss (solid: all selected; dashed: [MASK] only)", row=1, col=1)
     fig.update_yaxes(title_text="accuracy (solid top-1, dotted top-5)", tickformat=".0%", row=1, col=2)
     fig.update_xaxes(title_text="step")
     fig.update_layout(height=height, legend=dict(orientation="h", y=-0.25), margin=dict(t=60, b=40))
@@ -140,22 +146,34 @@ def bucket_figure(evals: Mapping[str, Rows], metric: str = "top1", height: int =
     return fig
 
 
+def _probe_title(text: str, pred: Mapping[str, Any]) -> str:
+    answer, rank = pred.get("answer"), pred.get("answer_rank")
+    if not answer or rank is None:
+        return _short(text)
+    return f"{_short(text, 60)}<br>hidden word \"{html.escape(answer)}\": rank {rank:,}, {percent_text(pred['answer_prob'])}"
+
+
 def probe_figure(probes: Sequence[Mapping[str, Any]], title: str = "", height: int | None = None) -> go.Figure:
-    """Top-k predictions at each [MASK] of the probe sentences at one step; the hidden word in green."""
+    """Top-k predictions at each [MASK] of the probe sentences at one step, with their real probabilities
+    (the axis fits the largest, so an untrained model's tiny ones stay visible); the hidden word in
+    green, and its rank among all V tokens in the panel title."""
     # Token text goes through html.escape: plotly reads <b>, <a href=…> and entities in labels.
     panels = [(html.escape(p["text"]), pred) for p in probes for pred in p["predictions"]]
     n = max(1, len(panels))
-    fig = make_subplots(rows=n, cols=1, subplot_titles=[_short(text) for text, _ in panels] or [""],
-                        vertical_spacing=min(0.12, 0.5 / n))
+    fig = make_subplots(rows=n, cols=1, subplot_titles=[_probe_title(text, pred) for text, pred in panels] or [""],
+                        vertical_spacing=min(0.12, 0.6 / n))
     for r, (_, pred) in enumerate(panels, 1):
         raw = list(pred["tokens"])[::-1]
         probs = list(pred["probs"])[::-1]
         colors = ["#2f9e44" if t == pred.get("answer") else "#1c7ed6" for t in raw]
         tokens = [html.escape(t) for t in raw]
         fig.add_trace(go.Bar(x=probs, y=tokens, orientation="h", marker_color=colors, showlegend=False,
-                             text=[f"{p:.1%}" for p in probs], textposition="auto"), row=r, col=1)
-        fig.update_xaxes(range=[0, 1], tickformat=".0%", row=r, col=1)
-    fig.update_layout(title=title or "What the model guesses at [MASK]", height=height or 140 + 170 * n,
+                             text=[percent_text(p) for p in probs], textposition="outside",
+                             textfont=dict(size=13), cliponaxis=False), row=r, col=1)
+        top = max(probs, default=1.0)
+        fig.update_xaxes(range=[0, min(1.15, top * 1.3) if top > 0 else 1.0],
+                         tickformat=".0%" if top >= 0.05 else ".2%", row=r, col=1)
+    fig.update_layout(title=title or "What the model guesses at [MASK]", height=height or 140 + 190 * n,
                       margin=dict(t=80, b=30, l=110))
     return fig
 

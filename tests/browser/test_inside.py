@@ -4,16 +4,26 @@ and no view shows an exception box."""
 import re
 import time
 
+from playwright.sync_api import Error as PlaywrightError
+
 from tests.browser.conftest import open_page, wait_idle
 
 
 def _enlarged_title(page) -> str:
+    for chart in page.locator('[data-testid="stPlotlyChart"]').all():  # charts below the fold draw when seen
+        try:
+            chart.scroll_into_view_if_needed(timeout=2_000)
+        except PlaywrightError:  # replaced by a rerun while we looked: the next poll sees the new one
+            pass
     titles = [t for t in page.locator("text.gtitle").all_text_contents() if t and t.startswith("Layer ")]
     return titles[0] if titles else ""
 
 
 def test_click_a_head_then_every_view(page, server):
     open_page(page, server, "inside")
+    deadline = time.time() + 60
+    while time.time() < deadline and not _enlarged_title(page):
+        time.sleep(0.2)
     assert _enlarged_title(page).startswith("Layer 1, head 1:")
     grid = page.locator('[data-testid="stPlotlyChart"]').first
     grid.scroll_into_view_if_needed()

@@ -1,4 +1,5 @@
-"""Real browser: predict, train and stop; two sessions training at once; no orphaned run after a reload.
+"""Real browser: predict, train and stop; two sessions training at once; a run follows its session
+to other pages (with its status in the sidebar) and is reclaimed only once the session is gone.
 
 The server runs with MLMLAB_MAX_RUNS=2 and MLMLAB_ABANDON_S=20 (tests/browser/conftest.py).
 """
@@ -14,8 +15,19 @@ SLOW = 120_000
 
 
 def progress_text(pg) -> str:
-    bars = pg.locator('[data-testid="stProgress"]')
+    """The Training page's own progress bar (the sidebar has one too, on every page)."""
+    bars = pg.locator('[data-testid="stMain"] [data-testid="stProgress"]')
     return bars.first.inner_text() if bars.count() else ""
+
+
+def sidebar_status(pg) -> str:
+    bars = pg.locator('[data-testid="stSidebar"] [data-testid="stProgress"]')
+    return bars.first.inner_text() if bars.count() else ""
+
+
+def sidebar_step(pg) -> int:
+    m = re.search(r"step (\d+) of", sidebar_status(pg))
+    return int(m.group(1)) if m else -1
 
 
 def step_of(pg) -> int:
@@ -36,7 +48,7 @@ def start_long_run(pg, server):
     open_page(pg, server, "training")
     slider = pg.locator('[data-testid="stSlider"]').filter(has_text="Steps").locator('input[type="range"]')
     slider.focus()
-    slider.press("End")  # 500 steps: long enough to be stopped by hand
+    slider.press("End")  # 1,000 steps: long enough to be stopped by hand
     wait_idle(pg)
     pg.get_by_role("button", name="▶ Start training").click()
     wait_for(lambda: step_of(pg) >= 1, what="the first training steps")
@@ -83,3 +95,30 @@ def test_two_sessions_train_at_once_and_stop_independently(browser, server):
     finally:
         a_ctx.close()
         b_ctx.close()
+
+
+def test_a_run_follows_its_session_to_other_pages(browser, server):
+    """Issue 16 item 4: the teacher starts a run and shows other pages for longer than MLMLAB_ABANDON_S
+    (20 s here); the run keeps training, its progress is in every page's sidebar, and the sidebar's
+    link leads back to the Training page and the same run."""
+    ctx = browser.new_context()
+    pg = ctx.new_page()
+    pg.set_default_timeout(SLOW)
+    try:
+        start_long_run(pg, server)
+        pg.locator('[data-testid="stSidebarNav"]').get_by_text("Predictions").click()
+        expect(pg.get_by_text("What the model sees")).to_be_visible(timeout=SLOW)
+        wait_for(lambda: "running" in sidebar_status(pg), what="the run's status in the sidebar")
+        first = sidebar_step(pg)
+        time.sleep(30)  # longer than MLMLAB_ABANDON_S on a page that never asks for the run's curves
+        pg.locator('[data-testid="stSidebarNav"]').get_by_text("Loss").click()
+        wait_idle(pg)
+        wait_for(lambda: sidebar_step(pg) > first and "running" in sidebar_status(pg), timeout=60,
+                 what="the run to keep training while its session is on other pages")
+        pg.locator('[data-testid="stSidebar"]').get_by_text("Open the Training page").click()
+        wait_for(lambda: "Running" in progress_text(pg), what="the Training page to show the same run")
+        assert step_of(pg) >= first
+        pg.get_by_role("button", name="■ Stop run").click()
+        wait_for(lambda: "Stopped" in progress_text(pg), what="the run to stop")
+    finally:
+        ctx.close()

@@ -1,0 +1,227 @@
+"""The Training page's lessons: each lesson's texts, settings (every default with the reason for it),
+the variants it races, and the numbers the page shows about its probes.
+
+The page and benchmark P7 (`benchmarks/p7_visible_learning.py`) both build their runs here, so the
+benchmark measures exactly what a learner gets after pressing Start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from mlm_core.bundled import gazetteer, workshop_sentences
+from mlm_core.errors import InputError
+from mlm_core.training import TrainConfig
+
+LESSONS = {
+    "facts": "Teach it facts it cannot know (fine-tune on the gazetteer of Veldoria)",
+    "scratch": "Train the tiny model from scratch",
+    "lr_too_high": "Learning rate too high: clipping off vs on",
+    "masking": "Static masks (BERT) vs dynamic masking (RoBERTa)",
+    "free": "Free run: your settings, up to three loss variants side by side",
+}
+SOURCES = ("Veldoria gazetteer", "Workshop corpus", "Upload a file", "Paste text")
+
+# Probes for the workshop corpus: everyday cloze sentences (assets/cloze.tsv's first rows).
+WORKSHOP_PROBES = (
+    ("The cat sat on the [MASK].", ""),
+    ("I drink a cup of [MASK] every morning.", ""),
+    ("The sun rises in the [MASK] and sets in the west.", "east"),
+)
+
+
+@dataclass(frozen=True)
+class Texts:
+    """What a run reads: training texts, held-out texts (None: hold out a share of the chunks), probes."""
+
+    name: str
+    train: list[str]
+    held_out: list[str] | None
+    probes: tuple[tuple[str, str], ...]  # (sentence with [MASK], answer or "")
+    about: str
+
+
+def usable_probes(texts: Texts, tokenizer) -> Texts:
+    """The texts with the probes this tokenizer can score: an answer must be one of its tokens (a
+    vocabulary trained on the Tokenizer page may split "herring"); others keep their sentence, unscored."""
+    probes = []
+    for sentence, answer in texts.probes:
+        ok = bool(answer) and len(tokenizer.tokenize(answer)) == 1
+        probes.append((sentence, answer if ok else ""))
+    return replace(texts, probes=tuple(probes))
+
+
+def gazetteer_texts(from_scratch: bool = False) -> Texts:
+    """The gazetteer of Veldoria: facts the default model cannot know, held out in other words."""
+    g = gazetteer()
+    return Texts("Veldoria gazetteer", g.sentences, list(g.held_out),
+                 g.scratch_probes if from_scratch else g.probes,
+                 f"{len(g.sentences)} sentences about Veldoria, an invented country (its capital, river, food, "
+                 f"customs), written for MLM Lab and never used to build the default model; "
+                 f"{len(g.held_out)} more sentences say the same facts in other words and are held out.")
+
+
+def workshop_texts() -> Texts:
+    texts = workshop_sentences()
+    return Texts("Workshop corpus", texts, None, WORKSHOP_PROBES,
+                 f"{len(texts):,} everyday sentences written for MLM Lab (bundled, offline). The default "
+                 "model was built on them, so fine-tuning it here has little left to teach.")
+
+
+@dataclass(frozen=True)
+class Default:
+    """One setting's default and the one sentence that says why."""
+
+    value: Any
+    why: str
+
+
+def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
+    """The settings a lesson starts with (TrainConfig field -> Default), for a trained or a random model.
+
+    >>> lesson_defaults("facts", from_scratch=False)["learning_rate"].value
+    0.0005
+    """
+    if lesson not in LESSONS:
+        raise InputError(f"Unknown lesson {lesson!r}; choose one of {', '.join(LESSONS)}.")
+    d = {
+        "steps": Default(300 if from_scratch else 80,
+                         "A tiny model's step takes a few milliseconds, so 300 of them fit in a minute."
+                         if from_scratch else
+                         "About a minute on one laptop CPU core, and enough for the probes to change their "
+                         "answers to Veldoria's facts (benchmark P7: 3 of 5 by about step 40)."),
+        "batch_size": Default(8, "Eight chunks, about 30 sentences, per step: one step takes about half a "
+                              "second on a CPU core with the default model."),
+        "seq_len": Default(64, "Sentences are packed together up to 64 tokens; longer chunks would only add "
+                           "padding to these short texts."),
+        "learning_rate": Default(1e-3 if from_scratch else 5e-4,
+                                 "Random weights have nothing to lose, so steps can be large (1e-4 to 1e-3 is usual "
+                                 "from scratch)." if from_scratch else
+                                 "High for fine-tuning (BERT fine-tuned at 2e-5 to 5e-5 for thousands of steps), "
+                                 "because this run has only 80 steps to learn a new country (in a trial, 1e-3 "
+                                 "learned less and its answers flipped back and forth)."),
+        "warmup_steps": Default(10, "The first steps ramp the learning rate up from 0: Adam's "
+                                "estimate of each gradient's size is built from few steps at first, so early "
+                                "steps are the least reliable (BERT warmed up over its first 10,000)."),
+        "max_grad_norm": Default(10.0 if from_scratch else 25.0,
+                                 "Clipping is a guard against a rare bad batch, so it sits above what a healthy "
+                                 "run's gradient norm reaches (the tiny model's stays below about 5 here)."
+                                 if from_scratch else
+                                 "Clipping is a guard against a rare bad batch, so it sits above what a healthy "
+                                 "run's gradient norm reaches (about 10 here; benchmark P7 records the largest "
+                                 "and the steps clipped). At BERT's 1.0 it would fire on every step, and Adam "
+                                 "would undo it."),
+        "eval_every": Default(10, "Ten held-out evaluations over a run draw a curve; each costs a forward pass "
+                              "over the held-out text."),
+    }
+    if lesson == "lr_too_high":
+        d["steps"] = Default(150 if from_scratch else 25,
+                             "The loss blows up within five steps; 25 steps of three model copies fit in about "
+                             "a minute, so the lesson does not hold the training slot for long.")
+        d["learning_rate"] = Default(3e-2 if from_scratch else 1e-2,
+                                     "Far above the sensible rate on purpose: watch the held-out loss.")
+        d["warmup_steps"] = Default(0, "No warm-up, so the first steps already take the full learning rate.")
+        d["eval_every"] = Default(5, "Frequent evaluations show when the held-out loss starts to climb.")
+    if lesson == "masking":
+        d["steps"] = Default(600 if from_scratch else 40,
+                             "About seven passes over the gazetteer: enough for static masks to repeat several "
+                             "times, and for two model copies to finish in about a minute.")
+    return d
+
+
+def sane_learning_rate(from_scratch: bool) -> float:
+    """The facts or scratch lesson's learning rate: the reference line of the "too high" lesson."""
+    return lesson_defaults("facts", from_scratch=from_scratch)["learning_rate"].value
+
+
+def base_config(lesson: str, *, from_scratch: bool, texts: Texts, seed: int = 0,
+                **overrides: Any) -> TrainConfig:
+    """The lesson's TrainConfig: its defaults, the texts' probes, then any of the learner's settings."""
+    values = {name: d.value for name, d in lesson_defaults(lesson, from_scratch=from_scratch).items()}
+    values.update(probe_sentences=tuple(p for p, _ in texts.probes),
+                  probe_answers=tuple(a for _, a in texts.probes), seed=seed)
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+VARIANT_LABELS = {
+    "full": ("Full cross-entropy", "The softmax over the whole vocabulary: BERT's loss, the reference."),
+    "weighted": ("Weighted by frequency", "Rare tokens count more (1/sqrt(count)): watch the 'rare' bars."),
+    "sampled": ("Sampled softmax", "Only the true word and K sampled words in the softmax: cheaper; an "
+                "estimate of the full loss."),
+}
+
+
+def lesson_variants(lesson: str, base: TrainConfig, *, from_scratch: bool, losses: Sequence[str] = ("full",),
+                    clip: float | None = None, static_copies: int = 1) -> dict[str, TrainConfig]:
+    """The variants a lesson races, all from `base` (same data, same masks unless the lesson is masking)."""
+    if lesson == "lr_too_high":
+        clip = clip or 1.0
+        sane = sane_learning_rate(from_scratch)
+        return {f"lr {base.learning_rate:g}, no clipping": replace(base, max_grad_norm=None),
+                f"lr {base.learning_rate:g}, clipped at {clip:g}": replace(base, max_grad_norm=float(clip)),
+                f"sensible lr {sane:g}, clipped at {clip:g}": replace(base, learning_rate=sane,
+                                                                       max_grad_norm=float(clip))}
+    if lesson == "masking":
+        return {"dynamic: a fresh mask every epoch": replace(base, mask_copies=0),
+                f"static: {static_copies} mask(s) per chunk, reused": replace(base, mask_copies=int(static_copies))}
+    if lesson == "free":
+        if not losses:
+            raise InputError("Choose at least one loss variant.")
+        return {VARIANT_LABELS[name][0]: replace(base, loss=name) for name in losses}
+    return {VARIANT_LABELS["full"][0]: base}
+
+
+def default_run(model_is_trained: bool = True) -> tuple[Texts, dict[str, TrainConfig]]:
+    """What Start does with every setting left alone: the facts lesson (or, for a model that is not
+    trained, the from-scratch lesson) on the gazetteer."""
+    lesson = "facts" if model_is_trained else "scratch"
+    texts = gazetteer_texts(from_scratch=not model_is_trained)
+    base = base_config(lesson, from_scratch=not model_is_trained, texts=texts)
+    return texts, lesson_variants(lesson, base, from_scratch=not model_is_trained)
+
+
+# --------------------------------------------------------------------------------------------
+# Probes: what the page reports about them
+# --------------------------------------------------------------------------------------------
+
+
+def percent_text(p: float) -> str:
+    """A probability as people read it: 42%, 0.31%, or 3.3e-05 when it is tiny (an untrained model).
+
+    >>> percent_text(0.42), percent_text(0.0031), percent_text(3.3e-05)
+    ('42.0%', '0.31%', '3.3e-05')
+    """
+    return f"{p:.1%}" if p >= 0.01 else (f"{p:.2%}" if p >= 1e-4 else f"{p:.1e}")
+
+
+def probe_rows(probes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per probe sentence: its answer, the first and the latest top-1 guess, and the answer's
+    rank and probability then and now. `probes` is one variant's list of {"step", "probes"} entries.
+    """
+    if not probes:
+        return []
+    first, last = probes[0], probes[-1]
+    rows = []
+    for before, now in zip(first["probes"], last["probes"]):
+        b, n = before["predictions"][0], now["predictions"][0]
+        answer = n.get("answer")
+        rows.append({
+            "sentence": now["text"],
+            "answer": answer or "",
+            f"top-1 at step {first['step']}": f"{b['tokens'][0]} ({percent_text(b['probs'][0])})",
+            f"top-1 at step {last['step']}": f"{n['tokens'][0]} ({percent_text(n['probs'][0])})",
+            "answer's rank then": b.get("answer_rank"),
+            "answer's rank now": n.get("answer_rank"),
+            "answer's probability now": n.get("answer_prob"),
+            "right now": bool(answer) and n["tokens"][0] == answer,
+        })
+    return rows
+
+
+def probes_right(entry: Mapping[str, Any]) -> tuple[int, int]:
+    """(probes whose top-1 is their answer, probes with a known answer) at one evaluation."""
+    known = [p["predictions"][0] for p in entry["probes"] if p["predictions"][0].get("answer")]
+    return sum(p["tokens"][0] == p["answer"] for p in known), len(known)
