@@ -208,9 +208,10 @@ div.stButton button p, div.stFormSubmitButton button p, div.stDownloadButton but
 div[data-testid="stButtonGroup"] button {{ min-height: 2.8rem; padding: 0.3rem 1rem; }}
 div[data-testid="stButtonGroup"] button p, div[data-testid="stRadioOption"] p {{ font-size: 1.35rem; }}
 div[data-testid="stTextInput"] input, div[data-testid="stTextArea"] textarea {{ font-size: 1.4rem !important; }}
-/* the values of select boxes and number inputs (the seed, "Look from", a head): as large as their labels */
-div[data-testid="stSelectbox"] input, div[data-testid="stMultiSelect"] input, div[data-testid="stNumberInput"] input {{
-  font-size: 1.25rem !important; }}
+/* the values of number inputs (the seed) and of the page's select boxes ("Look from", a head): as large as
+   their labels; the sidebar's model box keeps its size, or "Bundled default (offline)" would be cut */
+[data-testid="stMain"] div[data-testid="stSelectbox"] input, [data-testid="stMain"] div[data-testid="stMultiSelect"] input,
+div[data-testid="stNumberInput"] input {{ font-size: 1.25rem !important; }}
 div[data-testid="stMetricValue"], div[data-testid="stMetricValue"] p {{ font-size: 2.8rem !important; line-height: 1.25; }}
 div[data-testid="stMetricLabel"] p, div[data-testid="stMetricDelta"] p, div[data-testid="stMetricDelta"] {{
   font-size: 1.3rem !important; }}

@@ -177,7 +177,7 @@ seen_tokens = tokenizer.convert_ids_to_tokens(seen_ids.tolist())
 ids_key = tuple(seen_ids.tolist())
 if st.session_state.get("inside_position") not in hidden:  # the masks changed: look from the first one
     st.session_state["inside_position"] = hidden[0]
-c1, c2 = st.columns([1, 2])
+c1, c2 = st.columns([1, 1] if settings.presenter else [1, 2])  # the room's font needs the width: "13·[MASK] (hides …)"
 position = c1.selectbox("Look from", hidden, key="inside_position",
                         format_func=lambda p: f"{p}·{seen_tokens[p]} (hides “{tokens[p]}”)",
                         help="The masked position whose attention, logit lens and saliency are shown.")

@@ -1,7 +1,8 @@
 """Real browser: what a workshop rehearsal at a projector's 1280x720 tripped over.
 
-- presenter view: the sidebar's seed and model, and the Inside-the-model and Bug-museum charts, are as
-  large as the rest of the room's text, and no chart title runs off its chart;
+- presenter view: the sidebar's seed, the page's select boxes, and the Inside-the-model and Bug-museum
+  charts are as large as the rest of the room's text; no select box cuts its value and no chart title
+  runs off its chart;
 - two typed blanks on the Predictions page: the second facet's title never covers the first's ticks;
 - the Masking page counts whole tokens while stepping (no 0.2, 0.4 … tick labels).
 """
@@ -15,9 +16,13 @@ from tests.browser.test_masking_classroom import ROOM_CHECK
 
 SLOW = 120_000  # ms: first runs load torch and the model on a busy 2-core machine
 
-SIDEBAR_VALUES = """() => Array.from(document.querySelectorAll(
-  '[data-testid="stSidebar"] [data-testid="stNumberInput"] input, [data-testid="stSidebar"] [data-testid="stSelectbox"] input'))
-  .map(e => parseFloat(getComputedStyle(e).fontSize))"""
+INPUT_VALUES = """() => {
+  const px = sel => Array.from(document.querySelectorAll(sel)).map(e => parseFloat(getComputedStyle(e).fontSize));
+  const cut = Array.from(document.querySelectorAll('[data-testid="stSelectbox"] input'))
+    .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.value);
+  return {seed: px('[data-testid="stSidebar"] [data-testid="stNumberInput"] input'),
+          selects: px('[data-testid="stMain"] [data-testid="stSelectbox"] input'), cut: cut};
+}"""
 
 OVERLAPS = """() => {
   const plot = document.querySelector('.js-plotly-plot');
@@ -55,8 +60,10 @@ def test_presenter_view_sidebar_inside_and_museum(browser, server):
         page.locator('[data-testid="stSidebar"]').get_by_text("Presenter view").click()
         wait_idle(page)
         page.wait_for_timeout(500)
-        sizes = page.evaluate(SIDEBAR_VALUES)
-        assert len(sizes) >= 2 and min(sizes) >= 18, sizes  # the seed and the model, as large as their labels
+        inputs = page.evaluate(INPUT_VALUES)
+        assert inputs["seed"] and min(inputs["seed"]) >= 18, inputs  # the seed, as large as its label
+        assert inputs["selects"] and min(inputs["selects"]) >= 18, inputs  # "Look from", the layer, the head
+        assert not inputs["cut"], inputs  # no select box cuts its value ("Bundled default (offlin")
         assert_room_sized(page.evaluate(ROOM_CHECK), "Inside the model")
         go_to(page, "Bug museum")
         assert_room_sized(page.evaluate(ROOM_CHECK), "Bug museum")
