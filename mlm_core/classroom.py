@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from mlm_core.data import Encoded, encode as encode_text, mask_batch
+from mlm_core.data import Encoded, encode as encode_text, mask_batch, token_pieces
 from mlm_core.masking import IGNORE_INDEX, STRATEGIES, Decision, MaskingConfig
 
 # The Masking page's first example: a link without a sentence shows it, as the page does.
@@ -519,7 +519,7 @@ def guess_token_id(tokenizer, guess: str, answer: str | None = None) -> int | No
         for candidate in ("##" + text, "##" + text.lower()):
             if candidate in vocab:
                 return vocab[candidate]
-    pieces = tokenizer.tokenize(text)
+    pieces = token_pieces(tokenizer, text)
     if len(pieces) != 1:
         return None
     token_id = tokenizer.convert_tokens_to_ids(pieces[0])

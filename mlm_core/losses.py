@@ -27,6 +27,8 @@ from typing import Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
+from mlm_core.data import run_tokenizer
+
 SCHEMES = ("inverse", "inverse_sqrt", "log", "none")
 SAMPLERS = ("uniform", "unigram", "log_uniform", "softmax")
 
@@ -114,7 +116,7 @@ def token_counts(tokenizer, texts: Iterable[str], vocab_size: int | None = None)
     counts = torch.zeros(size, dtype=torch.long)
     if not texts:
         return counts
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    encoded = run_tokenizer(tokenizer, texts, add_special_tokens=False)["input_ids"]
     ids = torch.tensor([i for row in encoded for i in row if 0 <= i < size], dtype=torch.long)
     if len(ids):
         counts += torch.bincount(ids, minlength=size)
