@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -579,8 +580,15 @@ def masked_lm_hidden(model: nn.Module, input_ids, attention_mask, labels):
         decoder = model.get_output_embeddings()
         if not isinstance(decoder, nn.Linear):
             raise ModelLoadError(f"{type(model).__name__} has no linear output projection to split the head at.")
-        captured = []
-        hook = decoder.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
+        # The model is shared by every session: another thread's forward may pass through this hook
+        # while it is registered, so it keeps only what this thread's own forward gave the decoder.
+        captured, caller = [], threading.get_ident()
+
+        def capture(module, args):
+            if threading.get_ident() == caller:
+                captured.append(args[0])
+
+        hook = decoder.register_forward_pre_hook(capture)
         try:
             model(input_ids=input_ids.to(model.device),
                   attention_mask=None if attention_mask is None else attention_mask.to(model.device))

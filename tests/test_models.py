@@ -407,3 +407,53 @@ def test_device_choice_falls_back_to_cpu(monkeypatch):
         monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     assert models.pick_device() == torch.device("cpu")
     assert models.pick_device("cpu") == torch.device("cpu")
+
+
+def test_fallback_capture_keeps_each_threads_own_hidden_states():
+    """Two sessions on one shared ELECTRA (a head captured with a hook) get their own rows (issue 16, item 3).
+
+    The test pins the interleaving that went wrong: session B's forward has passed the decoder and B's
+    capture is still registered when session A's forward passes the decoder. Before the fix, A's
+    states landed last in B's capture, so B got A's hidden states (108 of 3,318 calls in the review).
+    """
+    import threading
+
+    model = _tiny("electra")
+    decoder = model.get_output_embeddings()
+    batches = {"A": _batch(seed=5, rate=0.5), "B": _batch(seed=6, rate=0.5)}
+    with torch.no_grad():
+        alone = {name: masked_lm_hidden(model, *batch)[0] for name, batch in batches.items()}
+    assert alone["A"].shape != alone["B"].shape or not torch.equal(alone["A"], alone["B"])
+    b_passed_decoder, a_done = threading.Event(), threading.Event()
+    got, errors = {}, []
+
+    def pause_b_after_decoder(module, args, output):
+        if threading.current_thread().name == "B":
+            b_passed_decoder.set()
+            a_done.wait(timeout=30)
+
+    def session(name):
+        try:
+            if name == "A":
+                b_passed_decoder.wait(timeout=30)
+            with torch.no_grad():
+                got[name] = masked_lm_hidden(model, *batches[name])[0]
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            if name == "A":
+                a_done.set()
+
+    pause = decoder.register_forward_hook(pause_b_after_decoder)
+    try:
+        threads = [threading.Thread(target=session, args=(name,), name=name) for name in ("B", "A")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        pause.remove()
+    assert not errors and b_passed_decoder.is_set() and a_done.is_set()
+    for name in ("A", "B"):
+        assert got[name].shape == alone[name].shape and torch.equal(got[name], alone[name]), f"session {name}"
+    assert not decoder._forward_pre_hooks and not decoder._forward_hooks  # nothing left on the shared model
