@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import threading
 from dataclasses import dataclass
 
@@ -213,6 +214,27 @@ def batch_sentences_controls(prefix: str, seed: int, *, n: int = 8, max_chars: i
     if clipped:
         st.info(f"Only the first {max_chars:,} characters are used.")
     return split_sentences(text)[:n]
+
+
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$&])")
+
+
+def markdown_text(text: str) -> str:
+    """Token or user text for ``st.markdown``, shown as typed: markdown punctuation backslash-escaped.
+
+    ``st.markdown`` without ``unsafe_allow_html`` never renders HTML, so ``html.escape`` here would show
+    ``&lt;`` for ``<`` (the escape is applied twice).
+    """
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", str(text))
+
+
+def inline_code(text: str) -> str:
+    """``text`` as a markdown code span, whatever backticks it holds (code spans show text verbatim)."""
+    text = str(text)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def show_error(exc: BaseException) -> None:

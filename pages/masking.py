@@ -1,7 +1,5 @@
 """Masking: how BERT corrupts a sentence, decision by decision."""
 
-import html
-
 import pandas as pd
 import streamlit as st
 import torch
@@ -150,7 +148,7 @@ ui.token_chips(
 )
 if 0 < step:
     current = trace[step - 1]
-    st.markdown(f"**Token {step} of {len(tokens)}: `{html.escape(current['token'])}`** — {html.escape(current['rule'])}")
+    st.markdown(f"**Token {step} of {len(tokens)}: {ui.inline_code(current['token'])}** — {ui.markdown_text(current['rule'])}")
 else:
     st.markdown("Press **Next token ▶** to walk through the decisions one token at a time.")
 counts = running_counts(row["decisions"], step)

@@ -77,3 +77,25 @@ def test_chip_html_escapes_token_text():
     out = chip_html('<img src=x onerror="alert(1)">', "MASK", original="<script>x</script>", title='"><b>')
     assert "<img" not in out and "<script>" not in out and '"><b>' not in out
     assert "&lt;img" in out and "&lt;script&gt;" in out
+
+
+def test_masking_page_shows_angle_brackets_once_escaped(apptest):
+    """The token ``<`` reads ``<`` in the step-through line and in its chip, never ``&lt;`` (issue 16, item 12)."""
+    import ui
+
+    at = apptest("pages/masking.py")
+    at.session_state[ui.KEYS.sentence] = "if a < b and c > d then stop"
+    at.session_state["masking_step"] = 4  # [CLS] if a < : the fourth token is "<"
+    at.run()
+    assert not at.exception
+    line = next(m.value for m in at.markdown if m.value.startswith("**Token 4 of"))
+    assert "`<`" in line and "&lt;" not in line and "&amp;" not in line
+    chips = next(m.value for m in at.markdown if 'class="mlm-chips"' in m.value and "if" in m.value)
+    assert "&lt;" in chips and "&amp;" not in chips  # escaped once (chip or "was:"): the browser shows <
+
+
+def test_markdown_helpers_show_text_as_typed():
+    import ui
+
+    assert ui.markdown_text("v = 0.1 < 0.8 → [MASK] *x*") == r"v = 0\.1 \< 0\.8 → \[MASK\] \*x\*"
+    assert ui.inline_code("<") == "`<`" and ui.inline_code("`") == "`` ` ``"
