@@ -149,7 +149,7 @@ class Field:
         if value is None:
             raise ValueError("no value")
         if self.kind == "text":
-            text = _strip_control(str(value))[: self.max_chars]
+            text = _strip_control(str(value)[: self.max_chars])  # cut first: a pasted book costs nothing
             return self.parse(text)
         if self.kind == "float":
             if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -99,3 +99,20 @@ def test_markdown_helpers_show_text_as_typed():
 
     assert ui.markdown_text("v = 0.1 < 0.8 → [MASK] *x*") == r"v = 0\.1 \< 0\.8 → \[MASK\] \*x\*"
     assert ui.inline_code("<") == "`<`" and ui.inline_code("`") == "`` ` ``"
+
+
+# --------------------------------------------------------------------------- denial of service (issue 16, item 8)
+def test_long_session_text_is_cut_before_it_is_cleaned(monkeypatch):
+    """A pasted book (here 200k characters) costs the link code max_chars character checks, not 200k."""
+    import types
+    import unicodedata
+
+    from mlm_core import classroom
+
+    looked_at = []
+    counting = types.SimpleNamespace(category=lambda c: looked_at.append(c) or unicodedata.category(c))
+    monkeypatch.setattr(classroom, "unicodedata", counting)
+    field = next(f for f in classroom.FIELDS if f.name == "sentence")
+    value = field.coerce("the cat sat\x07 on the mat. " * 8_000)
+    assert 0 < len(value) <= field.max_chars and "\x07" not in value
+    assert len(looked_at) <= 2 * field.max_chars  # cleaned after the cut (and checked once more by parse)
