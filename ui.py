@@ -17,6 +17,7 @@ import streamlit as st
 from mlm_core.errors import MLMLabError
 
 DEFAULT_MODEL = "default"  # the widget value for the bundled offline model (model_name None)
+MAX_MODEL_NAME_CHARS = 200  # mlm_core.model_access.MAX_NAME_CHARS: longer names are refused anyway
 DEFAULT_SEED = 0
 
 
@@ -50,11 +51,17 @@ DECISION_STYLE = {
 
 
 def _model_options() -> list[tuple[str, str]]:
-    """(value, label) pairs for the model picker, offline ones first."""
+    """(value, label) pairs for the model picker, offline ones first; downloads only for whoever may load them."""
     try:
+        from mlm_core.model_access import allowed_models, any_model_allowed
         from mlm_core.models import available_models
 
-        return [(m["name"] or DEFAULT_MODEL, m["label"]) for m in available_models()]
+        open_to_all = session_is_local() or any_model_allowed()
+        allowed = allowed_models()
+        options = [(m["name"] or DEFAULT_MODEL, m["label"]) for m in available_models()
+                   if open_to_all or m["offline"] or m["name"] in allowed]
+        listed = {value for value, _ in options}
+        return options + [(name, f"{name} (teacher's list)") for name in sorted(allowed) if name not in listed]
     except Exception:  # models not importable yet: the two that always work offline
         return [(DEFAULT_MODEL, "Bundled default (offline)"), ("tiny-random", "Tiny random BERT (offline)")]
 
@@ -118,7 +125,10 @@ def _sidebar() -> Settings:
             "Other Hugging Face id or local folder",
             key=KEYS.custom_model,
             placeholder="e.g. bert-base-uncased",
-            help="Any masked-LM on the Hugging Face hub (BERT, DistilBERT, RoBERTa, ALBERT…) or a local folder.",
+            max_chars=MAX_MODEL_NAME_CHARS,
+            help="Any masked LM on the Hugging Face hub (BERT, DistilBERT, RoBERTa, ALBERT…) or a local "
+            "folder (./my-model). On a shared classroom server, students get the models in the list above "
+            "and the teacher's list (MLMLAB_ALLOWED_MODELS).",
         )
         st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=KEYS.seed,
                         help="Every random choice on every page comes from this seed.")
@@ -151,21 +161,56 @@ div[class*="st-key-advanced_"] {{ display: none !important; }}
 """
 
 
+def session_is_local() -> bool:
+    """The browser runs on the server's own machine (Streamlit gives no IP address for localhost)."""
+    try:
+        ip = st.context.ip_address  # None for 127.0.0.1 and ::1 (the TCP peer, not a header)
+    except Exception:  # no script run context (bare mode): nobody else is connected
+        return True
+    return not isinstance(ip, str)  # AppTest has no client address at all
+
+
+def check_model_access(model_name: str | None, *, from_link: bool = False) -> None:
+    """ModelLoadError unless this session may load the model (mlm_core.model_access: students on a
+    classroom server get the default, tiny-random, cached models and MLMLAB_ALLOWED_MODELS)."""
+    from mlm_core.model_access import any_model_allowed, check_access, is_builtin
+
+    if is_builtin(model_name) or (model_name and model_name == os.environ.get("MLMLAB_MODEL")):
+        return  # always there, or the teacher's own choice of default
+    from mlm_core.models import available_models
+
+    cached = [m["name"] for m in available_models() if m["offline"] and m["name"]]
+    check_access(model_name, trusted=session_is_local() or any_model_allowed(), from_link=from_link, cached=cached)
+
+
 @st.cache_resource(show_spinner="Loading the model…", max_entries=4)
-def cached_model(model_name: str | None):
-    """(model, tokenizer) for a name, loaded once per server; pages must never change the model."""
+def _load_model(model_name: str | None):
     from mlm_core.models import load_masked_lm
 
     return load_masked_lm(model_name)
 
 
+def cached_model(model_name: str | None):
+    """(model, tokenizer) for a name, loaded once per server; pages must never change the model.
+
+    The access check runs for every session before the cache is asked: a folder the teacher loaded
+    is not thereby open to every student.
+    """
+    check_model_access(model_name)
+    return _load_model(model_name)
+
+
 @st.cache_resource(show_spinner="Loading the tokenizer…", max_entries=4)
+def _load_default_tokenizer():
+    from mlm_core.bundled import load_default_tokenizer
+
+    return load_default_tokenizer()
+
+
 def cached_tokenizer(model_name: str | None):
     """The tokenizer of a model; the offline ones without loading any weights."""
     if model_name in (None, DEFAULT_MODEL, "tiny-random"):
-        from mlm_core.bundled import load_default_tokenizer
-
-        return load_default_tokenizer()
+        return _load_default_tokenizer()
     return cached_model(model_name)[1]
 
 
@@ -375,11 +420,13 @@ def _read_and_sync_link(page_fields=()) -> tuple[str, ...]:
     unread = [f for f in fields if f.name not in link["read"]]
     if unread:
         decoded = classroom.decode(_query_dict(), unread, base=link["values"])
+        refused = _refused_link_model(decoded)  # a link never makes the server load a model it does not offer
         for name in decoded.given:
-            _apply(name, link["keys"][name], decoded.values[name])
-        link["values"].update({f.name: decoded.values[f.name] for f in unread})
+            if not (name == "model" and refused):
+                _apply(name, link["keys"][name], decoded.values[name])
+        link["values"].update({f.name: decoded.values[f.name] for f in unread if not (f.name == "model" and refused)})
         link["read"].update(f.name for f in unread)
-        problems = decoded.problems
+        problems = decoded.problems + ((refused,) if refused else ())
     state = st.session_state
     current = {name: state[key] for name, key in link["keys"].items() if name != "model" and key in state}
     values = classroom.from_values(current, fields, base=link["values"])
@@ -396,6 +443,17 @@ def _read_and_sync_link(page_fields=()) -> tuple[str, ...]:
             _apply(name, key, value)  # (a default needs no restoring: the page's widget starts there)
     _write_query_params(classroom.encode(values, fields), fields)
     return problems
+
+
+def _refused_link_model(decoded) -> str | None:
+    """Why the model a link names may not be loaded, or None when it may (or the link names none)."""
+    if "model" not in decoded.given:
+        return None
+    try:
+        check_model_access(decoded.values.get("model"), from_link=True)
+    except MLMLabError as exc:
+        return str(exc)
+    return None
 
 
 def _write_query_params(params: dict[str, str], fields) -> None:

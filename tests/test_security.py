@@ -116,3 +116,90 @@ def test_long_session_text_is_cut_before_it_is_cleaned(monkeypatch):
     value = field.coerce("the cat sat\x07 on the mat. " * 8_000)
     assert 0 < len(value) <= field.max_chars and "\x07" not in value
     assert len(looked_at) <= 2 * field.max_chars  # cleaned after the cut (and checked once more by parse)
+
+
+# --------------------------------------------------------------------------- who may load which model (issue 16, items 5 and 6)
+def test_access_rules_for_students_teachers_and_links(monkeypatch):
+    from mlm_core.errors import ModelLoadError
+    from mlm_core.model_access import check_access
+
+    monkeypatch.delenv("MLMLAB_ALLOW_ANY_MODEL", raising=False)
+    monkeypatch.setenv("MLMLAB_ALLOWED_MODELS", "bert-base-uncased, roberta-base")
+    cached = ["someone/cached-mlm"]
+    for name in (None, "default", "tiny-random", "bert-base-uncased", "someone/cached-mlm"):
+        check_access(name, trusted=False, cached=cached)  # students and links get these
+        check_access(name, trusted=False, from_link=True, cached=cached)
+    for name in ("someone/bomb", "./my-model", "/etc"):
+        with pytest.raises(ModelLoadError, match="MLMLAB_ALLOWED_MODELS"):
+            check_access(name, trusted=False, cached=cached)
+        with pytest.raises(ModelLoadError, match="link names"):
+            check_access(name, trusted=True, from_link=True, cached=cached)  # even the teacher's own tabs
+        check_access(name, trusted=True, cached=cached)  # the teacher, on the server's machine
+    monkeypatch.setenv("MLMLAB_ALLOW_ANY_MODEL", "1")
+    check_access("someone/bomb", trusted=False)
+    with pytest.raises(ModelLoadError):
+        check_access("x" * 300, trusted=True)
+
+
+@pytest.fixture
+def student(monkeypatch):
+    """Sessions of this test connect from another machine (a classroom server)."""
+    import ui
+
+    monkeypatch.delenv("MLMLAB_ALLOW_ANY_MODEL", raising=False)
+    monkeypatch.delenv("MLMLAB_ALLOWED_MODELS", raising=False)
+    monkeypatch.setattr(ui, "session_is_local", lambda: False)
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """The names load_masked_lm was asked for (tiny-random is loaded for anything else)."""
+    from mlm_core import models
+
+    asked, real = [], models.load_masked_lm
+
+    def spy(name=None, **kwargs):
+        asked.append(name)
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(models, "load_masked_lm", spy)
+    return asked
+
+
+def test_student_cannot_make_the_server_load_an_arbitrary_model(apptest, student, loads):
+    import ui
+
+    at = apptest("pages/predictions.py")
+    at.session_state[ui.KEYS.custom_model] = "student/bomb"
+    at.run()
+    assert not at.exception
+    assert any("not available on this shared server" in e.value for e in at.error)
+    assert "student/bomb" not in loads
+    labels = at.selectbox(key=ui.KEYS.model).options
+    assert not any("needs download" in label for label in labels)  # the picker offers no downloads either
+
+
+def test_a_link_never_loads_a_model_the_server_does_not_offer(apptest, loads):
+    import ui
+
+    at = apptest("pages/masking.py")
+    at.query_params["model"] = "student/bomb"  # the teacher's own (local) session opens the link
+    at.query_params["seed"] = "7"
+    at.run()
+    assert not at.exception
+    assert at.session_state[ui.KEYS.model] != "student/bomb" and at.session_state[ui.KEYS.seed] == 7
+    assert any("student/bomb" in i.value and "does not offer" in i.value for i in at.info)
+    assert "student/bomb" not in loads
+
+
+@pytest.mark.parametrize("name", ["x" * 300, "~nosuchuser_mlmlab/x"])
+@pytest.mark.parametrize("page", ["pages/predictions.py", "pages/quiz.py"])
+def test_hostile_model_names_show_a_message_not_a_traceback(apptest, page, name):
+    import ui
+
+    at = apptest(page)
+    at.session_state[ui.KEYS.custom_model] = name
+    at.run()
+    assert not at.exception
+    assert any("not a model" in e.value for e in at.error)
+    assert at.text_input(key=ui.KEYS.custom_model).max_chars == ui.MAX_MODEL_NAME_CHARS
