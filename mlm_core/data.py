@@ -204,6 +204,51 @@ def clip_text(text: str, max_chars: int) -> tuple[str, bool]:
     return (cut[:space] if space > 0 else cut), True
 
 
+CSV_FIELD_LIMIT = csv.field_size_limit()  # Python's csv module: 131,072 characters per cell
+
+
+def read_csv(text: str, name: str) -> list[list[str]]:
+    """The rows of a CSV text, or an ``InputError`` that says which line is wrong and why.
+
+    Strict quoting: a quote that opens a cell and never closes would silently swallow the rest of
+    the file (or fail at Python's 131,072-character cell limit with csv.Error).
+
+    >>> read_csv('text,n\n"a, b",1\n', "a.csv")
+    [['text', 'n'], ['a, b', '1']]
+    """
+    reader = csv.reader(io.StringIO(text), strict=True)
+    try:
+        return list(reader)
+    except csv.Error as exc:
+        reason = str(exc)
+        if "field limit" in reason:
+            reason = (f"a cell is longer than {CSV_FIELD_LIMIT:,} characters, which usually means a quote (\") "
+                      "opens a cell and is never closed")
+        elif "unexpected end of data" in reason:
+            reason = "a quote (\") opens a cell and is never closed"
+        raise InputError(
+            f"Line {reader.line_num} of {name!r} cannot be read as CSV: {reason}. Check the quotes around that "
+            "line, save the file again from your spreadsheet program, or upload the text as .txt."
+        ) from None
+
+
+def parse_json(text: str, name: str, line: int | None = None):
+    """``json.loads(text)``, or an ``InputError`` for anything it cannot read (not only a syntax error).
+
+    Deeply nested arrays raise RecursionError and a number of more than 4,300 digits ValueError in
+    Python's json module; a learner gets one plain message for each.
+    """
+    where = f"Line {line} of {name!r}" if line is not None else repr(name)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where} is not valid JSON (line {exc.lineno}: {exc.msg}).") from None
+    except RecursionError:
+        raise InputError(f"{where} is nested too deeply to read (lists inside lists, hundreds of levels).") from None
+    except ValueError:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        raise InputError(f"{where} holds a number too long to read (thousands of digits).") from None
+
+
 def read_text_upload(name: str, data: bytes, *, max_bytes: int) -> str:
     """Text from an uploaded .txt, .csv (all cells) or .jsonl ("text" fields) file.
 
@@ -228,17 +273,14 @@ def read_text_upload(name: str, data: bytes, *, max_bytes: int) -> str:
             f"{name!r} is not valid UTF-8 text (byte {exc.start} cannot be read). Save it as UTF-8 and try again."
         ) from None
     if lower.endswith(".csv"):
-        rows = csv.reader(io.StringIO(text))
+        rows = read_csv(text, name)
         text = "\n".join(" ".join(cell.strip() for cell in row if cell.strip()) for row in rows)
     elif lower.endswith(".jsonl"):
         lines = []
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise InputError(f"Line {number} of {name!r} is not valid JSON.") from None
+            record = parse_json(line, name, number)
             value = record.get("text") if isinstance(record, dict) else record
             if not isinstance(value, str):
                 raise InputError(f"Line {number} of {name!r} has no \"text\" string field.")

@@ -145,3 +145,50 @@ def test_encode_flags_truncation_exactly_at_max_length(tokenizer):
     # 6 words + [CLS] + [SEP] = 8 tokens fit in 8; 7 words do not.
     assert encode(tokenizer, "cat " * 6, max_length=8).truncated == [False]
     assert encode(tokenizer, "cat " * 7, max_length=8).truncated == [True]
+
+
+# --------------------------------------------------------------------------- malformed uploads (issue 16, item 9)
+DEEP = b"[" * 100_000 + b"]" * 100_000  # RecursionError in json, before
+LONG_NUMBER = b"9" * 5_000  # ValueError: more than 4,300 digits, before
+BATCH_HEADER = b"row,position,original_id,input_id,label\n"
+
+HOSTILE_TEXT_UPLOADS = [
+    ("deep.jsonl", DEEP, "nested too deeply"),
+    ("number.jsonl", b'{"text": "a", "n": ' + LONG_NUMBER + b"}", "number too long"),
+    ("notes.csv", b'text\n"the cat sat\nmore lines\n', "never closed"),  # swallowed the rest silently, before
+    ("notes.csv", b"text\n" + b"x" * 140_000 + b"\n", "longer than 131,072"),  # csv.Error, before
+    ("notes.csv", b'text\n"' + b"x\n" * 70_000, "never closed"),
+]
+
+
+@pytest.mark.parametrize("name, data, message", HOSTILE_TEXT_UPLOADS, ids=[f"{n}: {m}" for n, _, m in HOSTILE_TEXT_UPLOADS])
+def test_malformed_text_uploads_are_input_errors(name, data, message):
+    with pytest.raises(InputError, match=message):
+        read_text_upload(name, data, max_bytes=5_000_000)
+
+
+HOSTILE_BATCHES = [
+    ("deep.json", DEEP, "nested too deeply"),
+    ("number.json", b'{"original_ids": [[' + LONG_NUMBER + b']], "input_ids": [[1]], "labels": [[1]]}', "number too long"),
+    ("nested.json", b'{"original_ids": ' + b"[" * 500 + b"1" + b"]" * 500 + b', "input_ids": [[1]], "labels": [[1]]}',
+     "rows of whole numbers"),
+    ("quote.csv", BATCH_HEADER + b'"0,0,1,1,1\n', "never closed"),
+    ("field.csv", BATCH_HEADER + b"1" * 140_000 + b",0,1,1,1\n", "longer than 131,072"),
+    ("number.csv", BATCH_HEADER + b"0,0," + LONG_NUMBER + b",1,1\n", "not a whole number"),
+    ("big.csv", BATCH_HEADER + b"0,0," + b"9" * 30 + b",1,1\n", "too large"),  # torch overflow, before
+]
+
+
+@pytest.mark.parametrize("name, data, message", HOSTILE_BATCHES, ids=[f"{n}: {m}" for n, _, m in HOSTILE_BATCHES])
+def test_malformed_batch_uploads_are_input_errors(name, data, message):
+    from mlm_core.museum import load_batch_file
+
+    with pytest.raises(InputError, match=message):
+        load_batch_file(name, data)
+
+
+def test_csv_batch_still_reads_blank_lines_and_any_column_order():
+    from mlm_core.museum import load_batch_file
+
+    batch = load_batch_file("b.csv", b"label,row,position,original_id,input_id\n-100,0,0,5,5\n\n6,0,1,6,103\n")
+    assert batch.labels.tolist() == [[-100, 6]] and batch.input_ids.tolist() == [[5, 103]]

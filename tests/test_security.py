@@ -203,3 +203,27 @@ def test_hostile_model_names_show_a_message_not_a_traceback(apptest, page, name)
     assert not at.exception
     assert any("not a model" in e.value for e in at.error)
     assert at.text_input(key=ui.KEYS.custom_model).max_chars == ui.MAX_MODEL_NAME_CHARS
+
+
+# --------------------------------------------------------------------------- malformed uploads on every page (issue 16, item 9)
+@pytest.mark.parametrize("page, state, uploader, file", [
+    ("pages/bug_museum.py", {}, "museum_upload", ("batch.json", b"[" * 50_000 + b"]" * 50_000, "application/json")),
+    ("pages/tokenizer.py", {"tokenizer_source": "upload"}, "tokenizer_upload",
+     ("notes.jsonl", b'{"text": "a", "n": ' + b"9" * 5_000 + b"}", "application/json")),
+    ("pages/training.py", {"training_source": "Upload a file"}, "training_upload",
+     ("notes.csv", b'text\n"' + b"x\n" * 70_000, "text/csv")),
+], ids=["museum-deep-json", "tokenizer-long-number", "training-open-quote"])
+def test_malformed_uploads_show_a_clear_message(apptest, page, state, uploader, file):
+    import ui
+
+    at = apptest(page)
+    at.session_state[ui.KEYS.model] = "tiny-random"
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.run()
+    assert not at.exception
+    at.file_uploader(key=uploader).set_value(file).run()
+    assert not at.exception
+    shown = [e.value for e in (*at.error, *at.warning)]
+    assert any(file[0] in text and ("nested too deeply" in text or "number too long" in text or "never closed" in text)
+               for text in shown), shown
