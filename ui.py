@@ -532,8 +532,9 @@ def _render_share(url: str) -> None:
                    "rule and step. Copy it with the button at the right of the box.")
         st.code(url, language=None, wrap_lines=True)
         if "://localhost" in url or "://127.0.0.1" in url:
-            st.caption("Students on other machines need this machine's address instead of localhost "
-                       "(start the app with `streamlit run app.py --server.address 0.0.0.0`).")
+            st.caption("This link works on this machine only: by default MLM Lab listens on 127.0.0.1. For a "
+                       "class, start it in classroom mode (`streamlit run app.py --server.address 0.0.0.0`, "
+                       "see the README's Classroom section) and share the Network URL Streamlit prints.")
 
 
 def _share_box() -> None:
