@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import os
 import re
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -77,9 +78,22 @@ def _ensure_app_navigation() -> None:
         from streamlit.runtime.pages_manager import PagesManager
     except ImportError:  # a Streamlit without it has no such mode
         return
-    if PagesManager.uses_pages_directory:
+    # The flag is global: when two students open a deep link on a fresh server at once, the first
+    # switches it off while the second's run is already inside the old-style runner. That run must
+    # rerun too, or its sidebar lists the file names (found by benchmarks/classroom_load.py).
+    if PagesManager.uses_pages_directory or _inside_old_style_runner():
         PagesManager.uses_pages_directory = False
         st.rerun()
+
+
+def _inside_old_style_runner() -> bool:
+    """This script run was started by Streamlit's old-style multipage runner (``_mpa_v1``), not app.py."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_mpa_v1":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def page_setup(title: str) -> Settings:

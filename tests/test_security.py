@@ -227,3 +227,27 @@ def test_malformed_uploads_show_a_clear_message(apptest, page, state, uploader, 
     shown = [e.value for e in (*at.error, *at.warning)]
     assert any(file[0] in text and ("nested too deeply" in text or "number too long" in text or "never closed" in text)
                for text in shown), shown
+
+
+# --------------------------------------------------------------------------- two first visits at once (found by the load test)
+def test_a_run_started_by_the_old_style_runner_reruns_through_app_py(monkeypatch):
+    """Two students open /masking on a fresh server at once: the second run started in Streamlit's
+    old-style runner after the first switched the global flag off; it must rerun too."""
+    import ui
+    from streamlit.runtime.pages_manager import PagesManager
+
+    class Rerun(Exception):
+        pass
+
+    monkeypatch.setattr(PagesManager, "uses_pages_directory", False)  # the other session switched it off
+    monkeypatch.setattr(ui.st, "rerun", lambda: (_ for _ in ()).throw(Rerun()))
+    ui._ensure_app_navigation()  # a run under app.py: nothing to do
+
+    def _mpa_v1():  # the name of Streamlit's old-style runner (streamlit.runtime.scriptrunner.script_runner)
+        ui._ensure_app_navigation()
+
+    with pytest.raises(Rerun):
+        _mpa_v1()
+    from streamlit.runtime.scriptrunner import script_runner
+
+    assert hasattr(script_runner, "_mpa_v1")  # the name the check looks for is still Streamlit's
