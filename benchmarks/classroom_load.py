@@ -1,14 +1,15 @@
 """Classroom load test: one MLM Lab server, N real browsers doing a workshop at the same time.
 
     python -m benchmarks.classroom_load              # 8 students for 4 minutes; writes RESULTS.md's section
-    python -m benchmarks.classroom_load --quick      # smoke: 8 students for 45 s (RESULTS.md untouched)
+    python -m benchmarks.classroom_load --quick      # smoke: 8 students for 60 s (RESULTS.md untouched)
     python -m benchmarks.classroom_load --students 12 --duration 300
 
 One ``streamlit run app.py`` server (127.0.0.1, like a teacher's laptop; MLMLAB_MAX_RUNS=2) and one
 Debian Chromium with one browser context (one Streamlit session) per student, all driven at once
 by Playwright's async API. Every student loops through the workshop flow: Masking (re-roll twice,
 start over, step through three tokens), Predictions, Quiz (type a guess into each blank and
-reveal). On top of that, student 0 makes one Efficiency measurement and students 1 and 2 each
+reveal). On top of that, student 0 first visits every page once (pressing Masking's "Mask the
+corpus" and Predictions' "Compare on many sentences") and makes one Efficiency measurement, and students 1 and 2 each
 start a training run at the beginning, leave it for the other pages, come back to it between
 rounds, and download its curves at the end.
 
@@ -67,6 +68,17 @@ OBSERVER = """() => {
 }"""
 
 
+T0 = time.monotonic()
+VERBOSE = True
+SHOTS: Path | None = Path(tempfile.mkdtemp(prefix="mlmlab_load_shots_"))
+
+
+def log(text: str) -> None:
+    """A progress line on stderr (the load test takes minutes)."""
+    if VERBOSE:
+        print(f"[{time.monotonic() - T0:6.1f} s] {text}", file=sys.stderr, flush=True)
+
+
 class Stats:
     """Everything the students record, shared by all of them (one asyncio thread: no locks needed)."""
 
@@ -120,9 +132,18 @@ async def timed(page, stats: Stats, name: str, action, timeout: float = 180.0) -
             raise TimeoutError(f"the script run did not end in {timeout:.0f} s")
         await idle(page, timeout)
         stats.latency[name].append((done - mark) / 1000.0)
+        log(f"{name}: {(done - mark) / 1000.0:.2f} s")
     except Exception as exc:  # noqa: BLE001 - reported, never raised: the others go on
         stats.failed[name] += 1
         stats.problems.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]}")
+        log(f"{name}: FAILED {type(exc).__name__}: {str(exc)[:1000]}")
+        if SHOTS is not None:
+            try:
+                shot = SHOTS / f"failed_{len(stats.problems):03d}_{re.sub(r'[^a-z]+', '_', name)}.png"
+                await page.screenshot(path=str(shot), full_page=True)
+                log(f"screenshot: {shot}")
+            except Exception:  # noqa: BLE001 - the page may be gone
+                pass
         return
     exceptions = await page.locator('[data-testid="stException"]').count()
     if exceptions:
@@ -132,7 +153,7 @@ async def timed(page, stats: Stats, name: str, action, timeout: float = 180.0) -
 
 async def go(page, stats: Stats, title: str) -> None:
     """Open a page through the sidebar's navigation (a page switch in the same session)."""
-    link = page.locator('[data-testid="stSidebarNav"] a').filter(has_text=re.compile(rf"^\W*{re.escape(title)}\s*$"))
+    link = page.locator('[data-testid="stSidebarNav"] a').filter(has_text=re.compile(rf"{re.escape(title)}\s*$"))
     await timed(page, stats, f"open {title}", lambda: link.first.click())
 
 
@@ -162,6 +183,21 @@ async def quiz_round(page, stats: Stats, student: int, round_number: int) -> Non
         await timed(page, stats, "quiz reveal", lambda: reveal.first.click())
 
 
+TOUR = ("Home", "Masking", "Predictions", "Loss", "Bug museum", "Tokenizer", "Training", "Efficiency", "Quiz")
+
+
+async def tour(page, stats: Stats) -> None:
+    """Every page once, and the two corpus-wide buttons: the app's largest messages (server.maxMessageSize)."""
+    for title in TOUR:
+        await go(page, stats, title)
+        if title == "Masking":
+            await timed(page, stats, "masking: mask the corpus",
+                        lambda: page.get_by_role("button", name=re.compile("Mask the corpus")).click(), timeout=600)
+        if title == "Predictions":
+            await timed(page, stats, "predictions: compare on many sentences",
+                        lambda: page.get_by_role("button", name=re.compile("Compare on many sentences")).click(), timeout=600)
+
+
 async def efficiency_measurement(page, stats: Stats) -> None:
     await go(page, stats, "Efficiency")
     await timed(page, stats, "efficiency measure",
@@ -170,9 +206,10 @@ async def efficiency_measurement(page, stats: Stats) -> None:
 
 async def start_training(page, stats: Stats, train_model: str) -> None:
     await go(page, stats, "Training")
-    if train_model == "tiny-random":
-        await timed(page, stats, "training pick model",
-                    lambda: page.get_by_text("Tiny random BERT: train from scratch").first.click())
+    option = page.get_by_role("radio", name=re.compile("Tiny random BERT: train from scratch" if train_model == "tiny-random"
+                                                        else "Bundled default model"))
+    if await option.count() and not await option.first.is_checked():
+        await timed(page, stats, "training pick model", lambda: option.first.click(force=True))
     await timed(page, stats, "training start", lambda: page.get_by_role("button", name=re.compile("Start training")).click())
 
 
@@ -233,7 +270,7 @@ async def student(browser, server: Server, stats: Stats, number: int, stop_at: f
         size = len(payload)
         stats.frames += 1
         if size > stats.max_frame:
-            stats.max_frame, stats.max_frame_where = size, page.url.rsplit("/", 1)[-1] or "home"
+            stats.max_frame, stats.max_frame_where = size, page.url.split("?")[0].rsplit("/", 1)[-1] or "home"
 
     page.on("websocket", lambda ws: ws.on("framereceived", frame))
     try:
@@ -243,6 +280,7 @@ async def student(browser, server: Server, stats: Stats, number: int, stop_at: f
         if number in TRAINERS:
             await start_training(page, stats, args.train_model)
         if number == MEASURER:
+            await tour(page, stats)
             await efficiency_measurement(page, stats)
         round_number = 0
         while time.monotonic() < stop_at:
@@ -374,8 +412,8 @@ def markdown(summary: dict) -> str:
         BEGIN,
         "## Classroom load test",
         "",
-        f"`python -m benchmarks.classroom_load --students {s['students']} --duration {s['duration_s']}` on "
-        f"{summary['started']}: one server, {s['students']} Chromium sessions at once for {s['duration_s']} s "
+        f"`python -m benchmarks.classroom_load --students {s['students']} --duration {s['duration_s']:.0f}` on "
+        f"{summary['started']}: one server, {s['students']} Chromium sessions at once for {s['duration_s']:.0f} s "
         f"(pages on the {s['model']!r} model, training runs on {s['train_model']!r}); load average before "
         f"{tuple(summary['load_average_before'])}, after {tuple(summary['load_average_after'])}.",
         "",
@@ -435,10 +473,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-model", default="tiny-random", choices=["tiny-random", "default"],
                         help="what the two training runs train (default tiny-random: a run ends within the test)")
     parser.add_argument("--run-timeout", type=float, default=600, help="seconds to wait for a run to end")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 45 s; results go to a temporary folder")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 60 s; results go to a temporary folder")
     args = parser.parse_args(argv)
     if args.quick:
-        args.duration = min(args.duration, 45)
+        args.duration = min(args.duration, 60)
         args.run_timeout = min(args.run_timeout, 300)
     if not Path(CHROMIUM).exists():
         print(f"needs Debian's Chromium at {CHROMIUM} (apt-get install chromium)", file=sys.stderr)
