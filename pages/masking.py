@@ -14,6 +14,8 @@ from mlm_core.export import lesson_zip, masking_settings
 
 MAX_TOKENS = 128  # what one sentence may use here: BERT's usual pre-training length
 MAX_CHARS = 4_000  # longer text is clipped before tokenizing (128 tokens never need more)
+# Span selection is a Python loop: 100k tokens at p = 1 held one core (and the GIL) for 10 s per click.
+MAX_SPAN_TOKENS = 20_000
 
 EXAMPLES = [
     "The cat sat on the mat and watched the birds in the garden.",
@@ -175,6 +177,10 @@ st.markdown(
 )
 n_tokens = st.select_slider("Tokens to mask", [1_000, 5_000, 10_000, 50_000, 100_000], value=10_000,
                             key="masking_stats_tokens")
+if config.strategy == "span" and n_tokens > MAX_SPAN_TOKENS:
+    st.caption(f"Span masking draws its spans one by one: a click masks {MAX_SPAN_TOKENS:,} tokens at most, "
+               "so the page stays quick for everyone on the server.")
+    n_tokens = MAX_SPAN_TOKENS
 if st.button("📊 Mask the corpus", key="masking_stats_run"):
     with st.spinner("Masking…"):
         state["masking_stats"] = (config, settings.seed, masking_statistics(

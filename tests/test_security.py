@@ -251,3 +251,28 @@ def test_a_run_started_by_the_old_style_runner_reruns_through_app_py(monkeypatch
     from streamlit.runtime.scriptrunner import script_runner
 
     assert hasattr(script_runner, "_mpa_v1")  # the name the check looks for is still Streamlit's
+
+
+def test_mask_the_corpus_with_spans_is_bounded(apptest, monkeypatch):
+    """Span masking, p = 1, 100k tokens took 10 s of pure Python per click (issue 16, item 8): bounded."""
+    from mlm_core import masking_stats
+
+    asked, real = [], masking_stats.masking_statistics
+
+    def spy(*args, target_tokens, **kwargs):
+        asked.append(target_tokens)
+        return real(*args, target_tokens=1_000, **kwargs)  # the size asked for is what this test checks
+
+    monkeypatch.setattr(masking_stats, "masking_statistics", spy)
+    at = apptest("pages/masking.py")
+    at.session_state["masking_strategy"] = "span"
+    at.session_state["masking_p"] = 1.0
+    at.session_state["masking_stats_tokens"] = 100_000
+    at.run()
+    at.button(key="masking_stats_run").click().run()
+    assert not at.exception
+    assert asked and max(asked) <= 20_000  # pages/masking.py MAX_SPAN_TOKENS
+    at.session_state["masking_strategy"] = "token"
+    at.run()
+    at.button(key="masking_stats_run").click().run()
+    assert asked[-1] == 100_000  # the vectorised strategies keep the full range
