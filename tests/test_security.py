@@ -276,3 +276,14 @@ def test_mask_the_corpus_with_spans_is_bounded(apptest, monkeypatch):
     at.run()
     at.button(key="masking_stats_run").click().run()
     assert asked[-1] == 100_000  # the vectorised strategies keep the full range
+
+
+def test_server_listens_on_this_machine_only_and_caps_messages():
+    """Classroom mode is one flag (--server.address 0.0.0.0); by default nobody else can connect (item 11)."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text(encoding="utf-8"))["server"]
+    assert config["address"] == "127.0.0.1"
+    assert 1 <= config["maxMessageSize"] <= 10 and config["maxUploadSize"] <= 5
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "--server.address 0.0.0.0" in readme and "MLMLAB_ALLOWED_MODELS" in readme
