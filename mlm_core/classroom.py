@@ -149,7 +149,8 @@ class Field:
         if value is None:
             raise ValueError("no value")
         if self.kind == "text":
-            text = _strip_control(str(value)[: self.max_chars])  # cut first: a pasted book costs nothing
+            # cut before cleaning (a pasted book costs nothing), with room for the control characters dropped
+            text = _strip_control(str(value)[: 2 * self.max_chars])[: self.max_chars]
             return self.parse(text)
         if self.kind == "float":
             if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -70,15 +70,16 @@ def tokenizer_lock(tokenizer) -> threading.RLock:
         return lock
 
 
-def run_tokenizer(tokenizer, texts, **options):
-    """``tokenizer(texts, **options)`` with the backend to ourselves, so its settings are the ones asked for.
+def run_tokenizer(tokenizer, *texts, **options):
+    """``tokenizer(*texts, **options)`` (texts, or pairs of texts) with the backend to ourselves, so its
+    settings are the ones asked for.
 
     >>> from mlm_core.bundled import load_default_tokenizer
     >>> run_tokenizer(load_default_tokenizer(), ["the cat"], add_special_tokens=False)["input_ids"]
     [[1996, 4937]]
     """
     with tokenizer_lock(tokenizer):
-        return tokenizer(texts, **options)
+        return tokenizer(*texts, **options)
 
 
 def token_pieces(tokenizer, text: str) -> list[str]:
