@@ -19,6 +19,7 @@ embedding size), V = vocabulary, M = selected positions (``labels != IGNORE_INDE
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import threading
@@ -125,7 +126,7 @@ def load_masked_lm(name_or_path: str | os.PathLike | None = None, *, tokenizer=N
     - ``"tiny-random"``: a tiny BERT with seeded random weights, vocabulary from ``tokenizer``
       (default: the bundled bert-base-uncased WordPiece tokenizer);
     - anything else: a Hugging Face hub id or a local folder, through the Auto classes, never
-      running remote code, safetensors preferred, local files only when ``HF_HUB_OFFLINE`` is set.
+      running remote code, safetensors only, local files only when ``HF_HUB_OFFLINE`` is set.
 
     A local folder is a path (``./my-model``, ``/data/my-model``, ``~/my-model``); any other name is a
     hub id. Before any weight is allocated or downloaded, the parameter count is read from the config
@@ -321,8 +322,6 @@ _MAX_SAFETENSORS_HEADER = 100_000_000  # the format's own limit on its JSON head
 
 def _safetensors_parameters(path: Path, problem: str) -> int:
     """How many numbers a .safetensors file holds, read from its JSON header (the weights stay on disk)."""
-    import json
-
     try:
         with open(path, "rb") as handle:
             size = int.from_bytes(handle.read(8), "little")
