@@ -9,6 +9,7 @@ PAGES = [
     ("pages/home.py", "Home", "🏠"),
     ("pages/masking.py", "Masking", "🎭"),
     ("pages/predictions.py", "Predictions", "🔮"),
+    ("pages/inside.py", "Inside the model", "🔬"),
     ("pages/losses.py", "Loss", "📉"),
     ("pages/bug_museum.py", "Bug museum", "🐞"),
     ("pages/tokenizer.py", "Tokenizer", "🧩"),

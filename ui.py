@@ -32,6 +32,9 @@ class KEYS:
     sentence = "sentence"  # the current sentence, shared by Masking, Predictions and Quiz
     masking = "masking"  # the Masking page's last result: dict(tokens, encoded, result, config, seed)
     trained_tokenizer = "trained_tokenizer"  # Tokenizer page → Training page: a mlm_core.vocab.TrainedVocab
+    training_run = "training_run"  # Training page: this session's mlm_core.jobs.Run
+    trained_models = "trained_models"  # models trained in this session: mlm_core.session_models.TrainedModels
+    trained_choice = "trained_choice"  # Predictions / Inside the model: "base" or a trained model's key
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,13 @@ def _inside_old_style_runner() -> bool:
     return False
 
 
-def page_setup(title: str) -> Settings:
-    """Shared defaults, the sidebar and the page title; returns the settings every page uses."""
+def page_setup(title: str, private: tuple[str, ...] = ()) -> Settings:
+    """Shared defaults, the sidebar and the page title; returns the settings every page uses.
+
+    ``private``: link fields this page keeps out of its address and share link (the Quiz keeps
+    ``sentence`` out: the address would give its answers away). They stay in the session.
+    """
+    _RUN.private = frozenset(private)
     _ensure_app_navigation()
     state = st.session_state
     _restore_left_widgets()  # classroom: sidebar and page widgets lose their values on a page switch
@@ -169,7 +177,14 @@ div.stButton button p, div.stFormSubmitButton button p, div.stDownloadButton but
 div[data-testid="stButtonGroup"] button {{ min-height: 2.8rem; padding: 0.3rem 1rem; }}
 div[data-testid="stButtonGroup"] button p, div[data-testid="stRadioOption"] p {{ font-size: 1.35rem; }}
 div[data-testid="stTextInput"] input, div[data-testid="stTextArea"] textarea {{ font-size: 1.4rem !important; }}
-div[data-testid="stMetricValue"] {{ font-size: 2.6rem; }}
+div[data-testid="stMetricValue"], div[data-testid="stMetricValue"] p {{ font-size: 2.8rem !important; line-height: 1.25; }}
+div[data-testid="stMetricLabel"] p, div[data-testid="stMetricDelta"] p, div[data-testid="stMetricDelta"] {{
+  font-size: 1.3rem !important; }}
+div[data-testid="stCaptionContainer"], div[data-testid="stCaptionContainer"] p {{ font-size: 1.15rem; }}
+div[data-baseweb="select"] div, div[data-testid="stExpander"] summary p {{ font-size: 1.25rem; }}
+/* a button's label or a metric wraps onto a second line rather than being cut ("Re-roll (new s…") */
+div.stButton button *, div.stFormSubmitButton button *, div.stDownloadButton button *, div[data-testid="stMetric"] * {{
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important; max-width: none !important; }}
 div[class*="st-key-advanced_"] {{ display: none !important; }}
 </style>
 """
@@ -234,6 +249,25 @@ def cached_tiny_for_vocab(_vocab, vocab_key: str):
     from mlm_core.models import load_masked_lm
 
     return load_masked_lm("tiny-random", tokenizer=_vocab.tokenizer)
+
+
+@st.cache_resource(show_spinner="Counting tokens in the workshop corpus…", max_entries=4)
+def cached_corpus_counts(model_name: str | None, vocab_size: int, _tokenizer):
+    """Token counts (V,) of the workshop corpus, the Loss and Bug museum pages' class weights and proposal."""
+    from mlm_core.bundled import workshop_sentences
+    from mlm_core.losses import token_counts
+
+    return token_counts(_tokenizer, workshop_sentences(), vocab_size)
+
+
+def shared_masking_config():
+    """The masking rule the learner set (Masking page or shared link); BERT's defaults if it cannot be used."""
+    from mlm_core import classroom
+
+    try:
+        return classroom.masking_config(sync_query_params())
+    except MLMLabError:
+        return classroom.masking_config(classroom.defaults())
 
 
 def model_or_stop(settings: Settings):
@@ -351,6 +385,7 @@ LINK_KEYS = {
     "p": "masking_p",
     "mask": "masking_mask",
     "random": "masking_random",
+    "span_replace": "masking_span_replacement",
     "step": "masking_step",
     "quiz": "quiz_kind",
     "round": "quiz_round",
@@ -472,10 +507,11 @@ def _refused_link_model(decoded) -> str | None:
 
 def _write_query_params(params: dict[str, str], fields) -> None:
     """Set our parameters in the URL (only when they changed), leaving any others alone."""
+    private = getattr(_RUN, "private", frozenset())
     try:
         query = st.query_params
         for f in fields:
-            want = params.get(f.name)
+            want = None if f.name in private else params.get(f.name)
             have = query.get_all(f.name) if f.name in query else []
             if want is None and have:
                 del query[f.name]
@@ -535,7 +571,9 @@ def share_url() -> str:
     from mlm_core import classroom
 
     link = _link_state()
-    query = urlencode(classroom.encode(link["values"], list(link["fields"].values())))
+    private = getattr(_RUN, "private", frozenset())
+    query = urlencode({name: value for name, value in classroom.encode(
+        link["values"], list(link["fields"].values())).items() if name not in private})
     base = _base_url()
     return f"{base}?{query}" if query else (base or "?")
 
@@ -584,6 +622,24 @@ def chart_height(default: int = 450) -> int:
     return int(default)
 
 
+PRESENTER_CHART_FONT_PX = 20  # ticks, axis titles, legends and bar labels in presenter view
+PRESENTER_CHART_TITLE_PX = 26
+
+
+def room_figure(fig):
+    """``fig`` with fonts a room can read in presenter view (every tick, label and title), else as it is.
+
+    ``st.plotly_chart(ui.room_figure(fig), ...)``: the figure builders stay free of UI settings.
+    """
+    if st.session_state.get(KEYS.presenter):
+        size = PRESENTER_CHART_FONT_PX
+        fig.update_layout(font=dict(size=size), title=dict(font=dict(size=PRESENTER_CHART_TITLE_PX)),
+                          legend=dict(font=dict(size=size)), hoverlabel=dict(font=dict(size=size)))
+        fig.update_xaxes(automargin=True, title_font=dict(size=size), tickfont=dict(size=size))
+        fig.update_yaxes(automargin=True, title_font=dict(size=size), tickfont=dict(size=size))
+    return fig
+
+
 def plotly_config(filename: str) -> dict:
     """``st.plotly_chart(fig, config=ui.plotly_config("masking_counts"))``: the camera button saves a PNG.
 
@@ -602,3 +658,81 @@ def plotly_config(filename: str) -> dict:
 def advanced(name: str):
     """A container for advanced controls, hidden in presenter view: ``with ui.advanced("masking_rates"): ...``."""
     return st.container(key=f"advanced_{name}")
+
+
+# --------------------------------------------------------------------------- models trained in this session
+BASE_CHOICE = "base"  # the sidebar's model, in the trained-model picker
+
+
+def trained_models():
+    """This session's trained models (``mlm_core.session_models.TrainedModels``), a finished Training run's included.
+
+    The store lives in the session, so the copies go with it; the shared cached models are never replaced.
+    """
+    from mlm_core.session_models import TrainedModels
+
+    state = st.session_state
+    store = state.get(KEYS.trained_models)
+    if store is None:
+        store = state[KEYS.trained_models] = TrainedModels()
+    run = state.get(KEYS.training_run)
+    if run is not None and getattr(run, "keep_trained", False):
+        for note in store.add_run(run):  # takes the copies once the run has finished, then nothing
+            st.toast(note, icon="🧠")
+    return store
+
+
+def trained_model_choice(model, tokenizer):
+    """The page's model: the sidebar's, or one trained in this session. Returns ``(model, tokenizer, entry)``.
+
+    The picker shows only when the session has trained models; ``entry`` is the chosen
+    ``TrainedModel`` or None. A share link carries the choice (``trained=``); in another session no
+    such model exists, so the page falls back to the sidebar's model with a notice.
+    """
+    from mlm_core.classroom import Field
+
+    state = st.session_state
+    field = Field("trained", "text", default=BASE_CHOICE, max_chars=40, label="trained model")
+    state.setdefault(KEYS.trained_choice, BASE_CHOICE)
+    sync_query_params([(field, KEYS.trained_choice)])  # reads a link's trained= once per session
+    entries = {e.key: e for e in trained_models().entries()}
+    if state.get(KEYS.trained_choice, BASE_CHOICE) not in (BASE_CHOICE, *entries):
+        st.info("This view names a model trained in another session, or one this session no longer keeps. "
+                "Trained models live only in the session that trained them, so the sidebar's model is shown "
+                "instead.", icon="🔗")
+        state[KEYS.trained_choice] = BASE_CHOICE
+        sync_query_params([(field, KEYS.trained_choice)])
+    if not entries:
+        return model, tokenizer, None
+    labels = {BASE_CHOICE: f"{(getattr(model, 'mlmlab_info', None) or {}).get('label', 'The sidebar model')} (sidebar)",
+              **{key: f"Trained: {e.label}" for key, e in entries.items()}}
+    st.selectbox("Model on this page", list(labels), key=KEYS.trained_choice, format_func=labels.get,
+                 help="Models you trained on the Training page stay in your session (the last few), beside "
+                 "the sidebar's model. They are yours only: a shared link shows others the sidebar's model.")
+    entry = entries.get(state[KEYS.trained_choice])
+    return (model, tokenizer, None) if entry is None else (entry.model, entry.tokenizer, entry)
+
+
+def value_chips(tokens: list[str], values: list[float | None], *, highlight: int | None = None,
+                titles: list[str] | None = None) -> None:
+    """Tokens as escaped chips shaded by a value: green for positive, red for negative, grey where None.
+
+    Shades are scaled to the largest |value| of the row.
+    """
+    finite = [abs(v) for v in values if v is not None and v == v]
+    top = max(finite) if finite and max(finite) > 0 else 1.0
+    parts = []
+    for i, (token, value) in enumerate(zip(tokens, values)):
+        if value is None or value != value:
+            background = "#f1f3f5"
+        else:
+            share = min(1.0, abs(value) / top)
+            rgb = "47,158,68" if value >= 0 else "224,49,49"
+            background = f"rgba({rgb},{0.08 + 0.6 * share:.2f})"
+        outline = "box-shadow:0 0 0 3px #1c7ed6;" if highlight == i else ""
+        tip = f' title="{html.escape(titles[i], quote=True)}"' if titles else ""
+        parts.append(
+            f'<span class="mlm-chip-wrap" style="display:inline-block;margin:0 0 6px 6px"{tip}>'
+            f'<span class="mlm-chip" style="display:inline-block;padding:3px 7px;border-radius:6px;font-family:monospace;'
+            f'font-size:15px;background:{background};border:1px solid #ced4da;{outline}">{html.escape(token)}</span></span>')
+    st.markdown(f'<div class="mlm-chips" style="line-height:2.2">{"".join(parts)}</div>', unsafe_allow_html=True)

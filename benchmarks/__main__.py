@@ -1,4 +1,4 @@
-"""Run P1–P5 (and P6 where CUDA is present) and write ``benchmarks/RESULTS.md``.
+"""Run P1–P5 and MFU (and P6 where CUDA is present) and write ``benchmarks/RESULTS.md``.
 
     python -m benchmarks            # the full run (several minutes on a 2-core CPU)
     python -m benchmarks --quick    # small sizes: checks that everything runs (RESULTS.md untouched)
@@ -28,6 +28,7 @@ BENCHMARKS = [
     ("p3", "benchmarks.p3_masking"),
     ("p4", "benchmarks.p4_sampled_softmax"),
     ("p5", "benchmarks.p5_app_latency"),
+    ("mfu", "benchmarks.mfu"),
 ]
 RESULTS_MD = ROOT / "benchmarks" / "RESULTS.md"
 DEFAULT_THREADS = 1  # see THREADS below
@@ -42,6 +43,12 @@ MISS_NOTES = {
           "assignments each ran a `nonzero` (now `torch.where` / `masked_fill`). What remains is per-call "
           "overhead on a small batch (4,096 tokens): both sides make three uniform draws and one randint; the "
           "trace itself only keeps references to tensors already computed.",
+    "MFU": "MFU: the bf16 step's share is reported, not targeted. bf16 makes the matrix multiplies about 2× "
+           "faster while dropout, the embedding gradient, AdamW and autocast's casts of the weights stay as they "
+           "were, so those take a larger share of a faster step (see the profile rows). The largest is dropout "
+           "(6% of the fp32 step, 9% of the bf16 one): drawing its masks (`bernoulli_`) costs about 6 ns per "
+           "element on this CPU (one thread), 25× a multiply. The wall-clock figures need a quiet machine; the CPU-time columns (one torch thread) are what a busy machine still measures "
+           "reliably.",
     "2 threads": "The 2-thread column: with the second core shared, every parallelised small operation waits "
                  "for it (see Method). That hits the contender with more small operations (the gathered path, "
                  "sampled softmax, our masking) much harder than the one dominated by a few large matrix "
@@ -71,7 +78,13 @@ METHOD = """\
   allocation (+bytes) and free (−bytes) events in time order
   (`mlm_core.efficiency.peak_memory_bytes`).
 - Sizes: P1, P3 and P4 use B = 32, T = 128 with BERT's 15% and 80/10/10 on workshop-corpus text;
-  P2 uses B = 8, T = 128 to keep a full step within seconds on 2 cores.
+  P2 uses B = 8, T = 128 to keep a full step within seconds on 2 cores; MFU uses B = 16, T = 64
+  (the size the bundled model was built with).
+- **MFU** (a CPU "model FLOPs utilisation"): the step's matrix-multiply FLOPs per second over the
+  speed of the same matrix multiplies (the step's own shapes and layouts,
+  `mlm_core.efficiency.step_gemms`) timed alone in the same run and dtype, i.e. matmul-alone time
+  over step time. With one torch thread it is also computed from the process's CPU time, which
+  other work on a busy machine disturbs far less than wall time.
 - Reproduce: `python -m benchmarks` (all, writes this file), or one of them, for example
   `python -m benchmarks.p1_head_loss` (prints its table, writes `benchmarks/results/p1_head_loss.json`).
 """

@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from mlm_core.efficiency import human_bytes, median, median_times, peak_memory_bytes  # noqa: E402,F401
+from mlm_core.efficiency import human_bytes, median, median_times, paired_ratio, peak_memory_bytes  # noqa: E402,F401
 
 
 @dataclass
@@ -112,11 +112,6 @@ def device_name() -> str:
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
     return "cpu"
-
-
-def paired_ratio(slow: Sequence[float], fast: Sequence[float]) -> float:
-    """Median of the per-round ratios slow[i] / fast[i] (rounds ran back to back, so load is shared)."""
-    return median([s / f for s, f in zip(slow, fast) if f > 0])
 
 
 def compare(fns: Mapping[str, Callable[[], Any]], *, warmup: int = 1, repeats: int = 3) -> dict[str, list[float]]:

@@ -1,9 +1,10 @@
-"""Loss variants on one batch of the default model: the numbers for issue #4's closing note.
+"""Loss variants on one batch of the default model: the numbers behind the Loss page's lessons.
 
 Prints, for one masked batch of workshop-corpus sentences through the bundled default model:
 the full, weighted and sampled losses; the sampled-softmax bias (mean over 20 seeds of
-sampled − full, and of |sampled − full|) at K = 64, 256, 1024, 4096 for each sampler; and time
-ratios (forward + backward to hidden, weight and bias, median of repeats) against full CE.
+sampled − full, and of |sampled − full|) at K = 64, 256, 1024, 4096 and V for each sampler, each
+correction, with and without replacement; the gradient cosines; and time ratios (forward +
+backward to hidden, weight and bias, median of repeats) against full CE.
 
 Run: ``python -m benchmarks.loss_variants [--sentences 32] [--seeds 20] [--repeats 7] [--threads 1]``
 """
@@ -21,6 +22,7 @@ import torch
 from mlm_core.bundled import workshop_sentences
 from mlm_core.losses import (
     CORRECTIONS,
+    SampledSoftmaxConfig,
     full_cross_entropy,
     loop_cross_entropy,
     loss_batch,
@@ -82,25 +84,28 @@ def main():
         batch.logits, targets, token_frequency_weights(counts, scheme="inverse_sqrt")).loss.item()
     for sampler in ("uniform", "unigram", "log_uniform"):
         out[f"sampled_K64_{sampler}"] = sampled_softmax_loss(
-            hidden, weight, bias, targets, num_sampled=64, sampler=sampler, counts=counts,
-            generator=torch.Generator().manual_seed(args.seed)).loss.item()
+            hidden, weight, bias, targets, counts=counts, generator=torch.Generator().manual_seed(args.seed),
+            **SampledSoftmaxConfig(num_sampled=64, sampler=sampler).loss_kwargs()).loss.item()
 
     bias_rows = []
     for sampler in ("uniform", "unigram", "log_uniform"):
-        for correction, (logq, on_true) in CORRECTIONS.items():
-            for k in KS:
-                values = [sampled_softmax_loss(hidden, weight, bias, targets, num_sampled=k, sampler=sampler,
-                                               counts=counts, logq_correction=logq, logq_on_true=on_true,
-                                               generator=torch.Generator().manual_seed(s)).loss.item()
-                          for s in range(args.seeds)]
-                bias_rows.append({"sampler": sampler, "correction": correction, "K": k,
-                                  "bias": statistics.mean(values) - full,
-                                  "abs_bias": statistics.mean(abs(v - full) for v in values)})
+        for replacement in (False, True):
+            for correction in CORRECTIONS:
+                for k in (*KS, V):
+                    kwargs = SampledSoftmaxConfig(num_sampled=k, sampler=sampler, replacement=replacement,
+                                                  correction=correction).loss_kwargs()
+                    values = [sampled_softmax_loss(hidden, weight, bias, targets, counts=counts,
+                                                   generator=torch.Generator().manual_seed(s), **kwargs).loss.item()
+                              for s in range(args.seeds)]
+                    bias_rows.append({"sampler": sampler, "replacement": replacement, "correction": correction,
+                                      "K": k, "bias": statistics.mean(values) - full,
+                                      "abs_bias": statistics.mean(abs(v - full) for v in values)})
     out["bias"] = bias_rows
     sweep = {}
     for sampler in ("uniform", "unigram"):
-        rows = sampled_softmax_sweep(hidden, weight, bias, targets, ks=KS, sampler=sampler, counts=counts,
-                                     repeats=5, generator=torch.Generator().manual_seed(args.seed))
+        rows = sampled_softmax_sweep(hidden, weight, bias, targets, ks=(*KS, V), counts=counts, repeats=5,
+                                     config=SampledSoftmaxConfig(sampler=sampler),
+                                     generator=torch.Generator().manual_seed(args.seed))
         sweep[sampler] = [{k: r[k] for k in ("K", "correction", "grad_cosine")} for r in rows]
     out["grad_cosine"] = sweep
 
@@ -111,7 +116,8 @@ def main():
     t_loop = timed(lambda h, w, b: loop_cross_entropy(h @ w.T + b, targets).loss, hidden, weight, bias, args.repeats)
     timing = {"full_ms": t_full * 1e3, "weighted_over_full": t_weighted / t_full, "loop_over_full": t_loop / t_full}
     for k in KS:
-        t = timed(lambda h, w, b, k=k: sampled_softmax_loss(h, w, b, targets, num_sampled=k, generator=g).loss,
+        t = timed(lambda h, w, b, k=k: sampled_softmax_loss(h, w, b, targets, num_sampled=k, counts=counts,
+                                                            generator=g).loss,
                   hidden, weight, bias, args.repeats)
         timing[f"full_over_sampled_K{k}"] = t_full / t
     t = timed(lambda h, w, b: sampled_softmax_loss(h, w, b, targets, num_sampled=1024, sampler="softmax",
@@ -126,14 +132,16 @@ def main():
     print("sampled, K=64: " + " | ".join(f"{s} {out[f'sampled_K64_{s}']:.4f}" for s in ("uniform", "unigram", "log_uniform")))
     print(f"\nbias over {args.seeds} seeds (mean sampled − full; mean |sampled − full|):")
     for sampler in ("uniform", "unigram", "log_uniform"):
-        for correction in CORRECTIONS:
-            rows = [r for r in bias_rows if r["sampler"] == sampler and r["correction"] == correction]
-            print(f"  {sampler:11s} {correction:26s} " + "  ".join(
-                f"K={r['K']}: {r['bias']:+.3f} ({r['abs_bias']:.3f})" for r in rows))
+        for replacement in (False, True):
+            for correction in CORRECTIONS:
+                rows = [r for r in bias_rows if r["sampler"] == sampler and r["correction"] == correction
+                        and r["replacement"] == replacement]
+                print(f"  {sampler:11s} {'with' if replacement else 'without':7s} {correction:10s} " + "  ".join(
+                    f"K={r['K']}: {r['bias']:+.3f} ({r['abs_bias']:.3f})" for r in rows))
     print("\ngradient cosine with full CE (d loss / d hidden), mean of 5 draws:")
     for sampler, rows in sweep.items():
         for correction in CORRECTIONS:
-            print(f"  {sampler:11s} {correction:26s} " + "  ".join(
+            print(f"  {sampler:11s} {correction:10s} " + "  ".join(
                 f"K={r['K']}: {r['grad_cosine']:.3f}" for r in rows if r["correction"] == correction))
     print("\ntiming, forward + backward, median of", args.repeats)
     for name, value in timing.items():

@@ -3,8 +3,9 @@
 Same model (two copies of the same weights), same batches, same masks, same optimizer (AdamW with
 BERT's decay groups, fused where available) and gradient clipping at 1.0:
 
-- ours: ``models.masked_lm_logits`` (encoder once, head on the M masked rows) →
-  ``losses.full_cross_entropy`` → backward → clip → AdamW: the step ``training.train`` takes;
+- ours: ``training.TrainStep``, the step ``training.train`` takes: ``models.masked_lm_logits``
+  (encoder once, head on the M masked rows) → ``losses.full_cross_entropy`` → backward → clip →
+  AdamW, in fp32 (``amp="off"``: both sides in the same precision; bf16 is the MFU benchmark's);
 - Hugging Face: ``model(input_ids, attention_mask, labels=labels).loss`` (head at every position)
   → backward → clip → AdamW.
 
@@ -41,7 +42,6 @@ def _optimizer(model):
 def run(quick: bool = False, repeats: int = 3, batch_size: int = 8, seq_len: int = 128,
         train_steps: int = 4) -> Result:
     from mlm_core.efficiency import ideal_step_speedup
-    from mlm_core.losses import full_cross_entropy
     from mlm_core.masking import IGNORE_INDEX
     from mlm_core.models import load_masked_lm
 
@@ -57,9 +57,12 @@ def run(quick: bool = False, repeats: int = 3, batch_size: int = 8, seq_len: int
     masked = median([float((b[2] != IGNORE_INDEX).sum()) for b in batches])
     tokens = median([float(b[1].sum()) for b in batches])
 
-    ours_model, hf_model = copy.deepcopy(base).train(), copy.deepcopy(base).train()
-    ours_opt, hf_opt = _optimizer(ours_model), _optimizer(hf_model)
-    ours_params = [p for p in ours_model.parameters() if p.requires_grad]
+    from mlm_core.training import TrainConfig, TrainStep
+
+    ours_step = TrainStep(copy.deepcopy(base), TrainConfig(amp="off", learning_rate=5e-5, weight_decay=0.01,
+                                                           max_grad_norm=1.0), dev)
+    hf_model = copy.deepcopy(base).train()
+    hf_opt = _optimizer(hf_model)
     hf_params = [p for p in hf_model.parameters() if p.requires_grad]
     state = {"ours": 0, "hf": 0}
     losses = {"ours": [], "hf": []}
@@ -67,13 +70,7 @@ def run(quick: bool = False, repeats: int = 3, batch_size: int = 8, seq_len: int
     def ours():
         ids, att, labels = batches[state["ours"] % len(batches)]
         state["ours"] += 1
-        ours_opt.zero_grad(set_to_none=True)
-        logits, targets = masked_lm_logits(ours_model, ids, att, labels)  # (M, V)
-        loss = full_cross_entropy(logits.float(), targets).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(ours_params, 1.0)
-        ours_opt.step()
-        losses["ours"].append(float(loss.detach()))
+        losses["ours"].append(ours_step(ids, att, labels, seed=state["ours"]))
 
     def hf():
         ids, att, labels = batches[state["hf"] % len(batches)]
@@ -85,14 +82,12 @@ def run(quick: bool = False, repeats: int = 3, batch_size: int = 8, seq_len: int
         hf_opt.step()
         losses["hf"].append(float(loss.detach()))
 
-    from mlm_core.models import masked_lm_logits
-
     times = compare({"ours": ours, "hf": hf}, warmup=1, repeats=repeats)
-    del ours_model, hf_model, ours_opt, hf_opt
+    del ours_step, hf_model, hf_opt
     ideal = ideal_step_speedup(base.config, seq_len=seq_len, batch_size=batch_size, masked=int(round(masked)))
     measured = paired_ratio(times["hf"], times["ours"])
     rows = [
-        {"step": "ours (masked_lm_logits + full CE)", "ms": median(times["ours"]) * 1e3,
+        {"step": "ours (training.TrainStep, fp32)", "ms": median(times["ours"]) * 1e3,
          "tokens_per_s": tokens / median(times["ours"]), "vs_hf_x": measured},
         {"step": "HF BertForMaskedLM(labels=)", "ms": median(times["hf"]) * 1e3,
          "tokens_per_s": tokens / median(times["hf"]), "vs_hf_x": 1.0},
@@ -102,9 +97,9 @@ def run(quick: bool = False, repeats: int = 3, batch_size: int = 8, seq_len: int
     train_note = ""
     try:
         from mlm_core.bundled import workshop_sentences
-        from mlm_core.training import TrainConfig, train
+        from mlm_core.training import train
 
-        cfg = TrainConfig(steps=train_steps + 1, batch_size=batch_size, seq_len=seq_len, warmup_steps=0,
+        cfg = TrainConfig(steps=train_steps + 1, batch_size=batch_size, seq_len=seq_len, warmup_steps=0, amp="off",
                           eval_every=10**6, eval_max_chunks=1, eval_fraction=0.0, probe_sentences=("a [MASK] b.",))
         result = train(base, tokenizer, workshop_sentences(), cfg)
         # Step time from each record (tokens / tokens_per_s); the first step is the warm-up. Its rows
@@ -120,7 +115,7 @@ def run(quick: bool = False, repeats: int = 3, batch_size: int = 8, seq_len: int
         title="P2 — whole training step, tokens/s: ours vs plain BertForMaskedLM(labels=) loop",
         config={"model": "bundled default", "B": batch_size, "T": seq_len, "M (median)": masked,
                 "repeats": repeats, "device": str(dev), "quick": quick,
-                "optimizer": "AdamW (training._adamw: fused where available), clip 1.0"},
+                "optimizer": "AdamW (training._adamw: fused where available), clip 1.0", "precision": "fp32 both"},
         rows=rows,
         columns=["step", "ms", "tokens_per_s", "vs_hf_x"],
         targets=[Target("P2 measured / FLOPs-ideal ratio", measured / ideal, ">=", TARGET,

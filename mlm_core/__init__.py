@@ -6,7 +6,9 @@ The flow, left to right: text → ``data.encode`` → ``masking.mask_tokens`` �
 
 from mlm_core.errors import InputError, MLMLabError, ModelLoadError
 from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, MaskingResult, mask_tokens
-from mlm_core.data import Encoded, encode, mask_batch, read_text_upload, special_ids, split_sentences
+from mlm_core.data import (
+    Encoded, MaskedSentence, encode, mask_batch, mask_sentence, read_text_upload, special_ids, split_sentences,
+)
 from mlm_core.bundled import load_default_tokenizer, workshop_documents, workshop_sentences
 
 # --- re-exports of the other modules (each owner adds its lines below) ---

@@ -5,9 +5,11 @@ state. ``encode`` writes them as query parameters and ``decode`` reads them back
 so a broken or tampered link falls back to the defaults with a message saying what was ignored —
 never an exception. ``decode(encode(values))`` gives the same values back.
 
-The quizzes are built with the same flow as the pages (``data.encode`` → ``data.mask_batch``), from
-the shared sentence and seed, so everyone who opens the same link gets the same question. Scoring
-is pure: plain values in, a score out.
+A quiz question is a sentence masked by ``data.mask_sentence``, the Masking page's own path, so the
+quiz's masks for seed S are the Masking page's masks for seed S. A link names the question by its
+seed and number (a corpus sentence) or by a random id (a teacher's sentence, kept on the server in
+a ``QuestionBank``), never by its words: a student who reads the address learns no answer.
+Scoring is pure: plain values in, a score out.
 
 Shapes: T = sequence length, M = selected positions, V = vocabulary.
 
@@ -25,14 +27,17 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import secrets
+import threading
 import unicodedata
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import torch
 
-from mlm_core.data import Encoded, encode as encode_text, mask_batch, token_pieces
-from mlm_core.masking import IGNORE_INDEX, STRATEGIES, Decision, MaskingConfig
+from mlm_core.data import mask_sentence, token_pieces
+from mlm_core.errors import InputError
+from mlm_core.masking import IGNORE_INDEX, SPAN_REPLACEMENTS, STRATEGIES, Decision, MaskingConfig
 
 # The Masking page's first example: a link without a sentence shows it, as the page does.
 DEFAULT_SENTENCE = "The cat sat on the mat and watched the birds in the garden."
@@ -51,8 +56,9 @@ QUIZ_TITLES = {
     "loss": "Which positions count in the loss?",
 }
 MAX_BLANKS = 3  # guess-the-token: at most this many [MASK]s, so a room can answer in a minute
-QUIZ_MIN_P = 0.3  # random/loss quizzes select at least 30%, so random and unchanged tokens turn up
-QUIZ_ATTEMPTS = 64  # re-draws (seeded) until a question has a random and an unchanged token
+QUIZ_SEARCH = 600  # corpus sentences a question may look through to find masks that suit its quiz
+MASKING_MAX_TOKENS = 128  # the Masking page's limit: the quiz masks a sentence exactly as it does
+QUESTION_ID_CHARS = 10  # a teacher's sentence in the bank: its id in a link (``qs=``)
 
 
 # --------------------------------------------------------------------------- link fields
@@ -183,6 +189,7 @@ FIELDS: tuple[Field, ...] = (
     Field("p", "float", _RULE.mlm_probability, 0.0, 1.0, label="selection probability p"),
     Field("mask", "float", _RULE.mask_replace_prob, 0.0, 1.0, label="[MASK] share"),
     Field("random", "float", _RULE.random_replace_prob, 0.0, 1.0, label="random share"),
+    Field("span_replace", "choice", _RULE.span_replacement, choices=SPAN_REPLACEMENTS, label="span replacement"),
     Field("model", "model", None, label="model"),
     Field("step", "int", None, 0, MAX_STEP, label="step-through position"),
     Field("quiz", "choice", QUIZ_KINDS[0], choices=QUIZ_KINDS, label="quiz"),
@@ -285,7 +292,8 @@ def encode(values: Mapping[str, Any], fields: Sequence[Field] = FIELDS) -> dict[
 def masking_config(values: Mapping[str, Any]) -> MaskingConfig:
     """The masking rule a link describes (its rates and strategy)."""
     return MaskingConfig(mlm_probability=values["p"], mask_replace_prob=values["mask"],
-                         random_replace_prob=values["random"], strategy=values["strategy"])
+                         random_replace_prob=values["random"], strategy=values["strategy"],
+                         span_replacement=values.get("span_replace", _RULE.span_replacement))
 
 
 # --------------------------------------------------------------------------- quiz questions
@@ -305,6 +313,9 @@ class Question:
     decision_codes: torch.Tensor  # (1, T) Decision codes
     config: MaskingConfig  # the rule the question was drawn with
     truncated: bool = False
+    source: str = ""  # where the sentence came from: "corpus:17", "teacher:<bank id>"
+    seed: int = 0  # the seed of these masks: the Masking page shows the same ones with it
+    whole_word: tuple[bool, ...] = ()  # per token: is it a whole word of one piece?
 
     def positions(self, *names: str) -> tuple[int, ...]:
         """Positions whose decision is one of ``names``."""
@@ -340,90 +351,172 @@ def _mix(*parts: int) -> int:
     return x & ((1 << 63) - 1)
 
 
-def question_sentence(shared: str, sentences: Sequence[str], seed: int, round: int) -> str:
-    """Round 0 asks about the shared sentence; later rounds about a corpus sentence picked by (seed, round)."""
-    if round <= 0 or not sentences:
-        return shared
-    return sentences[_mix(seed, round) % len(sentences)]
-
-
-def _question_id(kind: str, sentence: str, seed: int, round: int, config: MaskingConfig, tokenizer) -> str:
+def _question_id(kind: str, source: str, seed: int, round: int, config: MaskingConfig, tokenizer) -> str:
+    # Built from where the sentence came from (a corpus index, a teacher's bank id), never from
+    # its words: the id is shown on the page and must not help anyone recover a hidden word.
     name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-    text = f"{kind}|{seed}|{round}|{config}|{name}|{len(tokenizer)}|{sentence}"
+    text = f"{kind}|{seed}|{round}|{config}|{name}|{len(tokenizer)}|{source}"
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
-def _whole_word_mask(encoded: Encoded, tokens: Sequence[str]) -> torch.Tensor:
-    """(1, T) special-tokens mask that also protects punctuation and words of several pieces.
+def _bare(token: str) -> str:
+    """A token without its word-start mark (RoBERTa's Ġ, SentencePiece's ▁)."""
+    return token[1:] if token[:1] in ("Ġ", "▁") and len(token) > 1 else token
 
-    A blank is only fair when the answer is one whole word: "##ly" or "," are not guessable.
+
+def word_shaped(token: str) -> bool:
+    """Does ``token`` look like an ordinary whole word (letters only, no continuation mark)?
+
+    A random replacement that fails this ("##rew", "⁄", "[unused7]") gives itself away by its
+    shape alone, so the "which one was random?" quiz only asks about ones that pass.
+
+    >>> [word_shaped(t) for t in ("garden", "Ġgarden", "##rew", "⁄", "[unused7]", "x")]
+    [True, True, False, False, False, False]
     """
-    special = encoded.special_tokens_mask.clone()  # (1, T)
-    words = encoded.word_ids[0].tolist()
-    pieces: dict[int, int] = {}
-    for w in words:
-        if w >= 0:
-            pieces[w] = pieces.get(w, 0) + 1
-    for i, (w, token) in enumerate(zip(words, tokens)):
-        if w >= 0 and (pieces[w] > 1 or not any(c.isalnum() for c in token)):
-            special[0, i] = 1
-    return special
+    bare = _bare(token)
+    return not token.startswith("##") and len(bare) >= 2 and bare.isascii() and bare.isalpha()
 
 
-def _build(kind, tokenizer, encoded, result, sentence, qid, config) -> Question:
+def _build(kind, tokenizer, encoded, result, sentence, qid, config, source, seed) -> Question:
     tokens = tuple(encoded.tokens[0])
     length = len(tokens)
     special = encoded.special_tokens_mask[0].tolist()
     codes = result.decisions[0].tolist()
     decisions = tuple("SPECIAL" if special[i] else Decision(codes[i]).name for i in range(length))
     shown = tuple(tokenizer.convert_ids_to_tokens(result.input_ids[0, :length].tolist()))
+    words = encoded.word_ids[0, :length].tolist()
+    pieces: dict[int, int] = {}
+    for w in words:
+        if w >= 0:
+            pieces[w] = pieces.get(w, 0) + 1
+    whole = tuple(w >= 0 and pieces[w] == 1 for w in words)
     return Question(kind, qid, sentence, tokens, shown, decisions, result.input_ids[:, :length].clone(),
                     encoded.attention_mask[:, :length].clone(), result.labels[:, :length].clone(),
-                    result.decisions[:, :length].clone(), config, bool(encoded.truncated[0]))
+                    result.decisions[:, :length].clone(), config, bool(encoded.truncated[0]), source, seed, whole)
 
 
 def make_question(tokenizer, kind: str, sentence: str, *, seed: int = 0, round: int = 0,
-                  config: MaskingConfig | None = None, max_length: int = 64) -> Question:
-    """A quiz question about ``sentence``, the same for the same (kind, sentence, seed, round, rule).
+                  config: MaskingConfig | None = None, source: str = "",
+                  max_length: int = MASKING_MAX_TOKENS) -> Question:
+    """A quiz question about ``sentence``: the Masking page's masks for this sentence, seed and rule.
 
-    - ``"guess"``: up to ``MAX_BLANKS`` whole words become [MASK] (Google BERT's exact count at the
-      rule's p, at least one blank); students type what was there.
-    - ``"random"`` and ``"loss"``: the rule's 80/10/10 replacement, with p raised to at least
-      ``QUIZ_MIN_P`` and seeded re-draws until a random and an unchanged token appear (when the rule
-      allows them), so there is something to find.
+    The masks come from ``data.mask_sentence`` (one seed, one selection and one decision per token,
+    on every page): the quiz changes nothing in them, it only chooses which sentence to ask about
+    (``corpus_question_sentence``) and with which seed (``pick_question``). ``source`` names where the sentence came from ("corpus:17", a
+    teacher's bank id) and goes into the question id instead of the words.
     Raises ``InputError`` for empty text or a tokenizer without a mask token.
     """
     if kind not in QUIZ_KINDS:
         raise ValueError(f"kind must be one of {QUIZ_KINDS}, got {kind!r}")
     config = config or MaskingConfig()
-    encoded = encode_text(tokenizer, sentence, max_length=max_length)
-    tokens = encoded.tokens[0]
-    qid = _question_id(kind, sentence, seed, round, config, tokenizer)
-    if kind == "guess":
-        protected = _whole_word_mask(encoded, tokens)
-        if bool(protected.all()):  # no whole word at all: any non-special token will do
-            protected = encoded.special_tokens_mask
-        rule = MaskingConfig(mlm_probability=max(config.mlm_probability, 0.01), mask_replace_prob=1.0,
-                             random_replace_prob=0.0, strategy="exact_count", max_predictions=MAX_BLANKS)
-        quiz_encoded = replace(encoded, special_tokens_mask=protected)
-        result = mask_batch(tokenizer, quiz_encoded, rule, torch.Generator().manual_seed(_mix(seed, round, 1)))
-        return _build(kind, tokenizer, encoded, result, sentence, qid, rule)
+    masked = mask_sentence(tokenizer, sentence, config, seed, max_length=max_length)
+    encoded, result = masked.encoded, masked.result
+    source = source or "sentence:" + hashlib.sha1(sentence.encode("utf-8")).hexdigest()
+    qid = _question_id(kind, source, seed, round, config, tokenizer)
+    return _build(kind, tokenizer, encoded, result, sentence, qid, config, source, int(seed))
 
-    rule = replace(config, mlm_probability=max(config.mlm_probability, QUIZ_MIN_P))
-    want_random = rule.random_replace_prob > 0
-    want_unchanged = rule.unchanged_prob > 1e-9
-    best, best_found = None, -1
-    for attempt in range(QUIZ_ATTEMPTS):
-        generator = torch.Generator().manual_seed(_mix(seed, round, QUIZ_KINDS.index(kind) + 1, attempt))
-        result = mask_batch(tokenizer, encoded, rule, generator)
-        counts = result.counts()
-        found = (counts["RANDOM"] > 0 or not want_random) + (counts["UNCHANGED"] > 0 or not want_unchanged)
-        found += 0.5 * (counts["MASK"] > 0 or rule.mask_replace_prob == 0)
-        if found > best_found:
-            best, best_found = result, found
-        if found == 2.5:
-            break
-    return _build(kind, tokenizer, encoded, best, sentence, qid, rule)
+
+def question_problem(question: Question) -> str | None:
+    """Why this question cannot be asked as it is (None when it can): what the masks lack.
+
+    - guess: 1 to ``MAX_BLANKS`` [MASK]s, each on a whole word (one piece, letters or digits);
+    - random: a random replacement, each one shaped like an ordinary word (``word_shaped``) and put
+      in place of a whole word, so nobody can spot it by its shape;
+    - loss: a [MASK], and a selected token that does not look selected (random or unchanged).
+    """
+    decisions = question.decisions
+    if question.kind == "guess":
+        blanks = question.blanks
+        if not blanks:
+            return "no token became [MASK]"
+        if len(blanks) > MAX_BLANKS:
+            return f"{len(blanks)} tokens became [MASK] (the quiz asks about at most {MAX_BLANKS})"
+        if any(not question.whole_word[i] or not any(c.isalnum() for c in question.tokens[i]) for i in blanks):
+            return "a [MASK] hides part of a word or a punctuation mark"
+        if question.positions("RANDOM"):
+            return "a random replacement would make the blanks harder to read"
+        return None
+    if question.kind == "random":
+        randoms = question.positions("RANDOM")
+        if not randoms:
+            return "no token was replaced by a random one"
+        if any(not word_shaped(question.shown[i]) or not question.whole_word[i]
+               or not word_shaped(question.tokens[i]) for i in randoms):
+            return "a random replacement can be spotted by its shape (a word piece, a symbol)"
+        return None
+    if not question.blanks:
+        return "no token became [MASK]"
+    if not question.positions("RANDOM", "UNCHANGED"):
+        return "every selected token is a [MASK], so the colours would not matter"
+    return None
+
+
+def corpus_question_sentence(sentences: Sequence[str], seed: int, round: int) -> tuple[int, str]:
+    """(index, sentence): the corpus sentence of question ``round`` for ``seed``, the same for everyone."""
+    if not sentences:
+        raise InputError("There is no corpus to take quiz sentences from.")
+    index = _mix(seed, round) % len(sentences)
+    return index, sentences[index]
+
+
+def pick_question(tokenizer, kind: str, sentence: str, *, seed: int, round: int = 0,
+                  config: MaskingConfig | None = None, source: str = "", search: int = QUIZ_SEARCH) -> Question:
+    """The question about ``sentence`` with the masks of the first seed from ``seed`` on (``seed``,
+    ``seed + 1``, …, as the Masking page's re-roll goes) whose masks suit the quiz.
+
+    The masks are never changed to make a question work: the seed is what is chosen, and the page
+    shows it, so the Masking page with that seed shows exactly these masks. For the random quiz a
+    seed that also leaves a token unchanged is preferred. Tries up to ``search`` seeds; when none
+    suits, returns the question of ``seed`` itself (``question_problem`` says what it lacks).
+    """
+    first = best = None
+    for step in range(max(1, search)):
+        question = make_question(tokenizer, kind, sentence, seed=(seed + step) % (MAX_SEED + 1), round=round,
+                                 config=config, source=source)
+        first = first or question
+        if question_problem(question) is None:
+            if kind != "random" or question.positions("UNCHANGED"):
+                return question
+            best = best or question
+    return best or first
+
+
+class QuestionBank:
+    """Teachers' own quiz sentences, kept on the server: a shared link carries an id, never the words.
+
+    One bank serves every session of a server (a teacher's link works for the whole room). Ids are
+    random, so an id says nothing about its sentence. Holds ``max_entries`` sentences, the oldest
+    dropped first; thread-safe.
+
+    >>> bank = QuestionBank()
+    >>> qs = bank.add("The cat sat on the mat.")
+    >>> bank.get(qs), bank.add("The cat sat on the mat.") == qs, bank.get("nope")
+    ('The cat sat on the mat.', True, None)
+    """
+
+    def __init__(self, max_entries: int = 1_000):
+        self.max_entries = max_entries
+        self._lock = threading.Lock()
+        self._by_id: dict[str, str] = {}
+        self._by_sentence: dict[str, str] = {}
+
+    def add(self, sentence: str) -> str:
+        with self._lock:
+            if sentence in self._by_sentence:
+                return self._by_sentence[sentence]
+            qs = secrets.token_hex(5)
+            while qs in self._by_id:
+                qs = secrets.token_hex(5)
+            self._by_id[qs] = sentence
+            self._by_sentence[sentence] = qs
+            while len(self._by_id) > self.max_entries:
+                old = next(iter(self._by_id))
+                self._by_sentence.pop(self._by_id.pop(old), None)
+            return qs
+
+    def get(self, qs: str | None) -> str | None:
+        with self._lock:
+            return self._by_id.get(str(qs)) if qs else None
 
 
 # --------------------------------------------------------------------------- scoring (pure)

@@ -43,7 +43,9 @@ OPTION_HELP = {
     "schedule": "learning-rate decay after warm-up",
     "weight_decay": "AdamW weight decay (not applied to biases and LayerNorm weights)",
     "max_grad_norm": "clip the global gradient norm to this value; 0 turns clipping off",
-    "amp": "mixed precision: off, bf16 (CUDA or CPU) or fp16 (CUDA, with a gradient scaler)",
+    "amp": "mixed precision: auto (bf16 where this machine's bf16 matmuls are measured faster, else fp32), "
+           "off, bf16 (CUDA or CPU) or fp16 (CUDA, with a gradient scaler)",
+    "freeze_word_embeddings": "fine-tuning: keep the word embeddings (and a tied decoder weight) fixed: faster steps",
     "gradient_checkpointing": "recompute activations in backward: less memory, slower",
     "grad_accum_steps": "micro-batches per optimizer step (one process can reproduce an N-process batch)",
     "loss": "training loss; evaluation always uses full cross-entropy",

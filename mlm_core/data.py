@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from mlm_core.errors import InputError
-from mlm_core.masking import MaskingConfig, MaskingResult, mask_tokens
+from mlm_core.masking import Decision, MaskingConfig, MaskingResult, mask_tokens
 
 MAX_TEXT_CHARS = 20_000  # longer pasted text is refused: tokenizing it would stall a page
 UPLOAD_EXTENSIONS = (".txt", ".csv", ".jsonl")
@@ -161,6 +161,45 @@ def mask_batch(
         attention_mask=encoded.attention_mask,
         trace=trace,
     )
+
+
+@dataclass
+class MaskedSentence:
+    """One sentence, masked: what every page shows for (tokenizer, sentence, rule, seed)."""
+
+    sentence: str
+    encoded: Encoded  # a batch of one row
+    result: MaskingResult  # (1, T) tensors, draws included
+    config: MaskingConfig
+    seed: int
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.encoded.tokens[0]
+
+    @property
+    def decisions(self) -> list[str]:
+        """One name per token: a ``Decision`` name, or ``"SPECIAL"`` for [CLS], [SEP] and the like."""
+        special = self.encoded.special_tokens_mask[0]
+        codes = self.result.decisions[0]
+        return ["SPECIAL" if special[i] else Decision(int(codes[i])).name for i in range(len(self.tokens))]
+
+
+def mask_sentence(tokenizer, sentence: str, config: MaskingConfig, seed: int, *, max_length: int = 128) -> MaskedSentence:
+    """Mask one sentence the way every page does: one seed gives one selection and one decision per token.
+
+    The generator is ``torch.Generator().manual_seed(seed)``, used for this sentence only, so the
+    Masking page, the Quiz and the Predictions page show the same masks for the same seed.
+    Raises ``InputError`` for empty text or a tokenizer without a mask token.
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> m = mask_sentence(load_default_tokenizer(), "The cat sat on the mat.", MaskingConfig(mlm_probability=0.5), seed=0)
+    >>> m.tokens[:3], len(m.decisions) == len(m.tokens), m.decisions[0]
+    (['[CLS]', 'the', 'cat'], True, 'SPECIAL')
+    """
+    encoded = encode(tokenizer, sentence, max_length=max_length)
+    result = mask_batch(tokenizer, encoded, config, torch.Generator().manual_seed(int(seed)))
+    return MaskedSentence(sentence, encoded, result, config, int(seed))
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")

@@ -14,11 +14,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import torch
+
+from mlm_core.data import run_tokenizer
 
 ASSET_SUBDIR = "default_mlm"
 WEIGHTS_FILE = "model.safetensors"
@@ -29,6 +32,7 @@ TRAINED_LABEL = "MiniLM-L6 masked LM (bundled, adapted offline)"
 UNTRAINED_LABEL = "MiniLM-L6 encoder + untrained head"
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
+_WORDS = re.compile(r"[a-z0-9]+")
 
 
 # --------------------------------------------------------------------------- locations
@@ -268,10 +272,44 @@ def load_default_masked_lm(device=None, dtype=None, asset_dir: Path | str | None
         "asset_dir": str(asset),
         "tensors_applied": len(applied),
         "build": {k: record.get(k) for k in ("steps", "wall_time_s", "seed", "sources", "created") if k in record},
+        "scores": build_scores(record),
     }
     if not record:
         info["warning"] = f"{BUILD_FILE} is missing or unreadable in {asset}; the weights load but their scores are unknown."
     return _finish(model, device, dtype), tokenizer, info
+
+
+def build_scores(record: dict[str, Any] | None) -> dict[str, Any]:
+    """How good the bundled model is, as its build record measured it (for the model panel).
+
+    Keys (each only when recorded): ``cloze_n``, ``cloze_top1``/``cloze_top5`` with their standard
+    errors ``*_se``, ``copy_rate`` (share of cloze rows whose top-1 guess copies a word of the
+    sentence), ``everyday_n``/``everyday_top5``, ``dev_top1``/``dev_top5`` (the set that chose the
+    checkpoint), ``heldout_loss``, ``steps`` and ``hours`` (wall-clock time of the build, with those of
+    the earlier build it started from, if any).
+    """
+    record = record or {}
+    final = record.get("final_metrics") or record.get("metrics_after") or {}
+    out: dict[str, Any] = {}
+    for key in ("cloze_n", "cloze_top1", "cloze_top5", "everyday_n", "everyday_top1", "everyday_top5",
+                "dev_top1", "dev_top5", "heldout_loss", "heldout_perplexity"):
+        if final.get(key) is not None:
+            out[key] = final[key]
+    n = final.get("cloze_n")
+    for key in ("cloze_top1", "cloze_top5"):
+        if final.get(f"{key}_se") is not None:
+            out[f"{key}_se"] = final[f"{key}_se"]
+        elif key in out and n:
+            out[f"{key}_se"] = round(standard_error(out[key], n), 4)
+    if final.get("cloze_copy_rate") is not None:
+        out["copy_rate"] = final["cloze_copy_rate"]
+    # A build that started from an earlier asset counts that asset's steps and time too.
+    earlier = ((record.get("init_asset") or {}).get("build") or {})
+    if record.get("steps") is not None:
+        out["steps"] = record["steps"] + (earlier.get("steps") or 0)
+    if record.get("wall_time_s") is not None:
+        out["hours"] = round((record["wall_time_s"] + (earlier.get("wall_time_s") or 0)) / 3600, 1)
+    return out
 
 
 # --------------------------------------------------------------------------- cloze evaluation
@@ -298,19 +336,22 @@ def cloze_eval(model, tokenizer, rows: Sequence[tuple[str, Iterable[str]]], k: i
 
     An answer counts when it is a single token of the vocabulary and appears among the top-k
     predictions at the mask (answers that split into several word pieces can never be hit and are
-    ignored; a row with no single-token answer is counted as a miss).
+    ignored; a row with no single-token answer is counted as a miss).  ``copy_rate`` is the share
+    of rows whose top-1 guess is a copy (:func:`is_copy`): a word of the sentence that is not an
+    accepted answer.
     """
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     mask_id = tokenizer.mask_token_id
     vocab = tokenizer.get_vocab()
-    hits1 = hitsk = 0
+    hits1 = hitsk = copies = 0
     per_row = []
     rows = list(rows)
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
-        enc = tokenizer([r[0] for r in chunk], return_tensors="pt", padding=True, truncation=True, max_length=128)
+        enc = run_tokenizer(tokenizer, [r[0] for r in chunk], return_tensors="pt", padding=True, truncation=True,
+                            max_length=128)
         ids = enc["input_ids"].to(device)
         att = enc["attention_mask"].to(device)
         pos = (ids == mask_id).float().argmax(dim=1)  # first [MASK] per row
@@ -325,20 +366,44 @@ def cloze_eval(model, tokenizer, rows: Sequence[tuple[str, Iterable[str]]], k: i
             preds = tokenizer.convert_ids_to_tokens(row.tolist())
             h1 = bool(ans_ids) and row[0].item() in ans_ids
             hk = bool(ans_ids) and any(t in ans_ids for t in row.tolist())
+            copy = is_copy(sent, answers, preds[0])
             hits1 += h1
             hitsk += hk
-            per_row.append({"sentence": sent, "answers": list(answers), "top": preds, "hit1": h1, "hitk": hk})
+            copies += copy
+            per_row.append({"sentence": sent, "answers": list(answers), "top": preds, "hit1": h1, "hitk": hk, "copy": copy})
     if was_training:
         model.train()
     n = max(len(rows), 1)
-    return {"n": len(rows), "k": k, "top1": hits1 / n, f"top{k}": hitsk / n, "topk": hitsk / n, "rows": per_row}
+    return {"n": len(rows), "k": k, "top1": hits1 / n, f"top{k}": hitsk / n, "topk": hitsk / n,
+            "copy_rate": copies / n, "rows": per_row}
+
+
+def sentence_words(sentence: str) -> set[str]:
+    """The lower-case words of a cloze sentence other than its ``[MASK]``."""
+    return set(_WORDS.findall(sentence.replace("[MASK]", " ").lower()))
+
+
+def is_copy(sentence: str, answers: Iterable[str], guess: str) -> bool:
+    """True when ``guess`` repeats a word found elsewhere in ``sentence`` and is not an accepted answer.
+
+    "She poured milk into her [MASK]." guessed as "milk" is a copy; "The cat sat on the [MASK]."
+    guessed as "cat" is one too, but a row that accepts the repeated word (e.g. "flower" in
+    "from flower to [MASK]") is not.
+    """
+    guess = guess.lower()
+    return guess not in {a.lower() for a in answers} and guess in sentence_words(sentence)
+
+
+def standard_error(p: float, n: int) -> float:
+    """Binomial standard error sqrt(p(1-p)/n) of an accuracy p measured on n rows."""
+    return math.sqrt(max(p * (1 - p), 0.0) / n) if n > 0 else float("nan")
 
 
 @torch.no_grad()
 def fill_mask(model, tokenizer, sentence: str, k: int = 5) -> list[tuple[str, float]]:
     """Top-k (token, probability) at the first ``[MASK]`` of ``sentence``."""
     device = next(model.parameters()).device
-    enc = tokenizer(sentence, return_tensors="pt")
+    enc = run_tokenizer(tokenizer, sentence, return_tensors="pt")
     ids = enc["input_ids"].to(device)
     pos = int((ids[0] == tokenizer.mask_token_id).nonzero()[0, 0])
     h = model.bert(input_ids=ids, attention_mask=enc["attention_mask"].to(device)).last_hidden_state[0, pos]

@@ -117,10 +117,12 @@ class Run:
     """One training job: its thread, its event log, its stop switch. Create it through a RunManager."""
 
     def __init__(self, model, tokenizer, texts: Sequence[str], variants: Mapping[str, TrainConfig], *,
-                 label: str = "", train_fn: TrainFn = train_variants, clock=time.monotonic):
+                 label: str = "", train_fn: TrainFn = train_variants, clock=time.monotonic,
+                 keep_trained: bool = False):
         check_variants(variants)
         self.run_id = uuid.uuid4().hex[:8]
         self.label = label
+        self.keep_trained = keep_trained  # hold the trained copies after the run, until take_trained()
         self._model = model
         self._tokenizer = tokenizer
         self._texts = list(texts)
@@ -194,6 +196,20 @@ class Run:
                 self._message = reason
                 self._release_model()
 
+    def take_trained(self) -> tuple[dict[str, Any], Any, Any] | None:
+        """``({variant: trained model}, tokenizer, base model)`` of a finished ``keep_trained`` run, once.
+
+        The run lets go of them (the caller owns the copies from now on, e.g. the learner's
+        session); None while it runs, when it kept nothing, or when they were taken already.
+        """
+        with self._lock:
+            if self._status not in FINISHED:
+                return None
+            models = {name: r.model for name, r in self.results.items() if r.model is not None}
+            taken = (models, self._tokenizer, self._model) if models else None
+            self._release_model()
+            return taken
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the run has finished (True) or the timeout passed (False)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -258,7 +274,8 @@ class Run:
         finally:
             with self._lock:
                 self._finished_at = self._clock()
-                self._release_model()
+                if not (self.keep_trained and self.results):  # else kept until take_trained()
+                    self._release_model()
             _free_memory()
             if self._on_finish is not None:
                 self._on_finish(self)
@@ -301,9 +318,13 @@ class RunManager:
         self._watchdog: threading.Thread | None = None
 
     def submit(self, model, tokenizer, texts: Sequence[str], variants: Mapping[str, TrainConfig], *,
-               label: str = "") -> Run:
-        """A new run: started now if a slot is free, queued if not, BusyError when the queue is full."""
-        run = Run(model, tokenizer, texts, variants, label=label, train_fn=self._train_fn, clock=self._clock)
+               label: str = "", keep_trained: bool = False) -> Run:
+        """A new run: started now if a slot is free, queued if not, BusyError when the queue is full.
+
+        ``keep_trained``: the finished run holds its trained copies until ``run.take_trained()``.
+        """
+        run = Run(model, tokenizer, texts, variants, label=label, train_fn=self._train_fn, clock=self._clock,
+                  keep_trained=keep_trained)
         run._on_finish = self._finished
         with self._lock:
             if len(self._running) < self.max_runs:

@@ -7,6 +7,10 @@ Shapes: M = selected (masked) positions, V = vocabulary, H = hidden size, K = sa
 ``logits (M, V)``, ``targets (M,)``, ``hidden (M, H)``, ``weight (V, H)``, ``bias (V,)``,
 with ``logits == hidden @ weight.T + bias``.
 
+Sampled softmax's defaults live in ``SAMPLED_SOFTMAX`` (``SampledSoftmaxConfig``): the Loss page,
+the Bug museum and ``training.TrainConfig`` all read them there. ``LossBatch`` is the one batch
+type of the Loss page and the Bug museum, and ``batch_losses`` the numbers both show.
+
 A batch in which nothing was selected (M = 0) gives a loss of exactly 0 (still connected to the
 graph, so ``backward()`` works) and ``diagnostics["empty"] = True``: ``F.cross_entropy`` would give
 NaN there (a mean over zero rows), and one NaN step ruins a whole training run.
@@ -22,12 +26,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from mlm_core.data import run_tokenizer
+from mlm_core.data import Encoded, encode, mask_batch, run_tokenizer
+from mlm_core.errors import InputError
+from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, MaskingResult
+from mlm_core.models import masked_lm_hidden, masked_lm_logits
 
 SCHEMES = ("inverse", "inverse_sqrt", "log", "none")
 SAMPLERS = ("uniform", "unigram", "log_uniform", "softmax")
@@ -169,8 +176,12 @@ def token_frequency_weights(
 def weighted_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, class_weights: torch.Tensor) -> LossOutput:
     """``sum(w[y] * CE) / sum(w[y])``: the normalisation of ``F.cross_entropy(weight=w)``.
 
-    Dividing by the sum of the weights (not by M) keeps the loss a weighted *average*; a
-    ``.mean()`` would make its scale depend on which tokens happen to be in the batch.
+    Two conventions exist. ``(w[y] * CE).mean()`` divides by M: with weights normalised so that a
+    corpus token has weight 1 on average (``token_frequency_weights(normalize=True)``) it is an
+    unbiased estimate of the weighted risk E[w·CE], but its scale moves with the batch's mean
+    weight. Dividing by ``sum(w[y])`` (this function, and ``F.cross_entropy(weight=w)``) is a
+    weighted *average*: its scale stays that of a cross-entropy, and it estimates the same risk
+    when the weights average 1. ``diagnostics["mean_of_weighted"]`` holds the ``.mean()`` value.
     ``per_token`` is ``w[y] / mean(w[y]) * CE``, so its mean is the loss.
     """
     _check_rows(logits, targets)
@@ -188,7 +199,8 @@ def weighted_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, class_we
     loss = (w * ce).sum() / total
     per_token = w / w.mean() * ce
     return LossOutput(loss, per_token, {"empty": False, "M": int(targets.shape[0]), "variant": "weighted",
-                                        "target_weights": w.detach(), "unweighted_per_token": ce.detach()})
+                                        "target_weights": w.detach(), "unweighted_per_token": ce.detach(),
+                                        "mean_of_weighted": float((w * ce).mean())})
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,12 +208,104 @@ def weighted_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, class_we
 # --------------------------------------------------------------------------------------------
 
 
+
+
+# --------------------------------------------------------------------------------------------
+# Sampled softmax
+# --------------------------------------------------------------------------------------------
+#
+# Row i with target y has the full loss log Z - s_y, Z = sum_v exp(s_v) over all V classes.
+# Sampled softmax computes the logits of y and of K sampled classes only, and uses them in one of
+# three ways (CORRECTIONS), which differ only in where log E[count] is subtracted:
+#
+# - "importance" (the default): importance sampling of Z (Bengio & Senécal 2008):
+#       Z ≈ exp(s_y) + sum over sampled k != y of exp(s_k) / E[count of k among the draws],
+#   E[count] = K q_k with replacement and the inclusion probability π_k without. Every class's
+#   term is expected once, so the estimate of Z is unbiased, and the loss log Ẑ - s_y estimates the
+#   full loss (low on average, as the log of an unbiased estimate is: Jensen). Without
+#   replacement it equals the full loss at K = V (π = 1 for every class).
+# - "tensorflow": ``tf.nn.sampled_softmax_loss`` (Jean et al. 2015, §3; TensorFlow's
+#   ``_compute_sampled_logits`` subtracts log E[count] from the true logit and the sampled ones).
+#   Its value is the loss of picking the target out of its 1 + K candidates: far below the full
+#   loss until K nears V. With replacement K q_y can exceed 1 and it never reaches the full loss.
+# - "none": candidates as they come; a sampler that draws a class often counts it too much.
+
+CORRECTIONS = {
+    # name: (subtract log E[count] from the sampled logits, and from the target's logit too)
+    "importance": (True, False),
+    "tensorflow": (True, True),
+    "none": (False, False),
+}
+CORRECTION_LABELS = {
+    "importance": "importance sampling (log Q on the negatives)",
+    "tensorflow": "TensorFlow (log Q on every logit)",
+    "none": "no correction",
+}
+CORRECTION_SHORT = {"importance": "importance sampling", "tensorflow": "TensorFlow (log Q on every logit)",
+                    "none": "no correction"}  # for narrow widgets
+
+
+def correction_name(logq_correction: bool, logq_on_true: bool) -> str:
+    """The ``CORRECTIONS`` key of a pair of flags (``logq_on_true`` counts only with ``logq_correction``)."""
+    if not logq_correction:
+        return "none"
+    return "tensorflow" if logq_on_true else "importance"
+
+
+@dataclass(frozen=True)
+class SampledSoftmaxConfig:
+    """How sampled softmax draws and corrects: the ONE place its defaults live.
+
+    The Loss page, the Bug museum and ``training.TrainConfig`` read them from ``SAMPLED_SOFTMAX``.
+    Measured on the bundled model (``benchmarks/p4_sampled_softmax.py``, ``sampled_softmax_check``):
+    within a few % of the full loss at K = 256, gradient cosine above 0.9.
+    """
+
+    num_sampled: int = 256  # K: 256 of 30,522 classes is ~1% of the head's cost
+    sampler: str = "unigram"  # the corpus' token counts: the proposal matches the vocabulary it samples
+    power: float = 1.0  # unigram exponent: 1 = plain frequencies, closest to what the model predicts
+    smoothing: float = 0.1  # added to every count: every id can be drawn, so the estimate stays unbiased
+    replacement: bool = False  # K distinct ids, as TensorFlow's default sampler (unique=True)
+    correction: str = "importance"  # a key of CORRECTIONS: the estimate of the full loss
+    remove_accidental_hits: bool = True  # a sampled id equal to the target must not count it twice
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_sampled, bool) or not isinstance(self.num_sampled, int) or self.num_sampled < 1:
+            raise ValueError(f"num_sampled (K) must be a whole number of at least 1; got {self.num_sampled!r}.")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}; got {self.sampler!r}.")
+        if not (isinstance(self.power, (int, float)) and 0 < self.power <= 2):
+            raise ValueError(f"power must be in (0, 2]; got {self.power!r}.")
+        if not (isinstance(self.smoothing, (int, float)) and self.smoothing > 0):
+            raise ValueError("smoothing must be above 0, so that every id can be drawn.")
+        if self.correction not in CORRECTIONS:
+            raise ValueError(f"correction must be one of {', '.join(CORRECTIONS)}; got {self.correction!r}.")
+
+    @property
+    def logq_correction(self) -> bool:
+        return CORRECTIONS[self.correction][0]
+
+    @property
+    def logq_on_true(self) -> bool:
+        return CORRECTIONS[self.correction][1]
+
+    def loss_kwargs(self) -> dict:
+        """Keyword arguments of ``sampled_softmax_loss`` for this configuration."""
+        return dict(num_sampled=self.num_sampled, sampler=self.sampler, power=self.power, smoothing=self.smoothing,
+                    replacement=self.replacement, remove_accidental_hits=self.remove_accidental_hits,
+                    logq_correction=self.logq_correction, logq_on_true=self.logq_on_true)
+
+
+SAMPLED_SOFTMAX = SampledSoftmaxConfig()
+
+
 def proposal_distribution(
     sampler: str,
     vocab_size: int,
     *,
     counts: torch.Tensor | None = None,
-    power: float = 0.75,
+    power: float = SAMPLED_SOFTMAX.power,
+    smoothing: float = SAMPLED_SOFTMAX.smoothing,
     hidden: torch.Tensor | None = None,
     weight: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
@@ -209,23 +313,31 @@ def proposal_distribution(
     """The distribution Q (V,) over the vocabulary that the negatives are drawn from (float64).
 
     - ``"uniform"``: ``1 / V``.
-    - ``"unigram"``: ``(counts + 1) ** power``, normalised (word2vec's 0.75; add-one smoothing so
-      every id can be drawn and has a finite ``log Q``). Needs ``counts``.
+    - ``"unigram"``: ``(counts + smoothing) ** power``, normalised: the corpus' own token
+      frequencies (``power = 1``; word2vec's negative sampling flattens them with 0.75), smoothed so
+      every id can be drawn and has a finite ``log Q``. Needs ``counts``.
     - ``"log_uniform"``: Zipf's law by id, as TensorFlow's ``log_uniform_candidate_sampler``:
-      ``Q(k) = log((k + 2) / (k + 1)) / log(V + 1)``. It assumes ids are sorted by decreasing
-      frequency, which holds only roughly for BERT's WordPiece vocabulary.
+      ``Q(k) = log((k + 2) / (k + 1)) / log(V + 1)``. It assumes ids sorted by decreasing frequency;
+      BERT's WordPiece ids are not (its first ids are [PAD] and ~1,000 [unused] tokens, which take
+      most of this mass: ``proposal_mass_report`` measures it).
     - ``"softmax"``: the model's own detached distribution, averaged over the batch rows so one
       set of negatives serves every row. The best proposal, but it costs a full (M, V) softmax.
+
+    >>> q = proposal_distribution("unigram", 3, counts=torch.tensor([9, 0, 0]), smoothing=1.0)
+    >>> [round(x, 3) for x in q.tolist()]
+    [0.833, 0.083, 0.083]
     """
     if sampler == "uniform":
         return torch.full((vocab_size,), 1.0 / vocab_size, dtype=torch.float64)
     if sampler == "unigram":
         if counts is None:
             raise ValueError('The "unigram" sampler needs token counts (see token_counts).')
+        if smoothing <= 0:
+            raise ValueError("smoothing must be above 0, so that every id can be drawn.")
         c = torch.as_tensor(counts, dtype=torch.float64).cpu().clamp_min(0)
         if c.shape != (vocab_size,):
             raise ValueError(f"counts must be (V,) = ({vocab_size},); got {tuple(c.shape)}.")
-        q = (c + 1.0) ** power
+        q = (c + smoothing) ** power
         return q / q.sum()
     if sampler == "log_uniform":
         k = torch.arange(vocab_size, dtype=torch.float64)
@@ -244,52 +356,85 @@ def proposal_distribution(
     raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}.")
 
 
-def expected_counts(q: torch.Tensor, num_sampled: int, replacement: bool) -> torch.Tensor:
-    """How many times each class is expected among the K draws (V,), the ``Q`` in ``log Q``.
+@dataclass(frozen=True)
+class Negatives:
+    """K classes drawn from Q once per batch (shared by every row, as TF's ``sampled_softmax_loss``).
 
-    With replacement this is ``K * q``. Without replacement (K distinct classes) it is the
-    inclusion probability; like TensorFlow's unique candidate samplers we use
-    ``1 - (1 - q) ** n``, the chance of appearing in n draws with replacement, and take n as the
-    number of draws at which K distinct classes are expected (solved by bisection), so the
-    expected counts add up to exactly K. For uniform q this is exactly ``K / V``; for K = V every
-    class is certain (count 1, ``log Q = 0``).
+    Without replacement the draw is an exponential race: class k arrives at ``T_k ~ Exp(q_k)``
+    (its first appearance in a stream of draws with replacement) and the K first to arrive are
+    the sample. That is exactly ``torch.multinomial(q, K, replacement=False)``'s law and that of
+    TensorFlow's unique samplers (draws in proportion to q among the classes not drawn yet).
+    ``kth_arrival`` and ``threshold`` are the K-th and (K+1)-th arrival times (``threshold`` is
+    inf when the K cover every class that can be drawn; both NaN with replacement).
     """
-    q = q.double()
-    V = q.shape[0]
-    if replacement:
-        return q * num_sampled
-    support = int((q > 0).sum())
-    if num_sampled >= support:
-        return (q > 0).double()
-    log1m = torch.log1p(-q.clamp(max=1 - 1e-16))  # (V,) log(1 - q)
-    # f(n) = sum(1 - (1 - q)^n) is increasing and concave in n, and f(K) <= K: Newton's method
-    # started at n = K climbs to the root from below without overshooting.
-    n = float(num_sampled)
-    for _ in range(200):
-        stay = torch.exp(n * log1m)  # (V,) P(not drawn in n tries)
-        gap = num_sampled - float((1.0 - stay).sum())
-        if gap <= 1e-9 * num_sampled:
-            break
-        slope = float((-log1m * stay).sum())
-        n += gap / slope
-    return -torch.expm1(n * log1m)
+
+    ids: torch.Tensor  # (K,) in draw order
+    q: torch.Tensor  # (V,) float64: the proposal they were drawn from
+    replacement: bool
+    kth_arrival: float = math.nan
+    threshold: float = math.nan
+
+    @property
+    def num_sampled(self) -> int:
+        return int(self.ids.numel())
+
+    def expected_count(self, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """How often each class is expected among the draws (float64): what log Q is the log of.
+
+        With replacement ``K q``. Without, the inclusion probability given where the race stopped,
+        ``π_k = 1 − exp(−q_k τ)`` with τ = ``threshold``: for a sampled class the others' K-th
+        arrival is τ, and it is in the sample exactly when it arrives before that, so
+        ``1[k sampled] / π_k`` has expectation 1 for every class and the importance-sampling estimate
+        of Z is exactly unbiased (the idea behind priority sampling, Duffield, Lund & Thorup 2007).
+        At K = V, π = 1 for every class.
+        """
+        q = self.q if ids is None else self.q[ids.to(self.q.device)]
+        if self.replacement:
+            return q * self.num_sampled
+        if math.isinf(self.threshold):
+            return (q > 0).double()
+        return -torch.expm1(-q * self.threshold)
+
+    def inclusion_given_others(self) -> torch.Tensor:
+        """P(class k is among the K | every other class's arrival time), for all classes (V,).
+
+        For a sampled class the others' K-th arrival is ``threshold``; for any other class it is
+        ``kth_arrival``. Averaged over draws this is the exact inclusion probability π_k (which has
+        no closed form for unequal q); ``tests/test_losses.py`` checks it against counted draws.
+        """
+        if self.replacement:
+            raise ValueError("Inclusion probabilities are for sampling without replacement.")
+        tau = torch.full_like(self.q, self.kth_arrival)
+        tau[self.ids.to(self.q.device)] = self.threshold
+        return torch.where(torch.isinf(tau), (self.q > 0).double(), -torch.expm1(-self.q * tau))
 
 
-def draw_candidates(q: torch.Tensor, num_sampled: int, replacement: bool, generator: torch.Generator) -> torch.Tensor:
-    """K ids (K,) drawn from q, once for the whole batch (shared negatives, as TF's sampled_softmax_loss).
+def draw_negatives(q: torch.Tensor, num_sampled: int, replacement: bool, generator: torch.Generator) -> Negatives:
+    """K ids drawn from q (V,), with or without replacement (see ``Negatives``).
 
-    Without replacement, ``torch.multinomial`` draws K distinct ids one after another: the same
-    law as TensorFlow's "draw with replacement until K distinct ids" samplers.
+    >>> g = torch.Generator().manual_seed(0)
+    >>> neg = draw_negatives(torch.tensor([0.5, 0.3, 0.2]), 3, replacement=False, generator=g)
+    >>> sorted(neg.ids.tolist()), neg.expected_count().tolist()
+    ([0, 1, 2], [1.0, 1.0, 1.0])
     """
     if generator is None:
         raise ValueError("Sampling needs a torch.Generator: the global RNG is never used.")
-    if num_sampled < 1:
+    if isinstance(num_sampled, bool) or int(num_sampled) < 1:
         raise ValueError(f"num_sampled must be at least 1; got {num_sampled}.")
-    support = int((q > 0).sum())
-    if not replacement and num_sampled > support:
-        raise ValueError(f"Cannot draw {num_sampled} distinct classes from {support}; lower K or sample with replacement.")
+    K = int(num_sampled)
     q = q.to(device=generator.device, dtype=torch.float64)
-    return torch.multinomial(q, num_sampled, replacement=replacement, generator=generator)
+    if replacement:
+        return Negatives(torch.multinomial(q, K, replacement=True, generator=generator), q, True)
+    support = int((q > 0).sum())
+    if K > support:
+        raise ValueError(f"Cannot draw {K} distinct classes from {support}; lower K or sample with replacement.")
+    u = torch.rand(q.shape, generator=generator, dtype=torch.float64, device=q.device)
+    arrival = torch.where(q > 0, -torch.log1p(-u) / q, torch.full_like(q, math.inf))  # (V,) T_k ~ Exp(q_k)
+    if K == support:
+        ids = torch.argsort(arrival)[:K]
+        return Negatives(ids, q, False, float(arrival[ids[-1]]), math.inf)
+    first = torch.topk(arrival, K + 1, largest=False)  # ascending: the K + 1 first arrivals
+    return Negatives(first.indices[:K], q, False, float(first.values[K - 1]), float(first.values[K]))
 
 
 def sampled_softmax_loss(
@@ -298,60 +443,61 @@ def sampled_softmax_loss(
     bias: torch.Tensor | None,
     targets: torch.Tensor,
     *,
-    num_sampled: int,
-    sampler: str = "uniform",
+    num_sampled: int = SAMPLED_SOFTMAX.num_sampled,
+    sampler: str = SAMPLED_SOFTMAX.sampler,
     counts: torch.Tensor | None = None,
-    power: float = 0.75,
-    replacement: bool = True,
-    remove_accidental_hits: bool = True,
-    logq_correction: bool = True,
-    logq_on_true: bool = True,
-    generator: torch.Generator,
+    power: float = SAMPLED_SOFTMAX.power,
+    smoothing: float = SAMPLED_SOFTMAX.smoothing,
+    replacement: bool = SAMPLED_SOFTMAX.replacement,
+    remove_accidental_hits: bool = SAMPLED_SOFTMAX.remove_accidental_hits,
+    logq_correction: bool = SAMPLED_SOFTMAX.logq_correction,
+    logq_on_true: bool = SAMPLED_SOFTMAX.logq_on_true,
+    negatives: Negatives | None = None,
+    generator: torch.Generator | None = None,
 ) -> LossOutput:
-    """Softmax over the true class plus K sampled classes instead of all V (Jean et al. 2015).
+    """Softmax over the true class plus K sampled classes instead of all V (defaults: ``SAMPLED_SOFTMAX``).
 
-    For row i the candidates are its target y_i and K ids drawn once per batch from Q
-    (shared by all rows, as TensorFlow's ``sampled_softmax_loss``). Logits are computed only for
-    those: ``hidden @ weight[ids].T`` is (M, K), never (M, V) (except for the "softmax" sampler,
-    whose proposal itself is a full softmax). Then:
+    For row i the candidates are its target y_i and the K ids of ``negatives`` (drawn here from
+    the ``sampler``'s proposal with ``generator`` when not given), shared by all rows. Logits are
+    computed only for those: ``hidden @ weight[ids].T`` is (M, K), never (M, V) (except for the
+    "softmax" sampler, whose proposal itself is a full softmax). Then, with log Q = log of each
+    class's expected count among the draws (``Negatives.expected_count``):
 
-    - ``logq_correction``: subtract ``log Q``, the log of each class's expected count among the
-      K draws (see ``expected_counts``), from the sampled logits. It undoes the proposal's
-      preference: without it, a sampler that draws frequent tokens often makes them count more
-      in the partition function than they should.
-    - ``logq_on_true`` (with ``logq_correction``): subtract it from the true class's logit too,
-      so *every* candidate logit is corrected, as TensorFlow's ``sampled_softmax_loss`` does
-      (its candidate-sampling note: which candidate is the target, given the set). The loss is
-      then the log-probability of picking the target out of the candidates, an underestimate of
-      full CE that converges slowly, and for the uniform sampler log Q is the same constant on
-      every candidate and cancels. With ``logq_on_true=False`` only the negatives are corrected
-      (Bengio & Senécal's importance sampling, as in Blanc & Rendle 2018): ``exp(z_y) +
-      sum_s exp(z_s) / (K Q(s))`` is an unbiased estimate of the partition function (hits
-      removed), so the loss approaches full CE quickly as K grows (still slightly low: the log
-      of an unbiased estimate is biased low).
+    - ``logq_correction`` and not ``logq_on_true`` (the default, "importance"): log Q is subtracted
+      from the sampled logits only. ``exp(z_y) + sum_s exp(z_s) / E[count_s]`` (hits removed) is an
+      unbiased estimate of the partition function, so the loss estimates full CE: slightly low on
+      average, converging as K grows, and exactly full CE at K = V without replacement.
+    - ``logq_correction`` and ``logq_on_true`` ("tensorflow"): log Q is subtracted from the true
+      logit too, as TensorFlow's ``sampled_softmax_loss``. The loss is then the loss of picking the
+      target out of the 1 + K candidates, not an estimate of full CE (far below it at small K).
+    - neither ("none"): the candidates as they are.
     - ``remove_accidental_hits``: a sampled id equal to the row's target would count the true
       class twice (once as a negative); its logit is set to -inf for that row.
 
-    With K = V drawn without replacement, no log Q and hits removed, the candidates are the whole
-    vocabulary and the loss equals ``full_cross_entropy`` exactly.
-    Diagnostics: ``sampled_ids`` (K,), ``num_hits``, ``K``, ``unique_sampled``, and
-    ``full_softmax`` (True only for the "softmax" sampler).
+    Diagnostics: ``sampled_ids`` (K,), ``num_hits``, ``K``, ``unique_sampled``, ``correction``,
+    ``log_expected_sampled`` (K,), ``log_expected_true`` (M,), ``full_softmax`` (True only for
+    the "softmax" sampler).
     """
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"Expected hidden (M, H) and weight (V, H); got {tuple(hidden.shape)} and {tuple(weight.shape)}.")
     if targets.dim() != 1 or targets.shape[0] != hidden.shape[0]:
         raise ValueError(f"Expected targets (M,) = ({hidden.shape[0]},); got {tuple(targets.shape)}.")
     V = weight.shape[0]
-    q = proposal_distribution(sampler, V, counts=counts, power=power, hidden=hidden, weight=weight, bias=bias)
-    sampled_ids = draw_candidates(q, num_sampled, replacement, generator).to(weight.device)  # (K,)
-    log_expected = torch.log(expected_counts(q, num_sampled, replacement)).float().to(weight.device)  # (V,)
-    info = {"variant": "sampled", "sampler": sampler, "K": int(num_sampled), "replacement": replacement,
-            "logq_correction": logq_correction, "logq_on_true": logq_on_true,
-            "remove_accidental_hits": remove_accidental_hits,
-            "sampled_ids": sampled_ids.detach(), "unique_sampled": int(sampled_ids.unique().numel()),
-            "full_softmax": sampler == "softmax", "log_expected_sampled": log_expected[sampled_ids].detach()}
+    if negatives is None:
+        q = proposal_distribution(sampler, V, counts=counts, power=power, smoothing=smoothing, hidden=hidden,
+                                  weight=weight, bias=bias)
+        negatives = draw_negatives(q, num_sampled, replacement, generator)
+    sampled_ids = negatives.ids.to(weight.device)  # (K,)
+    log_expected_sampled = torch.log(negatives.expected_count(negatives.ids)).float().to(weight.device)  # (K,)
+    log_expected_true = torch.log(negatives.expected_count(targets)).float().to(weight.device)  # (M,)
+    info = {"variant": "sampled", "sampler": sampler, "K": negatives.num_sampled,
+            "replacement": negatives.replacement, "logq_correction": logq_correction, "logq_on_true": logq_on_true,
+            "correction": correction_name(logq_correction, logq_on_true),
+            "remove_accidental_hits": remove_accidental_hits, "sampled_ids": sampled_ids.detach(),
+            "unique_sampled": int(sampled_ids.unique().numel()), "full_softmax": sampler == "softmax",
+            "log_expected_sampled": log_expected_sampled.detach(), "negatives": negatives}
     if hidden.shape[0] == 0:
-        return _empty(hidden, num_hits=0, log_expected_true=log_expected[targets].detach(), **info)
+        return _empty(hidden, num_hits=0, log_expected_true=log_expected_true.detach(), **info)
 
     M = hidden.shape[0]
     h = hidden.float()
@@ -365,7 +511,7 @@ def sampled_softmax_loss(
         true_logits = true_logits + b[:M]
         sampled_logits = sampled_logits + b[M:]
     out = sampled_softmax_from_logits(
-        true_logits, sampled_logits, targets, sampled_ids, log_expected,
+        true_logits, sampled_logits, targets, sampled_ids, log_expected_sampled, log_expected_true,
         remove_accidental_hits=remove_accidental_hits, logq_correction=logq_correction, logq_on_true=logq_on_true,
     )
     return LossOutput(out.loss, out.per_token, {**info, **out.diagnostics})
@@ -376,22 +522,23 @@ def sampled_softmax_from_logits(
     sampled_logits: torch.Tensor,
     targets: torch.Tensor,
     sampled_ids: torch.Tensor,
-    log_expected: torch.Tensor,
+    log_expected_sampled: torch.Tensor,
+    log_expected_true: torch.Tensor,
     *,
-    remove_accidental_hits: bool = True,
-    logq_correction: bool = True,
-    logq_on_true: bool = True,
+    remove_accidental_hits: bool = SAMPLED_SOFTMAX.remove_accidental_hits,
+    logq_correction: bool = SAMPLED_SOFTMAX.logq_correction,
+    logq_on_true: bool = SAMPLED_SOFTMAX.logq_on_true,
 ) -> LossOutput:
-    """The sampled-softmax loss from candidate logits: true (M,), sampled (M, K), log Q (V,).
+    """The sampled-softmax loss from candidate logits: true (M,), sampled (M, K), log Q (K,) and (M,).
 
     The candidate row is ``[z_y - log Q(y), z_s1 - log Q(s1), ...]`` (``- log Q(y)`` only with
     ``logq_on_true``) and the true class sits in column 0, so the loss is ``cross_entropy(candidates, 0)``.
     """
     M = true_logits.shape[0]
     if logq_correction:
-        sampled_logits = sampled_logits - log_expected[sampled_ids][None, :]
+        sampled_logits = sampled_logits - log_expected_sampled[None, :]
         if logq_on_true:
-            true_logits = true_logits - log_expected[targets]
+            true_logits = true_logits - log_expected_true
     hits = sampled_ids[None, :] == targets[:, None]  # (M, K)
     if remove_accidental_hits:
         sampled_logits = sampled_logits.masked_fill(hits, float("-inf"))
@@ -399,8 +546,33 @@ def sampled_softmax_from_logits(
     per_token = F.cross_entropy(candidates, targets.new_zeros(M), reduction="none")  # (M,)
     return LossOutput(per_token.mean(), per_token, {
         "empty": False, "M": int(M), "num_hits": int(hits.sum()) if remove_accidental_hits else 0,
-        "hits_found": int(hits.sum()), "log_expected_true": log_expected[targets].detach(),
+        "hits_found": int(hits.sum()), "log_expected_true": log_expected_true.detach(),
     })
+
+
+def proposal_mass_report(q: torch.Tensor, tokenizer, counts: torch.Tensor | None = None) -> dict[str, float]:
+    """Where a proposal puts its mass: on [unused*] ids, on special tokens, and on ids the corpus never has.
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> tok = load_default_tokenizer()
+    >>> r = proposal_mass_report(proposal_distribution("log_uniform", len(tok)), tok)
+    >>> r["unused"] > 0.5
+    True
+    """
+    from mlm_core.data import special_ids
+
+    V = q.shape[0]
+    names = tokenizer.convert_ids_to_tokens(list(range(min(V, len(tokenizer)))))
+    unused = torch.tensor([n.startswith("[unused") for n in names] + [False] * (V - len(names)))
+    special = torch.zeros(V, dtype=torch.bool)
+    special[[i for i in special_ids(tokenizer) if i < V]] = True
+    q = q.double().cpu()
+    report = {"unused": float(q[unused].sum()), "special": float(q[special].sum())}
+    if tokenizer.pad_token_id is not None and tokenizer.pad_token_id < V:
+        report["pad"] = float(q[tokenizer.pad_token_id])
+    if counts is not None:
+        report["never_in_corpus"] = float(q[torch.as_tensor(counts).cpu() == 0].sum())
+    return report
 
 
 # --------------------------------------------------------------------------------------------
@@ -438,14 +610,12 @@ def logit_gradients(
     if sampled is not None:
         d = sampled.diagnostics
         ids = d["sampled_ids"].to(z.device)
-        lq = torch.zeros_like(z)
-        lq[ids] = d["log_expected_sampled"].to(z.device)
-        lq[y] = d["log_expected_true"][position].to(z.device) if "log_expected_true" in d else lq[y]
         row = z.clone().requires_grad_(True)
         out = sampled_softmax_from_logits(
-            row[y].reshape(1), row[ids][None, :], torch.tensor([y], device=z.device), ids, lq,
+            row[y].reshape(1), row[ids][None, :], torch.tensor([y], device=z.device), ids,
+            d["log_expected_sampled"].to(z.device), d["log_expected_true"][position].reshape(1).to(z.device),
             remove_accidental_hits=d["remove_accidental_hits"], logq_correction=d["logq_correction"],
-            logq_on_true=d.get("logq_on_true", True),
+            logq_on_true=d["logq_on_true"],
         )
         (grad,) = torch.autograd.grad(out.loss, row)
         grads["sampled"] = grad
@@ -453,12 +623,12 @@ def logit_gradients(
 
 
 # --------------------------------------------------------------------------------------------
-# The K sweep: how sampled softmax approaches the full loss
+# The K sweep: how each correction approaches (or not) the full loss
 # --------------------------------------------------------------------------------------------
 
 
-def _timed_loss_and_grad(fn, hidden, weight, bias):
-    """One forward + backward (to hidden, weight and bias): (loss, d loss / d hidden, seconds)."""
+def _loss_and_grad(fn, hidden, weight, bias):
+    """One forward + backward (to hidden, weight and bias): (loss, d loss / d hidden (flat), seconds)."""
     h = hidden.detach().requires_grad_(True)
     w = weight.detach().requires_grad_(True)
     b = None if bias is None else bias.detach().requires_grad_(True)
@@ -471,12 +641,20 @@ def _timed_loss_and_grad(fn, hidden, weight, bias):
     return float(out.loss.detach()), grad_h.flatten(), seconds
 
 
-CORRECTIONS = {
-    # name: (logq_correction, logq_on_true)
-    "log Q on every logit (TF)": (True, True),
-    "log Q on the negatives": (True, False),
-    "no log Q": (False, False),
-}
+def _full_fn(targets):
+    def fn(h, w, b):
+        logits = h @ w.T  # (M, V)
+        return full_cross_entropy(logits if b is None else logits + b, targets)
+    return fn
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(F.cosine_similarity(a.double(), b.double(), dim=0))
+
+
+def sweep_ks(vocab_size: int, ks: Sequence[int] = (16, 64, 256, 1024, 4096)) -> list[int]:
+    """The K values of the sweep: ``ks`` below V, then V itself (every class)."""
+    return sorted({int(k) for k in ks if 0 < int(k) < vocab_size} | {int(vocab_size)})
 
 
 def sampled_softmax_sweep(
@@ -485,103 +663,121 @@ def sampled_softmax_sweep(
     bias: torch.Tensor | None,
     targets: torch.Tensor,
     *,
-    ks: Sequence[int] = (16, 64, 256, 1024, 4096),
-    sampler: str = "uniform",
+    ks: Sequence[int] | None = None,
+    config: SampledSoftmaxConfig = SAMPLED_SOFTMAX,
     counts: torch.Tensor | None = None,
-    power: float = 0.75,
-    replacement: bool = True,
     corrections: Sequence[str] = tuple(CORRECTIONS),
     repeats: int = 5,
     generator: torch.Generator,
 ) -> list[dict]:
-    """Sampled softmax against the full loss for each K and each log Q correction (``CORRECTIONS``).
+    """Sampled softmax against the full loss for each K (default ``sweep_ks(V)``, K = V included) and
+    each correction, on ``repeats`` draws of the negatives per K (every correction sees the same draws).
 
-    Each (K, correction) pair is run ``repeats`` times with fresh negatives. One dict per pair:
-    ``K``, ``correction``, ``logq_correction``, ``logq_on_true``, ``loss`` (mean over repeats)
-    and ``loss_std``, ``full_loss``, ``bias`` (mean sampled − full), ``abs_bias`` (mean
-    |sampled − full|), ``grad_cosine`` (mean cosine between the gradient with respect to
-    ``hidden`` and the full one: the direction the encoder is pushed), ``time_ms`` (median
-    forward + backward to hidden, weight and bias), ``full_time_ms`` and ``time_ratio``
-    (sampled / full). Ready for ``pandas.DataFrame``.
+    ``config`` gives the sampler, its power and smoothing, replacement and hit removal. One dict per
+    (K, correction): ``K``, ``correction``, ``label``, ``loss`` (mean over draws), ``loss_std``,
+    ``full_loss``, ``bias`` (mean sampled − full), ``rel_bias`` (bias / full), ``abs_bias``,
+    ``grad_cosine`` (mean cosine between the gradient with respect to ``hidden`` and the full one:
+    the direction the encoder is pushed), ``time_ms`` (median of proposal + draw + forward + backward),
+    ``full_time_ms``, ``time_ratio`` (sampled / full), ``sampler``, ``replacement``. Ready for pandas.
     """
     V = weight.shape[0]
     if hidden.shape[0] == 0:
         return []
-
-    def full_fn(h, w, b):
-        logits = h @ w.T  # (M, V)
-        return full_cross_entropy(logits if b is None else logits + b, targets)
-
-    full_times, full_loss, full_grad = [], None, None
+    full_fn = _full_fn(targets)
+    full_times = []
     for _ in range(max(1, repeats)):
-        full_loss, full_grad, seconds = _timed_loss_and_grad(full_fn, hidden, weight, bias)
+        full_loss, full_grad, seconds = _loss_and_grad(full_fn, hidden, weight, bias)
         full_times.append(seconds)
-    full_time = float(torch.tensor(full_times).median())
+    full_ms = float(torch.tensor(full_times).median()) * 1e3
+    start = time.perf_counter()
+    q = proposal_distribution(config.sampler, V, counts=counts, power=config.power, smoothing=config.smoothing,
+                              hidden=hidden, weight=weight, bias=bias)
+    proposal_seconds = time.perf_counter() - start
     rows = []
-    for k in ks:
-        k = int(k)
-        if not replacement and k > V:
+    for k in (sweep_ks(V) if ks is None else [int(k) for k in ks]):
+        if not config.replacement and k > int((q > 0).sum()):
             continue
+        measured = {c: ([], [], []) for c in corrections}
+        for _ in range(max(1, repeats)):
+            start = time.perf_counter()
+            negatives = draw_negatives(q, k, config.replacement, generator)
+            draw_seconds = proposal_seconds + time.perf_counter() - start
+            for correction in corrections:
+                logq, on_true = CORRECTIONS[correction]
+
+                def fn(h, w, b, logq=logq, on_true=on_true):
+                    return sampled_softmax_loss(h, w, b, targets, sampler=config.sampler, negatives=negatives,
+                                                remove_accidental_hits=config.remove_accidental_hits,
+                                                logq_correction=logq, logq_on_true=on_true)
+                loss, grad, seconds = _loss_and_grad(fn, hidden, weight, bias)
+                losses_, cosines, times = measured[correction]
+                losses_.append(loss)
+                cosines.append(_cosine(grad, full_grad))
+                times.append(seconds + draw_seconds)
         for correction in corrections:
-            logq, on_true = CORRECTIONS[correction]
-            losses, cosines, times = [], [], []
-            for _ in range(max(1, repeats)):
-                def fn(h, w, b, k=k, logq=logq, on_true=on_true):
-                    return sampled_softmax_loss(h, w, b, targets, num_sampled=k, sampler=sampler, counts=counts,
-                                                power=power, replacement=replacement, logq_correction=logq,
-                                                logq_on_true=on_true, generator=generator)
-                loss, grad, seconds = _timed_loss_and_grad(fn, hidden, weight, bias)
-                losses.append(loss)
-                cosines.append(float(F.cosine_similarity(grad, full_grad, dim=0)))
-                times.append(seconds)
-            losses_t = torch.tensor(losses, dtype=torch.float64)
+            losses_, cosines, times = measured[correction]
+            losses_t = torch.tensor(losses_, dtype=torch.float64)
             time_ms = float(torch.tensor(times).median()) * 1e3
+            mean = float(losses_t.mean())
             rows.append({
-                "K": k, "correction": correction, "logq_correction": logq, "logq_on_true": on_true,
-                "sampler": sampler,
-                "loss": float(losses_t.mean()), "loss_std": float(losses_t.std()) if len(losses) > 1 else 0.0,
-                "full_loss": full_loss, "bias": float(losses_t.mean()) - full_loss,
+                "K": k, "correction": correction, "label": CORRECTION_LABELS[correction],
+                "logq_correction": CORRECTIONS[correction][0], "logq_on_true": CORRECTIONS[correction][1],
+                "sampler": config.sampler, "replacement": config.replacement,
+                "loss": mean, "loss_std": float(losses_t.std()) if len(losses_) > 1 else 0.0,
+                "full_loss": full_loss, "bias": mean - full_loss,
+                "rel_bias": (mean - full_loss) / full_loss if full_loss else float("nan"),
                 "abs_bias": float((losses_t - full_loss).abs().mean()),
                 "grad_cosine": float(torch.tensor(cosines).mean()),
-                "time_ms": time_ms, "full_time_ms": full_time * 1e3,
-                "time_ratio": time_ms / (full_time * 1e3) if full_time > 0 else float("nan"),
+                "time_ms": time_ms, "full_time_ms": full_ms,
+                "time_ratio": time_ms / full_ms if full_ms > 0 else float("nan"),
             })
     return rows
 
 
-# --------------------------------------------------------------------------------------------
-# Everything a page shows for one batch
-# --------------------------------------------------------------------------------------------
+def sweep_table(rows: Sequence[dict]) -> list[dict]:
+    """The sweep as a table for people: one row per (K, correction), 4 significant digits."""
+    return [{"K": r["K"], "correction": CORRECTION_SHORT[r["correction"]], "loss": significant(r["loss"]),
+             "± std": significant(r["loss_std"], 3), "full": significant(r["full_loss"]),
+             "bias %": significant(100 * r["rel_bias"], 3), "grad cosine": significant(r["grad_cosine"]),
+             "ms": significant(r["time_ms"], 3), "× full time": significant(r["time_ratio"], 3)} for r in rows]
 
 
-def compare_losses(
-    logits: torch.Tensor,
-    targets: torch.Tensor,
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    *,
-    class_weights: torch.Tensor,
-    num_sampled: int,
-    sampler: str = "uniform",
-    counts: torch.Tensor | None = None,
-    power: float = 0.75,
-    replacement: bool = True,
-    remove_accidental_hits: bool = True,
-    logq_correction: bool = True,
-    logq_on_true: bool = True,
-    generator: torch.Generator,
-) -> dict[str, LossOutput]:
-    """Full, weighted and sampled losses on the same rows (and the same negatives for every call)."""
-    with torch.no_grad():
-        return {
-            "full": full_cross_entropy(logits, targets),
-            "weighted": weighted_cross_entropy(logits, targets, class_weights),
-            "sampled": sampled_softmax_loss(
-                hidden, weight, bias, targets, num_sampled=num_sampled, sampler=sampler, counts=counts,
-                power=power, replacement=replacement, remove_accidental_hits=remove_accidental_hits,
-                logq_correction=logq_correction, logq_on_true=logq_on_true, generator=generator),
-        }
+def reaches_full_loss(row: dict, tolerance: float = 1e-4) -> bool:
+    """True when a sweep row equals the full loss (every draw within ``tolerance`` relative, cosine 1)."""
+    scale = max(1.0, abs(row["full_loss"]))
+    return row["abs_bias"] <= tolerance * scale and row["grad_cosine"] >= 1 - tolerance
+
+
+def sweep_summary(rows: Sequence[dict], vocab_size: int | None = None) -> list[str]:
+    """One sentence per correction saying what the sweep measured at its largest K (markdown).
+
+    Whether a correction "reaches the full loss" is read from the numbers (``reaches_full_loss``),
+    never assumed: with replacement none of them is exact at K = V.
+    """
+    sentences = []
+    for correction in dict.fromkeys(r["correction"] for r in rows):
+        mine = sorted((r for r in rows if r["correction"] == correction), key=lambda r: r["K"])
+        first, last = mine[0], mine[-1]
+        at = "K = V" if vocab_size is not None and last["K"] == vocab_size else f"K = {last['K']:,}"
+        how = "with" if last["replacement"] else "without"
+        text = (f"**{CORRECTION_LABELS[correction]}**: at K = {first['K']:,}, {readable(first['loss'])} against the "
+                f"full {readable(first['full_loss'])} (bias {first['rel_bias']:+.1%}, gradient cosine "
+                f"{readable(first['grad_cosine'], 3)}); at {at} ({last['K']:,} draws {how} replacement), ")
+        if reaches_full_loss(last):
+            text += "exactly the full loss: every class is a candidate, each expected once (π = 1)."
+        elif abs(last["rel_bias"]) < 0.01 and last["grad_cosine"] > 0.99:
+            text += (f"{readable(last['loss'])} (bias {last['rel_bias']:+.1%}, gradient cosine "
+                     f"{readable(last['grad_cosine'], 3)}): close to the full loss, not equal to it.")
+        else:
+            text += (f"{readable(last['loss'])} (bias {last['rel_bias']:+.1%}, gradient cosine "
+                     f"{readable(last['grad_cosine'], 3)}): not the full loss.")
+        sentences.append(text)
+    return sentences
+
+
+# --------------------------------------------------------------------------------------------
+# Rows for the Loss page's tables and figures
+# --------------------------------------------------------------------------------------------
 
 
 def per_token_rows(outputs: dict[str, LossOutput], tokens: Sequence[str]) -> list[dict]:
@@ -628,43 +824,270 @@ def weight_curve_rows(
     return rows
 
 
+
+# --------------------------------------------------------------------------------------------
+# One batch for the Loss page and the Bug museum, and everything they show about it
+# --------------------------------------------------------------------------------------------
+
+NEGATIVES_PURPOSE = 3  # LossBatch.generator(...) for the sampled negatives: one draw for both pages
+SWEEP_PURPOSE = 4  # ... for the K sweep and the sampled-softmax check
+
+
 @dataclass
 class LossBatch:
-    """One masked batch through a model, ready for every loss: what the Loss page works on.
+    """One masked batch through a model: what the Loss page and the Bug museum both compute on.
 
-    ``logits (M, V)``, ``targets (M,)``, ``hidden (M, H)``, ``weight (V, H)``, ``bias (V,)`` are
-    detached; ``tokens`` names each of the M rows ("row 0 · cat").
+    One vocabulary on both pages and in the batch audit (Hugging Face's names): ``original_ids``
+    (B, T) the tokens before masking, ``input_ids`` (B, T) what the model sees, ``labels`` (B, T)
+    the original id where a token was selected and -100 elsewhere. ``logits (M, V)``,
+    ``targets (M,)``, ``hidden (M, H)``, ``weight (V, H)`` and ``bias (V,)`` are the model's head on
+    the M selected rows (row-major), detached, with ``logits == hidden @ weight.T + bias``; all None
+    without a model. ``counts`` (V,) are the corpus' token counts (class weights, unigram proposal).
+    ``tokens`` names each selected row ("2:5 cat"), ``decisions`` gives its decision.
     """
 
-    encoded: object  # data.Encoded
-    result: object  # masking.MaskingResult
-    logits: torch.Tensor
-    targets: torch.Tensor
-    hidden: torch.Tensor
-    weight: torch.Tensor
-    bias: torch.Tensor
-    tokens: list[str]
-    decisions: list[str]
+    tokenizer: Any
+    texts: list[str]
+    config: MaskingConfig
+    seed: int
+    encoded: Encoded
+    result: MaskingResult
+    counts: torch.Tensor
+    model: Any = None
+    logits: torch.Tensor | None = None
+    targets: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None
+    weight: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
+    tokens: list[str] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+
+    @property
+    def original_ids(self) -> torch.Tensor:
+        return self.encoded.input_ids
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return self.result.input_ids
+
+    @property
+    def labels(self) -> torch.Tensor:
+        return self.result.labels
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return self.encoded.attention_mask
+
+    @property
+    def mask_id(self) -> int:
+        return int(self.tokenizer.mask_token_id)
+
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's size: where random replacements come from."""
+        return len(self.tokenizer)
+
+    def generator(self, purpose: int) -> torch.Generator:
+        """A generator for one use of this batch (the negatives, an exhibit's draws): the seed, offset by ``purpose``."""
+        return torch.Generator().manual_seed(int(self.seed) * 1_000 + int(purpose))
+
+    def logits_for(self, labels: torch.Tensor, input_ids: torch.Tensor | None = None):
+        """``(logits (M', V), targets (M',))`` of the model where ``labels`` are set, on ``input_ids``
+        (default: what the model sees). For the museum's other label sets."""
+        if self.model is None:
+            raise InputError("This exhibit needs a model's logits; load a model first.")
+        ids = self.input_ids if input_ids is None else input_ids
+        with torch.no_grad():
+            logits, targets = masked_lm_logits(self.model, ids, self.attention_mask, labels)
+        return logits.float().cpu(), targets.cpu()
 
 
-def loss_batch(model, tokenizer, texts: Sequence[str], config, *, seed: int, max_length: int = 64) -> LossBatch:
-    """Encode ``texts``, mask them with ``seed``, and run the model's head on the selected rows."""
-    from mlm_core.data import encode, mask_batch
-    from mlm_core.masking import Decision
-    from mlm_core.models import masked_lm_hidden, masked_lm_logits
+def loss_batch(model, tokenizer, texts: Sequence[str], config: MaskingConfig | None = None, *, seed: int,
+               max_length: int = 64, counts: torch.Tensor | None = None) -> LossBatch:
+    """Encode ``texts``, mask them with the rule ``config`` and ``seed`` (the Masking page's generator),
+    and run ``model``'s encoder once and its head on the selected rows only (no model: masks only).
 
-    encoded = encode(tokenizer, list(texts), max_length=max_length)
+    ``counts`` default to the token counts of ``texts``; pages pass the corpus' counts.
+    """
+    config = config or MaskingConfig()
+    texts = [t for t in texts if t and t.strip()]
+    encoded = encode(tokenizer, texts, max_length=max_length)
     result = mask_batch(tokenizer, encoded, config, torch.Generator().manual_seed(int(seed)))
-    with torch.no_grad():
-        logits, targets = masked_lm_logits(model, result.input_ids, encoded.attention_mask, result.labels)
-        hidden, weight, bias, _ = masked_lm_hidden(model, result.input_ids, encoded.attention_mask, result.labels)
-    selected = result.labels != -100  # (B, T)
-    where = selected.nonzero().tolist()  # row-major, as masked_lm_logits orders its rows
-    names = tokenizer.convert_ids_to_tokens(targets.tolist())
-    tokens = [f"{r}:{p} {name}" for (r, p), name in zip(where, names)]
+    selected = result.labels != IGNORE_INDEX  # (B, T)
+    where = selected.nonzero().tolist()  # row-major, as masked_lm_hidden orders its rows
     decisions = [Decision(int(result.decisions[r, p])).name for r, p in where]
-    return LossBatch(encoded, result, logits.float().cpu(), targets.cpu(), hidden.float().cpu(),
-                     weight.detach().float().cpu(), bias.detach().float().cpu(), tokens, decisions)
+    names = tokenizer.convert_ids_to_tokens(result.labels[selected].tolist())
+    tokens = [f"{r}:{p} {name}" for (r, p), name in zip(where, names)]
+    if model is None:
+        V = len(tokenizer)
+        counts = token_counts(tokenizer, texts, V) if counts is None else counts
+        return LossBatch(tokenizer, texts, config, int(seed), encoded, result, counts, tokens=tokens,
+                         decisions=decisions)
+    with torch.no_grad():
+        hidden, weight, bias, targets = masked_lm_hidden(model, result.input_ids, encoded.attention_mask, result.labels)
+        hidden, weight, bias = hidden.float().cpu(), weight.detach().float().cpu(), bias.detach().float().cpu()
+        logits = hidden @ weight.T + bias  # (M, V): the head's output on the selected rows
+    counts = token_counts(tokenizer, texts, weight.shape[0]) if counts is None else counts
+    return LossBatch(tokenizer, texts, config, int(seed), encoded, result, counts, model, logits, targets.cpu(),
+                     hidden, weight, bias, tokens, decisions)
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The Loss page's settings; the Bug museum computes its "correct" values with the defaults."""
+
+    scheme: str = "inverse"  # weighted loss: 1 / count, so each token type counts equally in expectation
+    smoothing: float = 1.0  # weighted loss: added to every count, so unseen tokens get a finite weight
+    sampled: SampledSoftmaxConfig = SAMPLED_SOFTMAX
+
+
+LOSS_SETTINGS = LossSettings()
+
+
+def batch_losses(batch: LossBatch, settings: LossSettings = LOSS_SETTINGS) -> dict[str, LossOutput]:
+    """Full, weighted and sampled losses on the batch's selected rows: the numbers both pages show.
+
+    The sampled negatives come from ``batch.generator(NEGATIVES_PURPOSE)``, so the same batch and
+    settings give the same draw on every page. The sampled output's diagnostics add
+    ``grad_cosine``: the cosine between its gradient with respect to the hidden states and the
+    full loss's, on this draw.
+    """
+    if batch.logits is None:
+        raise InputError("The losses need a model; load a model first.")
+    weights = token_frequency_weights(batch.counts, scheme=settings.scheme, smoothing=settings.smoothing)
+    cfg = settings.sampled
+    V = batch.weight.shape[0]
+    q = proposal_distribution(cfg.sampler, V, counts=batch.counts, power=cfg.power, smoothing=cfg.smoothing,
+                              hidden=batch.hidden, weight=batch.weight, bias=batch.bias)
+    negatives = draw_negatives(q, cfg.num_sampled, cfg.replacement, batch.generator(NEGATIVES_PURPOSE))
+
+    def sampled_fn(h, w, b):
+        return sampled_softmax_loss(h, w, b, batch.targets, sampler=cfg.sampler, negatives=negatives,
+                                    remove_accidental_hits=cfg.remove_accidental_hits,
+                                    logq_correction=cfg.logq_correction, logq_on_true=cfg.logq_on_true)
+
+    with torch.no_grad():
+        outputs = {
+            "full": full_cross_entropy(batch.logits, batch.targets),
+            "weighted": weighted_cross_entropy(batch.logits, batch.targets, weights),
+            "sampled": sampled_fn(batch.hidden, batch.weight, batch.bias),
+        }
+    cosine = float("nan")
+    if len(batch.targets):
+        _, full_grad, _ = _loss_and_grad(_full_fn(batch.targets), batch.hidden, batch.weight, batch.bias)
+        _, sampled_grad, _ = _loss_and_grad(sampled_fn, batch.hidden, batch.weight, batch.bias)
+        cosine = _cosine(sampled_grad, full_grad)
+    s = outputs["sampled"]
+    outputs["sampled"] = LossOutput(s.loss, s.per_token, {**s.diagnostics, "grad_cosine": cosine})
+    return outputs
+
+
+SAMPLER_WORDS = {
+    "uniform": "every id equally likely",
+    "unigram": "the corpus' token frequencies",
+    "log_uniform": "Zipf's law by token id (TensorFlow's default)",
+    "softmax": "the model's own predictions",
+}
+
+
+def loss_sentences(outputs: dict[str, LossOutput], settings: LossSettings = LOSS_SETTINGS) -> dict[str, str]:
+    """One sentence per variant, at its number: what the value estimates, with this batch's numbers."""
+    full = float(outputs["full"].loss)
+    M = outputs["full"].diagnostics.get("M", 0)
+    sentences = {"full": f"**Full softmax {readable(full)}**: the MLM loss itself, the mean over the {M} selected "
+                         "tokens of −log p(true token), p a softmax over the whole vocabulary."}
+    if "weighted" in outputs:
+        w = outputs["weighted"]
+        d = w.diagnostics
+        mean_w = float(d["target_weights"].mean()) if "target_weights" in d else float("nan")
+        sentences["weighted"] = (
+            f"**Weighted {readable(float(w.loss))}**: the same cross-entropies averaged with weight w[y] "
+            f"({settings.scheme} of the corpus count: rare tokens count more), Σ w·CE / Σ w as "
+            f"`F.cross_entropy(weight=w)`. The other convention, (w·CE).mean(), gives "
+            f"{readable(d.get('mean_of_weighted', float('nan')))}: with weights that average 1 over the corpus "
+            f"both estimate the weighted risk E[w·CE], and they differ by this batch's mean weight, "
+            f"{readable(mean_w)}.")
+    if "sampled" in outputs:
+        s = outputs["sampled"]
+        d = s.diagnostics
+        value, cos = float(s.loss), d.get("grad_cosine", float("nan"))
+        how = (f"K = {d['K']:,} classes drawn {'with' if d['replacement'] else 'without'} replacement from "
+               f"{SAMPLER_WORDS.get(d['sampler'], d['sampler'])}")
+        off = f"{(value - full) / full:+.1%} against the full loss" if full else ""
+        if d["correction"] == "importance":
+            sentences["sampled"] = (
+                f"**Sampled {readable(value)}**: an estimate of the full loss from the true token and {how}, "
+                f"each weighted by 1 / its expected count (importance sampling): {off} on this draw, and its "
+                f"gradient points along the full one with cosine {readable(cos, 3)}.")
+        elif d["correction"] == "tensorflow":
+            sentences["sampled"] = (
+                f"**Sampled {readable(value)}** (TensorFlow's correction): not an estimate of the full loss but "
+                f"the loss of picking the true token out of its 1 + K candidates, with the true token and {how}; "
+                f"{off}, gradient cosine {readable(cos, 3)} with the full loss's.")
+        else:
+            sentences["sampled"] = (
+                f"**Sampled {readable(value)}** (no correction): the loss of picking the true token among "
+                f"the true token and {how}, counting each drawn class as often as it was drawn; {off}, "
+                f"gradient cosine {readable(cos, 3)} with the full loss's.")
+    return sentences
+
+
+def sampled_softmax_check(model, tokenizer, sentences: Sequence[str], *, num_sentences: int = 32,
+                          max_length: int = 128, draws: int = 5, seed: int = 0,
+                          config: SampledSoftmaxConfig = SAMPLED_SOFTMAX, masking: MaskingConfig | None = None,
+                          max_rel_error: float = 0.10, min_cosine: float = 0.9) -> dict:
+    """The sampled-softmax target on one corpus: is the default within 10% of the full loss, cosine ≥ 0.9?
+
+    ``num_sentences`` sentences of ``sentences`` (chosen by ``seed``; at most ``max_length`` tokens
+    each), masked with ``masking`` (BERT's rule) and ``seed``; counts for the proposal from all of
+    ``sentences`` (the corpus being trained on); ``draws`` draws of K negatives. Returns ``M``,
+    ``K``, ``draws``, ``full_loss``, ``loss`` (mean over draws), ``rel_error`` ((loss − full) / full),
+    ``grad_cosine`` (mean, with respect to the hidden states) and ``meets_target``.
+    """
+    texts = pick_sentences(sentences, num_sentences, seed)
+    V = model.get_output_embeddings().weight.shape[0]
+    counts = token_counts(tokenizer, sentences, V)
+    batch = loss_batch(model, tokenizer, texts, masking, seed=seed, max_length=max_length, counts=counts)
+    rows = sampled_softmax_sweep(batch.hidden, batch.weight, batch.bias, batch.targets, ks=[config.num_sampled],
+                                 config=config, counts=counts, corrections=[config.correction], repeats=draws,
+                                 generator=batch.generator(SWEEP_PURPOSE))
+    if not rows:
+        raise InputError("Nothing was selected in this batch: use more sentences or another seed.")
+    row = rows[0]
+    return {"M": int(batch.targets.numel()), "K": config.num_sampled, "draws": draws, "correction": config.correction,
+            "sampler": config.sampler, "replacement": config.replacement, "full_loss": row["full_loss"],
+            "loss": row["loss"], "rel_error": row["rel_bias"], "grad_cosine": row["grad_cosine"],
+            "meets_target": abs(row["rel_bias"]) <= max_rel_error and row["grad_cosine"] >= min_cosine}
+
+
+def significant(value: float, digits: int = 4) -> float:
+    """``value`` rounded to ``digits`` significant digits, still a number (for tables that sort).
+
+    >>> significant(3.3185198307037354), significant(0.000123456)
+    (3.319, 0.0001235)
+    """
+    x = float(value)
+    return x if not math.isfinite(x) or x == 0 else float(f"{x:.{digits}g}")
+
+
+def readable(value, digits: int = 4) -> str:
+    """A number for people: ``digits`` significant digits, thousands separators, NaN as "NaN".
+
+    >>> readable(3.3185198307037354), readable(0.076341), readable(30522), readable(123456.7), readable(float("nan"))
+    ('3.319', '0.07634', '30,522', '123,457', 'NaN')
+    """
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    x = float(value)
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    if abs(x) >= 10 ** digits:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
 
 
 def pick_sentences(sentences: Sequence[str], n: int, seed: int) -> list[str]:
@@ -682,7 +1105,7 @@ def per_token_table(outputs: dict[str, LossOutput], tokens: Sequence[str], decis
             for t, d in zip(tokens, decisions)]
     for variant, out in outputs.items():
         for row, value in zip(rows, out.per_token.detach().tolist()):
-            row[variant] = value
+            row[variant] = significant(value)
     return rows
 
 

@@ -5,6 +5,19 @@ replaced by [MASK] (80%), by a random token (10%) or left unchanged (10%), and t
 predict the original at every selected position. Every decision and the uniform draw behind it is
 returned, so a learner can step through them.
 
+Four selection rules (``MaskingConfig.strategy``), each named after the code it follows:
+
+- ``token``: each token on its own with probability p (BERT's paper; Hugging Face's
+  ``DataCollatorForLanguageModeling``).
+- ``whole_word``: each *word* on its own with probability p, all its pieces together (Hugging Face's
+  ``whole_word_mask=True``; Google's whole-word masking is different: it fills the exact count below
+  with whole words).
+- ``span``: SpanBERT (Joshi et al. 2020, §3.1): contiguous spans of whole words, lengths drawn from
+  Geometric(0.2) renormalised over 1..10 words, until a per-row budget of round(p · n) tokens is
+  reached, never passed; 80/10/10 decided once per span.
+- ``exact_count``: Google BERT's ``create_pretraining_data.py``: exactly
+  min(max_predictions, max(1, round(p · n))) tokens, n counting every real token ([CLS], [SEP] too).
+
 Shapes: B = batch, T = sequence length. A single sentence (T,) works as well as a batch (B, T).
 
 >>> import torch
@@ -19,8 +32,10 @@ True
 
 from __future__ import annotations
 
+import bisect
 import enum
 import functools
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -32,6 +47,7 @@ from mlm_core.errors import InputError
 IGNORE_INDEX = -100  # what F.cross_entropy and Hugging Face skip: labels of unselected tokens
 
 STRATEGIES = ("token", "whole_word", "span", "exact_count")
+SPAN_REPLACEMENTS = ("per_span", "per_token")  # SpanBERT §3.1 / its code's default --replacement-method word_piece
 
 
 class Decision(enum.IntEnum):
@@ -55,8 +71,11 @@ class MaskingConfig:
     mask_replace_prob: float = 0.8  # share of selected tokens replaced by [MASK]
     random_replace_prob: float = 0.1  # share of selected tokens replaced by a random token
     strategy: str = "token"  # "token" | "whole_word" | "span" | "exact_count"
-    span_p: float = 0.2  # SpanBERT: span lengths (in words) ~ Geometric(0.2) ...
-    span_max: int = 10  # ... clipped at 10, mean about 3.8 words
+    span_p: float = 0.2  # SpanBERT §3.1: span lengths (in words) ~ Geometric(0.2) ...
+    span_max: int = 10  # ... renormalised over 1..10 (not clipped): mean 3.8 words
+    # SpanBERT §3.1 decides 80/10/10 once per span ("per_span"); its released code's default
+    # (--replacement-method word_piece) decides per token ("per_token").
+    span_replacement: str = "per_span"
     max_predictions: int = 20  # Google BERT's max_predictions_per_seq for 128-token sequences
 
     def __post_init__(self):
@@ -77,6 +96,10 @@ class MaskingConfig:
             raise InputError(f"span_p must be in (0, 1], got {self.span_p!r}.")
         if int(self.span_max) < 1:
             raise InputError(f"span_max must be at least 1, got {self.span_max!r}.")
+        if self.span_replacement not in SPAN_REPLACEMENTS:
+            raise InputError(
+                f"span_replacement must be one of {', '.join(SPAN_REPLACEMENTS)}; got {self.span_replacement!r}."
+            )
         if int(self.max_predictions) < 0:
             raise InputError(f"max_predictions cannot be negative, got {self.max_predictions!r}.")
 
@@ -93,6 +116,44 @@ class MaskingConfig:
         """
         rest = 1.0 - self.mask_replace_prob
         return 0.0 if rest <= 0 else min(1.0, self.random_replace_prob / rest)
+
+    def span_length_probs(self) -> list[float]:
+        """P(length = k words) for k = 1..span_max: Geometric(span_p) renormalised over 1..span_max.
+
+        SpanBERT's ``PairWithSpanMaskingScheme``: ``p (1 - p)^(k - 1)``, divided by the sum over
+        1..span_max, so long spans are not piled up at the maximum as clipping would.
+
+        >>> probs = MaskingConfig().span_length_probs()
+        >>> round(sum(k * q for k, q in enumerate(probs, 1)), 2), round(probs[-1], 3)
+        (3.8, 0.03)
+        """
+        raw = [self.span_p * (1.0 - self.span_p) ** (k - 1) for k in range(1, int(self.span_max) + 1)]
+        total = sum(raw)
+        return [r / total for r in raw]
+
+    def mean_span_length(self) -> float:
+        """Expected span length in words (SpanBERT §3.1: 3.8 for p = 0.2, at most 10)."""
+        return sum(k * q for k, q in enumerate(self.span_length_probs(), 1))
+
+    def selection_budget(self, n_tokens: int, n_eligible: int) -> int | None:
+        """How many tokens the rule selects in a row with ``n_tokens`` real tokens, ``n_eligible`` of them eligible.
+
+        ``exact_count``: Google's min(max_predictions, max(1, round(p · n_tokens))), at most the eligible ones;
+        ``span``: round(p · n_eligible), the budget the spans fill (they may fall short of it by less
+        than one word, never pass it). ``None`` for ``token`` and ``whole_word``: their count is random.
+        ``round`` is Python 3's, as in Google's ``int(round(len(tokens) * masked_lm_prob))`` (halves to even).
+
+        >>> MaskingConfig(strategy="exact_count").selection_budget(9, 7), MaskingConfig(strategy="span").selection_budget(22, 20)
+        (1, 3)
+        """
+        if self.strategy == "exact_count":
+            if self.mlm_probability == 0:
+                return 0
+            k = min(int(self.max_predictions), max(1, round(n_tokens * self.mlm_probability)))
+            return min(k, int(n_eligible))
+        if self.strategy == "span":
+            return min(round(n_eligible * self.mlm_probability), int(n_eligible))
+        return None
 
 
 @dataclass
@@ -128,11 +189,18 @@ def mask_tokens(
 ) -> MaskingResult:
     """Select, then replace, as BERT does; returns new tensors and leaves the inputs untouched.
 
-    ``special_tokens_mask`` marks tokens that may never be selected ([CLS], [SEP], padding);
-    ``special_ids`` are ids never drawn as random replacements; ``word_ids`` (-1 on special tokens)
-    are needed by the whole-word and span strategies. ``attention_mask`` (1 on real tokens) only
-    tells the exact-count strategy the length of each row; without it, every position counts.
-    With ``trace=False`` the draws are not kept.
+    Inputs, all (T,) for one sentence or (B, T) for a batch:
+
+    - ``special_tokens_mask``: 1 where a token may never be selected ([CLS], [SEP], padding).
+    - ``word_ids``: the word each piece belongs to (-1 on special tokens and padding); needed by
+      ``whole_word`` and ``span``.
+    - ``attention_mask``: 1 on real tokens, 0 on padding. It gives each row's length, and only
+      ``exact_count`` counts by length (Google's n includes [CLS] and [SEP], so the special-tokens
+      mask cannot tell it); ``exact_count`` refuses to run without it, because a padded row would
+      otherwise get round(T · p) selections. The other strategies count eligible tokens and ignore it.
+    - ``special_ids``: ids never drawn as random replacements.
+
+    With ``trace=False`` the draws are not kept (the decisions are the same).
     """
     if generator is None:
         raise InputError("mask_tokens needs a torch.Generator: the global RNG is never used.")
@@ -152,24 +220,30 @@ def mask_tokens(
         raise InputError(f"The {config.strategy!r} strategy needs word_ids (from the tokenizer).")
 
     draws: dict[str, torch.Tensor] = {}
+    span_first = None  # (B, T) for per-span replacement: the position of each piece's span start
     if config.strategy == "token":
         selected = _select_tokens(eligible, config, generator, draws)
     elif config.strategy == "whole_word":
         selected = _select_whole_words(eligible, word_ids.to(device), config, generator, draws)
     elif config.strategy == "span":
-        selected = _select_spans(eligible, word_ids.to(device), config, generator, draws)
+        selected, span_first = _select_spans(eligible, word_ids.to(device), config, generator, draws)
+        if config.span_replacement != "per_span":
+            span_first = None
     else:
-        lengths = (
-            torch.full((input_ids.shape[0],), input_ids.shape[1], device=device)
-            if attention_mask is None
-            else attention_mask.to(device).sum(1)
-        )
+        if attention_mask is None or attention_mask.shape != input_ids.shape:
+            raise InputError(
+                "The 'exact_count' strategy needs the attention_mask (1 on real tokens, 0 on padding), shaped "
+                "like input_ids: it selects round(p · n) tokens where n is each row's length."
+            )
+        lengths = attention_mask.to(device).sum(1)  # (B,) real tokens, [CLS] and [SEP] included
         selected = _select_exact_count(eligible, lengths, config, generator, draws)
 
     # Replacement: one draw decides [MASK] (v < 0.8); among the rest a second draw decides
     # random (w < 0.5) or unchanged. Drawn for every token so a result never depends on B.
     v = _uniform(input_ids.shape, generator, device)
     w = _uniform(input_ids.shape, generator, device)
+    if span_first is not None:  # SpanBERT §3.1: every piece of a span takes its first piece's draws
+        v, w = v.gather(1, span_first), w.gather(1, span_first)
     to_mask = selected & (v < config.mask_replace_prob)
     rest = selected & ~to_mask  # selected, not [MASK]: random or unchanged
     to_random = rest & (w < config.random_given_not_mask)
@@ -177,7 +251,7 @@ def mask_tokens(
 
     allowed = _replacement_ids(vocab_size, special_ids, device)  # (V',) non-special ids
     pick = torch.randint(len(allowed), input_ids.shape, generator=generator, device=generator.device)
-    random_ids = allowed.index_select(0, pick.to(device).reshape(-1)).view_as(pick)  # (B, T)
+    random_ids = allowed.index_select(0, pick.to(device).reshape(-1)).view_as(pick)  # (B, T) one per token
 
     # torch.where builds each tensor in one pass (boolean-mask assignment would run a nonzero each time).
     corrupted = torch.where(to_random, random_ids, input_ids.masked_fill(to_mask, mask_token_id))  # new tensor
@@ -227,7 +301,7 @@ def _select_tokens(eligible, config, generator, draws):
 
 
 def _select_whole_words(eligible, word_ids, config, generator, draws):
-    """Each word independently; all its pieces share the word's draw (Google BERT's whole-word masking)."""
+    """Each word independently; all its pieces share the word's draw (Hugging Face's whole_word_mask=True)."""
     B = eligible.shape[0]
     n_words = int(word_ids.max().item()) + 1 if word_ids.numel() else 0
     word_u = _uniform((B, max(n_words, 1)), generator, eligible.device)  # (B, W)
@@ -256,48 +330,63 @@ def _select_exact_count(eligible, lengths, config, generator, draws):
 
 
 def _select_spans(eligible, word_ids, config, generator, draws):
-    """SpanBERT: contiguous spans of whole words, length ~ Geometric(span_p) clipped at span_max.
+    """SpanBERT (§3.1): spans of whole words until round(p · n) tokens are selected, never more.
 
-    Spans are drawn until mlm_probability of the row's eligible tokens is selected; a span that
-    would overlap an earlier one is drawn again. ``draws['span_length']`` holds each span's length
-    (in words) on its pieces and ``draws['span_id']`` numbers the spans (-1 outside them).
+    Each span: a length L ~ Geometric(span_p) renormalised over 1..span_max (one draw), and a start
+    word drawn uniformly among the words that are still free and fit in what is left of the budget
+    (a second draw). The span then takes up to L words to the right, and stops early at the end of
+    the row, at a word already taken, or at a word that would pass the budget. The row is done when
+    no free word fits: it then falls short of its budget by less than one word (usually not at all).
+
+    Returns (selected, span_first): span_first (B, T) holds, on each piece of a span, the position
+    of the span's first piece (elsewhere the position itself), for per-span replacement.
+    Draws: ``span_length`` is the *drawn* L on the span's pieces (0 elsewhere: the kept length can be
+    shorter); ``span_id`` numbers the spans in the order drawn (-1 outside them); ``select`` holds
+    the start draw; ``span_budget`` the row's budget on every position.
     """
     B, T = eligible.shape
+    cdf = list(itertools.accumulate(config.span_length_probs()))
     u_select = torch.ones(B, T)
     span_length = torch.zeros(B, T, dtype=torch.long)
     span_id = torch.full((B, T), -1, dtype=torch.long)
+    span_first = torch.arange(T).expand(B, T).clone()
+    budgets = torch.zeros(B, T, dtype=torch.long)
     selected = torch.zeros(B, T, dtype=torch.bool)
-    log_q = math.log(1.0 - config.span_p) if config.span_p < 1 else None
     eligible_cpu, words_cpu = eligible.cpu(), word_ids.cpu()
     for b in range(B):
-        words = words_cpu[b]
-        row_words = sorted({int(w) for w in words[eligible_cpu[b] & (words >= 0)].tolist()})
-        n_tokens = int(eligible_cpu[b].sum())
-        budget = round(n_tokens * config.mlm_probability)
-        if not row_words or budget == 0:
-            continue
-        positions = {w: (words == w) & eligible_cpu[b] for w in row_words}
-        taken = torch.zeros(len(row_words), dtype=torch.bool)
-        n_selected, spans, attempts = 0, 0, 0
-        while n_selected < budget and attempts < 50 * len(row_words) and not bool(taken.all()):
-            attempts += 1
+        ok = eligible_cpu[b] & (words_cpu[b] >= 0)
+        pieces: dict[int, list[int]] = {}  # word id -> its eligible positions, in order
+        for position, word in zip(ok.nonzero().flatten().tolist(), words_cpu[b][ok].tolist()):
+            pieces.setdefault(word, []).append(position)
+        words = sorted(pieces, key=lambda w: pieces[w][0])  # words in reading order
+        budget = config.selection_budget(T, int(eligible_cpu[b].sum()))
+        budgets[b] = budget
+        taken = [False] * len(words)
+        left, spans = budget, 0
+        while left > 0:
+            free = [i for i, w in enumerate(words) if not taken[i] and len(pieces[w]) <= left]
+            if not free:
+                break
             u_len, u_start = torch.rand(2, generator=generator).tolist()
-            # Inverse CDF of Geometric(p) on {1, 2, ...}: ceil(log(1 - u) / log(1 - p)).
-            length = 1 if log_q is None else max(1, math.ceil(math.log(1.0 - u_len) / log_q))
-            length = min(length, config.span_max, len(row_words))
-            start = int(u_start * (len(row_words) - length + 1))
-            if bool(taken[start : start + length].any()):
-                continue
-            taken[start : start + length] = True
-            for w in row_words[start : start + length]:
-                where = positions[w]
-                selected[b] |= where
-                u_select[b][where] = u_start
-                span_length[b][where] = length
-                span_id[b][where] = spans
-                n_selected += int(where.sum())
+            length = min(bisect.bisect_right(cdf, u_len) + 1, len(cdf))  # inverse CDF, 1..span_max
+            i = free[min(int(u_start * len(free)), len(free) - 1)]
+            first = pieces[words[i]][0]
+            kept = 0
+            while kept < length and i < len(words) and not taken[i] and len(pieces[words[i]]) <= left:
+                where = pieces[words[i]]
+                taken[i] = True
+                left -= len(where)
+                selected[b, where] = True
+                u_select[b, where] = u_start
+                span_length[b, where] = length
+                span_id[b, where] = spans
+                span_first[b, where] = first
+                kept += 1
+                i += 1
             spans += 1
-    draws["select"] = u_select.to(eligible.device)
-    draws["span_length"] = span_length.to(eligible.device)
-    draws["span_id"] = span_id.to(eligible.device)
-    return selected.to(eligible.device)
+    device = eligible.device
+    draws["select"] = u_select.to(device)
+    draws["span_length"] = span_length.to(device)
+    draws["span_id"] = span_id.to(device)
+    draws["span_budget"] = budgets.to(device)
+    return selected.to(device), span_first.to(device)

@@ -22,9 +22,10 @@ import functools
 import json
 import math
 import os
+import re
 import threading
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -40,7 +41,9 @@ from mlm_core.masking import IGNORE_INDEX, Decision
 __all__ = [
     "ModelLoadError",
     "TINY_RANDOM",
+    "TINY_FAMILIES",
     "load_masked_lm",
+    "tiny_random_masked_lm",
     "available_models",
     "model_description",
     "pick_device",
@@ -60,6 +63,16 @@ __all__ = [
     "FillStep",
     "FillResult",
     "fill_masks",
+    "FILL_MODES",
+    "FILL_LABELS",
+    "mask_predict_schedule",
+    "with_mask_token",
+    "typed_blanks",
+    "default_blank",
+    "predict_typed_blanks",
+    "PseudoLogLikelihood",
+    "pseudo_log_likelihood",
+    "decision_comparison_text",
 ]
 
 TINY_RANDOM = "tiny-random"
@@ -183,19 +196,46 @@ def _load_default(device: torch.device, dtype: torch.dtype):
     return model, tokenizer, info
 
 
-def tiny_random_masked_lm(tokenizer=None, seed: int = TINY_SEED):
-    """A tiny ``BertForMaskedLM`` whose vocabulary is ``len(tokenizer)``, the same for the same seed."""
-    from transformers import BertConfig, BertForMaskedLM
+TINY_FAMILIES = ("bert", "distilbert", "roberta", "albert", "electra")
+
+
+def _tiny_config(family: str, vocab_size: int, pad_token_id: int):
+    """TINY_CONFIG's sizes in the config class of ``family`` (ELECTRA: a head ``masked_lm_logits`` does not know)."""
+    import transformers as tf
+
+    size = dict(TINY_CONFIG)
+    common = dict(vocab_size=vocab_size, pad_token_id=pad_token_id)
+    if family == "bert":
+        return tf.BertConfig(**common, **size)
+    if family == "distilbert":
+        return tf.DistilBertConfig(**common, dim=size["hidden_size"], n_layers=size["num_hidden_layers"],
+                                   n_heads=size["num_attention_heads"], hidden_dim=size["intermediate_size"],
+                                   max_position_embeddings=size["max_position_embeddings"])
+    if family == "roberta":  # positions start after the padding index, so two more are needed
+        return tf.RobertaConfig(**common, **{**size, "max_position_embeddings": size["max_position_embeddings"] + 2})
+    if family in ("albert", "electra"):  # a smaller embedding, projected up to the hidden size
+        config_class = tf.AlbertConfig if family == "albert" else tf.ElectraConfig
+        return config_class(**common, embedding_size=size["hidden_size"] // 2, **size)
+    raise InputError(f"family must be one of {', '.join(TINY_FAMILIES)}; got {family!r}.")
+
+
+def tiny_random_masked_lm(tokenizer=None, seed: int = TINY_SEED, family: str = "bert"):
+    """A tiny masked LM whose vocabulary is ``len(tokenizer)``, the same for the same seed.
+
+    ``family``: ``"bert"`` (the app's tiny random BERT), or ``"distilbert"``, ``"roberta"``,
+    ``"albert"``, ``"electra"`` of the same size, so tests can cover every head this module handles.
+    """
+    from transformers import AutoModelForMaskedLM
 
     if tokenizer is None:
         from mlm_core.bundled import load_default_tokenizer
 
         tokenizer = load_default_tokenizer()
-    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0, **TINY_CONFIG)
+    config = _tiny_config(family, len(tokenizer), tokenizer.pad_token_id or 0)
     # Building a module draws from torch's global RNG; fork_rng gives that state back afterwards,
     # and the weights are then drawn again from our own generator, so they never depend on it.
     with torch.random.fork_rng(devices=[]):
-        model = BertForMaskedLM(config)
+        model = AutoModelForMaskedLM.from_config(config)
     _seeded_init_(model, torch.Generator().manual_seed(seed), config.initializer_range)
     return model.eval(), tokenizer
 
@@ -602,7 +642,8 @@ def model_description(model: nn.Module, tokenizer=None) -> dict[str, Any]:
         "dtype": str(first.dtype).replace("torch.", ""),
         "trained": info.get("trained"),
     }
-    for key in ("description", "cloze_top1", "cloze_top5", "heldout_loss", "heldout_perplexity", "warning", "source"):
+    for key in ("description", "cloze_top1", "cloze_top5", "heldout_loss", "heldout_perplexity", "warning", "source",
+                "scores"):
         if info.get(key) is not None:
             description[key] = info[key]
     return description
@@ -820,6 +861,7 @@ class Predictions:
     positions: tuple[TokenPrediction, ...]
     k: int
     vocab_size: int
+    known_truth: bool = True  # False for blanks a learner typed: nothing to score against
 
     @property
     def mean_loss(self) -> float:
@@ -897,10 +939,15 @@ def summarize_by_decision(predictions: Predictions) -> list[dict[str, Any]]:
     for decision in (Decision.MASK, Decision.RANDOM, Decision.UNCHANGED):
         items = groups.get(decision, [])
         n = len(items)
+        mean = sum(p.true_prob for p in items) / n if n else float("nan")
+        # standard error of the mean over positions (positions of one sentence are not independent,
+        # so this is a lower bound on the real uncertainty)
+        sem = math.sqrt(sum((p.true_prob - mean) ** 2 for p in items) / (n - 1) / n) if n > 1 else float("nan")
         summary.append({
             "decision": decision.name,
             "count": n,
-            "mean_true_prob": sum(p.true_prob for p in items) / n if n else float("nan"),
+            "mean_true_prob": mean,
+            "sem_true_prob": sem,
             "top1_accuracy": sum(p.correct for p in items) / n if n else float("nan"),
             "mean_loss": sum(p.loss for p in items) / n if n else float("nan"),
         })
@@ -930,6 +977,175 @@ def mask_positions(tokenizer, input_ids, positions: Sequence[int], *, mask_repla
                        generator=generator, special_ids=special_ids(tokenizer))
 
 
+# --------------------------------------------------------------------------- typed blanks and the first word to hide
+_TYPED_MASK = re.compile(r"\[mask\]|<mask>", re.IGNORECASE)
+# Function words: hiding one of them teaches little, so a new sentence starts from another word.
+_FUNCTION_WORDS = frozenset(
+    "a an the and or but if of to in on at by for with from into onto over under about as is are was were be been "
+    "being am do does did have has had it its this that these those there their they them he she his her him we "
+    "our us you your i my me not no so than then too very can could will would shall should may might must "
+    "while when where which who whom what how up out off down".split()
+)
+
+
+def with_mask_token(tokenizer, text: str) -> str:
+    """``text`` with every typed blank, ``[MASK]`` or ``<mask>`` (any case), as this tokenizer's mask token.
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> with_mask_token(load_default_tokenizer(), "The cat sat on the <mask> and the [mask].")
+    'The cat sat on the [MASK] and the [MASK].'
+    """
+    if tokenizer.mask_token is None:
+        return text
+    return _TYPED_MASK.sub(lambda _: tokenizer.mask_token, text)
+
+
+def typed_blanks(tokenizer, input_ids) -> list[int]:
+    """Positions of one sentence (T,) that hold the mask token: the blanks a learner typed."""
+    ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
+    if tokenizer.mask_token_id is None:
+        return []
+    return (ids == tokenizer.mask_token_id).nonzero().flatten().tolist()
+
+
+def default_blank(tokens: Sequence[str], word_ids: Sequence[int]) -> int | None:
+    """The position to hide first in a new sentence: a content word, never punctuation.
+
+    The whole word (one piece) of letters, not a function word, nearest the middle of the sentence
+    (ties: the longer word, then the leftmost); failing that any word of letters, then any word
+    piece. ``word_ids``: -1 on special tokens (``data.Encoded.word_ids``). None for no word at all.
+
+    >>> default_blank(["[CLS]", "the", "cat", "sat", ".", "[SEP]"], [-1, 0, 1, 2, 3, -1])
+    2
+    """
+    pieces: dict[int, int] = {}
+    for w in word_ids:
+        if w >= 0:
+            pieces[w] = pieces.get(w, 0) + 1
+    eligible = [i for i, w in enumerate(word_ids) if w >= 0]
+    if not eligible:
+        return None
+    middle = (eligible[0] + eligible[-1]) / 2
+
+    def bare(token: str) -> str:
+        return token[1:] if token[:1] in ("Ġ", "▁") and len(token) > 1 else token
+
+    def letters(i: int) -> bool:
+        return bare(tokens[i]).isalpha() and not tokens[i].startswith("##")
+
+    tiers = (
+        [i for i in eligible if pieces[word_ids[i]] == 1 and letters(i) and len(bare(tokens[i])) > 1
+         and bare(tokens[i]).lower() not in _FUNCTION_WORDS],
+        [i for i in eligible if letters(i)],
+        eligible,
+    )
+    for tier in tiers:
+        if tier:
+            return min(tier, key=lambda i: (abs(i - middle), -len(tokens[i]), i))
+    return None
+
+
+@torch.no_grad()
+def predict_typed_blanks(model, tokenizer, input_ids, attention_mask, positions: Sequence[int], *,
+                         k: int = 5) -> Predictions:
+    """Top-k at blanks a learner typed: there is no true token, so ``known_truth`` is False and the
+    true-token fields (p, rank, loss) are not meaningful (they refer to the mask token itself)."""
+    ids = torch.as_tensor(input_ids).reshape(1, -1)  # (1, T)
+    attention_mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(1, -1)
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[0, list(positions)] = tokenizer.mask_token_id  # any id: only the positions matter
+    decisions = torch.full_like(ids, int(Decision.NOT_SELECTED))
+    decisions[0, list(positions)] = int(Decision.MASK)
+    found = predict_masked(model, tokenizer, ids, attention_mask, labels, k=k, decisions=decisions)
+    return replace(found, known_truth=False)
+
+
+# --------------------------------------------------------------------------- a score that needs no random draw
+@dataclass(frozen=True)
+class PseudoLogLikelihood:
+    """A sentence's pseudo-log-likelihood: every token masked in turn (Salazar et al. 2020).
+
+    PLL(W) = Σ_t log P(w_t | W without w_t): one masked copy of the sentence per token, so it does not
+    depend on a random masking. ``mean_loss`` = −PLL / N is on the scale of the MLM loss, and
+    ``pseudo_perplexity`` = exp(mean_loss) (Salazar et al. 2020, "Masked Language Model Scoring", §2).
+    """
+
+    positions: tuple[int, ...]  # every non-special position, each masked once
+    tokens: tuple[str, ...]  # the true token there
+    log_probs: tuple[float, ...]  # log P(true token | the rest), in nats
+
+    @property
+    def total(self) -> float:
+        return sum(self.log_probs)
+
+    @property
+    def mean_loss(self) -> float:
+        return -self.total / len(self.log_probs) if self.log_probs else float("nan")
+
+    @property
+    def pseudo_perplexity(self) -> float:
+        return math.exp(self.mean_loss) if self.log_probs else float("nan")
+
+
+@torch.no_grad()
+def pseudo_log_likelihood(model, tokenizer, input_ids, attention_mask=None, *, batch_size: int = 32
+                          ) -> PseudoLogLikelihood:
+    """Mask each non-special token of one sentence (T,) in turn and score the true token there.
+
+    The N masked copies run through the gathered head in batches of ``batch_size`` rows, one
+    selected position per row.
+    """
+    ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
+    mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(-1)  # (T,)
+    special = set(int(i) for i in tokenizer.all_special_ids)
+    positions = [t for t in range(ids.shape[0])
+                 if int(ids[t]) not in special and (mask is None or int(mask[t]) == 1)]
+    log_probs: list[float] = []
+    for start in range(0, len(positions), max(1, int(batch_size))):
+        chunk = positions[start:start + batch_size]
+        rows = torch.arange(len(chunk))
+        copies = ids.repeat(len(chunk), 1)  # (N, T)
+        copies[rows, chunk] = tokenizer.mask_token_id
+        labels = torch.full_like(copies, IGNORE_INDEX)  # (N, T)
+        labels[rows, chunk] = ids[chunk]
+        masks = None if mask is None else mask.repeat(len(chunk), 1)
+        logits, targets = masked_lm_logits(model, copies, masks, labels)  # (N, V), row-major: one per row
+        scores = F.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None]).squeeze(1)  # (N,)
+        log_probs.extend(scores.cpu().tolist())
+    tokens = tuple(tokenizer.convert_ids_to_tokens([int(ids[t]) for t in positions]))
+    return PseudoLogLikelihood(tuple(positions), tokens, tuple(log_probs))
+
+
+def decision_comparison_text(summary: Sequence[dict[str, Any]], n_sentences: int) -> str:
+    """What a ``summarize_by_decision`` table shows, in one paragraph, with its uncertainty.
+
+    Two groups are called different only when their means are more than two standard errors of the
+    difference apart; otherwise the text says the sample cannot tell them apart.
+    """
+    names = {"MASK": "[MASK]", "RANDOM": "random", "UNCHANGED": "unchanged"}
+    rows = [r for r in summary if r["count"] > 0]
+    if not rows:
+        return "No selected positions to compare."
+    parts = [f"{names[r['decision']]} {r['mean_true_prob']:.2f} ± {r['sem_true_prob']:.2f} (n = {r['count']})"
+             if r["count"] > 1 else f"{names[r['decision']]} {r['mean_true_prob']:.2f} (n = 1)" for r in rows]
+    ranked = sorted(rows, key=lambda r: -r["mean_true_prob"])
+    findings = []
+    for a, b in zip(ranked, ranked[1:]):
+        se = math.sqrt((a["sem_true_prob"] if a["count"] > 1 else float("inf")) ** 2
+                       + (b["sem_true_prob"] if b["count"] > 1 else float("inf")) ** 2)
+        gap = a["mean_true_prob"] - b["mean_true_prob"]
+        if math.isfinite(se) and gap > 2 * se:
+            findings.append(f"the model is surer at **{names[a['decision']]}** than at **{names[b['decision']]}** "
+                            f"positions (difference {gap:.2f}, more than twice its standard error {se:.2f})")
+        else:
+            findings.append(f"**{names[a['decision']]}** and **{names[b['decision']]}** cannot be told apart on "
+                            f"this sample (difference {gap:.2f}, standard error {se:.2f})" if math.isfinite(se) else
+                            f"**{names[a['decision']]}** and **{names[b['decision']]}** cannot be compared "
+                            "(one of them has a single position)")
+    return (f"Mean p(true token) ± standard error over the selected positions of {n_sentences} sentences: "
+            + ", ".join(parts) + ". So " + "; ".join(findings) + ".")
+
+
 # --------------------------------------------------------------------------- filling several masks
 @dataclass(frozen=True)
 class FillStep:
@@ -945,14 +1161,18 @@ class FillStep:
 
 @dataclass(frozen=True)
 class FillResult:
-    """Several masks filled, ``"independent"`` (one pass) or ``"iterative"`` (most confident first)."""
+    """Several masks filled: ``"independent"`` (one pass), ``"easy_first"`` (greedy, most confident
+    position first, never revised) or ``"mask_predict"`` (Ghazvininejad et al. 2019)."""
 
     mode: str
-    order: tuple[int, ...]  # positions in the order they were filled
-    steps: tuple[FillStep, ...]
+    order: tuple[int, ...]  # positions in the order they were (last) filled
+    steps: tuple[FillStep, ...]  # one per position: the token it ends with, and its probability then
     ids: tuple[int, ...]  # the final sequence
     tokens: tuple[str, ...]
     text: str
+    rounds: tuple[tuple[int, ...], ...] = ()  # positions predicted in each model pass
+    round_tokens: tuple[tuple[str, ...], ...] = ()  # mask_predict: the tokens at the positions after each pass
+    round_probs: tuple[tuple[float, ...], ...] = ()  # mask_predict: their probabilities after each pass
 
     @property
     def log_prob(self) -> float:
@@ -960,16 +1180,39 @@ class FillResult:
         return sum(math.log(max(s.prob, 1e-45)) for s in self.steps)
 
 
-FILL_MODES = ("independent", "iterative")
+FILL_MODES = ("independent", "easy_first", "mask_predict")
+FILL_LABELS = {
+    "independent": "independent (one pass)",
+    "easy_first": "greedy easy-first (one at a time)",
+    "mask_predict": "Mask-Predict (re-mask the least sure)",
+}
+MASK_PREDICT_ITERATIONS = 4  # Ghazvininejad et al. 2019 report T = 4 and T = 10 (Table 1)
+
+
+def mask_predict_schedule(n_masks: int, iterations: int) -> list[int]:
+    """How many of the N positions Mask-Predict re-masks at iterations t = 1 … T−1: ⌊N·(T−t)/T⌋.
+
+    (Ghazvininejad et al. 2019, §3.2: "the number of masks n is a function of the iteration t".)
+
+    >>> mask_predict_schedule(6, 3), mask_predict_schedule(3, 10)[:4]
+    ([4, 2], [2, 2, 2, 1])
+    """
+    return [n_masks * (iterations - t) // iterations for t in range(1, max(1, iterations))]
 
 
 @torch.no_grad()
-def fill_masks(model, tokenizer, input_ids, attention_mask, positions: Sequence[int], mode: str = "independent", k: int = 5) -> FillResult:
-    """Put [MASK] at ``positions`` of one sentence, then fill them with the model's first choices.
+def fill_masks(model, tokenizer, input_ids, attention_mask, positions: Sequence[int], mode: str = "independent",
+               k: int = 5, iterations: int = MASK_PREDICT_ITERATIONS) -> FillResult:
+    """Put the mask token at ``positions`` of one sentence, then fill them with the model's first choices.
 
-    ``independent``: one pass, every mask filled from the same forward pass (the choices cannot see
-    each other). ``iterative``: fill the position the model is most sure of, run again with it
-    filled in, repeat (as in mask-predict decoding). Special tokens are never chosen.
+    - ``independent``: one pass; every position takes its first choice from it (the choices cannot
+      see each other).
+    - ``easy_first``: greedy easy-first filling: fill the one position the model is most sure of,
+      run again with it filled in, repeat; a filled token is never revised.
+    - ``mask_predict``: Mask-Predict (Ghazvininejad et al. 2019, §3.2): predict every position at
+      once, then for t = 1 … T−1 re-mask the ⌊N·(T−t)/T⌋ positions with the lowest probability and
+      predict them again (the others keep their token and probability); T = ``iterations``.
+    Special tokens are never chosen; a position may already hold the mask token (a typed blank).
     """
     if mode not in FILL_MODES:
         raise InputError(f"mode must be one of {', '.join(FILL_MODES)}; got {mode!r}.")
@@ -983,7 +1226,7 @@ def fill_masks(model, tokenizer, input_ids, attention_mask, positions: Sequence[
     for p in remaining:
         if not 0 <= p < width:
             raise InputError(f"Position {p} is outside the sentence (it has {width} tokens).")
-        if int(ids[p]) in special:
+        if int(ids[p]) in special and int(ids[p]) != tokenizer.mask_token_id:
             raise InputError(f"Position {p} is the special token {tokenizer.convert_ids_to_tokens(int(ids[p]))}; "
                              "pick a word piece instead.")
     ids[remaining] = tokenizer.mask_token_id
@@ -997,27 +1240,53 @@ def fill_masks(model, tokenizer, input_ids, attention_mask, positions: Sequence[
         logits[:, banned[banned < logits.shape[-1]]] = float("-inf")
         return logits.softmax(-1)  # (P, V)
 
-    steps, order = [], []
+    steps: dict[int, FillStep] = {}
+    order: list[int] = []
+    rounds: list[tuple[int, ...]] = []
+    round_tokens: list[tuple[str, ...]] = []
+    round_probs: list[tuple[float, ...]] = []
+    targets = list(remaining)
     if mode == "independent":
         probs = probabilities(remaining)  # (P, V): one pass for all positions
+        rounds.append(tuple(remaining))
         for i, p in enumerate(remaining):
-            steps.append(_fill(ids, p, probs[i], tokenizer, k))
+            steps[p] = _fill(ids, p, probs[i], tokenizer, k)
             order.append(p)
-    else:
+    elif mode == "easy_first":
         while remaining:
             probs = probabilities(remaining)  # (P, V) with the earlier choices filled in
             best = int(probs.max(-1).values.argmax())  # the position the model is most sure of
             p = remaining.pop(best)
-            steps.append(_fill(ids, p, probs[best], tokenizer, k))
+            rounds.append((p,))
+            steps[p] = _fill(ids, p, probs[best], tokenizer, k)
             order.append(p)
+    else:
+        for t, n_masks in enumerate([len(targets)] + mask_predict_schedule(len(targets), iterations)):
+            if n_masks == 0:
+                break
+            if t == 0:  # iteration 0: every position is masked
+                todo = list(targets)
+            else:  # re-mask the n least confident (ties: the leftmost first)
+                todo = sorted(sorted(targets, key=lambda q: (steps[q].prob, q))[:n_masks])
+                ids[todo] = tokenizer.mask_token_id
+            probs = probabilities(todo)  # (n, V)
+            for i, p in enumerate(todo):
+                steps[p] = _fill(ids, p, probs[i], tokenizer, k)
+            rounds.append(tuple(todo))
+            round_tokens.append(tuple(steps[p].token for p in targets))
+            round_probs.append(tuple(steps[p].prob for p in targets))
+        order = sorted(targets, key=lambda q: max(r for r, done in enumerate(rounds) if q in done))
     final = tuple(ids.tolist())
     return FillResult(
         mode=mode,
         order=tuple(order),
-        steps=tuple(steps),
+        steps=tuple(steps[p] for p in order),
         ids=final,
         tokens=tuple(tokenizer.convert_ids_to_tokens(list(final))),
         text=tokenizer.decode(list(final), skip_special_tokens=True),
+        rounds=tuple(rounds),
+        round_tokens=tuple(round_tokens),
+        round_probs=tuple(round_probs),
     )
 
 

@@ -1,8 +1,12 @@
 """The bug museum: ten common MLM mistakes, each run for real on the current batch.
 
-Every exhibit runs the buggy code and the correct code on the same batch and returns both
-numbers, with one sentence on why they differ. ``audit_batch`` checks a batch from someone's
-own pipeline for the same mistakes, and ``load_batch_file`` reads such a batch safely.
+Every exhibit runs the buggy code and the correct code on the same batch (``losses.LossBatch``,
+the Loss page's batch type) and returns both numbers, with one sentence on why they differ. Its
+"correct" numbers are the Loss page's: ``losses.batch_losses`` with the default ``LossSettings``.
+One vocabulary throughout, as in the batch audit: ``original_ids`` (before masking),
+``input_ids`` (what the model sees), ``labels`` (original id where selected, -100 elsewhere).
+``audit_batch`` checks a batch from someone's own pipeline for the same mistakes, and
+``load_batch_file`` reads such a batch safely.
 
 Shapes: B = batch, T = sequence length, V = vocabulary, M = selected positions, K = sampled classes.
 """
@@ -17,27 +21,31 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from mlm_core.data import parse_json, read_csv
+from mlm_core.data import parse_json, read_csv, special_ids
 from mlm_core.errors import InputError
 from mlm_core.losses import (
-    draw_candidates,
+    LOSS_SETTINGS,
+    LossBatch,
+    batch_losses,
     full_cross_entropy,
-    proposal_distribution,
-    sampled_softmax_loss,
-    token_counts,
+    readable,
     token_frequency_weights,
-    weighted_cross_entropy,
 )
-from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, MaskingResult, mask_tokens
+from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, mask_tokens
 
-LogitsFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple]  # (input_ids, attention_mask, labels)
-NEGATIVES = 64  # K for the negative-sampling exhibits
 REPEATS = 200  # copies of the batch for the exhibit that needs a share, not a single draw
+FULL_LOSS = "full softmax loss"  # the key of the reference number in Exhibit.also
+COSINE_BUGGY, COSINE_CORRECT = "cosine: buggy", "cosine: correct"  # gradient cosines with the full loss's
 
 
 @dataclass(frozen=True)
 class Exhibit:
-    """One mistake: the number the buggy code gives, the number the right code gives, and why."""
+    """One mistake: the number the buggy code gives, the number the right code gives, and why.
+
+    ``labels`` name the two numbers (buggy / correct, or two conventions); ``also`` holds the
+    numbers a learner needs beside them to read them right (the full loss, gradient cosines, the
+    parts of a mixed loss), shown at the numbers; ``details`` the rest, in a table.
+    """
 
     title: str
     wrong_value: float
@@ -48,6 +56,8 @@ class Exhibit:
     key: str = ""
     wrong_code: str = ""
     right_code: str = ""
+    labels: tuple[str, str] = ("buggy code", "correct code")
+    also: dict = field(default_factory=dict)
 
     @property
     def differs(self) -> bool:
@@ -58,79 +68,43 @@ class Exhibit:
         return abs(a - b) > 1e-6 * max(1.0, abs(a), abs(b))
 
 
-@dataclass
-class MuseumBatch:
-    """The batch every exhibit runs on: texts, their encoding, BERT's masking and the model.
-
-    ``logits_fn(input_ids, attention_mask, labels) -> (logits (M, V), targets (M,))`` and
-    ``hidden_fn(...) -> (hidden, weight, bias, targets)`` are ``models.masked_lm_logits`` /
-    ``masked_lm_hidden`` bound to a model (see ``museum_batch``); exhibits that need a model say
-    so when they are None.
-    """
-
-    tokenizer: object
-    texts: list[str]
-    config: MaskingConfig
-    seed: int
-    encoded: object  # data.Encoded
-    result: MaskingResult  # the correct masking of ``encoded``
-    logits_fn: LogitsFn | None = None
-    hidden_fn: LogitsFn | None = None
-    counts: torch.Tensor | None = None  # token counts for the weighted loss (default: the texts')
-
-    def generator(self, salt: int) -> torch.Generator:
-        """A generator for one exhibit: the page's seed, offset so exhibits do not share draws."""
-        return torch.Generator().manual_seed(int(self.seed) * 1_000 + salt)
-
-    @property
-    def mask_id(self) -> int:
-        return int(self.tokenizer.mask_token_id)
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.tokenizer)
-
-    def logits(self, labels: torch.Tensor, input_ids: torch.Tensor | None = None):
-        if self.logits_fn is None:
-            raise InputError("This exhibit needs a model's logits; load a model first.")
-        ids = self.result.input_ids if input_ids is None else input_ids
-        with torch.no_grad():
-            logits, targets = self.logits_fn(ids, self.encoded.attention_mask, labels)
-        return logits.float().cpu(), targets.cpu()
-
-    def hidden(self):
-        if self.hidden_fn is None:
-            raise InputError("This exhibit needs the model's head; load a model first.")
-        with torch.no_grad():
-            hidden, weight, bias, targets = self.hidden_fn(
-                self.result.input_ids, self.encoded.attention_mask, self.result.labels)
-        return hidden.float().cpu(), weight.float().cpu(), bias.float().cpu(), targets.cpu()
-
-
-def museum_batch(tokenizer, texts: Sequence[str], config: MaskingConfig, *, seed: int, model=None,
-                 logits_fn: LogitsFn | None = None, hidden_fn: LogitsFn | None = None,
-                 counts: torch.Tensor | None = None, max_length: int = 64) -> MuseumBatch:
-    """Encode and mask ``texts`` (with ``seed``), binding ``model`` for the exhibits that need logits."""
-    from mlm_core.data import encode, mask_batch
-
-    texts = [t for t in texts if t and t.strip()]
-    encoded = encode(tokenizer, texts, max_length=max_length)
-    result = mask_batch(tokenizer, encoded, config, torch.Generator().manual_seed(int(seed)))
-    if model is not None:
-        from mlm_core.models import masked_lm_hidden, masked_lm_logits
-
-        logits_fn = logits_fn or (lambda i, a, l: masked_lm_logits(model, i, a, l))
-        hidden_fn = hidden_fn or (lambda i, a, l: masked_lm_hidden(model, i, a, l))
-    return MuseumBatch(tokenizer, texts, config, int(seed), encoded, result, logits_fn, hidden_fn, counts)
-
-
-def _special_positions(batch: MuseumBatch) -> torch.Tensor:
+def _special_positions(batch: LossBatch) -> torch.Tensor:
     """(B, T) True on every special token and on padding, from the tokenizer's own ids."""
-    from mlm_core.data import special_ids
-
-    ids = batch.encoded.input_ids
+    ids = batch.original_ids
     specials = torch.tensor(special_ids(batch.tokenizer), dtype=ids.dtype)
-    return torch.isin(ids, specials) | (batch.encoded.attention_mask == 0)
+    return torch.isin(ids, specials) | (batch.attention_mask == 0)
+
+
+def _full_loss(batch: LossBatch) -> float:
+    """The Loss page's full loss on this batch (the correct labels)."""
+    return full_cross_entropy(batch.logits, batch.targets).loss.item()
+
+
+def _hidden_cosine(batch: LossBatch, loss_fn) -> float:
+    """Cosine between d loss_fn / d hidden and d full loss / d hidden (the direction the encoder is pushed)."""
+    if len(batch.targets) == 0:
+        return float("nan")
+    h = batch.hidden.detach().requires_grad_(True)
+    (wrong,) = torch.autograd.grad(loss_fn(h), h)
+    h = batch.hidden.detach().requires_grad_(True)
+    (full,) = torch.autograd.grad(F.cross_entropy(h @ batch.weight.T + batch.bias, batch.targets), h)
+    return float(F.cosine_similarity(wrong.flatten().double(), full.flatten().double(), dim=0))
+
+
+def _sampled_comparison(batch: LossBatch, wrong_fn, outputs) -> tuple[float, float, dict]:
+    """(wrong value, right value, also) for a sampled-softmax exhibit: the buggy estimate, the Loss
+    page's sampled estimate (``outputs = batch_losses(batch)``: same batch, same negatives), the full
+    loss and both gradient cosines."""
+    sampled = outputs["sampled"]
+    negatives = sampled.diagnostics["negatives"]
+    with torch.no_grad():
+        wrong = float(wrong_fn(batch.hidden, negatives)) if len(batch.targets) else float("nan")
+    also = {
+        FULL_LOSS: float(outputs["full"].loss),
+        COSINE_BUGGY: _hidden_cosine(batch, lambda h: wrong_fn(h, negatives)),
+        COSINE_CORRECT: sampled.diagnostics["grad_cosine"],
+    }
+    return wrong, float(sampled.loss), also
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,41 +112,43 @@ def _special_positions(batch: MuseumBatch) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 
 
-def special_ids_hardcoded(batch: MuseumBatch) -> Exhibit:
+def special_ids_hardcoded(batch: LossBatch) -> Exhibit:
     """Special tokens hard-coded as ids 0 and 1: for BERT that is [PAD] and [unused0]."""
-    ids = batch.encoded.input_ids
+    ids = batch.original_ids
     special = _special_positions(batch)
     buggy_mask = torch.isin(ids, torch.tensor([0, 1]))  # the bug: "special tokens are 0 and 1"
     right_mask = batch.encoded.special_tokens_mask.bool()  # from the tokenizer
     exposed_wrong = int((special & ~buggy_mask).sum())
     exposed_right = int((special & ~right_mask).sum())
     buggy = mask_tokens(ids, buggy_mask.long(), batch.config, mask_token_id=batch.mask_id,
-                        vocab_size=batch.vocab_size, generator=batch.generator(1), trace=False)
+                        vocab_size=batch.vocab_size, generator=batch.generator(1), word_ids=batch.encoded.word_ids,
+                        attention_mask=batch.attention_mask, trace=False)
     exposed_tokens = sorted(set(batch.tokenizer.convert_ids_to_tokens(ids[special & ~buggy_mask].tolist())))
     return Exhibit(
         "Special tokens hard-coded as ids 0 and 1", exposed_wrong, exposed_right, "special tokens open to masking",
         "In BERT's vocabulary ids 0 and 1 are [PAD] and [unused0]; [CLS] (101) and [SEP] (102) are not "
         "protected, so they get masked and the model learns to predict them.",
-        {"unprotected tokens": exposed_tokens,
+        {"unprotected tokens": ", ".join(exposed_tokens),
          "special tokens selected in this draw (buggy)": int((buggy.selected & special).sum()),
-         "special tokens selected (right)": int((batch.result.selected & special).sum())},
+         "special tokens selected (correct)": int((batch.result.selected & special).sum())},
         key="special_ids_hardcoded",
-        wrong_code="special_tokens_mask = torch.isin(input_ids, torch.tensor([0, 1]))",
-        right_code="special_tokens_mask = tokenizer(..., return_special_tokens_mask=True)['special_tokens_mask']",
+        wrong_code="special_tokens_mask = torch.isin(original_ids, torch.tensor([0, 1]))",
+        right_code=("encoded = tokenizer(texts, return_special_tokens_mask=True)\n"
+                    "special_tokens_mask = encoded['special_tokens_mask']"),
     )
 
 
-def loss_only_at_mask(batch: MuseumBatch) -> Exhibit:
-    """Loss only where the input is [MASK]: the 10% random and 10% unchanged positions are dropped."""
-    original, labels = batch.encoded.input_ids, batch.result.labels
-    buggy_labels = torch.where(batch.result.input_ids == batch.mask_id, original, torch.full_like(original, IGNORE_INDEX))
+def loss_only_at_mask(batch: LossBatch) -> Exhibit:
+    """Loss only where the input is [MASK]: the random and unchanged positions are dropped."""
+    original, labels = batch.original_ids, batch.labels
+    buggy_labels = torch.where(batch.input_ids == batch.mask_id, original, torch.full_like(original, IGNORE_INDEX))
     n_wrong, n_right = int((buggy_labels != IGNORE_INDEX).sum()), int((labels != IGNORE_INDEX).sum())
-    details = {"positions in the loss (buggy)": n_wrong, "positions in the loss (right)": n_right,
+    details = {"positions in the loss (buggy)": n_wrong, "positions in the loss (correct)": n_right,
                "random positions dropped": int((batch.result.decisions == Decision.RANDOM).sum()),
                "unchanged positions dropped": int((batch.result.decisions == Decision.UNCHANGED).sum())}
-    if batch.logits_fn is not None:
-        wrong = full_cross_entropy(*batch.logits(buggy_labels)).loss.item()
-        right = full_cross_entropy(*batch.logits(labels)).loss.item()
+    if batch.model is not None:
+        wrong = full_cross_entropy(*batch.logits_for(buggy_labels)).loss.item()
+        right = _full_loss(batch)
         unit = "loss (nats)"
     else:
         wrong, right, unit = n_wrong, n_right, "positions in the loss"
@@ -180,90 +156,123 @@ def loss_only_at_mask(batch: MuseumBatch) -> Exhibit:
         details["note"] = "This batch happens to have no random or unchanged positions: try another seed."
     return Exhibit(
         "Loss only where the input is [MASK]", wrong, right, unit,
-        "BERT predicts every selected token, also the 10% replaced by a random token and the 10% left "
+        "BERT predicts every selected token, also the ones replaced by a random token and the ones left "
         "unchanged; taking the loss only at [MASK] teaches the model nothing about real tokens in context.",
         details, key="loss_only_at_mask",
-        wrong_code="labels[input_ids != tokenizer.mask_token_id] = -100",
-        right_code="labels[~selected] = -100   # selected = masked + random + unchanged",
+        wrong_code="labels[input_ids != tokenizer.mask_token_id] = -100   # input_ids: what the model sees",
+        right_code="labels[~selected] = -100   # selected = [MASK] + random + unchanged",
     )
 
 
-def _negative_ids(batch: MuseumBatch, salt: int, k: int) -> torch.Tensor:
-    q = proposal_distribution("uniform", batch.vocab_size)
-    return draw_candidates(q, k, True, batch.generator(salt))
-
-
-def sampled_without_true_class(batch: MuseumBatch) -> Exhibit:
+def sampled_without_true_class(batch: LossBatch) -> Exhibit:
     """"Negative sampling" that gathers the sampled logits but forgets to put the true class first."""
-    hidden, weight, bias, targets = batch.hidden()
-    k = min(NEGATIVES, weight.shape[0] - 1)
-    sampled_ids = _negative_ids(batch, 3, k)  # (K,) the same negatives for both versions
-    # The bug: column 0 is taken to be the true class, but it is just the first negative.
-    sampled_logits = hidden @ weight[sampled_ids].T + bias[sampled_ids]  # (M, K)
-    wrong = F.cross_entropy(sampled_logits, torch.zeros_like(targets)).item() if len(targets) else float("nan")
-    right_out = sampled_softmax_loss(hidden, weight, bias, targets, num_sampled=k, sampler="uniform",
-                                     replacement=True, generator=batch.generator(3))
-    full = full_cross_entropy(hidden @ weight.T + bias, targets).loss.item()
+    if batch.model is None:
+        raise InputError("This exhibit needs the model's head; load a model first.")
+
+    def wrong_fn(h, negatives):
+        # The bug: column 0 is taken to be the true class, but it is just the first negative.
+        ids = negatives.ids
+        return F.cross_entropy(h @ batch.weight[ids].T + batch.bias[ids], torch.zeros_like(batch.targets))
+
+    outputs = batch_losses(batch)
+    wrong, right, also = _sampled_comparison(batch, wrong_fn, outputs)
+    negatives = outputs["sampled"].diagnostics["negatives"]
+    k = negatives.num_sampled
     return Exhibit(
-        "Negative sampling without the true class", wrong, right_out.loss.item(), "loss (nats)",
-        "The candidate set must be [true class, K negatives] with the label pointing at the true class; "
-        "without it the model is trained to predict whichever negative came first.",
-        {"K": k, "same negatives in both": bool(torch.equal(sampled_ids, right_out.diagnostics["sampled_ids"])),
-         "full softmax loss": full, "first negative": batch.tokenizer.convert_ids_to_tokens([int(sampled_ids[0])])[0]},
+        "Negative sampling without the true class", wrong, right, "loss (nats)",
+        f"The candidate set must be [true class, K negatives] with the label pointing at the true class; "
+        f"without it the model is trained to predict whichever negative came first, and its gradient has "
+        f"nothing to do with the full loss's (cosine {readable(also[COSINE_BUGGY], 3)}). "
+        f"The correct number is the Loss page's sampled estimate of the full loss (same batch, same K = {k} "
+        f"negatives), beside the full loss it estimates.",
+        {"K": k, "first negative": batch.tokenizer.convert_ids_to_tokens([int(negatives.ids[0])])[0]},
         key="sampled_without_true_class",
         wrong_code="loss = F.cross_entropy(hidden @ W[neg].T, torch.zeros(M))",
-        right_code="loss = F.cross_entropy(torch.cat([true_logit, hidden @ W[neg].T], 1), torch.zeros(M))",
+        right_code=("logits = torch.cat([true_logit, hidden @ W[neg].T - log_expected_count[neg]], 1)\n"
+                    "loss = F.cross_entropy(logits, torch.zeros(M))   # losses.sampled_softmax_loss"),
+        also=also,
     )
 
 
-def weighted_mean(batch: MuseumBatch) -> Exhibit:
-    """Weighted loss divided by M (``.mean()``) instead of by the sum of the weights."""
-    logits, targets = batch.logits(batch.result.labels)
-    counts = batch.counts if batch.counts is not None else token_counts(batch.tokenizer, batch.texts, logits.shape[1])
-    weights = token_frequency_weights(counts, scheme="inverse")
+def weighted_mean(batch: LossBatch) -> Exhibit:
+    """Two conventions for a weighted loss: ``(w·CE).mean()`` and ``Σ w·CE / Σ w`` (``F.cross_entropy(weight=)``)."""
+    if batch.model is None:
+        raise InputError("This exhibit needs a model's logits; load a model first.")
+    logits, targets = batch.logits, batch.targets
+    weights = token_frequency_weights(batch.counts, scheme=LOSS_SETTINGS.scheme, smoothing=LOSS_SETTINGS.smoothing)
     per_token = F.cross_entropy(logits, targets, reduction="none")  # (M,)
     w = weights[targets]  # (M,)
-    wrong = (w * per_token).mean().item() if len(targets) else float("nan")  # the bug
-    right = weighted_cross_entropy(logits, targets, weights).loss.item()
+    wrong = (w * per_token).mean().item() if len(targets) else float("nan")  # divide by M
+    right = batch_losses(batch)["weighted"].loss.item()  # divide by the sum of the weights: the Loss page's
+    mean_w = float(w.mean()) if len(w) else float("nan")
     return Exhibit(
-        "Weighted loss with .mean()", wrong, right, "loss (nats)",
-        "F.cross_entropy(weight=w) divides by the sum of the weights of the targets, not by M; with .mean() "
-        "the loss scale moves with whichever tokens happen to be in the batch.",
-        {"mean weight of the targets": float(w.mean()) if len(w) else float("nan"),
+        "Weighted loss: .mean() or divide by Σw?", wrong, right, "loss (nats)",
+        f"Two conventions, not one right answer. The weights ({LOSS_SETTINGS.scheme} of the corpus count) are "
+        f"normalised so a corpus token weighs 1 on average; then (w·CE).mean() is an unbiased estimate of the "
+        f"weighted risk E[w·CE], and Σ w·CE / Σ w, what F.cross_entropy(weight=w) computes (and the Loss page "
+        f"and training use), estimates the same risk as a weighted average whose scale stays that of a "
+        f"cross-entropy. On one batch they differ by its mean weight, here {readable(mean_w)}. The bug is "
+        f"mixing them: swapping F.cross_entropy(weight=w) for (w·CE).mean() rescales the loss, and with it the "
+        f"step size, batch by batch.",
+        {"mean weight of this batch's targets": mean_w,
          "F.cross_entropy(weight=w)": F.cross_entropy(logits, targets, weight=weights).item() if len(targets) else 0.0},
         key="weighted_mean",
-        wrong_code="loss = (w[y] * F.cross_entropy(logits, y, reduction='none')).mean()",
-        right_code="loss = (w[y] * ce).sum() / w[y].sum()   # = F.cross_entropy(logits, y, weight=w)",
+        wrong_code="loss = (w[targets] * F.cross_entropy(logits, targets, reduction='none')).mean()   # targets: labels[selected]",
+        right_code="loss = (w[targets] * ce).sum() / w[targets].sum()   # = F.cross_entropy(logits, targets, weight=w)",
+        labels=("(w·CE).mean()", "Σ w·CE / Σ w"),
+        also={FULL_LOSS: _full_loss(batch)},
     )
 
 
-def labels_never_ignored(batch: MuseumBatch) -> Exhibit:
-    """Labels = a copy of the input ids, unselected positions never set to -100: loss on every token."""
-    buggy_labels = batch.encoded.input_ids.clone()  # the bug: labels = input_ids.clone(), and nothing else
-    wrong_logits, wrong_targets = batch.logits(buggy_labels)
-    wrong = full_cross_entropy(wrong_logits, wrong_targets).loss.item()
-    right = full_cross_entropy(*batch.logits(batch.result.labels)).loss.item()
+def labels_never_ignored(batch: LossBatch) -> Exhibit:
+    """Labels = a copy of the original ids, unselected positions never set to -100: loss on every token."""
+    if batch.model is None:
+        raise InputError("This exhibit needs a model's logits; load a model first.")
+    buggy_labels = batch.original_ids.clone()  # the bug: labels = original_ids.clone(), and nothing else
+    logits, targets = batch.logits_for(buggy_labels)  # every (B, T) position, row-major
+    ce = F.cross_entropy(logits, targets, reduction="none").reshape(buggy_labels.shape)  # (B, T)
+    wrong = float(ce.mean())
+    right = _full_loss(batch)
+    padding = batch.attention_mask == 0
+    special = _special_positions(batch) & ~padding
+    selected = batch.labels != IGNORE_INDEX
+    copying = ~selected & ~special & ~padding
+    parts = {"selected: the right loss": selected, "unselected: copying": copying, "[CLS] / [SEP]": special,
+             "padding": padding}
+    means = {name: float(ce[where].mean()) if bool(where.any()) else float("nan") for name, where in parts.items()}
+    counts = {name: int(where.sum()) for name, where in parts.items()}
+    total = float(ce.sum())
+    useless = float(ce[special | padding].sum()) / total if total else float("nan")
+    side = "above" if wrong > right else "below"
+    why = (f"The buggy loss averages four kinds of targets (their mean losses above): the "
+           f"{counts['selected: the right loss']} selected tokens ({readable(means['selected: the right loss'])}), "
+           f"{counts['unselected: copying']} unselected tokens the model sees in its input and only "
+           f"has to copy ({readable(means['unselected: copying'])}), "
+           f"{counts['[CLS] / [SEP]']} [CLS]/[SEP] ({readable(means['[CLS] / [SEP]'])}) and "
+           f"{counts['padding']} padding positions ({readable(means['padding'])}). Copying is nearly free; special "
+           f"and padding targets are hard and meaningless. So the buggy number can land above or below the right "
+           f"one, depending on how much padding the batch has (here {side}), and {useless:.0%} of it comes from "
+           f"targets that teach nothing.")
     return Exhibit(
-        "Loss over every token (labels never set to -100)", wrong, right, "loss (nats)",
-        "Unselected tokens are visible in the input, so predicting them is copying: the loss looks low and "
-        "the gradient is dominated by a task that teaches nothing.",
-        {"positions in the loss (buggy)": int(wrong_targets.numel()),
-         "positions in the loss (right)": int((batch.result.labels != IGNORE_INDEX).sum()),
-         "of which padding (buggy)": int((batch.encoded.attention_mask == 0).sum())},
+        "Loss over every token (labels never set to -100)", wrong, right, "loss (nats)", why,
+        {f"positions: {name}": n for name, n in counts.items()},
         key="labels_never_ignored",
-        wrong_code="labels = input_ids.clone()",
-        right_code="labels = input_ids.clone(); labels[~selected] = -100",
+        wrong_code="labels = original_ids.clone()",
+        right_code="labels = original_ids.clone(); labels[~selected] = -100",
+        also=dict(means),  # the mean loss of each kind of target
     )
 
 
-def wrong_ignore_index(batch: MuseumBatch) -> Exhibit:
+def wrong_ignore_index(batch: LossBatch) -> Exhibit:
     """Unselected labels filled with 0 (or -1) while the loss ignores -100."""
-    original, selected = batch.encoded.input_ids, batch.result.selected
+    if batch.model is None:
+        raise InputError("This exhibit needs a model's logits; load a model first.")
+    original, selected = batch.original_ids, batch.result.selected
     zero_labels = torch.where(selected, original, torch.zeros_like(original))  # the bug: 0 as "ignore"
-    wrong = full_cross_entropy(*batch.logits(zero_labels)).loss.item()
-    right = full_cross_entropy(*batch.logits(batch.result.labels)).loss.item()
+    wrong = full_cross_entropy(*batch.logits_for(zero_labels)).loss.item()
+    right = _full_loss(batch)
     minus_one = torch.where(selected, original, torch.full_like(original, -1))
-    logits_all, targets_all = batch.logits(minus_one)
+    logits_all, targets_all = batch.logits_for(minus_one)
     try:
         F.cross_entropy(logits_all, targets_all)
         minus_one_result = "no error (and a wrong loss)"
@@ -282,48 +291,55 @@ def wrong_ignore_index(batch: MuseumBatch) -> Exhibit:
     )
 
 
-def random_overwritten(batch: MuseumBatch) -> Exhibit:
-    """Random replacements drawn first, then overwritten by the [MASK] step: random shrinks to 2%."""
+def random_overwritten(batch: LossBatch) -> Exhibit:
+    """Random replacements drawn first, then overwritten by an independent [MASK] step."""
     cfg = batch.config
-    ids = batch.encoded.input_ids.repeat(REPEATS, 1)  # (R*B, T): many draws of the same batch
+    r, m = cfg.random_replace_prob, cfg.mask_replace_prob
+    ids = batch.original_ids.repeat(REPEATS, 1)  # (R*B, T): many draws of the same batch
     special = batch.encoded.special_tokens_mask.repeat(REPEATS, 1).bool()
     g = batch.generator(7)
-    # The bug: both replacement steps look only at `selected`, so [MASK] overwrites some random ones.
     selected = ~special & (torch.rand(ids.shape, generator=g) < cfg.mlm_probability)
-    corrupted = ids.clone()
-    random_here = selected & (torch.rand(ids.shape, generator=g) < cfg.random_replace_prob)
-    corrupted[random_here] = torch.randint(batch.vocab_size, ids.shape, generator=g)[random_here]
-    mask_here = selected & (torch.rand(ids.shape, generator=g) < cfg.mask_replace_prob)
-    corrupted[mask_here] = batch.mask_id
-    random_final = selected & (corrupted != batch.mask_id) & (corrupted != ids)
-    wrong = 100.0 * int(random_final.sum()) / max(1, int(selected.sum()))
-    right_result = mask_tokens(ids, special.long(), cfg, mask_token_id=batch.mask_id, vocab_size=batch.vocab_size,
-                               generator=batch.generator(8), special_ids=_special_id_list(batch), trace=False)
-    right = 100.0 * int((right_result.decisions == Decision.RANDOM).sum()) / max(1, int(right_result.selected.sum()))
+    u1, u2 = torch.rand(ids.shape, generator=g), torch.rand(ids.shape, generator=g)
+    random_ids = torch.randint(batch.vocab_size, ids.shape, generator=g)
+    # One order for both: random replacements first, then [MASK].
+    rand = selected & (u1 < r)
+    mask_rest = m / (1.0 - r) if r < 1 else 0.0  # of the tokens not made random, the share that becomes [MASK]
+    buggy_mask = selected & (u2 < m)  # the bug: drawn over every selected token, random ones included
+    fixed_mask = selected & ~rand & (u2 < mask_rest)
+
+    def shares(mask_here):
+        corrupted = torch.where(rand, random_ids, ids)
+        corrupted = torch.where(mask_here, torch.full_like(ids, batch.mask_id), corrupted)
+        n = max(1, int(selected.sum()))
+        return {"[MASK]": 100.0 * int((selected & (corrupted == batch.mask_id)).sum()) / n,
+                "random": 100.0 * int((selected & (corrupted != batch.mask_id) & (corrupted != ids)).sum()) / n,
+                "unchanged": 100.0 * int((selected & (corrupted == ids)).sum()) / n}
+
+    wrong, right = shares(buggy_mask), shares(fixed_mask)
     return Exhibit(
-        "Random replacements overwritten by the mask step", wrong, right, "% of selected tokens that are random",
-        "The [MASK] step must only draw among tokens not already replaced (BERT: random with "
-        "probability 0.1 / 0.2 = 0.5 among the non-[MASK] ones); done independently, it overwrites "
-        "most random tokens and leaves about 10% × 20% = 2%.",
-        {"draws of the batch": REPEATS, "selected tokens (buggy)": int(selected.sum()),
-         "[MASK] share (buggy, %)": 100.0 * int((corrupted[selected] == batch.mask_id).sum()) / max(1, int(selected.sum()))},
+        "Random replacements overwritten by the [MASK] step", wrong["random"], right["random"],
+        "% of selected tokens that are random",
+        f"This code draws the random replacements first, for {r:.0%} of the selected tokens, then [MASK] for "
+        f"{m:.0%} of the selected tokens without looking at which are already random. The [MASK] step overwrites "
+        f"{m:.0%} of the random tokens, so only {r:.0%} × {1 - m:.0%} = {r * (1 - m):.0%} stay random, and "
+        f"unchanged grows to {(1 - r) * (1 - m):.0%}. The fix keeps the order: the [MASK] step draws only among "
+        f"the tokens not made random, with probability {m:.0%} / {1 - r:.0%} = {mask_rest:.3g}, so [MASK] is "
+        f"{m:.0%} of all selected tokens, random {r:.0%} and unchanged {1 - m - r:.0%}.",
+        {"draws of the batch": REPEATS, "selected tokens": int(selected.sum()),
+         **{f"{k} share, buggy (%)": v for k, v in wrong.items()},
+         **{f"{k} share, correct (%)": v for k, v in right.items()}},
         key="random_overwritten",
-        wrong_code="ids[sel & (u1 < 0.1)] = random; ids[sel & (u2 < 0.8)] = MASK",
-        right_code="mask = sel & (v < 0.8); rand = sel & ~mask & (w < 0.5)",
+        wrong_code=f"input_ids[sel & (u1 < {r:g})] = random_ids\ninput_ids[sel & (u2 < {m:g})] = mask_id",
+        right_code=(f"rand = sel & (u1 < {r:g}); input_ids[rand] = random_ids\n"
+                    f"input_ids[sel & ~rand & (u2 < {m:g} / {1 - r:g})] = mask_id"),
     )
 
 
-def _special_id_list(batch: MuseumBatch) -> tuple[int, ...]:
-    from mlm_core.data import special_ids
-
-    return special_ids(batch.tokenizer)
-
-
-def zero_selected_nan(batch: MuseumBatch) -> Exhibit:
+def zero_selected_nan(batch: LossBatch) -> Exhibit:
     """A batch in which nothing was selected: ``F.cross_entropy`` averages over zero rows → NaN."""
-    nothing = torch.full_like(batch.encoded.input_ids, IGNORE_INDEX)
-    if batch.logits_fn is not None:
-        logits, targets = batch.logits(nothing, batch.encoded.input_ids)
+    nothing = torch.full_like(batch.original_ids, IGNORE_INDEX)
+    if batch.model is not None:
+        logits, targets = batch.logits_for(nothing, batch.original_ids)
     else:
         logits, targets = torch.zeros(0, batch.vocab_size), torch.zeros(0, dtype=torch.long)
     wrong = F.cross_entropy(logits, targets).item()  # the bug: mean over zero rows
@@ -333,23 +349,23 @@ def zero_selected_nan(batch: MuseumBatch) -> Exhibit:
         "With 15% selection a short sentence often has no selected token; the mean over zero rows is 0/0 = "
         "NaN, and one NaN step turns every weight into NaN. Guard it: loss 0 when M = 0.",
         {"M (selected rows)": int(targets.numel()), "flag": right_out.diagnostics.get("empty"),
-         "P(no token selected) for a 6-token sentence": round((1 - batch.config.mlm_probability) ** 6, 3)},
+         "P(no token selected) for a 6-token sentence": (1 - batch.config.mlm_probability) ** 6},
         key="zero_selected_nan",
         wrong_code="loss = F.cross_entropy(logits, targets)   # M = 0 → nan",
         right_code="loss = F.cross_entropy(...) if M > 0 else logits.sum() * 0.0",
     )
 
 
-def in_place_masking(batch: MuseumBatch) -> Exhibit:
-    """Masking that writes into the caller's ``input_ids``: the "original" shown later is corrupted."""
-    original = batch.encoded.input_ids
+def in_place_masking(batch: LossBatch) -> Exhibit:
+    """Masking that writes into the caller's ``original_ids``: the "original" shown later is corrupted."""
+    original = batch.original_ids
     callers_ids = original.clone()  # what the caller holds and will later show as "the original"
     decisions = batch.result.decisions
 
-    def buggy_mask(input_ids):  # the bug: no .clone()
-        input_ids[decisions == Decision.MASK] = batch.mask_id
-        input_ids[decisions == Decision.RANDOM] = batch.result.input_ids[decisions == Decision.RANDOM]
-        return input_ids
+    def buggy_mask(ids):  # the bug: no .clone()
+        ids[decisions == Decision.MASK] = batch.mask_id
+        ids[decisions == Decision.RANDOM] = batch.input_ids[decisions == Decision.RANDOM]
+        return ids
 
     buggy_mask(callers_ids)
     corrupted = int((callers_ids != original).sum())
@@ -357,54 +373,55 @@ def in_place_masking(batch: MuseumBatch) -> Exhibit:
     mask_labels = int((labels_after == batch.mask_id).sum())
     kept = original.clone()
     mask_tokens(kept, batch.encoded.special_tokens_mask, batch.config, mask_token_id=batch.mask_id,
-                vocab_size=batch.vocab_size, generator=batch.generator(9), special_ids=_special_id_list(batch))
+                vocab_size=batch.vocab_size, generator=batch.generator(9), special_ids=special_ids(batch.tokenizer),
+                word_ids=batch.encoded.word_ids, attention_mask=batch.attention_mask, trace=False)
     return Exhibit(
-        "Masking that edits the caller's input_ids", corrupted, int((kept != original).sum()),
+        "Masking that edits the caller's original_ids", corrupted, int((kept != original).sum()),
         "original tokens overwritten",
-        "Tensors are passed by reference: masking in place corrupts the caller's copy, so the \"original\" "
-        "shown later, and labels built from it afterwards, already contain [MASK].",
+        "Tensors are passed by reference: masking in place corrupts the caller's original_ids, so the "
+        "\"original\" shown later, and labels built from it afterwards, already contain [MASK].",
         {"labels that became [MASK] if built afterwards": mask_labels,
          "selected positions": int(batch.result.selected.sum())},
         key="in_place_masking",
-        wrong_code="input_ids[to_mask] = mask_id   # writes into the caller's tensor",
-        right_code="corrupted = input_ids.clone(); corrupted[to_mask] = mask_id",
+        wrong_code="input_ids = original_ids; input_ids[to_mask] = mask_id   # writes into original_ids",
+        right_code="input_ids = original_ids.clone(); input_ids[to_mask] = mask_id",
     )
 
 
-def negatives_over_positions(batch: MuseumBatch) -> Exhibit:
+def negatives_over_positions(batch: LossBatch) -> Exhibit:
     """Negatives drawn over the positions of the batch, then used as token ids."""
-    hidden, weight, bias, targets = batch.hidden()
-    T = batch.encoded.input_ids.shape[1]
-    k = min(NEGATIVES, weight.shape[0] - 1)
-    g = batch.generator(10)
+    if batch.model is None:
+        raise InputError("This exhibit needs the model's head; load a model first.")
+    T = batch.original_ids.shape[1]
+    outputs = batch_losses(batch)
+    k = outputs["sampled"].diagnostics["K"]
     # The bug: a distribution over positions 0..T-1 (here the attention mask), used as vocabulary ids.
-    position_ids = torch.multinomial(batch.encoded.attention_mask[0].float(), k, replacement=True, generator=g)
-    vocab_ids = _negative_ids(batch, 10, k)
+    position_ids = torch.multinomial(batch.attention_mask[0].float(), k, replacement=True, generator=batch.generator(10))
 
-    def loss_with(negatives):
-        if len(targets) == 0:
-            return float("nan")
-        true_logit = (hidden * weight[targets]).sum(-1) + bias[targets]  # (M,)
-        neg_logits = hidden @ weight[negatives].T + bias[negatives]  # (M, K)
-        neg_logits = neg_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
-        candidates = torch.cat([true_logit[:, None], neg_logits], 1)  # (M, 1 + K)
-        return F.cross_entropy(candidates, torch.zeros_like(targets)).item()
+    def wrong_fn(h, negatives):  # the Loss page's negatives are ignored: the bug draws its own
+        true_logit = (h * batch.weight[batch.targets]).sum(-1) + batch.bias[batch.targets]  # (M,)
+        neg = h @ batch.weight[position_ids].T + batch.bias[position_ids]  # (M, K)
+        neg = neg.masked_fill(position_ids[None, :] == batch.targets[:, None], float("-inf"))
+        return F.cross_entropy(torch.cat([true_logit[:, None], neg], 1), torch.zeros_like(batch.targets))
 
+    wrong, right, also = _sampled_comparison(batch, wrong_fn, outputs)
     names = batch.tokenizer.convert_ids_to_tokens(sorted(set(position_ids.tolist()))[:6])
     return Exhibit(
-        "Negatives drawn over positions, not the vocabulary", loss_with(position_ids), loss_with(vocab_ids),
-        "loss (nats)",
+        "Negatives drawn over positions, not the vocabulary", wrong, right, "loss (nats)",
         f"Sampling from the {T} positions of the sequence gives ids 0..{T - 1}, which in BERT's vocabulary are "
-        "[PAD] and [unused] tokens the model never predicts: the negatives are trivially easy and the "
-        "loss looks far too good.",
-        {"negatives (buggy)": names, "K": k, "full softmax loss": full_cross_entropy(hidden @ weight.T + bias, targets).loss.item()},
+        f"[PAD] and [unused] tokens the model never predicts: the negatives are trivially easy, the loss looks "
+        f"far too good, and the gradient barely follows the full loss's "
+        f"(cosine {readable(also[COSINE_BUGGY], 3)}). The correct number draws K = {k} "
+        f"negatives over the vocabulary and estimates the full loss (the Loss page's sampled value).",
+        {"negatives (buggy)": ", ".join(names), "K": k},
         key="negatives_over_positions",
         wrong_code="neg = torch.multinomial(attention_mask[0].float(), K)   # positions!",
-        right_code="neg = torch.multinomial(q_over_vocabulary, K)",
+        right_code="neg = torch.multinomial(q_over_vocabulary, K)   # and log Q on the negatives",
+        also=also,
     )
 
 
-EXHIBITS: dict[str, Callable[[MuseumBatch], Exhibit]] = {
+EXHIBITS: dict[str, Callable[[LossBatch], Exhibit]] = {
     "special_ids_hardcoded": special_ids_hardcoded,
     "loss_only_at_mask": loss_only_at_mask,
     "sampled_without_true_class": sampled_without_true_class,
@@ -418,9 +435,14 @@ EXHIBITS: dict[str, Callable[[MuseumBatch], Exhibit]] = {
 }
 
 
-def run_exhibits(batch: MuseumBatch, keys: Sequence[str] | None = None) -> list[Exhibit]:
+def run_exhibits(batch: LossBatch, keys: Sequence[str] | None = None) -> list[Exhibit]:
     """Run the exhibits (all, in museum order, or the named ones) on one batch."""
     return [EXHIBITS[key](batch) for key in (keys or list(EXHIBITS))]
+
+
+def exhibit_rows(exhibit: Exhibit) -> list[dict]:
+    """The exhibit's details as table rows, numbers formatted for people (``losses.readable``)."""
+    return [{"what": k, "value": v if isinstance(v, str) else readable(v)} for k, v in exhibit.details.items()]
 
 
 # --------------------------------------------------------------------------------------------
@@ -476,8 +498,6 @@ def audit_batch(original_ids, input_ids, labels, *, tokenizer, config: MaskingCo
     ``labels``: the targets (B, T). Statistical checks pass within 4 standard errors of the
     configured rates, so small batches are judged leniently.
     """
-    from mlm_core.data import special_ids
-
     config = config or MaskingConfig()
     original = _as_tensor(original_ids, "original_ids")
     inputs = _as_tensor(input_ids, "input_ids")

@@ -28,6 +28,15 @@ from mlm_core.errors import InputError
 from mlm_core.losses import LossOutput, full_cross_entropy
 from mlm_core.masking import IGNORE_INDEX
 
+# What came after BERT, said wherever the NSP lesson is shown (sources checked: paper and section).
+AFTER_BERT = (
+    "BERT's own ablation found that NSP helped: without it, QNLI fell from 88.4 to 84.9 and MNLI from 84.4 "
+    "to 83.9 (Devlin et al. 2019, §5.1, Table 5). Later work disagreed: RoBERTa found that removing NSP, with "
+    "inputs packed from full sentences, matches or slightly improves downstream results (Liu et al. 2019, "
+    "§4.2, Table 2), and ALBERT replaced NSP with sentence-order prediction — two consecutive segments, "
+    "in order or swapped — because NSP can be solved by spotting a change of topic (Lan et al. 2020, §3.1)."
+)
+
 IS_NEXT, NOT_NEXT = 0, 1  # Hugging Face's next_sentence_label convention
 IS_NEXT_PROB = 0.5  # BERT: half the pairs are real continuations
 

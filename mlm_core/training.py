@@ -33,11 +33,13 @@ from torch import nn
 
 from mlm_core.data import run_tokenizer
 from mlm_core.errors import InputError
+from mlm_core.losses import SAMPLED_SOFTMAX
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
+from mlm_core.precision import resolve_amp
 
 # The choices a learner can make, named once so the page, the CLI and the messages agree.
 LOSSES = ("full", "weighted", "sampled")
-AMP_MODES = ("off", "bf16", "fp16")
+AMP_MODES = ("auto", "off", "bf16", "fp16")
 SCHEDULES = ("linear", "cosine", "constant")
 EVENT_KINDS = ("step", "eval", "probe", "done", "error")
 BUCKETS = ("frequent", "medium", "rare")
@@ -73,15 +75,16 @@ class TrainConfig:
     schedule: str = "linear"  # after warm-up: "linear" decay to 0, "cosine" decay to 0, or "constant"
     weight_decay: float = 0.01  # BERT's value; never applied to biases and LayerNorm weights
     max_grad_norm: float | None = 1.0  # clip the global gradient norm; None or 0 turns clipping off
-    amp: str = "off"  # "off", "bf16" (CUDA or CPU autocast) or "fp16" (CUDA only, with a GradScaler)
+    amp: str = "auto"  # "auto": bf16 autocast where it is measured faster (precision.auto_amp), else fp32;
+    # or "off" (fp32), "bf16" (CUDA or CPU autocast), "fp16" (CUDA only, with a GradScaler)
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% slower
     grad_accum_steps: int = 1  # micro-batches per optimizer step: one process can stand in for N
     loss: str = "full"  # "full", "weighted" (by token frequency) or "sampled" (sampled softmax)
     weight_scheme: str = "inverse_sqrt"  # weighted loss: how a token's count becomes its weight
     weight_smoothing: float = 1.0  # weighted loss: added to every count, so unseen tokens stay finite
-    num_sampled: int = 256  # sampled softmax: K negative classes per step
-    sampler: str = "log_uniform"  # sampled softmax: which distribution the K classes come from
-    logq_correction: bool = True  # sampled softmax: subtract log Q so the estimate is (nearly) unbiased
+    num_sampled: int = SAMPLED_SOFTMAX.num_sampled  # sampled softmax: K classes per step (losses.SAMPLED_SOFTMAX)
+    sampler: str = SAMPLED_SOFTMAX.sampler  # sampled softmax: "unigram" = the training corpus' token counts
+    logq_correction: bool = SAMPLED_SOFTMAX.logq_correction  # sampled softmax: importance-sampling estimate of the full loss
     masking: MaskingConfig = field(default_factory=MaskingConfig)  # BERT's 15% with 80/10/10
     eval_every: int = 10  # steps between evaluations (one at step 0 and one at the end too)
     eval_fraction: float = 0.1  # share of the chunks held out for evaluation
@@ -90,6 +93,10 @@ class TrainConfig:
     probe_top_k: int = 5
     dropout: bool = True  # False sets the model to eval mode while training (exact comparisons)
     seed: int = 0  # data order, masks, dropout and sampled classes all come from this
+    # Fine-tuning: keep the word embeddings fixed. In BERT they are tied to the output projection, so the
+    # decoder's weight stays fixed too (its bias still trains): the (V, H) matrix, half the default model's
+    # weights, needs no gradient, no AdamW update and no weight-gradient matmul: a faster step.
+    freeze_word_embeddings: bool = False
 
     def __post_init__(self) -> None:
         def fail(message: str) -> None:
@@ -130,6 +137,8 @@ class TrainConfig:
             number("max_grad_norm", self.max_grad_norm, 0.0, 1e6,
                    "1.0 is the usual clip; use 0 or None to turn clipping off.")
         choice("amp", self.amp, AMP_MODES)
+        if not isinstance(self.freeze_word_embeddings, bool):
+            fail("freeze_word_embeddings must be True or False.")
         if not isinstance(self.gradient_checkpointing, bool):
             fail("gradient_checkpointing must be True or False.")
         whole("grad_accum_steps", self.grad_accum_steps, 1, 4096)
@@ -571,6 +580,32 @@ def _adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.Optimizer:
         return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, foreach=True)
 
 
+def set_checkpointing(model: nn.Module, on: bool) -> None:
+    """Turn gradient checkpointing on (as `train` does) or off; a model that cannot do it gets an InputError."""
+    if on:
+        _enable_checkpointing(model)
+        return
+    disable = getattr(model, "activation_checkpointing_disable", None) or \
+        getattr(model, "gradient_checkpointing_disable", None)
+    if disable is not None:
+        disable()
+    if hasattr(model, "disable_input_require_grads"):  # the hook enabling added to the embeddings
+        model.disable_input_require_grads()
+
+
+def freeze_word_embeddings(model: nn.Module, frozen: bool = True) -> int:
+    """Stop (or restart) training the word embeddings, and with them a tied output projection.
+
+    Returns how many weights that concerns. The optimizer needs no rebuilding: a parameter whose
+    ``requires_grad`` is off gets no ``.grad``, and AdamW and clipping skip parameters without one.
+    """
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if embeddings is None or not hasattr(embeddings, "weight"):
+        raise InputError(f"{type(model).__name__} has no word-embedding matrix to freeze.")
+    embeddings.weight.requires_grad_(not frozen)
+    return embeddings.weight.numel()
+
+
 def _enable_checkpointing(model: nn.Module) -> None:
     enable = getattr(model, "activation_checkpointing_enable", None)
     try:
@@ -586,6 +621,8 @@ def _enable_checkpointing(model: nn.Module) -> None:
 
 
 def _autocast(device: torch.device, amp: str):
+    """The autocast context of a mode; "auto" is resolved by `precision.auto_amp` (measured once per process)."""
+    amp = resolve_amp(amp, device)
     if amp == "off":
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if amp == "bf16" else torch.float16
@@ -593,6 +630,7 @@ def _autocast(device: torch.device, amp: str):
 
 
 def _check_amp(device: torch.device, amp: str) -> None:
+    amp = resolve_amp(amp, device)
     if amp == "fp16" and device.type != "cuda":
         raise InputError("fp16 mixed precision needs a CUDA GPU (it relies on a gradient scaler). "
                          "On this device choose 'bf16' or 'off'.")
@@ -802,6 +840,8 @@ class _Optimizer:
     def __init__(self, model: nn.Module, cfg: TrainConfig, device: torch.device, world: _World):
         self.cfg = cfg
         self.device = device
+        if cfg.freeze_word_embeddings:  # before DDP wraps the model: it registers what needs gradients
+            freeze_word_embeddings(model)
         self.module: nn.Module = _MaskedLMStep(model, sampled=cfg.loss == "sampled")
         if world.distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -843,6 +883,79 @@ class _Optimizer:
         return norm if math.isfinite(norm) else None
 
 
+class TrainStep:
+    """One optimizer step of `train`'s loop on a batch you give it: for measuring steps, not for training.
+
+    It takes the loop's own path (`_Optimizer`: autocast, the chosen loss, backward, clipping,
+    AdamW; dropout seeded per step as the loop seeds it), so the Efficiency page and the benchmarks
+    time the step a run takes. ``model`` is trained in place: pass a private copy. ``configure``
+    switches autocast, checkpointing and frozen word embeddings between steps without rebuilding
+    the optimizer, so several set-ups can be timed round-robin on one copy.
+
+    >>> # step = TrainStep(copy.deepcopy(model), TrainConfig(amp="off"))
+    >>> # loss = step(input_ids, attention_mask, labels, seed=0)
+    """
+
+    def __init__(self, model: nn.Module, cfg: TrainConfig, device: str | torch.device | None = None):
+        if cfg.loss == "sampled":
+            raise InputError("TrainStep measures the full and weighted losses; the sampled softmax needs "
+                             "token counts from a corpus: use train() for it.")
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        _check_amp(self.device, cfg.amp)
+        self.model = model.to(self.device).train(cfg.dropout)
+        set_checkpointing(model, cfg.gradient_checkpointing)
+        # Built with the word embeddings trainable, so that `configure` can freeze and unfreeze them.
+        self.opt = _Optimizer(model, dataclasses.replace(cfg, freeze_word_embeddings=False), self.device, _World())
+        self.cfg = self.opt.cfg = cfg
+        if cfg.freeze_word_embeddings:
+            freeze_word_embeddings(model)
+            self.opt.params = [p for p in model.parameters() if p.requires_grad]
+        self.class_weights = None
+        if cfg.loss == "weighted":  # no corpus here: every token weighs the same
+            self.class_weights = torch.ones(model.get_output_embeddings().weight.shape[0], device=self.device)
+
+    def configure(self, *, amp: str | None = None, gradient_checkpointing: bool | None = None,
+                  freeze: bool | None = None) -> None:
+        """Change the set-up for the next steps (None leaves a setting as it is)."""
+        changes: dict[str, Any] = {}
+        if amp is not None:
+            _check_amp(self.device, amp)
+            changes["amp"] = amp
+        if gradient_checkpointing is not None:
+            set_checkpointing(self.model, gradient_checkpointing)
+            changes["gradient_checkpointing"] = gradient_checkpointing
+        if freeze is not None:
+            freeze_word_embeddings(self.model, freeze)
+            self.opt.params = [p for p in self.model.parameters() if p.requires_grad]
+            changes["freeze_word_embeddings"] = freeze
+        if changes:
+            self.cfg = dataclasses.replace(self.cfg, **changes)
+            self.opt.cfg = self.cfg
+
+    def release_gradients(self) -> None:
+        """Free the last step's gradients now (the next step would free them first thing)."""
+        self.opt.optimizer.zero_grad(set_to_none=True)
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor, *,
+                 lr: float | None = None, seed: int = 0) -> float:
+        """Forward, backward, clip and AdamW on one (B, T) batch; returns the loss before the update."""
+        ids, attention, labels = (t.to(self.device) for t in (input_ids, attention_mask, labels))
+        fork = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=fork):
+            _seed_dropout(_mix(self.cfg.seed, _DROPOUT, seed), self.device)
+            self.opt.begin(self.cfg.learning_rate if lr is None else lr)
+
+            def loss_fn(outputs):
+                return _loss_value(self.cfg, outputs, class_weights=self.class_weights, counts=None,
+                                   generator=None)
+
+            loss, m = self.opt.micro_step(ids, attention, labels, True, loss_fn)
+            self.opt.finish(m == 0)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return loss
+
+
 class _DeepSpeedOptimizer:
     """The same contract through a DeepSpeed engine (ZeRO-2, optimizer state offloaded to the CPU).
 
@@ -856,6 +969,8 @@ class _DeepSpeedOptimizer:
 
         self.cfg = cfg
         self.device = device
+        if cfg.freeze_word_embeddings:
+            freeze_word_embeddings(model)
         module = _MaskedLMStep(model, sampled=cfg.loss == "sampled")
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=module, model_parameters=_param_groups(model, cfg.weight_decay), config=ds_config)
@@ -894,10 +1009,11 @@ def deepspeed_config(template: Mapping[str, Any], cfg: TrainConfig, world_size: 
         if node != "auto":
             return node
         key = path[-1]
+        amp = resolve_amp(cfg.amp, "cuda" if torch.cuda.is_available() else "cpu")
         if path[:1] == ("bf16",):
-            return cfg.amp == "bf16"
+            return amp == "bf16"
         if path[:1] == ("fp16",):
-            return cfg.amp == "fp16"
+            return amp == "fp16"
         if key == "lr":
             return cfg.learning_rate
         if key == "weight_decay":

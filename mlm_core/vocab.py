@@ -8,14 +8,17 @@ with Hugging Face ``tokenizers`` and computes those numbers.
 Shapes: B = batch, T = sequence length, H = hidden size, V = vocabulary, M = masked positions.
 
 Both algorithms share BERT's text pipeline: lower-casing and accent stripping
-(``BertNormalizer``), splitting at spaces and punctuation (``BertPreTokenizer``), and "##" on
-every piece that continues a word (so ``word_ids`` and whole-word masking work the same way).
-They differ in how a word is cut: WordPiece (BERT) takes the longest piece in the vocabulary
-from the left, again and again, and makes a word with an unknown character one [UNK]; BPE
-(Sennrich et al. 2016) replays its learned merges in order and leaves only the unknown character
-as [UNK]. The vocabularies themselves are learned alike: ``tokenizers``' WordPieceTrainer runs
-BPE's most-frequent-pair merges (Google never released its likelihood-based trainer), so on the
-same corpus and size the two vocabularies are nearly the same and only the cutting differs.
+(``BertNormalizer``) and splitting at spaces and punctuation (``BertPreTokenizer``), so both see
+the same words (``word_ids`` and whole-word masking work the same way). Each writes its pieces in
+its own notation: WordPiece marks a piece that *continues* a word ("##ing"); BPE marks the symbol
+that *ends* a word ("ing</w>", the end-of-word symbol of Sennrich et al. 2016, §3.2, as their
+subword-nmt code writes it). GPT-2/RoBERTa's byte-level BPE and SentencePiece mark the piece that
+*starts* a word instead ("Ġ", "▁"). The marks are notation; what differs is how a word is cut:
+WordPiece takes the longest piece in the vocabulary from the left, again and again, and makes a
+word with an unknown character one [UNK]; BPE replays its learned merges in order and leaves only
+the unknown character as [UNK] (``cut_differences`` lists the words two tokenizers cut apart).
+The vocabularies themselves are learned alike: ``tokenizers``' WordPieceTrainer runs BPE's
+most-frequent-pair merges (Google never released its likelihood-based trainer).
 
 >>> texts = ["the cat sat on the mat", "the cats sat on the mats"] * 20
 >>> trained = train_tokenizer(texts, 200)
@@ -44,6 +47,10 @@ from mlm_core.errors import InputError
 
 ALGORITHMS = ("wordpiece", "bpe")
 ALGORITHM_LABELS = {"wordpiece": "WordPiece", "bpe": "BPE"}
+WORDPIECE_PREFIX = "##"  # WordPiece (BERT) marks a piece that continues a word
+BPE_SUFFIX = "</w>"  # BPE as Sennrich et al. 2016 wrote it marks the symbol that ends a word
+# The sizes a learner may ask for; the page offers those the corpus can reach (``reachable_sizes``).
+SIZE_LADDER = (250, 500, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000)
 
 # The order of Hugging Face's BertWordPieceTokenizer and of transformers' BertTokenizer() built
 # from scratch. [PAD] must be 0: BertConfig.pad_token_id defaults to 0 and the embedding's
@@ -107,14 +114,15 @@ def corpus_hash(texts: Sequence[str]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _bert_pipeline(model) -> Tokenizer:
-    """A Tokenizer with BERT's normaliser, pre-tokeniser and "##" decoder around ``model``."""
+def _bert_pipeline(model, algorithm: str = "wordpiece") -> Tokenizer:
+    """A Tokenizer with BERT's normaliser and pre-tokeniser around ``model``, and the decoder of its marks."""
     tok = Tokenizer(model)
     tok.normalizer = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=True, lowercase=True
     )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece(prefix="##")
+    tok.decoder = (decoders.WordPiece(prefix=WORDPIECE_PREFIX) if algorithm == "wordpiece"
+                   else decoders.BPEDecoder(suffix=BPE_SUFFIX))
     return tok
 
 
@@ -200,30 +208,38 @@ def train_tokenizer(
     started = time.perf_counter()
 
     if algorithm == "wordpiece":
-        model = models.WordPiece(unk_token=UNK, continuing_subword_prefix="##")
+        model = models.WordPiece(unk_token=UNK, continuing_subword_prefix=WORDPIECE_PREFIX)
         trainer_class = trainers.WordPieceTrainer
-    else:
-        model = models.BPE(unk_token=UNK, continuing_subword_prefix="##")
+        marks = dict(continuing_subword_prefix=WORDPIECE_PREFIX)
+    else:  # Sennrich et al. 2016: the symbol that ends a word carries the end-of-word mark
+        model = models.BPE(unk_token=UNK, end_of_word_suffix=BPE_SUFFIX)
         trainer_class = trainers.BpeTrainer
-    tok = _bert_pipeline(model)
+        marks = dict(end_of_word_suffix=BPE_SUFFIX)
+    tok = _bert_pipeline(model, algorithm)
 
     # Pass 1, in Python on this thread (the Rust trainer reads its input on worker threads, where
-    # a progress callback could not reach a UI): which characters continue a word?
+    # a progress callback could not reach a UI): which characters continue or end a word?
     chars: Counter = Counter()
     continuing: set[str] = set()
+    ending: set[str] = set()
     step = max(1, len(texts) // 20)
     for i, text in enumerate(texts):
         for word in _words(tok, text):
             chars.update(word)
             continuing.update(word[1:])
+            ending.add(word[-1])
         if i % step == 0:
             report(0.5 * i / len(texts), f"Reading the corpus: {i:,} of {len(texts):,} sentences")
     alphabet = {c for c, _ in chars.most_common(LIMIT_ALPHABET)} | set(_ASCII_ALPHABET)
-    # The "##" pieces are reserved up front, in sorted order, next to the special tokens. The
-    # trainer would otherwise create them in hash-map order, and their ids break ties between
-    # equally frequent merges, so the same corpus gave a different vocabulary on every run
-    # (huggingface/tokenizers#1794). Reserved here, training is reproducible.
-    pieces = sorted(f"##{c}" for c in (continuing & alphabet) | set(_ASCII_WORD_CHARS))
+    # The marked single characters ("##e" for WordPiece, "e</w>" for BPE) are reserved up front, in
+    # sorted order, next to the special tokens. The trainer would otherwise create them in hash-map
+    # order, and their ids break ties between equally frequent merges, so the same corpus gave a
+    # different vocabulary on every run (huggingface/tokenizers#1794). Reserved here, training is
+    # reproducible.
+    if algorithm == "wordpiece":
+        pieces = sorted(f"{WORDPIECE_PREFIX}{c}" for c in (continuing & alphabet) | set(_ASCII_WORD_CHARS))
+    else:
+        pieces = sorted(f"{c}{BPE_SUFFIX}" for c in (ending & alphabet) | set(_ASCII_ALPHABET))
 
     report(0.5, f"Learning up to {vocab_size:,} {ALGORITHM_LABELS[algorithm]} tokens…")
     trainer = trainer_class(
@@ -232,8 +248,8 @@ def train_tokenizer(
         special_tokens=list(SPECIAL_TOKENS) + pieces,
         limit_alphabet=LIMIT_ALPHABET,
         initial_alphabet=list(_ASCII_ALPHABET),
-        continuing_subword_prefix="##",
         show_progress=False,
+        **marks,
     )
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
     tok = _unmark_special(tok, pieces)
@@ -254,6 +270,45 @@ def _unmark_special(tok: Tokenizer, pieces: Sequence[str]) -> Tokenizer:
     drop = set(pieces)
     state["added_tokens"] = [t for t in state["added_tokens"] if t["content"] not in drop]
     return Tokenizer.from_str(json.dumps(state))
+
+
+def reachable_sizes(largest: int, ladder: Sequence[int] = SIZE_LADDER) -> list[int]:
+    """The sizes of ``ladder`` a corpus can fill: those below ``largest``, the size a training run
+    reaches when asked for ``MAX_VOCAB_SIZE`` (every piece seen ``MIN_FREQUENCY`` times is in by then).
+
+    >>> reachable_sizes(3013)
+    [250, 500, 1000, 2000]
+    """
+    return [size for size in ladder if size < largest]
+
+
+def strip_marks(piece: str) -> str:
+    """A piece without its notation: "##ing", "ing</w>", "Ġing" and "▁ing" all give "ing".
+
+    >>> [strip_marks(p) for p in ("##ing", "ing</w>", "Ġing", "▁ing", "ing")]
+    ['ing', 'ing', 'ing', 'ing', 'ing']
+    """
+    if piece.startswith(WORDPIECE_PREFIX) and len(piece) > len(WORDPIECE_PREFIX):
+        piece = piece[len(WORDPIECE_PREFIX):]
+    if piece.endswith(BPE_SUFFIX) and len(piece) > len(BPE_SUFFIX):
+        piece = piece[: -len(BPE_SUFFIX)]
+    if piece[:1] in ("Ġ", "▁") and len(piece) > 1:
+        piece = piece[1:]
+    return piece
+
+
+def cut_differences(first, second, sentence: str) -> list[tuple[str, list[str], list[str]]]:
+    """The words of ``sentence`` that two tokenizers cut into different pieces, marks left aside.
+
+    Returns (word, pieces of ``first``, pieces of ``second``) for each such word: what really
+    differs once the notation ("##", "</w>") is set apart.
+    """
+    words = _words(first.backend_tokenizer, sentence)
+    a, b = tokenize_words(first, sentence), tokenize_words(second, sentence)
+    if len(a) != len(b):  # different pre-tokenisers: compare nothing rather than misalign
+        return []
+    return [(word, pa, pb) for word, pa, pb in zip(words, a, b)
+            if [strip_marks(p) for p in pa] != [strip_marks(p) for p in pb]]
 
 
 class VocabCache:

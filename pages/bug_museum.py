@@ -4,14 +4,15 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from mlm_core import MaskingConfig, MLMLabError
+from mlm_core import MLMLabError
 from mlm_core.figures.losses import museum_figure
+from mlm_core.losses import CORRECTION_LABELS, LOSS_SETTINGS, SAMPLED_SOFTMAX, loss_batch, readable
 from mlm_core.museum import (
     BATCH_FORMAT,
     audit_batch,
     batch_to_json,
+    exhibit_rows,
     load_batch_file,
-    museum_batch,
     run_exhibits,
 )
 
@@ -26,46 +27,61 @@ st.markdown(
 )
 
 model, tokenizer = ui.model_or_stop(settings)
-
+rule = ui.shared_masking_config()
 
 texts = ui.batch_sentences_controls("museum", settings.seed, n=BATCH_SENTENCES, max_chars=MAX_CHARS)
 if not texts:
     st.warning("There is no text: type at least one sentence, or use the workshop corpus.")
     st.stop()
+counts = ui.cached_corpus_counts(settings.model_name, model.get_output_embeddings().weight.shape[0], tokenizer)
 try:
-    batch = museum_batch(tokenizer, texts, MaskingConfig(), seed=settings.seed, model=model)
+    batch = loss_batch(model, tokenizer, texts, rule, seed=settings.seed, counts=counts)
     exhibits = run_exhibits(batch)
 except MLMLabError as exc:
     ui.show_error(exc)
     st.stop()
 
+sampled = SAMPLED_SOFTMAX
+st.caption(
+    f"The batch is the Loss page's for the same seed and text, masked with the rule set on the Masking page or the "
+    f"shared link ({rule.strategy.replace('_', ' ')}, p = {rule.mlm_probability:.0%}, "
+    f"{rule.mask_replace_prob:.0%} / {rule.random_replace_prob:.0%} / {rule.unchanged_prob:.0%}). The correct "
+    f"values are the Loss page's with its default settings: weights {LOSS_SETTINGS.scheme}, sampled softmax K = "
+    f"{sampled.num_sampled} drawn {'with' if sampled.replacement else 'without'} replacement from the corpus' token "
+    f"frequencies, {CORRECTION_LABELS[sampled.correction]}. Vocabulary, as in the audit below: original_ids are the "
+    f"tokens before masking, input_ids what the model sees, labels the targets (-100 where nothing is predicted).")
 st.plotly_chart(museum_figure(exhibits), key="museum_fig")
-st.caption("The exhibits measured as a loss, buggy beside correct. The others count tokens or shares; "
-           "each card below gives its own numbers.")
+st.caption("The exhibits measured as a loss, buggy beside correct (and, for the sampled-softmax ones, the full "
+           "loss they estimate). The others count tokens or shares; each card below gives its own numbers.")
 
 
 def _number(value: float, unit: str) -> str:
-    if value != value:  # NaN
-        return "NaN"
-    if unit.startswith("loss"):
-        return f"{value:.3f}"
     if unit.startswith("%"):
-        return f"{value:.1f}%"
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:.3f}"
+        return f"{readable(value, 3)}%"
+    return readable(value)
 
 
 def show_exhibit(number: int, exhibit) -> None:
     with st.container(border=True):
         st.markdown(f"#### {number}. {exhibit.title}")
+        st.caption(f"Measured on this batch: {exhibit.unit}")
+        wrong_label, right_label = exhibit.labels
+        buggy = wrong_label == "buggy code"
         c1, c2 = st.columns(2)
-        c1.metric(f"❌ buggy code · {exhibit.unit}", _number(exhibit.wrong_value, exhibit.unit))
-        c2.metric(f"✅ correct code · {exhibit.unit}", _number(exhibit.right_value, exhibit.unit))
+        c1.metric(f"{'❌ ' if buggy else ''}{wrong_label}", _number(exhibit.wrong_value, exhibit.unit))
+        c2.metric(f"{'✅ ' if buggy else ''}{right_label}", _number(exhibit.right_value, exhibit.unit))
+        if exhibit.also:
+            columns = st.columns(len(exhibit.also))
+            for column, (name, value) in zip(columns, exhibit.also.items()):
+                column.metric(name, readable(value, 3 if "cosine" in name else 4),
+                              help="Cosine between this loss's gradient with respect to the hidden states and the "
+                                   "full loss's: 1 = the same direction." if "cosine" in name else None)
         st.markdown(exhibit.why)
-        st.code(f"# ❌ buggy\n{exhibit.wrong_code}\n# ✅ correct\n{exhibit.right_code}", language="python")
+        st.code(f"# {'❌ buggy' if buggy else wrong_label}\n{exhibit.wrong_code}\n"
+                f"# {'✅ correct' if buggy else right_label}\n{exhibit.right_code}", language="python")
         if exhibit.details:
             with st.expander("Details on this batch"):
-                st.dataframe(pd.DataFrame([{"what": k, "value": str(v)} for k, v in exhibit.details.items()]),
-                             hide_index=True, width="stretch")
+                st.table(pd.DataFrame(exhibit_rows(exhibit)).set_index("what"))
 
 
 titles = {e.key: e.title for e in exhibits}
@@ -75,19 +91,19 @@ for number, exhibit in enumerate(exhibits, 1):
 # --------------------------------------------------------------------------- audit
 st.subheader("Audit your batch")
 st.markdown(
-    "Export one batch from your own data pipeline (the ids **before** masking, what the model sees, and the "
-    "labels) and upload it. Each check passes or fails, and a failure names the exhibit that explains it. "
-    f"Accepted formats: {BATCH_FORMAT} `.pt`, `.bin` and pickle files are refused: opening them can run code."
+    "Export one batch from your own data pipeline (`original_ids`: the ids **before** masking, `input_ids`: what "
+    "the model sees, and `labels`) and upload it. Each check passes or fails, and a failure names the exhibit that "
+    f"explains it. Accepted formats: {BATCH_FORMAT} `.pt`, `.bin` and pickle files are refused: opening them can "
+    "run code."
 )
 st.download_button("Example: this page's batch as JSON", batch_to_json(
-    batch.encoded.input_ids, batch.result.input_ids, batch.result.labels), file_name="mlm_batch.json",
+    batch.original_ids, batch.input_ids, batch.labels), file_name="mlm_batch.json",
     mime="application/json", key="museum_example")
 upload = st.file_uploader("Your batch (.json or .csv)", type=["json", "csv"], key="museum_upload")
 if upload is not None:
     try:
         arrays = load_batch_file(upload.name, upload.getvalue())
-        checks = audit_batch(arrays.original_ids, arrays.input_ids, arrays.labels, tokenizer=tokenizer,
-                             config=MaskingConfig())
+        checks = audit_batch(arrays.original_ids, arrays.input_ids, arrays.labels, tokenizer=tokenizer, config=rule)
     except MLMLabError as exc:
         ui.show_error(exc)
     else:
@@ -95,11 +111,12 @@ if upload is not None:
         if failed:
             st.error(f"{len(failed)} of {len(checks)} checks failed.")
         else:
-            st.success(f"All {len(checks)} checks passed (with this tokenizer's special tokens and BERT's "
-                       "15% / 80-10-10 rates).")
-        st.dataframe(pd.DataFrame([{
+            st.success(f"All {len(checks)} checks passed (with this tokenizer's special tokens and the masking "
+                       f"rule above: p = {rule.mlm_probability:.0%}, {rule.mask_replace_prob:.0%} / "
+                       f"{rule.random_replace_prob:.0%} / {rule.unchanged_prob:.0%}).")
+        st.table(pd.DataFrame([{
             "check": c.name, "result": "✅ pass" if c.passed else "❌ fail", "found": c.value, "expected": c.expected,
             "explained by exhibit": titles.get(c.exhibit, "") if c.exhibit else "",
-        } for c in checks]), hide_index=True, width="stretch")
+        } for c in checks]).set_index("check"))
         st.caption(f"The batch: {tuple(arrays.input_ids.shape)} (rows × positions). Rates pass within 4 standard "
                    "errors, so a small batch is judged leniently.")

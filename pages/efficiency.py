@@ -4,9 +4,13 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from mlm_core.efficiency import LOOP_MAX_ROWS, amp_and_checkpointing, human_bytes, logits_size, loss_paths
+from mlm_core.efficiency import (LOOP_MAX_ROWS, LOOP_SWEEP_ROWS, amp_and_checkpointing, human_bytes, logits_size,
+                                 loop_vs_vectorised, loss_paths, step_time_breakdown)
 from mlm_core.errors import MLMLabError
-from mlm_core.figures.efficiency import logits_size_figure, loss_paths_figure, step_settings_figure
+from mlm_core.figures.efficiency import (logits_size_figure, loop_sweep_figure, loss_paths_figure,
+                                         step_breakdown_figure, step_settings_figure)
+from mlm_core.models import model_description
+from mlm_core.precision import auto_amp
 
 VOCABS = [1_000, 8_000, 30_522, 50_265, 128_000, 250_002]  # toy, small, BERT, RoBERTa, Llama 3, XLM-R
 SEQ_LENS = [32, 64, 128, 256, 512]
@@ -66,7 +70,8 @@ st.markdown(
     "- **per-position loop**: scores at every position, then a Python loop over the selected ones;\n"
     "- **vectorised, `ignore_index`**: scores at every position, one `cross_entropy` call that skips "
     "the unselected labels (what Hugging Face's `BertForMaskedLM(labels=...)` does);\n"
-    "- **gather before the head**: pick the selected rows first, then score only those (MLM Lab, fairseq, NVIDIA's BERT).\n\n"
+    "- **gather before the head**: pick the selected rows first, then score only those (MLM Lab; fairseq's "
+    "`RobertaLMHead` with `masked_tokens`; NVIDIA's MLPerf BERT with `--dense_seq_output`).\n\n"
     "The encoder runs once, outside the clock; each path runs the head and the loss, forward and backward."
 )
 if st.button("⏱ Measure the three loss paths", key="eff_paths_run"):
@@ -86,28 +91,82 @@ if paths is not None:
     if "loop" not in by:
         st.caption(f"The loop was left out: with more than {LOOP_MAX_ROWS} selected rows it takes minutes, because "
                    "its backward pass builds a full gradient tensor for every single row.")
+    loop = by.get("loop")
+    honest = ""
+    if loop is not None:
+        extra = loop["time_ms"] / by["vectorised"]["time_ms"] - 1
+        honest = (f" The loop and the vectorised loss cost about the same here (the loop {extra:+.0%}): both "
+                  f"compute the head's {by['vectorised']['logits_values']:,} scores first, and that, not the loss, is "
+                  "most of the work at this size. The next measurement takes the head away to show where the loop "
+                  "itself hurts." if loop["speedup"] > 0.67 else
+                  f" The loop is {1 / loop['speedup']:.1f}× slower than the vectorised loss here.")
     st.caption(
         f"**What it teaches:** the three losses agree (largest difference {max(r['loss_diff'] for r in rows):.1e}); "
         f"gathering first is {by['gathered']['speedup']:.1f}× faster than the vectorised loss here "
-        f"with {rows[0]['masked']} of {mb * mt} positions selected, because the head's work scales with the rows it scores."
+        f"with {rows[0]['masked']} of {mb * mt} positions selected, because the head's work scales with the rows "
+        f"it scores.{honest} Times are medians of {repeats} rounds run round-robin; ratios are medians of the "
+        "per-round ratios."
     )
     st.dataframe(pd.DataFrame([{
         "path": r["label"], "loss": r["loss"], "time (ms)": round(r["time_ms"], 1),
         "peak memory": human_bytes(r["peak_bytes"]), "scores computed": r["logits_values"],
         "vs vectorised": f"{r['speedup']:.2f}×"} for r in rows]), hide_index=True, width="stretch")
 
-# --------------------------------------------------------------------------- 4. bf16 and checkpointing
-st.markdown("#### Mixed precision (bf16) and gradient checkpointing")
+st.markdown("#### Where the loop hurts: the loss alone")
+vocab = int(model_description(model)["vocab"] or 30_522)
+sweep_vocabs = tuple(sorted({1_000, min(vocab, 50_265)}))
 st.markdown(
-    "A whole training step (encoder, head on the selected rows, loss, backward, AdamW) on a private copy "
-    "of the model, four ways (nine steps in all: this one takes longer). **bf16 autocast** runs matrix multiplies in 16-bit; **gradient checkpointing** "
-    "keeps fewer activations and recomputes them during the backward pass."
+    f"Now only the loss, on ready-made (M, V) scores: the loop against one `cross_entropy` call, for "
+    f"M = {', '.join(map(str, LOOP_SWEEP_ROWS))} selected rows and V = {' and '.join(f'{v:,}' for v in sweep_vocabs)}. "
+    "The loop pays twice: **per row** (one Python iteration of about six small operations, forward and backward), "
+    "and **M² · V** in the backward pass (indexing `logits[i]` hands each row's gradient back as a full (M, V) "
+    "tensor of zeros with one row filled). Both grow with M; the second also with V."
 )
-if st.button("⏱ Measure bf16 and checkpointing", key="eff_steps_run"):
-    with st.spinner("Training a copy of the model for a few steps, four ways…"):
+if st.button("⏱ Measure the loop against one call", key="eff_sweep_run"):
+    with st.spinner("Timing the loss alone, two ways, six sizes…"):
+        try:
+            state["eff_sweep"] = ((sweep_vocabs, repeats), loop_vs_vectorised(vocab_sizes=sweep_vocabs,
+                                                                               repeats=repeats, seed=settings.seed))
+        except MLMLabError as exc:
+            ui.show_error(exc)
+sweep = state.get("eff_sweep")
+if sweep is not None:
+    _, rows = sweep
+    st.plotly_chart(loop_sweep_figure(rows, height=height), key="eff_sweep_fig")
+    low = min(rows, key=lambda r: (r["rows"], r["vocab"]))
+    high = max(rows, key=lambda r: (r["rows"], r["vocab"]))
+    st.caption(
+        f"**What it teaches:** with M = {low['rows']} rows and V = {low['vocab']:,} the loop is {low['ratio']:.1f}× "
+        f"the vectorised loss; with M = {high['rows']} and V = {high['vocab']:,} it is {high['ratio']:.0f}× "
+        f"({high['loop_ms']:.0f} ms against {high['vectorised_ms']:.1f} ms). The same losses "
+        f"(largest difference {max(r['loss_diff'] for r in rows):.1e}): only the cost differs. A batch of "
+        f"32 × 128 tokens selects about {logits_size(32, 128, vocab)['masked']} rows."
+    )
+    st.dataframe(pd.DataFrame([{
+        "V": f"{r['vocab']:,}", "M": r["rows"], "loop (ms)": round(r["loop_ms"], 2),
+        "vectorised (ms)": round(r["vectorised_ms"], 2), "loop ÷ vectorised": f"{r['ratio']:.1f}×"}
+        for r in rows]), hide_index=True, width="stretch")
+
+# --------------------------------------------------------------------------- 4. a training step, five ways
+st.markdown("#### A training step: bf16, checkpointing, frozen word embeddings")
+choice = auto_amp(model_description(model)["device"])
+st.info(f"**Training runs in {choice.label} on this machine** (the Training page's precision setting "
+        f"\"auto\"): {choice.reason}")
+st.markdown(
+    "One training step, exactly the Training page's (encoder, head on the selected rows, loss, backward, clipping, "
+    "AdamW), on a private copy of the model, set up five ways. **bf16 autocast** runs the matrix multiplies in "
+    "16-bit; **gradient checkpointing** keeps fewer activations and recomputes them in the backward pass; "
+    "**frozen word embeddings** (a fine-tuning choice) skip the gradient and the AdamW update of the "
+    "(V × H) embedding matrix, which BERT shares with the output layer. Before every step the weights go back to "
+    "the same starting point, so the losses differ only by what a set-up changes; the set-ups take turns, "
+    "round after round. **Share of matmul speed**: the step's matrix multiplies, timed alone in the same run, "
+    "against the whole step (a CPU \"MFU\"; the rest is softmax, dropout, layer norms, AdamW and Python)."
+)
+if st.button("⏱ Measure the training step five ways", key="eff_steps_run"):
+    with st.spinner("Training a copy of the model, one step at a time, five ways…"):
         try:
             state["eff_steps"] = (here, amp_and_checkpointing(model, tokenizer, batch_size=mb, seq_len=mt,
-                                                              repeats=1 if repeats < 5 else 2, seed=settings.seed))
+                                                              repeats=repeats, seed=settings.seed))
         except MLMLabError as exc:
             ui.show_error(exc)
 steps = state.get("eff_steps")
@@ -116,23 +175,63 @@ if steps is not None:
     if measured_for != here:
         st.caption("The model, sizes or seed changed since this was measured: press the button again.")
     st.plotly_chart(step_settings_figure(rows, height=height), key="eff_steps_fig")
+    st.caption("Blue: fp32; purple: bf16 autocast; hatched: gradient checkpointing; dotted: word embeddings frozen.")
     base = rows[0]
     ckpt = next((r for r in rows if r["checkpointing"] and r["amp"] == "off"), None)
-    bf16 = next((r for r in rows if not r["checkpointing"] and r["amp"] == "bf16"), None)
+    bf16 = next((r for r in rows if not r["checkpointing"] and r["amp"] == "bf16" and not r["frozen"]), None)
+    frozen = next((r for r in rows if r["frozen"] and r["amp"] == "off"), None)
     parts = []
-    if ckpt is not None:
-        mem = ckpt["peak_bytes"] / max(base["peak_bytes"], 1)
-        parts.append(f"checkpointing changed peak memory {mem:.2f}× and time {ckpt['time_ms'] / base['time_ms']:.2f}×"
-                     + (" (at this size the gradients of the weights, not the activations, set the peak: "
-                        "try a larger batch or sequence)" if mem > 0.9 else ""))
     if bf16 is not None:
-        parts.append(f"bf16 changed time {bf16['time_ms'] / base['time_ms']:.2f}× "
-                     "(fast on GPUs and CPUs with bf16 units, often slower on other CPUs)")
-    st.caption("**What it teaches:** memory and time trade against each other: " + "; ".join(parts) + ".")
+        parts.append(f"bf16 took {bf16['time_x']:.2f}× the fp32 time"
+                     + (" (this CPU multiplies bf16 faster)" if bf16["time_x"] < 0.9 else
+                        " (no gain: this CPU, or these small matrices, do not profit from bf16)"))
+    if ckpt is not None:
+        parts.append(f"checkpointing changed peak memory {ckpt['mem_x']:.2f}× and time {ckpt['time_x']:.2f}×"
+                     + (" (at this size the gradients of the weights, not the activations, set the peak: "
+                        "try a larger batch or sequence)" if ckpt["mem_x"] > 0.9 else ""))
+    if frozen is not None:
+        parts.append(f"frozen word embeddings took {frozen['time_x']:.2f}× the time and {frozen['mem_x']:.2f}× the "
+                     "memory")
+    if base.get("mfu") is not None:
+        parts.append(f"the fp32 step ran its matrix multiplies at {base['mfu']:.0%} of the speed they reach alone")
+    st.caption("**What it teaches:** memory and time trade against each other: " + "; ".join(parts) + ". "
+               f"Times: medians of {repeats} rounds; ratios: medians of the per-round ratios.")
     st.dataframe(pd.DataFrame([{
-        "setting": r["label"], "time per step (ms)": round(r["time_ms"], 1),
-        "peak memory": human_bytes(r["peak_bytes"]), "loss": r["loss"]} for r in rows]),
-        hide_index=True, width="stretch")
+        "setting": r["label"], "time per step (ms)": round(r["time_ms"], 1), "vs fp32": f"{r['time_x']:.2f}×",
+        "peak memory": human_bytes(r["peak_bytes"]),
+        "share of matmul speed": f"{r['mfu']:.0%}" if r.get("mfu") is not None else "–",
+        "loss": r["loss"]} for r in rows]), hide_index=True, width="stretch")
+
+# --------------------------------------------------------------------------- 5. where the time goes
+st.markdown("#### Where a step's time goes")
+st.markdown(
+    "The same step once under `torch.profiler`, in fp32 and in bf16: every operation's own time, grouped. "
+    "Whatever is not a matrix multiply is time the machine's fastest units sit idle."
+)
+if st.button("⏱ Profile one step", key="eff_profile_run"):
+    with st.spinner("Profiling one step in fp32 and one in bf16…"):
+        try:
+            state["eff_profile"] = (here, {
+                label: step_time_breakdown(model, tokenizer, amp=amp, batch_size=mb, seq_len=mt, seed=settings.seed)
+                for label, amp in (("fp32", "off"), ("bf16", "bf16"))})
+        except MLMLabError as exc:
+            ui.show_error(exc)
+profiled = state.get("eff_profile")
+if profiled is not None:
+    measured_for, breakdowns = profiled
+    if measured_for != here:
+        st.caption("The model, sizes or seed changed since this was measured: press the button again.")
+    st.plotly_chart(step_breakdown_figure(breakdowns, height=height), key="eff_profile_fig")
+    share = {name: next(r["share"] for r in rows if r["category"] == "matrix multiplies")
+             for name, rows in breakdowns.items()}
+    other = {name: next(r for r in rows if r["category"] != "matrix multiplies") for name, rows in breakdowns.items()}
+    st.caption(
+        "**What it teaches:** " + "; ".join(
+            f"in {name}, matrix multiplies take {share[name]:.0%} of the step and the largest other cost is "
+            f"{other[name]['category']} ({other[name]['share']:.0%})" for name in breakdowns)
+        + ". bf16 shrinks the matrix multiplies, so everything else weighs more: that is why a step gains less "
+        "than the matmuls do."
+    )
 
 st.caption("Peak memory: on a GPU, torch.cuda.max_memory_allocated; on a CPU, the largest running total of the "
            "allocations torch.profiler records (tensors that existed before, like the weights, are not counted). "

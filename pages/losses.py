@@ -5,9 +5,9 @@ import streamlit as st
 import torch
 
 import ui
+from mlm_core import Decision, MLMLabError
+from mlm_core.bundled import workshop_documents
 from mlm_core.export import lesson_zip, masking_settings
-from mlm_core import Decision, MaskingConfig, MLMLabError
-from mlm_core.bundled import workshop_documents, workshop_sentences
 from mlm_core.figures.losses import (
     gradient_figure,
     k_sweep_figure,
@@ -17,62 +17,71 @@ from mlm_core.figures.losses import (
     weights_figure,
 )
 from mlm_core.losses import (
+    CORRECTION_LABELS,
+    CORRECTION_SHORT,
+    CORRECTIONS,
+    LOSS_SETTINGS,
+    SAMPLED_SOFTMAX,
+    SAMPLER_WORDS,
     SAMPLERS,
     SCHEMES,
-    CORRECTIONS,
-    compare_losses,
+    SWEEP_PURPOSE,
+    LossSettings,
+    SampledSoftmaxConfig,
+    batch_losses,
     gradient_rows,
     logit_gradients,
     loop_cross_entropy,
     loss_batch,
+    loss_sentences,
     per_token_rows,
     per_token_table,
+    proposal_distribution,
+    proposal_mass_report,
+    readable,
     sampled_softmax_sweep,
+    sweep_ks,
+    sweep_summary,
+    sweep_table,
     target_smoothed_counts,
-    token_counts,
     token_frequency_weights,
     weight_curve_rows,
 )
+from mlm_core.nsp import AFTER_BERT as NSP_AFTER_BERT
 from mlm_core.nsp import combined_loss_on_pairs, is_next_probabilities, train_nsp_head
 
 BATCH_SENTENCES = 8  # one small batch: every number on the page comes from it
 MAX_CHARS = 4_000
-SWEEP_KS = (16, 64, 256, 1024, 4096)
+K_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 4096)  # and V, added for the loaded model
 NSP_STEPS = 40
-SAMPLER_HELP = {
-    "uniform": "every id equally likely (log Q is then the same for all candidates and cancels)",
-    "unigram": "corpus frequency to the power 0.75, as word2vec",
-    "log_uniform": "Zipf's law by id, as TensorFlow's log_uniform_candidate_sampler",
-    "softmax": "the model's own distribution: the best proposal, but it costs a full softmax",
-}
 
 settings = ui.page_setup("📉 Loss: full, weighted and sampled softmax")
 st.markdown(
     "The MLM loss is the cross-entropy of the model's prediction at the **selected** positions. Below, "
     "three ways to compute it run on **the same batch and the same seed**: the full softmax over all "
     "V tokens, a version that weights rare tokens up, and sampled softmax, which looks at the true "
-    "token and only K sampled ones."
+    "token and only K sampled ones. The Bug museum runs on this batch too and shows the same numbers."
 )
 
 model, tokenizer = ui.model_or_stop(settings)
-
-
-@st.cache_resource(show_spinner="Counting tokens in the workshop corpus…", max_entries=4)
-def corpus_counts(model_name, vocab_size, _tokenizer):
-    return token_counts(_tokenizer, workshop_sentences(), vocab_size)
-
+rule = ui.shared_masking_config()
 
 # --------------------------------------------------------------------------- the batch
 texts = ui.batch_sentences_controls("loss", settings.seed, n=BATCH_SENTENCES, max_chars=MAX_CHARS)
 if not texts:
     st.warning("There is no text: type at least one sentence, or use the workshop corpus.")
     st.stop()
+vocab_size = model.get_output_embeddings().weight.shape[0]
+counts = ui.cached_corpus_counts(settings.model_name, vocab_size, tokenizer)
 try:
-    batch = loss_batch(model, tokenizer, texts, MaskingConfig(), seed=settings.seed)
+    batch = loss_batch(model, tokenizer, texts, rule, seed=settings.seed, counts=counts)
 except MLMLabError as exc:
     ui.show_error(exc)
     st.stop()
-with st.expander(f"The batch: {len(texts)} sentences, {len(batch.targets)} selected tokens (seed {settings.seed})"):
+st.caption(f"Masking rule (from the Masking page or the shared link): {rule.strategy.replace('_', ' ')} masking, "
+           f"p = {rule.mlm_probability:.0%}, {rule.mask_replace_prob:.0%} [MASK] / {rule.random_replace_prob:.0%} "
+           f"random / {rule.unchanged_prob:.0%} unchanged.")
+with st.expander(f"The batch: {len(batch.texts)} sentences, {len(batch.targets)} selected tokens (seed {settings.seed})"):
     for row, tokens in enumerate(batch.encoded.tokens):
         codes = batch.result.decisions[row].tolist()[: len(tokens)]
         ui.token_chips(tokens, [Decision(code).name for code in codes])
@@ -84,63 +93,73 @@ if len(batch.targets) == 0:
 
 
 # --------------------------------------------------------------------------- the controls
-def loss_controls() -> dict:
+def loss_controls() -> LossSettings:
+    defaults = LOSS_SETTINGS
+    k_choices = [k for k in K_CHOICES if k < vocab_size] + [vocab_size]
     c1, c2, c3 = st.columns(3)
     with c1:
         st.markdown("**Weighted**")
-        scheme = st.selectbox("Weights from corpus counts", [s for s in SCHEMES], key="loss_scheme",
-                              help="inverse: 1/c · inverse_sqrt: 1/√c · log: log(1 + N/c) · none: 1")
-        smoothing = st.number_input("Smoothing (added to every count)", 0.1, 1000.0, 1.0, key="loss_smoothing",
+        scheme = st.selectbox("Weights from corpus counts", SCHEMES, index=SCHEMES.index(defaults.scheme),
+                              key="loss_scheme", help="inverse: 1/c · inverse_sqrt: 1/√c · log: log(1 + N/c) · none: 1")
+        smoothing = st.number_input("Smoothing (added to every count)", 0.1, 1000.0, defaults.smoothing,
+                                    key="loss_smoothing",
                                     help="So tokens never seen in the corpus still get a finite weight.")
     with c2:
         st.markdown("**Sampled softmax**")
-        num_sampled = st.select_slider("K sampled classes", [8, 16, 32, 64, 128, 256, 512, 1024, 4096],
-                                       value=64, key="loss_k")
-        sampler = st.selectbox("Drawn from", SAMPLERS, key="loss_sampler", format_func=lambda s: s.replace("_", " "),
-                               help=" · ".join(f"{k}: {v}" for k, v in SAMPLER_HELP.items()))
+        num_sampled = st.select_slider(
+            "K sampled classes", k_choices, value=SAMPLED_SOFTMAX.num_sampled, key="loss_k",
+            format_func=lambda k: f"V = {k:,} (all)" if k == vocab_size else f"{k:,}")
+        sampler = st.selectbox("Drawn from", SAMPLERS, index=SAMPLERS.index(SAMPLED_SOFTMAX.sampler),
+                               key="loss_sampler", format_func=lambda s: s.replace("_", " "),
+                               help=" · ".join(f"{k.replace('_', ' ')}: {v}" for k, v in SAMPLER_WORDS.items()))
     with c3:
         st.markdown("**Options**")
         correction = st.selectbox(
-            "log Q correction", list(CORRECTIONS), key="loss_logq",
-            help="Subtract the log of each class's expected count among the K draws: from every candidate "
-                 "logit (TensorFlow's sampled_softmax_loss), from the negatives only (an unbiased estimate of "
-                 "the partition function), or not at all.")
-        hits = st.toggle("Remove accidental hits", True, key="loss_hits",
+            "Correction", list(CORRECTIONS), index=list(CORRECTIONS).index(SAMPLED_SOFTMAX.correction),
+            key="loss_logq", format_func=CORRECTION_SHORT.get,
+            help="log Q = log of a class's expected count among the K draws. Importance sampling subtracts it "
+                 "from the sampled logits only: an estimate of the full loss. TensorFlow's sampled_softmax_loss "
+                 "subtracts it from every logit, the true one included: the loss of picking the target among "
+                 "the candidates. The sentence under the numbers gives each one's value on this batch.")
+        hits = st.toggle("Remove accidental hits", SAMPLED_SOFTMAX.remove_accidental_hits, key="loss_hits",
                          help="A sampled id equal to the target would count the true class twice.")
-        replacement = st.toggle("Sample with replacement", True, key="loss_replacement")
-    return dict(scheme=scheme, smoothing=float(smoothing), num_sampled=int(num_sampled), sampler=sampler,
-                logq_correction=CORRECTIONS[correction][0], logq_on_true=CORRECTIONS[correction][1],
-                remove_accidental_hits=hits, replacement=replacement)
+        replacement = st.toggle("With replacement", SAMPLED_SOFTMAX.replacement, key="loss_replacement",
+                                help="Sample with replacement. Off (the default, as TensorFlow's samplers): K distinct classes.")
+    sampled = SampledSoftmaxConfig(num_sampled=int(num_sampled), sampler=sampler, replacement=replacement,
+                                   correction=correction, remove_accidental_hits=hits)
+    return LossSettings(scheme=scheme, smoothing=float(smoothing), sampled=sampled)
 
 
 options = loss_controls()
-if options["sampler"] == "softmax":
+if options.sampled.sampler == "softmax":
     st.caption("⚠️ The softmax sampler computes the full (M, V) softmax to draw its negatives: it is the "
                "reference proposal, not a saving.")
-counts = corpus_counts(settings.model_name, batch.weight.shape[0], tokenizer)
-weights = token_frequency_weights(counts, scheme=options["scheme"], smoothing=options["smoothing"])
-outputs = compare_losses(
-    batch.logits, batch.targets, batch.hidden, batch.weight, batch.bias, class_weights=weights,
-    num_sampled=options["num_sampled"], sampler=options["sampler"], counts=counts,
-    replacement=options["replacement"], remove_accidental_hits=options["remove_accidental_hits"],
-    logq_correction=options["logq_correction"], logq_on_true=options["logq_on_true"],
-    generator=torch.Generator().manual_seed(settings.seed),
-)
+if options.sampled.sampler == "log_uniform":
+    mass = proposal_mass_report(proposal_distribution("log_uniform", vocab_size), tokenizer, counts)
+    st.caption(f"⚠️ Log-uniform by id assumes ids sorted by frequency. In this vocabulary "
+               f"{mass['unused']:.0%} of its mass falls on [unused] ids, {mass.get('pad', 0):.0%} on [PAD], "
+               f"and {mass['never_in_corpus']:.0%} on ids the workshop corpus never contains.")
+outputs = batch_losses(batch, options)
+weights = token_frequency_weights(counts, scheme=options.scheme, smoothing=options.smoothing)
 
 # --------------------------------------------------------------------------- the three losses
 st.subheader("The three losses")
 values = {name: float(out.loss) for name, out in outputs.items()}
 sampled_diag = outputs["sampled"].diagnostics
-st.plotly_chart(loss_bars(values, notes={"sampled": f"K = {sampled_diag['K']}, {options['sampler']}"}),
+st.plotly_chart(loss_bars(values, notes={"sampled": f"K = {sampled_diag['K']}, {options.sampled.sampler}"}),
                 key="loss_bars_fig")
 c1, c2, c3, c4 = st.columns(4)
-c1.metric("full softmax", f"{values['full']:.3f}", help="mean over the selected tokens of −log p(true token)")
-c2.metric("weighted", f"{values['weighted']:.3f}", f"{values['weighted'] - values['full']:+.3f} vs full",
+c1.metric("full softmax", readable(values["full"]), help="mean over the selected tokens of −log p(true token)")
+c2.metric("weighted", readable(values["weighted"]), f"{values['weighted'] - values['full']:+.3g} vs full",
           delta_color="off", help="Σ w[y]·loss / Σ w[y], as F.cross_entropy(weight=w)")
-c3.metric("sampled", f"{values['sampled']:.3f}", f"{values['sampled'] - values['full']:+.3f} vs full",
-          delta_color="off")
-c4.metric("accidental hits removed", sampled_diag["num_hits"],
-          help=f"{sampled_diag['unique_sampled']} distinct ids among the K = {sampled_diag['K']} draws")
+c3.metric("sampled", readable(values["sampled"]), f"{values['sampled'] - values['full']:+.3g} vs full",
+          delta_color="off", help=CORRECTION_LABELS[options.sampled.correction])
+c4.metric("gradient cosine", readable(sampled_diag["grad_cosine"], 3),
+          help="Sampled vs full: the cosine between the two gradients with respect to the hidden states: the direction the encoder "
+               f"is pushed. {sampled_diag['num_hits']} accidental hits removed; {sampled_diag['unique_sampled']} "
+               f"distinct ids among the K = {sampled_diag['K']} draws.")
+for sentence in loss_sentences(outputs, options).values():
+    st.markdown(sentence)
 loop = loop_cross_entropy(batch.logits, batch.targets)
 st.caption(f"The per-position Python loop gives {float(loop.loss):.6f}, the vectorised loss {values['full']:.6f}: "
            "the same number (the Efficiency page shows how much slower the loop is).")
@@ -164,34 +183,35 @@ st.caption("Full softmax: softmax − one-hot, on every class. Weighted: the sam
 
 # --------------------------------------------------------------------------- weights
 st.subheader("The weights: rare tokens count more")
-target_counts = target_smoothed_counts(counts, batch.targets, options["smoothing"])
-st.plotly_chart(weights_figure(weight_curve_rows(counts, smoothing=options["smoothing"]), batch_counts=target_counts),
+target_counts = target_smoothed_counts(counts, batch.targets, options.smoothing)
+st.plotly_chart(weights_figure(weight_curve_rows(counts, smoothing=options.smoothing), batch_counts=target_counts),
                 key="loss_weights_fig")
 st.caption("Counts come from the workshop corpus; dotted lines mark this batch's target tokens. Every scheme is "
            "normalised so that a token drawn from the corpus has weight 1 on average.")
 
 # --------------------------------------------------------------------------- K sweep
 st.subheader("Sampled softmax against K")
-st.markdown("How close is the sampled loss to the full one as K grows, does its gradient point the same "
-            "way, and what does it cost? Five runs per K with fresh negatives, for each log Q correction.")
-signature = (settings.model_name, settings.seed, tuple(texts), options["sampler"], options["replacement"])
+st.markdown("How close is each correction's sampled loss to the full one as K grows, up to K = V (every class), "
+            "does its gradient point the same way, and what does it cost? Five draws per K, the same draws for "
+            "every correction, with the sampler and replacement set above.")
+signature = (settings.model_name, settings.seed, tuple(batch.texts), rule, options.sampled)
 if st.button("Run the K sweep", key="loss_sweep_button"):
     with st.spinner("Sweeping K…"):
-        rows = sampled_softmax_sweep(batch.hidden, batch.weight, batch.bias, batch.targets,
-                                     ks=[k for k in SWEEP_KS if options["replacement"] or k <= batch.weight.shape[0]],
-                                     sampler=options["sampler"], counts=counts, replacement=options["replacement"],
-                                     repeats=5, generator=torch.Generator().manual_seed(settings.seed))
+        rows = sampled_softmax_sweep(batch.hidden, batch.weight, batch.bias, batch.targets, ks=sweep_ks(vocab_size),
+                                     config=options.sampled, counts=counts, repeats=5,
+                                     generator=batch.generator(SWEEP_PURPOSE))
     st.session_state["loss_sweep"] = {"signature": signature, "rows": rows}
 sweep = st.session_state.get("loss_sweep")
 if sweep and sweep["signature"] == signature:
-    st.plotly_chart(k_sweep_figure(sweep["rows"]), key="loss_sweep_fig")
-    st.dataframe(pd.DataFrame(sweep["rows"]).drop(columns=["sampler", "logq_correction", "logq_on_true"]),
-                 hide_index=True, width="stretch")
-    st.caption("Correcting only the negatives makes exp(z_y) + Σ exp(z_s)/(K·Q(s)) an unbiased estimate of the "
-               "partition function, so the loss is close to full CE already at small K. TensorFlow corrects the "
-               "true class too: the loss is then 'pick the target among the candidates', well below full CE "
-               "until K nears V (for the uniform sampler its log Q is one constant and cancels). Without any "
-               "correction, a non-uniform sampler over-counts the tokens it draws often.")
+    st.plotly_chart(k_sweep_figure(sweep["rows"], vocab_size=vocab_size), key="loss_sweep_fig")
+    for sentence in sweep_summary(sweep["rows"], vocab_size):
+        st.markdown(f"- {sentence}")
+    st.dataframe(pd.DataFrame(sweep_table(sweep["rows"])), hide_index=True, width="stretch")
+    st.caption("Why: importance sampling divides each sampled class by its expected count, so the sum estimates "
+               "the partition function without bias (the loss, its log, is low on average). TensorFlow also "
+               "divides the true class, which turns the loss into 'pick the target among the candidates'. Without "
+               "replacement every class is a candidate at K = V, so every correction is exact there; with "
+               "replacement, K·q of a frequent class exceeds 1 and the draws never cover the vocabulary.")
 else:
     st.caption("Press the button to run the sweep on this batch (a few seconds).")
 
@@ -203,6 +223,7 @@ st.markdown(
     "has no trained NSP head, so we add one (pooler + classifier, through Hugging Face's "
     "`BertPreTrainingHeads`) and train it here, with the encoder frozen."
 )
+st.caption(NSP_AFTER_BERT)
 nsp_signature = (settings.model_name, settings.seed)
 if st.button(f"Train the NSP head ({NSP_STEPS} steps)", key="loss_nsp_button"):
     progress = st.progress(0.0, text="Starting…")
@@ -229,19 +250,17 @@ if nsp and nsp["signature"] == nsp_signature:
                                for p, prob in zip(pairs, probs)]),
                  hide_index=True, width="stretch",
                  column_config={"P(IsNext)": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.2f")})
-    st.markdown("**MLM + NSP on these pairs** (masked with BERT's 80/10/10, the same seed)")
+    st.markdown("**MLM + NSP on these pairs** (masked with the masking rule above, the same seed)")
     c1, c2 = st.columns(2)
     mlm_weight = c1.number_input("MLM weight", 0.0, 10.0, 1.0, 0.1, key="loss_mlm_weight")
     nsp_weight = c2.number_input("NSP weight", 0.0, 10.0, 1.0, 0.1, key="loss_nsp_weight")
-    combined = combined_loss_on_pairs(result.model, tokenizer, pairs, MaskingConfig(),
+    combined = combined_loss_on_pairs(result.model, tokenizer, pairs, rule,
                                       generator=torch.Generator().manual_seed(settings.seed),
                                       mlm_weight=mlm_weight, nsp_weight=nsp_weight)
     c1, c2, c3 = st.columns(3)
-    c1.metric("MLM loss", f"{combined['mlm_loss']:.3f}", help=f"over {combined['selected']} selected tokens")
-    c2.metric("NSP loss", f"{combined['nsp_loss']:.3f}")
-    c3.metric("total", f"{combined['total']:.3f}", help="MLM weight × MLM + NSP weight × NSP (BERT: 1 and 1)")
-    st.caption("Later models (RoBERTa) dropped NSP: it turned out to help little once MLM had long, "
-               "contiguous text.")
+    c1.metric("MLM loss", readable(combined["mlm_loss"]), help=f"over {combined['selected']} selected tokens")
+    c2.metric("NSP loss", readable(combined["nsp_loss"]))
+    c3.metric("total", readable(combined["total"]), help="MLM weight × MLM + NSP weight × NSP (BERT: 1 and 1)")
 else:
     st.caption("Press the button: a few dozen steps on workshop-corpus pairs, accuracy rising from chance.")
 
@@ -249,7 +268,8 @@ else:
 share = ui.share_link()
 loss_figures = {"losses": loss_bars(values), "per token": per_token_figure(per_token_rows(outputs, batch.tokens))}
 lesson = dict(
-    settings=masking_settings(seed=settings.seed, model=settings.model_name, config=MaskingConfig(), **options),
+    settings=masking_settings(seed=settings.seed, model=settings.model_name, config=rule, scheme=options.scheme,
+                              smoothing=options.smoothing, sampled_softmax=options.sampled),
     losses=[{"variant": name, "loss": value} for name, value in values.items()],
     tables={"per token": per_token_table(outputs, batch.tokens, batch.decisions)},
     link=share,

@@ -5,23 +5,43 @@ import streamlit as st
 
 import ui
 from mlm_core import MLMLabError, classroom
+from mlm_core.bundled import workshop_sentences
 from mlm_core.export import lesson_json
 from mlm_core.figures.predictions import topk_figure
 from mlm_core.models import model_description, predict_masked
 
 TOP_K = 5
 
-settings = ui.page_setup("❓ Quiz: think before the answer appears")
+QS_FIELD = classroom.Field("qs", "text", None, max_chars=classroom.QUESTION_ID_CHARS, label="teacher's question")
+QS_KEY = "quiz_qs"  # the bank id of the teacher's own sentence (question 1), shared by link as qs=
+
+# The sentence stays out of this page's address and share link: it would give the answers away.
+settings = ui.page_setup("❓ Quiz: think before the answer appears", private=("sentence",))
+GO_MASKING = "quiz_go_masking"
+if st.session_state.pop(GO_MASKING, False):
+    st.switch_page("pages/masking.py")
 st.markdown(
-    "Everyone who opens the same link gets the **same question** (same sentence, seed and masking rule). "
-    "Answer first, then press **Reveal**: the score below counts your first answer to each question."
+    "Everyone who opens the same link gets the **same question**: the link holds its number and seed, "
+    "never its words. Answer first, then press **Reveal**: the score below counts your first answer to each question."
 )
 state = st.session_state
-state.setdefault(ui.KEYS.sentence, classroom.DEFAULT_SENTENCE)
 state.setdefault("quiz_round", 0)
 state.setdefault("quiz_board", {})
 state.setdefault("quiz_answers", {})  # question id -> what was answered (kept for the reveal)
 score_slot = st.container()
+
+
+@st.cache_resource
+def question_bank() -> classroom.QuestionBank:
+    """Teachers' own sentences, one bank for the whole server: a link carries only their random id."""
+    return classroom.QuestionBank()
+
+
+@st.cache_resource(max_entries=256, show_spinner="Finding a question…")
+def cached_question(_tokenizer, model_name, kind, sentence, source, seed, round_number, config):
+    """The question (shared by every session: never changed after it is made)."""
+    return classroom.pick_question(_tokenizer, kind, sentence, seed=seed, round=round_number, config=config,
+                                   source=source)
 
 
 # --------------------------------------------------------------------------- controls
@@ -38,30 +58,50 @@ def reset_score():
     state["quiz_answers"] = {}
 
 
+def use_own_sentence():
+    text = str(state.get("quiz_own_text") or "").strip()[: classroom.MAX_SENTENCE_CHARS]
+    if text:
+        state[QS_KEY] = question_bank().add(text)
+        state["quiz_round"] = 0
+    state["quiz_own_text"] = ""  # the box never shows the sentence again: a student may open it
+
+
+def use_corpus():
+    state.pop(QS_KEY, None)
+    state["quiz_round"] = 0
+
+
 def quiz_controls() -> tuple[str, int]:
     kind = st.radio("Quiz", classroom.QUIZ_KINDS, format_func=classroom.QUIZ_TITLES.get, horizontal=True,
                     key="quiz_kind")
     c1, c2 = st.columns(2)
     c1.button("Next question ▶", key="quiz_next", on_click=next_question, width="stretch",
               help="A new sentence from the workshop corpus, the same for everyone with the same seed.")
-    c2.button("⟲ Back to the shared sentence", key="quiz_shared", on_click=shared_question, width="stretch",
+    c2.button("⟲ Back to question 1", key="quiz_shared", on_click=shared_question, width="stretch",
               disabled=int(state["quiz_round"]) == 0)
     return kind, int(state["quiz_round"])
 
 
 def settings_controls() -> None:
     with ui.advanced("quiz_settings"), st.expander("Question settings (teacher)", expanded=False):
-        st.text_area("The shared sentence (also used by the Masking page)", key=ui.KEYS.sentence, height=68,
-                     help="Question 1 is asked about this sentence; the next questions use the workshop corpus.")
+        st.text_area("Ask question 1 about your own sentence", key="quiz_own_text", height=68,
+                     placeholder="Type or paste it here: it is kept on this server, never in the link or on the page.",
+                     help="The link then carries a random id (qs=…) instead of the sentence, so students who "
+                          "read the address, or open this panel, see no answer.")
+        c1, c2 = st.columns(2)
+        c1.button("Use my sentence for question 1", key="quiz_use_own", on_click=use_own_sentence)
+        c2.button("Corpus sentences only", key="quiz_use_corpus", on_click=use_corpus, disabled=not state.get(QS_KEY))
+        if state.get(QS_KEY):
+            st.caption("Question 1 asks about your own sentence (hidden here on purpose).")
         st.caption("The masking rule (p, the [MASK] / random shares, the strategy) comes from the Masking page "
-                   "or the shared link. Random and loss questions raise p to at least "
-                   f"{classroom.QUIZ_MIN_P:.0%} so that there is something to find.")
+                   "or the shared link, and the masks are the Masking page's: the quiz only chooses the seed "
+                   "(the first from the sidebar's on whose masks the question can be asked) and shows it.")
         st.button("Reset my score", key="quiz_reset", on_click=reset_score)
 
 
 kind, round_number = quiz_controls()
 settings_controls()
-values = ui.sync_query_params()
+values = ui.sync_query_params(page_fields=[(QS_FIELD, QS_KEY)])
 try:
     config = classroom.masking_config(values)
 except MLMLabError:
@@ -73,25 +113,47 @@ except MLMLabError as exc:
     ui.show_error(exc)
     st.stop()
 
-sentence = values["sentence"]
-if not str(state.get(ui.KEYS.sentence, "")).strip():
-    st.warning("The shared sentence is empty: the quiz keeps asking about the last one.")
-if round_number > 0:
-    from mlm_core.bundled import workshop_sentences
-
-    sentence = classroom.question_sentence(sentence, workshop_sentences(), settings.seed, round_number)
+own = question_bank().get(state.get(QS_KEY))
+if state.get(QS_KEY) and own is None:
+    st.warning("This link's own sentence is not on this server any more (was it restarted?): ask for a new "
+               "link. Meanwhile the questions come from the workshop corpus.")
+if round_number == 0 and own is not None:
+    sentence, source, where = own, f"teacher:{state[QS_KEY]}", "the teacher's sentence"
+else:
+    index, sentence = classroom.corpus_question_sentence(workshop_sentences(), settings.seed, round_number)
+    source, where = f"corpus:{index}", "a sentence of the workshop corpus"
 try:
-    question = classroom.make_question(tokenizer, kind, sentence, seed=settings.seed, round=round_number, config=config)
+    question = cached_question(tokenizer, settings.model_name, kind, sentence, source, settings.seed,
+                               round_number, config)
 except MLMLabError as exc:
     ui.show_error(exc)
     st.stop()
 
 qid = question.qid
 revealed = qid in state["quiz_answers"]
-source = "the shared sentence" if round_number == 0 else "a sentence of the workshop corpus"
-st.caption(f"Question {round_number + 1} · {source} · seed {settings.seed} · question id `{qid}`")
+problem = classroom.question_problem(question)
+seed_note = (f"masks of seed {question.seed}" if question.seed == settings.seed else
+             f"masks of seed {question.seed}: seed {settings.seed} gave masks this quiz cannot ask about, so the "
+             "next seeds were tried, as 🎲 Re-roll on the Masking page does")
+st.caption(f"Question {round_number + 1} · {where} · {seed_note} · question id `{qid}`")
+if problem is not None:
+    st.info(f"Here {problem}, with every seed tried: press **Next question ▶**, or use another sentence.")
 if question.truncated:
-    st.info("The sentence is long: the quiz uses its first 64 tokens.")
+    st.info(f"The sentence is long: the quiz uses its first {classroom.MASKING_MAX_TOKENS} tokens.")
+
+
+def show_on_masking_page(sentence: str, seed: int, length: int):
+    state[ui.KEYS.sentence] = sentence
+    state[ui.KEYS.seed] = seed
+    state["masking_step"] = length
+    state[GO_MASKING] = True  # the next run (with the new seed: another question id) switches page
+
+
+def masking_page_button() -> None:
+    """After the reveal: the same masks on the Masking page (same sentence, seed and rule)."""
+    st.button("🎭 See these masks on the Masking page", key="quiz_to_masking", on_click=show_on_masking_page,
+              args=(question.sentence, question.seed, len(question.tokens)),
+              help="Opens the Masking page with this sentence and seed: the same selection and decisions.")
 
 
 def labels_for(positions) -> dict[int, str]:
@@ -135,6 +197,9 @@ def reveal_loss(question_id: str, truth: tuple[int, ...]) -> None:
 def guess_quiz() -> None:
     blanks = question.blanks
     lowercase = bool(getattr(tokenizer, "do_lower_case", True))
+    if not blanks:
+        st.info("These masks have no [MASK] to guess: press **Next question ▶**.")
+        return
     st.subheader(f"Fill in the {len(blanks)} blank{'s' if len(blanks) > 1 else ''}")
     ui.token_chips(list(question.shown), neutral(question.decisions))
     if not revealed:
@@ -184,9 +249,12 @@ def guess_quiz() -> None:
     if about.get("trained") is False:
         st.warning("This model's prediction head is untrained: its guesses are noise. Pick the bundled default "
                    "(trained) in the sidebar for real predictions.")
-    figure = topk_figure(predictions)
+    figure = topk_figure(predictions, bar_height=36 if settings.presenter else 22)
     figure.update_layout(height=ui.chart_height(figure.layout.height or 450))
-    st.plotly_chart(figure, key="quiz_topk_fig", config=ui.plotly_config("quiz_model_guesses"))
+    if settings.presenter:  # subplot titles are annotations: room_figure leaves them
+        figure.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
+    st.plotly_chart(ui.room_figure(figure), key="quiz_topk_fig", config=ui.plotly_config("quiz_model_guesses"))
+    masking_page_button()
 
 
 # --------------------------------------------------------------------------- which one was random?
@@ -200,6 +268,9 @@ def random_quiz() -> None:
         f"**{len(selected) - len(masks)}** selected token(s) are hiding in plain sight: swapped for a random "
         "token, or left exactly as they were."
     )
+    st.caption("The masks are the Masking page's for this seed. Questions are only asked on masks whose random "
+               "replacements look like ordinary whole words (no word pieces, symbols or [unused] entries), so "
+               "you cannot spot one by its shape, only by what it means here.")
     options = list(question.candidates)
     names = labels_for(options)
     if not revealed:
@@ -233,17 +304,16 @@ def random_quiz() -> None:
         "the 10% unchanged — the model must predict the original at *every* position it might be asked "
         "about, so it keeps a good representation of every real token, not only of `[MASK]`."
     )
+    masking_page_button()
 
 
 # --------------------------------------------------------------------------- which positions count in the loss?
 def loss_quiz() -> None:
     st.subheader("Which positions does the MLM loss use?")
-    ui.token_chips(list(question.shown), list(question.decisions),
-                   originals=[question.tokens[i] if question.shown[i] != question.tokens[i] else None
-                              for i in range(len(question.tokens))])
-    ui.decision_legend()
-    st.markdown("The colours say what masking did at each position. The loss is a mean of −log p(original "
-                "token) over some of these positions: which ones?")
+    # What the model sees, without the decision colours: only [MASK] shows, as it does to the model.
+    ui.token_chips(list(question.shown), neutral(question.decisions))
+    st.markdown("The loss is a mean of −log p(original token) over some of these positions: which ones? "
+                "Think about what masking *did*, not only about what you can see.")
     options = list(range(len(question.tokens)))
     names = labels_for(options)
     if not revealed:
@@ -255,6 +325,11 @@ def loss_quiz() -> None:
         return
     picked = state["quiz_answers"][qid]
     score = classroom.score_selection(picked, question.in_loss)
+    st.subheader("What masking did")
+    ui.token_chips(list(question.shown), list(question.decisions),
+                   originals=[question.tokens[i] if question.shown[i] != question.tokens[i] else None
+                              for i in range(len(question.tokens))])
+    ui.decision_legend()
     st.metric("points", f"{score.points} of {score.max_points}")
     st.markdown(
         f"The loss uses the **{len(question.in_loss)} selected positions** — `[MASK]`, random **and** unchanged "
@@ -271,6 +346,7 @@ def loss_quiz() -> None:
         "in the loss": ["✅" if i in question.in_loss else "" for i in options],
     })
     st.dataframe(table, hide_index=True, width="stretch")
+    masking_page_button()
 
 
 {"guess": guess_quiz, "random": random_quiz, "loss": loss_quiz}[kind]()

@@ -10,13 +10,18 @@ from mlm_core.errors import MLMLabError
 from mlm_core.figures.vocab import frequency_profile_figure, head_cost_figure, split_metrics_figure
 from mlm_core.vocab import (
     ALGORITHM_LABELS,
+    MAX_VOCAB_SIZE,
+    MIN_FREQUENCY,
+    SIZE_LADDER,
     VocabCache,
+    cut_differences,
     corpus_hash,
     frequency_profile,
     head_cost,
     holdout_split,
     measure,
     most_split_word,
+    reachable_sizes,
     sentence_words,
     tokenize_words,
     whole_word_demo,
@@ -29,8 +34,9 @@ CACHE_KEY = "tokenizer_vocab_cache"  # this page's VocabCache: vocabularies trai
 STATS_KEY = "tokenizer_stats_cache"  # metrics and frequency profiles already computed in this session
 
 BERT = "bert-base-uncased"
-SIZE_OPTIONS = {"500": 500, "1k": 1_000, "2k": 2_000, "4k": 4_000, "8k": 8_000, "16k": 16_000, BERT: None}
-DEFAULT_SIZES = ["1k", "4k", "16k", BERT]
+ALL = "all"  # the largest vocabulary the corpus supports
+DEFAULT_SIZES = ["500", "1k", "2k", ALL, BERT]
+MAX_SIZES = 6
 MAX_UPLOAD_BYTES = 2_000_000
 MAX_SENTENCE_CHARS = 1_000
 DEFAULT_SENTENCE = "Tokenization splits unbelievably uncommon words into several pieces."
@@ -79,29 +85,52 @@ def corpus_controls() -> tuple[list[str], str] | None:
     return sentences, name
 
 
-def vocab_controls() -> tuple[list[str], list[str]]:
-    """(algorithms, size labels) picked by the learner."""
-    c1, c2 = st.columns([1, 2])
-    algorithm = c1.radio("Algorithm", ["wordpiece", "bpe", "both"], horizontal=True, key="tokenizer_algorithm",
+def size_label(size: int) -> str:
+    return f"{size // 1000}k" if size % 1000 == 0 else str(size)
+
+
+def algorithm_control() -> list[str]:
+    algorithm = st.radio("Algorithm", ["wordpiece", "bpe", "both"], horizontal=True, key="tokenizer_algorithm",
                          format_func=lambda a: ALGORITHM_LABELS.get(a, "Both"),
-                         help="Both learn their vocabulary by merging the most frequent pairs of pieces. "
-                              "WordPiece (BERT) cuts a word by taking the longest known piece from the left and "
-                              "turns a word with an unknown character into [UNK]; BPE replays its merges in order. "
-                              "Both use BERT's lower-casing and '##' pieces.")
-    sizes = c2.multiselect("Vocabulary sizes (2 to 4)", list(SIZE_OPTIONS), default=DEFAULT_SIZES,
-                           max_selections=4, key="tokenizer_sizes",
-                           help=f"{BERT} is the bundled 30,522-entry vocabulary, trained on Wikipedia and books.")
-    algorithms = ["wordpiece", "bpe"] if algorithm == "both" else [algorithm]
-    return algorithms, sizes
+                         help="Both learn their vocabulary by merging the most frequent pairs of pieces, and both "
+                              "use BERT's lower-casing and word splitting. WordPiece (BERT) cuts a word by taking "
+                              "the longest known piece from the left and marks pieces that continue a word (##); "
+                              "BPE replays its merges in order and marks the piece that ends a word (</w>).")
+    return ["wordpiece", "bpe"] if algorithm == "both" else [algorithm]
 
 
-def train_vocabularies(train_texts, algorithms, sizes) -> list:
+def largest_vocabularies(train_texts, algorithms) -> dict[str, int]:
+    """Per algorithm, the size the corpus supports (a training run asked for MAX_VOCAB_SIZE), cached."""
+    cache = st.session_state.setdefault(CACHE_KEY, VocabCache())
+    texts_hash = corpus_hash(train_texts)
+    todo = [a for a in algorithms if cache.get(a, MAX_VOCAB_SIZE, texts_hash) is None]
+    if todo:
+        with st.spinner("Finding the largest vocabulary this corpus supports…"):
+            for algorithm in todo:
+                cache.get_or_train(train_texts, MAX_VOCAB_SIZE, algorithm, texts_hash=texts_hash)
+    return {a: cache.get(a, MAX_VOCAB_SIZE, texts_hash).vocab_size for a in algorithms}
+
+
+def size_controls(largest: int) -> dict[str, int | None]:
+    """{label: size} picked by the learner, offered only up to what the corpus supports."""
+    options = {size_label(v): v for v in reachable_sizes(largest)}
+    options[ALL] = MAX_VOCAB_SIZE
+    options[BERT] = None
+    state = st.session_state
+    if "tokenizer_sizes" in state:  # a size another corpus offered may not be offered for this one
+        state["tokenizer_sizes"] = [v for v in state["tokenizer_sizes"] if v in options]
+    picked = st.multiselect(f"Vocabulary sizes (2 to {MAX_SIZES})", list(options),
+                            default=[v for v in DEFAULT_SIZES if v in options], max_selections=MAX_SIZES,
+                            key="tokenizer_sizes", format_func=lambda v: f"all it supports ({largest:,})" if v == ALL else v,
+                            help=f"{BERT} is the bundled 30,522-entry vocabulary, trained on Wikipedia and books.")
+    return {label: options[label] for label in picked}
+
+
+def train_vocabularies(train_texts, algorithms, sizes: list[int]) -> list:
     """Cached or newly trained vocabularies, with a progress bar while training."""
     cache = st.session_state.setdefault(CACHE_KEY, VocabCache())
     texts_hash = corpus_hash(train_texts)
-    # Smallest first: once a size exhausts the corpus, every larger one reuses that vocabulary.
-    numbers = sorted(SIZE_OPTIONS[s] for s in sizes if SIZE_OPTIONS[s] is not None)
-    wanted = [(a, v) for a in algorithms for v in numbers]
+    wanted = [(a, v) for a in algorithms for v in sorted(sizes)]
     todo = [(a, v) for a, v in wanted if cache.get(a, v, texts_hash) is None]
     if todo:
         with st.status(f"Training vocabularies on {len(train_texts):,} sentences…", expanded=True) as status:
@@ -110,8 +139,6 @@ def train_vocabularies(train_texts, algorithms, sizes) -> list:
                 def report(fraction, message, done=done, algorithm=algorithm, size=size):
                     bar.progress(min(1.0, (done + fraction) / len(todo)),
                                  text=f"{ALGORITHM_LABELS[algorithm]} {size:,}: {message}")
-                if cache.get(algorithm, size, texts_hash) is not None:
-                    continue  # a smaller size already used up the corpus
                 trained = cache.get_or_train(train_texts, size, algorithm, texts_hash=texts_hash, on_progress=report)
                 st.write(f"{trained.label} trained in {trained.seconds:.1f} s")
             status.update(label="Vocabularies ready", state="complete", expanded=False)
@@ -122,33 +149,38 @@ corpus = corpus_controls()
 if corpus is None:
     st.stop()
 sentences, corpus_name = corpus
-algorithms, size_labels = vocab_controls()
-if len(size_labels) < 2:
-    st.warning("Pick at least two vocabulary sizes to compare.")
-    st.stop()
-
+algorithms = algorithm_control()
 train_texts, test_texts = holdout_split(sentences)
 try:
-    trained = train_vocabularies(train_texts, algorithms, size_labels)
+    largest = largest_vocabularies(train_texts, algorithms)
+except MLMLabError as exc:
+    st.error(str(exc))
+    st.stop()
+supported = min(largest.values())
+st.info(
+    f"{corpus_name[:1].upper() + corpus_name[1:]} ({len(train_texts):,} training sentences) supports at most "
+    + " and ".join(f"{n:,} {ALGORITHM_LABELS[a]}" for a, n in largest.items())
+    + f" entries: by then every piece seen at least {MIN_FREQUENCY} times is in, so a larger size would give the "
+    f"same vocabulary. Only sizes it can fill are offered"
+    + (f" (not {', '.join(size_label(v) for v in SIZE_LADDER if v >= supported)})" if supported <= SIZE_LADDER[-1] else "")
+    + ". Upload more text for larger ones; bert-base-uncased's 30,522 were learned from Wikipedia and books."
+)
+picked_sizes = size_controls(supported)
+if len(picked_sizes) < 2:
+    st.warning("Pick at least two vocabulary sizes to compare.")
+    st.stop()
+try:
+    trained = train_vocabularies(train_texts, algorithms, [v for v in picked_sizes.values() if v is not None])
 except MLMLabError as exc:
     st.error(str(exc))
     st.stop()
 
-# Every vocabulary on the page: (family, label, tokenizer, trained-or-None, cache key). Sizes that
-# the corpus could not fill give the same vocabulary: it is shown once.
-vocabs, seen = [], {}
+# Every vocabulary on the page: (family, label, tokenizer, trained-or-None, cache key).
+vocabs = []
 for t in trained:
-    key = (t.algorithm, t.vocab_size, corpus_hash(train_texts))
-    if key in seen:
-        seen[key].append(t.requested_size)
-        continue
-    seen[key] = [t.requested_size]
-    vocabs.append([ALGORITHM_LABELS[t.algorithm], t.label, t.tokenizer, t, key])
-for entry in vocabs:
-    asked = seen[entry[4]]
-    if entry[3].saturated:
-        entry[1] = f"{entry[1]} (asked {' / '.join(f'{a:,}' for a in asked)})"
-if BERT in size_labels:
+    label = f"{t.label} (all)" if t.saturated else t.label
+    vocabs.append([ALGORITHM_LABELS[t.algorithm], label, t.tokenizer, t, (t.algorithm, t.vocab_size, corpus_hash(train_texts))])
+if BERT in picked_sizes:
     vocabs.append([BERT, f"{BERT} 30,522", ui.cached_tokenizer(None), None, (BERT,)])
 stats_cache = st.session_state.setdefault(STATS_KEY, {})
 if len(stats_cache) > 64:
@@ -169,12 +201,6 @@ if test_texts is train_texts:
 else:
     st.caption(f"Trained on {len(train_texts):,} sentences of {corpus_name}; measured on the other "
                f"{len(test_texts):,} (every 10th sentence, never seen in training).")
-saturated = [t for t in trained if t.saturated]
-if saturated:
-    reached = ", ".join(sorted({f"{ALGORITHM_LABELS[t.algorithm]} {t.vocab_size:,}" for t in saturated}))
-    st.info(f"This corpus supports only so many tokens: the larger sizes stopped at {reached} "
-            "(every word and piece seen at least twice is already in the vocabulary).")
-
 # --- 1. One sentence, every vocabulary ---------------------------------------------------------
 st.subheader("One sentence, cut by each vocabulary")
 st.session_state.setdefault("tokenizer_sentence", st.session_state.get(ui.KEYS.sentence) or DEFAULT_SENTENCE)
@@ -188,6 +214,31 @@ for family, label, tokenizer, _, _ in vocabs:
     pieces = [p for w in words for p in w]
     st.markdown(f"**{label}** — {len(pieces)} tokens for {len(words)} words")
     ui.token_chips(pieces, titles=[str(i) for i in tokenizer.convert_tokens_to_ids(pieces)])
+st.markdown(
+    "Each scheme writes its pieces in its own notation. **WordPiece** (BERT) marks a piece that *continues* a "
+    "word: `##ing`. **BPE** as Sennrich et al. (2016) wrote it marks the piece that *ends* a word: `ing</w>`. "
+    "GPT-2's and RoBERTa's byte-level BPE, and SentencePiece (ALBERT, T5), mark the piece that *starts* a word "
+    "instead: `Ġing`, `▁ing`. The marks are only notation. What differs is how a word is cut — WordPiece takes "
+    "the longest piece it knows from the left, BPE replays its learned merges in order — and what happens to an "
+    "unknown character: WordPiece turns the whole word into `[UNK]`, BPE only that character (byte-level BPE "
+    "never needs `[UNK]`)."
+)
+by_size: dict[int, dict[str, object]] = {}
+for family, label, tokenizer, t, _ in vocabs:
+    if t is not None:
+        by_size.setdefault(t.requested_size, {})[t.algorithm] = (label, tokenizer)
+pairs = [(size, found) for size, found in sorted(by_size.items()) if len(found) == 2]
+if pairs:
+    size, found = pairs[0]
+    (wp_label, wp), (bpe_label, bpe) = found["wordpiece"], found["bpe"]
+    differences = cut_differences(wp, bpe, sentence)
+    if differences:
+        st.markdown(f"With the marks set aside, **{wp_label}** and **{bpe_label}** cut {len(differences)} of "
+                    f"{len(tokenize_words(wp, sentence))} words of this sentence differently:")
+        st.dataframe(pd.DataFrame([{"word": w, wp_label: " ".join(a), bpe_label: " ".join(b)}
+                                   for w, a, b in differences]), hide_index=True, width="stretch")
+    else:
+        st.caption(f"With the marks set aside, {wp_label} and {bpe_label} cut every word of this sentence the same way.")
 
 # --- 2. Metrics against vocabulary size --------------------------------------------------------
 st.subheader("Pieces per word, split words and [UNK] against vocabulary size")
@@ -196,7 +247,15 @@ for family, label, tokenizer, t, key in vocabs:
     m = cached_stats("measure", key, test_texts, lambda: measure(tokenizer, test_texts))
     rows.append({"family": family, "label": label, **m.as_dict()})
 height = 520 if settings.presenter else 380
-st.plotly_chart(split_metrics_figure(rows, height=height), key="tokenizer_split_fig")
+def chart(figure, key: str, name: str) -> None:
+    """A figure with a PNG export name; in presenter view taller and in large type."""
+    if settings.presenter:  # subplot titles are annotations: room_figure leaves them
+        figure.update_layout(height=ui.chart_height(figure.layout.height or 450))
+        figure.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
+    st.plotly_chart(ui.room_figure(figure), key=key, config=ui.plotly_config(name))
+
+
+chart(split_metrics_figure(rows, height=height), "tokenizer_split_fig", "tokenizer_split_words")
 
 st.subheader("What V costs the MLM head, and where the loss starts")
 with st.expander("Head-cost assumptions", expanded=False):
@@ -206,9 +265,10 @@ with st.expander("Head-cost assumptions", expanded=False):
     seq_len = int(c3.number_input("Sequence length T", 8, 512, 128, key="tokenizer_seq_len"))
 costs = [(family, label, head_cost(len(tokenizer), hidden_size=hidden, batch_size=batch, seq_len=seq_len))
          for family, label, tokenizer, _, _ in vocabs]
-st.plotly_chart(head_cost_figure(costs, height=height + 20), key="tokenizer_cost_fig")
-st.caption("Forward pass only (backward costs about twice more). Computing the head at the masked "
-           "positions only (M = 15% of B·T) divides both by about 6.7, whatever V is.")
+chart(head_cost_figure(costs, height=height + 20), "tokenizer_cost_fig", "tokenizer_head_cost")
+st.caption("Forward pass only (backward costs about twice more). Both costs grow in a straight line with V "
+           "(the axes are linear, so a straight line is what you see); ln V grows ever more slowly. Computing the "
+           "head at the masked positions only (M = 15% of B·T) divides both costs by about 6.7, whatever V is.")
 
 table = pd.DataFrame([
     {
@@ -232,7 +292,7 @@ profiles = [
     (family, label, cached_stats("profile", key, sentences, lambda: frequency_profile(tokenizer, sentences)))
     for family, label, tokenizer, _, key in vocabs
 ]
-st.plotly_chart(frequency_profile_figure(profiles, height=height + 40), key="tokenizer_freq_fig")
+chart(frequency_profile_figure(profiles, height=height + 40), "tokenizer_freq_fig", "tokenizer_frequency_profile")
 st.caption(f"Counted over all of {corpus_name}. The head scores every entry at every masked position, "
            "including the ones this text never uses.")
 

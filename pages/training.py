@@ -13,10 +13,11 @@ from mlm_core.data import clean_text, read_text_upload, split_sentences
 from mlm_core.figures.training import (bucket_figure, eval_figure, grad_norm_figure, loss_figure, lr_figure,
                                        probe_figure)
 from mlm_core.jobs import BusyError, get_manager
+from mlm_core.precision import auto_amp
 from mlm_core.models import model_description
 from mlm_core.training import TrainConfig
 
-RUN_KEY = "training_run"  # the jobs.Run of this session
+RUN_KEY = ui.KEYS.training_run  # the jobs.Run of this session
 SEEN_KEY = "training_seen_status"  # the status the page last drew, to redraw once when a run ends
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_PASTE_CHARS = 200_000
@@ -121,11 +122,17 @@ def run_controls(lesson: str, from_scratch: bool, on_gpu: bool) -> dict[str, Tra
         clip = a2.number_input("Clip gradient norm at (0 = off)", 0.0, 100.0, 1.0, 0.5, key="training_clip",
                                help="Rescales the whole gradient when its norm is larger: stops one bad batch "
                                "from throwing the weights far away.")
-        amp_modes = ["off", "bf16", "fp16"] if on_gpu else ["off", "bf16"]
+        amp_modes = ["auto", "off", "bf16", "fp16"] if on_gpu else ["auto", "off", "bf16"]
         amp = a2.selectbox("Mixed precision", amp_modes, key="training_amp",
-                           help="bf16 autocast (CUDA, or CPU where supported); fp16 needs CUDA and a gradient scaler.")
+                           help="auto: " + auto_amp("cuda" if on_gpu else "cpu").reason + " off: fp32. bf16: "
+                           "bf16 autocast (CUDA, or CPU); fp16 needs CUDA and a gradient scaler.")
         checkpointing = a3.toggle("Gradient checkpointing", False, key="training_ckpt",
                                   help="Recompute activations in the backward pass: less memory, ~30% slower.")
+        freeze = a3.toggle("Freeze word embeddings", False, key="training_freeze",
+                           disabled=from_scratch,
+                           help="Fine-tuning only: keep the word embeddings, and the output layer that BERT ties "
+                           "to them, fixed. That matrix (vocabulary × hidden) is half the default model's weights: "
+                           "no gradient, no AdamW update, a faster step. A model trained from scratch needs them.")
         mlm_p = a3.slider("Masked share", 0.05, 0.5, 0.15, 0.01, key="training_mlm_p",
                           help="BERT masks 15% of the tokens, with 80/10/10 replacement.")
         eval_every = a1.number_input("Evaluate every … steps", 1, 500, 10, key="training_eval_every",
@@ -136,6 +143,7 @@ def run_controls(lesson: str, from_scratch: bool, on_gpu: bool) -> dict[str, Tra
                   warmup_steps=int(warmup), schedule=schedule, amp=amp, gradient_checkpointing=bool(checkpointing),
                   masking=MaskingConfig(mlm_probability=float(mlm_p)), eval_every=int(eval_every),
                   probe_sentences=PROBES, seed=int(settings.seed), num_sampled=int(num_sampled))
+    common["freeze_word_embeddings"] = bool(freeze) and not from_scratch
     try:
         if lesson == "lr_too_high":
             sane = 1e-3 if from_scratch else 5e-5
@@ -186,7 +194,7 @@ start_col, stop_col, info_col = st.columns([1, 1, 3])
 if start_col.button("▶ Start training", key="training_start", type="primary",
                     disabled=busy_here or variants is None or texts is None):
     try:
-        run = get_manager().submit(model, tokenizer, texts, variants,
+        run = get_manager().submit(model, tokenizer, texts, variants, keep_trained=True,  # for Predictions/Inside
                                    label=f"{about['label']} · {', '.join(variants)}")
         state[RUN_KEY] = run
         state[SEEN_KEY] = None

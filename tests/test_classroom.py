@@ -5,7 +5,8 @@ from urllib.parse import parse_qs, urlencode
 import pytest
 import torch
 
-from mlm_core import IGNORE_INDEX, MaskingConfig, classroom
+from mlm_core import IGNORE_INDEX, InputError, MaskingConfig, classroom
+from mlm_core.bundled import workshop_sentences
 from mlm_core.classroom import (
     DEFAULT_SENTENCE, FIELDS, Field, decode, defaults, encode, from_values, guess_ranks, guess_token_id,
     make_question, masking_config, record_score, score_guesses, score_selection, score_totals,
@@ -192,34 +193,100 @@ def test_questions_are_reproducible_and_consistent(tokenizer, kind):
             assert q.shown[i] == q.tokens[i]
 
 
-def test_guess_question_blanks_whole_words(tokenizer):
-    sentence = "Unbelievably, the tokenizer splits rare words into several word pieces."
-    for seed in range(10):
-        q = make_question(tokenizer, "guess", sentence, seed=seed)
-        assert 1 <= len(q.blanks) <= classroom.MAX_BLANKS
-        assert set(q.decisions) <= {"SPECIAL", "NOT_SELECTED", "MASK"}
-        for i in q.blanks:
-            assert not q.tokens[i].startswith("##") and not q.tokens[i + 1].startswith("##")
-            assert any(c.isalnum() for c in q.tokens[i])
+def test_question_masks_are_mask_sentence_for_the_same_seed(tokenizer):
+    """Issue 17 item 20: the quiz changes nothing in the masks; the Masking page's path gives them."""
+    from mlm_core.data import mask_sentence
+
+    config = MaskingConfig(mlm_probability=0.4)
+    for kind in classroom.QUIZ_KINDS:
+        for seed in (0, 5, 11):
+            q = make_question(tokenizer, kind, DEFAULT_SENTENCE, seed=seed, config=config)
+            masked = mask_sentence(tokenizer, DEFAULT_SENTENCE, config, seed)
+            encoded, result = masked.encoded, masked.result
+            assert q.seed == seed and q.config == config
+            assert q.decision_codes.tolist() == result.decisions.tolist()
+            assert q.input_ids.tolist() == result.input_ids.tolist() and q.labels.tolist() == result.labels.tolist()
 
 
-def test_random_question_has_something_to_find(tokenizer):
-    for seed in range(5):
-        q = make_question(tokenizer, "random", DEFAULT_SENTENCE, seed=seed)
-        assert q.positions("RANDOM") and q.positions("UNCHANGED")
-        assert set(q.candidates).isdisjoint(q.blanks)
-    no_random = make_question(tokenizer, "random", DEFAULT_SENTENCE, seed=0,
-                              config=MaskingConfig(mask_replace_prob=0.9, random_replace_prob=0.0))
-    assert not no_random.positions("RANDOM") and no_random.positions("UNCHANGED")
+def test_pick_question_takes_the_first_seed_that_suits_and_never_edits_masks(tokenizer):
+    sentences = workshop_sentences()
+    for kind in classroom.QUIZ_KINDS:
+        for seed in range(8):
+            index, sentence = classroom.corpus_question_sentence(sentences, seed, 1)
+            q = classroom.pick_question(tokenizer, kind, sentence, seed=seed, round=1, source=f"corpus:{index}")
+            assert classroom.question_problem(q) is None, (kind, seed)
+            assert q.seed >= seed
+            for earlier in range(seed, q.seed):  # every seed skipped had a reason to be skipped
+                skipped = make_question(tokenizer, kind, sentence, seed=earlier, round=1)
+                problem = classroom.question_problem(skipped)
+                assert problem is not None or (kind == "random" and not skipped.positions("UNCHANGED"))
+            again = make_question(tokenizer, kind, sentence, seed=q.seed, round=1, source=f"corpus:{index}")
+            assert again.decisions == q.decisions and again.shown == q.shown and again.qid == q.qid
 
 
-def test_question_sentence():
+def test_random_quiz_replacements_cannot_be_spotted_by_shape(tokenizer):
+    """Issue 17 item 18: every random replacement asked about looks like an ordinary whole word."""
+    sentences = workshop_sentences()
+    found = 0
+    for seed in range(12):
+        for round_number in range(3):
+            index, sentence = classroom.corpus_question_sentence(sentences, seed, round_number)
+            q = classroom.pick_question(tokenizer, "random", sentence, seed=seed, round=round_number)
+            for i in q.positions("RANDOM"):
+                found += 1
+                assert classroom.word_shaped(q.shown[i]) and classroom.word_shaped(q.tokens[i]), q.shown[i]
+                assert q.whole_word[i]
+    assert found >= 36  # at least one per question
+    shapes = [classroom.word_shaped(t) for t in ("##rew", "⁄", "[unused3]", "Ġhouse", "▁house", "house", ",")]
+    assert shapes == [False, False, False, True, True, True, False]
+
+
+def test_question_problem_names_what_the_masks_lack(tokenizer):
+    never = MaskingConfig(mlm_probability=0.0)
+    for kind, words in (("guess", "no token became [MASK]"), ("random", "no token was replaced"),
+                        ("loss", "no token became [MASK]")):
+        q = make_question(tokenizer, kind, DEFAULT_SENTENCE, seed=0, config=never)
+        assert words in classroom.question_problem(q)
+    all_mask = MaskingConfig(mlm_probability=0.5, mask_replace_prob=1.0, random_replace_prob=0.0)
+    q = make_question(tokenizer, "loss", DEFAULT_SENTENCE, seed=0, config=all_mask)
+    assert "every selected token is a [MASK]" in classroom.question_problem(q)
+
+
+def test_corpus_question_sentence_is_the_same_for_everyone():
     corpus = ["a", "b", "c", "d"]
-    assert classroom.question_sentence("shared", corpus, 0, 0) == "shared"
-    picks = [classroom.question_sentence("shared", corpus, 1, r) for r in range(1, 6)]
-    assert picks == [classroom.question_sentence("shared", corpus, 1, r) for r in range(1, 6)]
-    assert set(picks) <= set(corpus)
-    assert classroom.question_sentence("shared", [], 1, 3) == "shared"
+    picks = [classroom.corpus_question_sentence(corpus, 1, r) for r in range(6)]
+    assert picks == [classroom.corpus_question_sentence(corpus, 1, r) for r in range(6)]
+    assert all(corpus[i] == s for i, s in picks)
+    with pytest.raises(InputError):
+        classroom.corpus_question_sentence([], 1, 3)
+
+
+def test_question_ids_do_not_depend_on_the_words(tokenizer):
+    """Issue 16 item 12: the id shown on the page is built from the source, not from the sentence."""
+    a = make_question(tokenizer, "guess", "The cat sat on the mat.", seed=1, source="teacher:abc")
+    b = make_question(tokenizer, "guess", "The dog sat on the mat.", seed=1, source="teacher:abc")
+    assert a.qid == b.qid
+    c = make_question(tokenizer, "guess", "The cat sat on the mat.", seed=1, source="teacher:xyz")
+    assert c.qid != a.qid
+
+
+def test_question_bank_ids_are_random_bounded_and_thread_safe():
+    import threading
+
+    bank = classroom.QuestionBank(max_entries=50)
+    first = bank.add("The cat sat on the mat.")
+    assert len(first) == classroom.QUESTION_ID_CHARS and "cat" not in first
+    assert classroom.QuestionBank().add("The cat sat on the mat.") != first  # random, not derived from the words
+    ids: list[str] = []
+    threads = [threading.Thread(target=lambda i=i: ids.extend(bank.add(f"sentence {i} {j}") for j in range(20)))
+               for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == 80
+    assert bank.get(first) is None  # the oldest went first
+    assert sum(bank.get(i) is not None for i in ids) == 50
 
 
 def test_rank_guesses_matches_the_model(tokenizer):
@@ -231,7 +298,7 @@ def test_rank_guesses_matches_the_model(tokenizer):
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=37, max_position_embeddings=128)
     model = BertForMaskedLM(config).eval()
-    q = make_question(tokenizer, "guess", DEFAULT_SENTENCE, seed=1)
+    q = classroom.pick_question(tokenizer, "guess", DEFAULT_SENTENCE, seed=1)
     guesses = [q.answers[0].upper()] + ["zzzzqqq"] * (len(q.blanks) - 1)
     reports = classroom.rank_guesses(model, tokenizer, q, guesses)
     predictions = predict_masked(model, tokenizer, q.input_ids, q.attention_mask, q.labels, k=3)

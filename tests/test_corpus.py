@@ -15,7 +15,11 @@ import pytest
 # No mlm_core import here: the package pulls in torch, and these checks need only the files.
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 CORPUS = ASSETS_DIR / "workshop_corpus.txt"
+DAILY = ASSETS_DIR / "daily_life_corpus.txt"  # extra training text of the default model's build (issue 19)
 CLOZE = ASSETS_DIR / "cloze.tsv"
+DEV = ASSETS_DIR / "cloze_dev.tsv"  # chooses the default model's checkpoints (issue 19)
+EVERYDAY = ASSETS_DIR / "cloze_everyday.tsv"  # everyday sentences whose answer is not in the sentence
+EVAL_SETS = (CLOZE, DEV, EVERYDAY)
 WORDNET_DIR = Path("/usr/share/wordnet")
 RUN = 8  # the longest run of words a cloze sentence may share with a training source
 
@@ -28,8 +32,8 @@ def words(text: str) -> list[str]:
     return text.lower().translate(_SEPARATORS).split()
 
 
-def cloze_rows() -> list[tuple[str, list[str]]]:
-    with CLOZE.open(encoding="utf-8", newline="") as f:
+def cloze_rows(path: Path = CLOZE) -> list[tuple[str, list[str]]]:
+    with path.open(encoding="utf-8", newline="") as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = next(reader)
         assert header == ["sentence", "answers"]
@@ -66,11 +70,11 @@ def overlaps(text: str, runs: dict[tuple[str, ...], str]) -> set[tuple[str, ...]
     return found
 
 
-def documents() -> list[list[str]]:
+def documents(path: Path = CORPUS) -> list[list[str]]:
     """The corpus format (as mlm_core.bundled.parse_corpus reads it): a sentence a line,
     a blank line between documents, '#' lines are comments."""
     docs, current = [], []
-    for line in CORPUS.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         line = line.strip()
         if line.startswith("#"):
             continue
@@ -112,6 +116,10 @@ def test_corpus_covers_everyday_words():
 # --- the cloze set -----------------------------------------------------------------------
 
 
+def all_eval_rows() -> list[tuple[str, list[str]]]:
+    return [row for path in EVAL_SETS for row in cloze_rows(path)]
+
+
 def test_cloze_rows_are_well_formed():
     rows = cloze_rows()
     assert len(rows) >= 100
@@ -119,7 +127,10 @@ def test_cloze_rows_are_well_formed():
     assert len(set(sentences)) == len(sentences)
     assert "The cat sat on the [MASK]." in sentences
     assert "I drink a cup of [MASK] every morning." in sentences
-    for sentence, answers in rows:
+    assert len(cloze_rows(DEV)) >= 140 and len(cloze_rows(EVERYDAY)) >= 70
+    all_sentences = [s for s, _ in all_eval_rows()]
+    assert len(set(all_sentences)) == len(all_sentences), "no sentence in two eval sets"
+    for sentence, answers in all_eval_rows():
         assert sentence.count("[MASK]") == 1, sentence
         assert answers and all(answers), sentence
         assert len(set(answers)) == len(answers), sentence
@@ -147,7 +158,7 @@ def test_cloze_answers_are_single_tokens():
     assert len(vocab) == 30522, "bert-base-uncased vocabulary"
     bad = [
         (s, a)
-        for s, answers in cloze_rows()
+        for s, answers in all_eval_rows()
         for a in answers
         if tokenizer.encode(a, add_special_tokens=False).tokens != [a] or a not in vocab
     ]
@@ -167,8 +178,27 @@ def test_overlap_check_finds_a_shared_run():
     assert not overlaps("The cat sat near the mat.", runs)
 
 
+def test_eval_sets_share_no_run_with_each_other():
+    """The dev set chooses checkpoints, so it must not contain the reported set's sentences."""
+
+    def variants(path):  # a separator word that is in no run keeps runs from crossing rows
+        return " zzsep ".join(v for s, answers in cloze_rows(path) for v in [s] + [s.replace("[MASK]", a) for a in answers])
+
+    reported, dev = cloze_runs(cloze_rows()), cloze_runs(cloze_rows(DEV))
+    for text, runs, what in ((variants(DEV), reported, "dev/cloze"), (variants(EVERYDAY), reported, "everyday/cloze"),
+                             (variants(EVERYDAY), dev, "everyday/dev")):
+        found = overlaps(text, runs)
+        assert not found, (what, [(" ".join(r), runs[r]) for r in found])
+
+
+def test_everyday_answers_are_not_in_their_sentence():
+    for sentence, answers in cloze_rows(EVERYDAY):
+        present = set(words(sentence.replace("[MASK]", " "))) & set(answers)
+        assert not present, (sentence, present)
+
+
 def test_no_cloze_sentence_or_run_in_corpus():
-    runs = cloze_runs(cloze_rows())
+    runs = cloze_runs(all_eval_rows())
     # Documents joined: runs that cross a sentence boundary count too.
     text = "\n".join(" ".join(doc) for doc in documents())
     found = overlaps(text, runs)
@@ -179,10 +209,24 @@ def test_no_cloze_sentence_or_run_in_wordnet():
     files = sorted(WORDNET_DIR.glob("data.*")) if WORDNET_DIR.is_dir() else []
     if not files:
         pytest.skip("WordNet data files are not installed")
-    runs = cloze_runs(cloze_rows())
+    runs = cloze_runs(all_eval_rows())
     for path in files:
         # Synset lines end in " | gloss; "example"": the text a build can train on.
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         glosses = "\n".join(line.partition(" | ")[2] for line in lines)
         found = overlaps(glosses, runs)
         assert not found, (path.name, [(" ".join(r), runs[r]) for r in found])
+
+
+def test_daily_life_corpus_is_clean_text_that_shares_no_run_with_any_eval_set():
+    text = DAILY.read_text(encoding="utf-8")
+    assert text.startswith("# ") and "CC0" in text.splitlines()[0]
+    assert text.isascii()
+    docs = documents(DAILY)
+    sentences = [s for d in docs for s in d]
+    assert len(docs) >= 150 and len(sentences) >= 700
+    assert len(set(sentences)) == len(sentences)
+    assert not set(sentences) & {s for d in documents() for s in d}, "no sentence of the workshop corpus"
+    runs = cloze_runs(all_eval_rows())
+    found = overlaps("\n".join(" ".join(doc) for doc in docs), runs)
+    assert not found, [(" ".join(r), runs[r]) for r in found]

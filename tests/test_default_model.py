@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from mlm_core import default_model as dm
 
@@ -47,7 +48,7 @@ def test_shipped_weights_load_offline(shipped):
     record = json.loads((ASSET / dm.BUILD_FILE).read_text(encoding="utf-8"))
     for key in ("sources", "seed", "steps", "stages", "metrics_before", "final_metrics", "versions"):
         assert key in record
-    assert set(record["sources"]) == {"workshop", "wordnet"}
+    assert {"workshop", "wordnet"} <= set(record["sources"]) <= {"workshop", "wordnet", "daily", "sotu", "moby"}
     assert all(src.get("licence") for src in record["sources"].values())
 
 
@@ -123,6 +124,103 @@ def test_cloze_eval_counts_hits(shipped):
     assert out["top5"] == pytest.approx(0.5)
 
 
+def test_is_copy_flags_repeated_sentence_words_only():
+    s = "She poured milk into her [MASK] and stirred it."
+    assert dm.is_copy(s, ["coffee", "tea"], "milk")  # a word of the sentence, not an answer
+    assert dm.is_copy(s, ["coffee"], "MILK")  # case does not matter
+    assert not dm.is_copy(s, ["coffee", "tea"], "coffee")  # an answer
+    assert not dm.is_copy(s, ["coffee"], "juice")  # a wrong guess, but not a copy
+    assert not dm.is_copy(s, ["coffee"], "mask")  # the [MASK] itself is not a word of the sentence
+    assert not dm.is_copy(s, ["coffee"], "##k")  # word pieces never match whole words
+    # a repeated word that the row accepts is a right answer, not a copy
+    assert not dm.is_copy("The bees flew from flower to [MASK].", ["flower", "flowers"], "flower")
+    assert dm.sentence_words("It's a [MASK], isn't it?") == {"it", "s", "a", "isn", "t"}
+
+
+class _ScriptedMLM(torch.nn.Module):
+    """A stand-in masked LM whose logits at every position are one fixed row per sentence."""
+
+    def __init__(self, tokenizer, guesses):
+        super().__init__()
+        self.tok = tokenizer
+        self.guesses = guesses  # one token per sentence, in order
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.calls = 0
+
+    def bert(self, input_ids, attention_mask):
+        out = torch.zeros(input_ids.shape[0], input_ids.shape[1], len(self.tok))
+        for b in range(input_ids.shape[0]):
+            out[b, :, self.tok.convert_tokens_to_ids(self.guesses[self.calls + b])] = 10.0
+        self.calls += input_ids.shape[0]
+        return type("Out", (), {"last_hidden_state": out})()
+
+    def cls(self, h):
+        return h
+
+
+def test_cloze_eval_copy_rate_on_a_hand_made_case():
+    tokenizer = dm.load_tokenizer()
+    rows = [
+        ("She poured milk into her [MASK].", ["coffee", "tea"]),  # guessed milk: a copy
+        ("The sun rises in the [MASK].", ["east"]),  # guessed east: right
+        ("He opened the door with a [MASK].", ["key"]),  # guessed door: a copy
+        ("The cat sat on the [MASK].", ["mat", "cat"]),  # guessed cat: accepted, so no copy
+    ]
+    model = _ScriptedMLM(tokenizer, ["milk", "east", "door", "cat"])
+    out = dm.cloze_eval(model, tokenizer, rows, k=5)
+    assert [r["copy"] for r in out["rows"]] == [True, False, True, False]
+    assert out["copy_rate"] == pytest.approx(0.5)
+    assert out["top1"] == pytest.approx(0.5)
+
+
+def test_standard_error_is_binomial():
+    assert dm.standard_error(0.5, 100) == pytest.approx(0.05)
+    assert dm.standard_error(0.235, 149) == pytest.approx(0.0347, abs=1e-4)  # the ~4 points of issue 19
+    assert dm.standard_error(0.0, 10) == 0.0
+
+
+def test_anti_copy_term_is_the_unlikelihood_of_the_other_tokens():
+    from mlm_core import build_default as bd
+    from mlm_core.models import tiny_random_masked_lm
+
+    model, tokenizer = tiny_random_masked_lm()
+    a, b, c = tokenizer.convert_tokens_to_ids(["milk", "coffee", "her"])
+    ids = torch.tensor([[tokenizer.cls_token_id, a, b, c, a, tokenizer.sep_token_id]])
+    special = torch.tensor([[True, False, False, False, False, True]])
+    labels = torch.full_like(ids, -100)
+    labels[0, 2] = b  # "coffee" is hidden; "milk" and "her" are the words it could copy
+    corrupted = ids.clone()
+    corrupted[0, 2] = tokenizer.mask_token_id
+    att = torch.ones_like(ids)
+    with torch.no_grad():
+        plain, _ = bd.masked_loss(model, corrupted, att, labels)
+        both, _ = bd.masked_loss(model, corrupted, att, labels, anti_copy=1000.0, original=ids, special=special)
+        h = model.bert(input_ids=corrupted, attention_mask=att).last_hidden_state[0, 2]
+        p = model.cls(h[None]).float().softmax(-1)[0]
+    expected = -(torch.log1p(-p[a]) + torch.log1p(-p[c]))  # each other token once; not the answer, not [CLS]/[SEP]
+    assert float(both - plain) == pytest.approx(1000.0 * float(expected), rel=1e-3)  # large weight: the tiny term survives float32
+
+
+def test_build_scores_read_the_record():
+    record = {"steps": 5000, "wall_time_s": 7200, "final_metrics": {
+        "cloze_n": 100, "cloze_top1": 0.36, "cloze_top5": 0.7, "cloze_copy_rate": 0.08,
+        "everyday_n": 75, "everyday_top5": 0.6, "dev_top1": 0.4, "heldout_loss": 3.1}}
+    scores = dm.build_scores(record)
+    assert scores["cloze_top1_se"] == pytest.approx(0.048)  # computed when the record has no SE
+    assert scores["copy_rate"] == 0.08 and scores["everyday_top5"] == 0.6 and scores["hours"] == 2.0
+    assert scores["steps"] == 5000 and "dev_top5" not in scores
+    assert dm.build_scores(None) == {}
+    record["init_asset"] = {"build": {"steps": 1000, "wall_time_s": 3600}}  # started from an earlier build
+    assert dm.build_scores(record)["steps"] == 6000 and dm.build_scores(record)["hours"] == 3.0
+
+
+def test_shipped_info_carries_the_build_scores(shipped):
+    _, _, info = shipped
+    record = json.loads((ASSET / dm.BUILD_FILE).read_text(encoding="utf-8"))
+    assert info["scores"]["cloze_top5"] == record["final_metrics"]["cloze_top5"]
+    assert info["scores"]["cloze_top1_se"] > 0 and info["scores"]["steps"] >= record["steps"]
+
+
 # --------------------------------------------------------------------------- clean build sources
 _W = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
@@ -159,16 +257,77 @@ def test_workshop_corpus_shares_no_run_with_the_cloze_set(cloze_rows):
     assert _overlaps(docs, _runs(cloze_rows)) == []
 
 
+def _all_eval_rows(cloze_rows):
+    """The reported cloze set plus the dev and everyday sets: none of them may be trained on."""
+    return cloze_rows + dm.read_cloze(ROOT / "assets" / "cloze_dev.tsv") + dm.read_cloze(ROOT / "assets" / "cloze_everyday.tsv")
+
+
 def test_wordnet_source_as_built_shares_no_run_with_the_cloze_set(cloze_rows):
     from mlm_core import build_default as bd
 
     if not (bd.WORDNET_DIR / "data.noun").is_file():
         pytest.skip("wordnet-base is not installed here (it is only needed to build the model)")
-    sources, stats = bd.build_sources(cloze_rows)
+    rows = _all_eval_rows(cloze_rows)
+    sources, stats = bd.build_sources(rows)
     assert stats["wordnet"]["sentences"] > 100_000
-    runs = _runs(cloze_rows)
+    runs = _runs(rows)
     for name, docs in sources.items():
         assert _overlaps(docs, runs) == [], name
+
+
+def test_workshop_corpus_shares_no_run_with_the_dev_and_everyday_sets(cloze_rows):
+    from mlm_core import build_default as bd
+
+    rows = _all_eval_rows(cloze_rows)
+    assert len(rows) >= len(cloze_rows) + 200
+    assert _overlaps(bd.read_workshop_documents(), _runs(rows[len(cloze_rows):])) == []
+
+
+def _tiny_npm_tarball(path, files):
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tf:
+        for name, text in files.items():
+            data = text.encode("utf-8")
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_npm_sources_are_read_into_sentences(tmp_path):
+    from mlm_core import build_default as bd
+
+    sotu = _tiny_npm_tarball(tmp_path / "sotu.tgz", {
+        "package/data/1790_george_washington_n.txt": "Fellow-Citizens: I meet you with pleasure. (Applause.) Is it "
+        "not so? We\u2019ll see\u2014soon. The end.",
+        "package/data/1790_george_washington_n.json": "{}",
+        "package/README.md": "Not data. Never read.",
+    })
+    docs = bd.read_sotu_documents(sotu, per_doc=2)
+    assert docs == [["Fellow-Citizens: I meet you with pleasure.", "Is it not so?"], ["We'll see - soon.", "The end."]]
+    moby = _tiny_npm_tarball(tmp_path / "moby.tgz", {
+        "package/data/chapter_1.json": json.dumps({"chapter": "1", "text": "Call me Ishmael. Some years ago I went.\n\nA new paragraph."}),
+    })
+    assert bd.read_moby_documents(moby) == [["Call me Ishmael.", "Some years ago I went."], ["A new paragraph."]]
+
+
+def test_npm_sources_as_built_share_no_run_with_the_eval_sets(cloze_rows):
+    """Checked where the build's npm tarballs are present (they are fetched only to build the model)."""
+    from mlm_core import build_default as bd
+
+    tgz = {k: Path("/tmp/mlmlab_npm") / f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
+           for k, (name, version) in bd.NPM_SOURCES.items()}
+    if not all(p.is_file() for p in tgz.values()):
+        pytest.skip("the npm sources are not fetched here (only the build needs them)")
+    rows = _all_eval_rows(cloze_rows)
+    extra = {"sotu": bd.read_sotu_documents(tgz["sotu"]), "moby": bd.read_moby_documents(tgz["moby"])}
+    sources, stats = bd.build_sources(rows, wordnet_dir=Path("/nonexistent"), extra=extra)
+    assert stats["sotu"]["sentences"] > 50_000 and stats["moby"]["sentences"] > 5_000
+    runs = _runs(rows)
+    for name in ("sotu", "moby"):
+        assert _overlaps(sources[name], runs) == [], name
 
 
 def test_cloze_filter_catches_runs_and_short_sentences():
@@ -181,3 +340,22 @@ def test_cloze_filter_catches_runs_and_short_sentences():
     assert not filt.hits("We walked along the river.")
     docs, dropped = filt.clean_documents([["They said we walked along the quiet", "river at the end of the day."]])
     assert dropped == 1 and len(docs[0]) == 1  # a run across a sentence boundary is caught too
+
+
+# --------------------------------------------------------------------------- the Predictions page's model panel
+def test_predictions_panel_shows_the_build_record(apptest):
+    """The panel says how good the bundled model is: the build record's numbers, with standard errors."""
+    import ui
+
+    at = apptest("pages/predictions.py")
+    at.session_state[ui.KEYS.model] = ui.DEFAULT_MODEL  # the tests' default is the tiny random BERT
+    at.run()
+    assert not at.exception
+    record = json.loads((ASSET / dm.BUILD_FILE).read_text(encoding="utf-8"))
+    scores = dm.build_scores(record)
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["cloze top-1"] == f"{scores['cloze_top1']:.0%} ± {scores['cloze_top1_se']:.0%}"
+    assert shown["cloze top-5"].startswith(f"{scores['cloze_top5']:.0%} ± ")
+    if "copy_rate" in scores:
+        assert shown["copies a word"] == f"{scores['copy_rate']:.0%}"
+    assert any("one click away" in c.value and f"{scores['steps']:,} training steps" in c.value for c in at.caption)

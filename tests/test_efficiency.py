@@ -8,9 +8,10 @@ import math
 import pytest
 import torch
 
-from mlm_core.efficiency import (BYTES_PER_VALUE, LOSS_PATHS, STEP_SETTINGS, amp_and_checkpointing, bert_step_flops,
-                                 human_bytes, ideal_step_speedup, logits_size, loss_path_functions, loss_paths,
-                                 median, median_times, peak_memory_bytes)
+from mlm_core.efficiency import (BYTES_PER_VALUE, LOSS_PATHS, STEP_CATEGORIES, STEP_SETTINGS, amp_and_checkpointing,
+                                 bert_step_flops, human_bytes, ideal_step_speedup, logits_size, loop_vs_vectorised,
+                                 loss_path_functions, loss_paths, median, median_times, paired_ratio, peak_memory_bytes,
+                                 step_time_breakdown)
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX
 
@@ -106,12 +107,73 @@ def test_loss_paths_returns_one_sane_row_per_path(tiny):
 def test_amp_and_checkpointing_leaves_the_model_alone(tiny):
     model, tokenizer = tiny
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    rows = amp_and_checkpointing(model, tokenizer, batch_size=2, seq_len=16, repeats=1)
-    assert [(r["amp"], r["checkpointing"]) for r in rows] == list(STEP_SETTINGS)
+    rows = amp_and_checkpointing(model, tokenizer, batch_size=2, seq_len=16, repeats=2)
+    assert [(r["amp"], r["checkpointing"], r["frozen"]) for r in rows] == list(STEP_SETTINGS)
     for r in rows:
         assert r["time_ms"] > 0 and r["peak_bytes"] > 0 and math.isfinite(r["loss"]) and r["label"]
+        assert len(r["times_ms"]) == 2 and r["time_x"] > 0 and 0 < r["mfu"] < 10 and 0 < r["cpu_mfu"] < 10
     assert not model.training and all(p.grad is None for p in model.parameters())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_every_setting_steps_from_the_same_weights(tiny):
+    """The table's losses differ only by what a setting changes (they used to fall row by row)."""
+    model, tokenizer = tiny
+    rows = {(r["amp"], r["checkpointing"], r["frozen"]): r
+            for r in amp_and_checkpointing(model, tokenizer, batch_size=2, seq_len=16, repeats=2)}
+    for r in rows.values():  # every round of a setting steps from the same weights on the same batch
+        assert len(set(r["losses"])) == 1 and len(r["losses"]) == 3  # the memory round, then 2 timed rounds
+    fp32 = rows[("off", False, False)]["loss"]
+    # the same forward in fp32: checkpointing recomputes it, freezing only skips gradients
+    assert rows[("off", True, False)]["loss"] == pytest.approx(fp32, rel=1e-6)
+    assert rows[("off", False, True)]["loss"] == fp32
+    for key in (("bf16", False, False), ("bf16", True, False)):
+        assert rows[key]["loss"] != fp32 and rows[key]["loss"] == pytest.approx(fp32, rel=5e-3)
+    # no gradient for the (V, H) embedding matrix and no decoder weight gradient
+    assert rows[("off", False, True)]["peak_bytes"] < rows[("off", False, False)]["peak_bytes"]
+    assert rows[("off", False, True)]["flops"] < rows[("off", False, False)]["flops"]
+
+
+def test_step_gemms_add_up_to_the_flops_formula():
+    from transformers import BertConfig
+
+    from mlm_core.efficiency import gemm_timer, step_gemms
+
+    cfg = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
+                     vocab_size=30522)
+    gemms = step_gemms(cfg, batch_size=16, seq_len=64, masked=150)
+    ideal = bert_step_flops(hidden=384, layers=6, intermediate=1536, vocab=30522, seq_len=64, tokens=16 * 64,
+                            head_rows=150)["total"]
+    assert sum(g.flops for g in gemms) == ideal
+    frozen = step_gemms(cfg, batch_size=16, seq_len=64, masked=150, word_embeddings_trained=False)
+    assert ideal - sum(g.flops for g in frozen) == 2 * 150 * 384 * 30522  # the decoder's weight gradient
+    small = step_gemms(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
+                                  vocab_size=20), batch_size=2, seq_len=4, masked=3)
+    assert min(gemm_timer(small)()) > 0 and min(gemm_timer(small, torch.bfloat16)()) >= 0
+    from transformers import AlbertConfig
+
+    with pytest.raises(InputError, match="BERT-shaped"):
+        step_gemms(AlbertConfig(embedding_size=16, hidden_size=32), batch_size=1, seq_len=8, masked=1)
+
+
+def test_loop_against_vectorised_agree_and_the_loop_is_bounded():
+    rows = loop_vs_vectorised(rows=(2, 8), vocab_sizes=(50, 200), repeats=1)
+    assert [(r["vocab"], r["rows"]) for r in rows] == [(50, 2), (50, 8), (200, 2), (200, 8)]
+    for r in rows:
+        assert r["loss_diff"] < 1e-5 and r["loop_ms"] > 0 and r["vectorised_ms"] > 0 and r["ratio"] > 0
+    with pytest.raises(InputError, match="zeros"):
+        loop_vs_vectorised(rows=(1024,), vocab_sizes=(30522,))
+
+
+def test_step_time_breakdown_accounts_for_the_step(tiny):
+    model, tokenizer = tiny
+    rows = step_time_breakdown(model, tokenizer, batch_size=2, seq_len=16)
+    assert sorted(r["category"] for r in rows) == sorted(STEP_CATEGORIES)
+    by = {r["category"]: r for r in rows}
+    assert by["matrix multiplies"]["ms"] > 0 and by["optimizer (AdamW)"]["ms"] > 0
+    assert by["embedding gradient"]["ms"] > 0 and by["layer norm"]["ms"] > 0
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0, abs=0.05)
+    assert rows == sorted(rows, key=lambda r: -r["ms"])
 
 
 # ------------------------------------------------------------------ the measuring helpers
@@ -130,6 +192,77 @@ def test_peak_memory_sees_a_large_temporary():
 
 def test_median_times_runs_each_function_round_robin():
     calls = []
-    times = median_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, warmup=1, repeats=2)
-    assert calls == ["a", "b", "a", "b", "a", "b"]
+    times = median_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, warmup=1, repeats=2,
+                         before={"b": lambda: calls.append("reset b")})
+    assert calls == ["a", "reset b", "b"] * 3
+    cpu = {}
+    median_times({"a": lambda: sum(range(10_000))}, warmup=0, repeats=3, cpu_times=cpu)
+    assert len(cpu["a"]) == 3 and min(cpu["a"]) >= 0
     assert set(times) == {"a", "b"} and all(len(v) == 2 and min(v) >= 0 for v in times.values())
+    assert paired_ratio([2.0, 9.0, 4.0], [1.0, 3.0, 2.0]) == 2.0
+
+
+# ------------------------------------------------------------------ many sessions, one process (issue 16, item 1)
+TWO_PROFILERS = """
+import threading
+from mlm_core.efficiency import peak_memory_bytes
+
+def work():
+    import torch
+    x = torch.ones(10_000)
+    return float((x * 2).sum())
+
+errors = []
+def measure():
+    try:
+        for _ in range(10):
+            assert peak_memory_bytes(work) >= 80_000
+    except Exception as exc:
+        errors.append(repr(exc))
+
+threads = [threading.Thread(target=measure) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("done", errors)
+"""
+
+
+def test_two_simultaneous_memory_measurements_do_not_crash_the_process():
+    """Two threads profiling at once segfaulted the interpreter (exit 139): run it in a child process."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-c", TWO_PROFILERS], cwd=root, capture_output=True, text=True,
+                          timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "done []" in proc.stdout
+
+
+def test_a_second_measurement_is_told_the_server_is_busy():
+    import threading
+
+    from mlm_core.efficiency import MeasurementBusyError, exclusive_measurement
+
+    inside, release = threading.Event(), threading.Event()
+
+    def hold():
+        with exclusive_measurement():
+            inside.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert inside.wait(10)
+        with pytest.raises(MeasurementBusyError, match="Another measurement is running"):
+            with exclusive_measurement(wait_s=0.05):
+                pass
+    finally:
+        release.set()
+        holder.join()
+    with exclusive_measurement(wait_s=0.05):  # free again once the first one ended
+        pass

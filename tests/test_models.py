@@ -228,7 +228,7 @@ def test_true_rank_and_probability_on_a_hand_made_head():
     assert records[0]["decision"] == "MASK" and records[0]["top_tokens"] == "t10 t20"
 
 
-def test_fill_masks_independent_and_iterative():
+def test_fill_masks_independent_and_easy_first():
     bias = torch.zeros(VOCAB)
     bias[0], bias[3], bias[10] = 9.0, 8.0, 5.0  # specials score highest but must never be chosen
     model = _bias_only_bert(bias)
@@ -244,7 +244,7 @@ def test_fill_masks_independent_and_iterative():
 
     model = _tiny("bert")  # real context dependence: the iterative order follows confidence
     one_pass = fill_masks(model, tokenizer, sentence, None, [1, 2, 4], mode="independent")
-    steps = fill_masks(model, tokenizer, sentence, None, [1, 2, 4], mode="iterative")
+    steps = fill_masks(model, tokenizer, sentence, None, [1, 2, 4], mode="easy_first")
     assert sorted(steps.order) == [1, 2, 4] and len(steps.steps) == 3
     most_sure = max(one_pass.steps, key=lambda s: s.prob)  # the iterative first pass is the one pass
     assert steps.order[0] == most_sure.position and steps.steps[0].token_id == most_sure.token_id
@@ -252,11 +252,120 @@ def test_fill_masks_independent_and_iterative():
         filled = set(steps.order[: i + 1])
         assert all((step.ids[p] == tokenizer.mask_token_id) == (p not in filled) for p in (1, 2, 4))
     with pytest.raises(InputError):
-        fill_masks(model, tokenizer, sentence, None, [0], mode="iterative")  # [CLS]
+        fill_masks(model, tokenizer, sentence, None, [0], mode="easy_first")  # [CLS]
     with pytest.raises(InputError):
         fill_masks(model, tokenizer, sentence, None, [1], mode="sideways")
     with pytest.raises(InputError):
         fill_masks(model, tokenizer, sentence, None, [], mode="independent")
+
+
+def _remask_reference(model, tokenizer, sentence, targets, iterations):
+    """Mask-Predict written out directly from Ghazvininejad et al. 2019, §3.2, for comparison."""
+    ids = sentence.clone()
+    ids[targets] = tokenizer.mask_token_id
+    special = torch.tensor(tokenizer.all_special_ids)
+    tokens, probs, history = {}, {}, []
+
+    def predict(todo):
+        with torch.no_grad():
+            logits = model(input_ids=ids[None]).logits[0].float()  # (T, V) every position, then pick
+        logits[:, special] = float("-inf")
+        p = logits.softmax(-1)
+        for q in todo:
+            probs[q], tokens[q] = (float(v) for v in p[q].max(-1))
+            tokens[q] = int(tokens[q])
+            ids[q] = tokens[q]
+
+    predict(targets)
+    history.append(tuple(targets))
+    n = len(targets)
+    for t in range(1, iterations):
+        m = n * (iterations - t) // iterations
+        if m == 0:
+            break
+        todo = sorted(sorted(targets, key=lambda q: (probs[q], q))[:m])
+        ids[todo] = tokenizer.mask_token_id
+        predict(todo)
+        history.append(tuple(todo))
+    return ids, probs, history
+
+
+def test_mask_predict_re_masks_the_least_sure_and_matches_a_direct_implementation():
+    model = _tiny("bert", seed=3)
+    tokenizer = _IdTokenizer()
+    sentence = torch.tensor([1, 40, 41, 42, 43, 44, 45, 46, 2])
+    targets = [1, 2, 3, 5, 6, 7]
+    for iterations in (1, 2, 3, 4, 10):
+        result = fill_masks(model, tokenizer, sentence, None, targets, mode="mask_predict", iterations=iterations)
+        ids, probs, history = _remask_reference(model, tokenizer, sentence, targets, iterations)
+        assert result.ids == tuple(ids.tolist())
+        assert result.rounds == tuple(history)
+        assert [len(r) for r in result.rounds[1:]] == [m for m in models.mask_predict_schedule(6, iterations) if m]
+        for step in result.steps:
+            assert step.prob == pytest.approx(probs[step.position], rel=1e-5)
+        for before, done in zip(result.round_probs, result.rounds[1:]):  # the re-masked were the least sure
+            least = sorted(range(len(targets)), key=lambda i: (before[i], targets[i]))[: len(done)]
+            assert sorted(targets[i] for i in least) == list(done)
+    one = fill_masks(model, tokenizer, sentence, None, targets, mode="mask_predict", iterations=1)
+    independent = fill_masks(model, tokenizer, sentence, None, targets, mode="independent")
+    assert one.ids == independent.ids  # T = 1 is one pass
+    assert models.mask_predict_schedule(6, 3) == [4, 2]
+
+
+def test_pseudo_log_likelihood_equals_masking_each_token_by_hand():
+    """Salazar et al. 2020: PLL = sum over tokens of log p(token | the sentence with it masked)."""
+    model = _tiny("bert", seed=1)
+    tokenizer = _IdTokenizer()
+    sentence = torch.tensor([1, 40, 41, 3, 42, 43, 2, 0, 0])  # a typed [MASK] (3) and padding (0) are skipped
+    attention = torch.tensor([1, 1, 1, 1, 1, 1, 1, 0, 0])
+    score = models.pseudo_log_likelihood(model, tokenizer, sentence, attention, batch_size=2)  # 2 per batch
+    assert score.positions == (1, 2, 4, 5)
+    for position, value in zip(score.positions, score.log_probs):
+        ids = sentence.clone()
+        ids[position] = tokenizer.mask_token_id
+        with torch.no_grad():
+            logits = model(input_ids=ids[None], attention_mask=attention[None]).logits[0, position]  # (V,)
+        direct = float(F.log_softmax(logits.float(), -1)[int(sentence[position])])
+        assert value == pytest.approx(direct, abs=1e-5)
+    assert score.total == pytest.approx(sum(score.log_probs))
+    assert score.mean_loss == pytest.approx(-score.total / 4)
+    assert score.pseudo_perplexity == pytest.approx(math.exp(score.mean_loss))
+    again = models.pseudo_log_likelihood(model, tokenizer, sentence, attention)
+    assert again.log_probs == pytest.approx(score.log_probs, abs=1e-6)  # no draw: the same every time
+
+
+def test_typed_blanks_and_the_first_word_to_hide(tokenizer):
+    from mlm_core.data import encode
+
+    class RobertaLike:
+        mask_token = "<mask>"
+
+    assert models.with_mask_token(RobertaLike(), "a [MASK] b [mask] c <MASK>") == "a <mask> b <mask> c <mask>"
+    text = models.with_mask_token(tokenizer, "The <mask> sat on the [mask].")
+    enc = encode(tokenizer, text)
+    assert models.typed_blanks(tokenizer, enc.input_ids[0]) == [2, 6]
+    for sentence, expected in (("The cat sat on the mat.", {"cat", "sat", "mat"}),
+                               ("It is what it is, and so it goes.", {"goes"}),
+                               ("Hello, world!", {"hello", "world"}),
+                               ("... !!! ,", {".", "!", ","})):
+        enc = encode(tokenizer, sentence)
+        position = models.default_blank(enc.tokens[0], enc.word_ids[0].tolist())
+        assert enc.tokens[0][position] in expected, sentence
+    assert models.default_blank(["[CLS]", "[SEP]"], [-1, -1]) is None
+
+
+def test_decision_comparison_text_follows_the_numbers():
+    def row(name, mean, sem, n):
+        return {"decision": name, "count": n, "mean_true_prob": mean, "sem_true_prob": sem}
+
+    tie = models.decision_comparison_text([row("MASK", 0.20, 0.02, 80), row("RANDOM", 0.22, 0.05, 10),
+                                           row("UNCHANGED", 0.90, 0.03, 10)], 64)
+    assert "**unchanged** than at **random**" in tie
+    assert "**random** and **[MASK]** cannot be told apart" in tie
+    assert "random 0.22 ± 0.05 (n = 10)" in tie
+    clear = models.decision_comparison_text([row("MASK", 0.40, 0.01, 80), row("RANDOM", 0.05, 0.01, 10),
+                                             row("UNCHANGED", 0.90, 0.01, 10)], 64)
+    assert "surer at **[MASK]** than at **random**" in clear
 
 
 # --------------------------------------------------------------------------- loading

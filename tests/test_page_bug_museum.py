@@ -26,7 +26,7 @@ def test_bug_museum_page(apptest, monkeypatch, tokenizer):
     assert not at.error, [e.value for e in at.error]
     headings = [m.value for m in at.markdown if m.value.startswith("#### ")]
     assert len(headings) == 10
-    assert len(at.metric) == 20
+    assert len(at.metric) >= 20
 
     at.file_uploader(key="museum_upload").set_value(("good.json", _batch_json(tokenizer), "application/json"))
     at.run()
@@ -63,3 +63,29 @@ def test_bug_museum_own_text(apptest, monkeypatch):
     at.text_area(key="museum_text").input("")
     at.run()
     assert not at.exception and at.warning
+
+
+def _metric(at, label_start):
+    return next(m.value for m in at.metric if m.label.startswith(label_start))
+
+
+def test_museum_shows_the_loss_pages_numbers(apptest, monkeypatch):
+    """Same batch, same settings, same numbers on both pages, with the masking rule from a shared link."""
+    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
+    link = {"seed": "3", "strategy": "whole_word", "p": "0.3"}
+    loss = apptest("pages/losses.py", timeout=240)
+    loss.query_params.update(link)
+    loss.run()
+    assert not loss.exception, loss.exception
+    museum = apptest("pages/bug_museum.py", timeout=240)
+    museum.query_params.update(link)
+    museum.run()
+    assert not museum.exception, museum.exception
+    assert any("whole word masking, p = 30%" in c.value for c in loss.caption)
+    assert any("whole word, p = 30%" in c.value for c in museum.caption)
+    full = _metric(loss, "full softmax")
+    correct = [m.value for m in museum.metric if m.label == "✅ correct code"]
+    assert full in correct  # loss only at [MASK], labels never ignored, wrong ignore index
+    assert _metric(museum, "Σ w·CE / Σ w") == _metric(loss, "weighted")
+    assert _metric(loss, "sampled") in correct  # the two sampled-softmax exhibits
+    assert [m.value for m in museum.metric if m.label == "full softmax loss"][0] == full

@@ -29,12 +29,53 @@ def test_measurement_buttons_run_without_exception(page):
     at.select_slider(key="eff_batch").set_value(1)
     at.select_slider(key="eff_seq").set_value(16)
     at.select_slider(key="eff_repeats").set_value(1)
+    assert any("Training runs in" in i.value for i in at.info)  # which precision, and why
     at.button(key="eff_paths_run").click().run()
     assert not at.exception and not at.error
     measured_for, rows = at.session_state["eff_paths"]
     assert [r["path"] for r in rows] == ["loop", "vectorised", "gathered"]
     assert len(at.get("plotly_chart")) == 2
+    at.button(key="eff_sweep_run").click().run()
+    assert not at.exception and not at.error
+    sweep = at.session_state["eff_sweep"][1]
+    assert len(sweep) == 6 and {r["vocab"] for r in sweep} == {1_000, 30_522}
+    assert len(at.get("plotly_chart")) == 3
     at.button(key="eff_steps_run").click().run()
     assert not at.exception and not at.error
-    assert len(at.session_state["eff_steps"][1]) == 4
-    assert len(at.get("plotly_chart")) == 3
+    rows = at.session_state["eff_steps"][1]
+    assert len(rows) == 5 and all(r["mfu"] > 0 for r in rows)
+    assert any("share of matmul speed" in c.value or "matrix multiplies at" in c.value for c in at.caption)
+    assert len(at.get("plotly_chart")) == 4
+    at.button(key="eff_profile_run").click().run()
+    assert not at.exception and not at.error
+    assert set(at.session_state["eff_profile"][1]) == {"fp32", "bf16"}
+    assert len(at.get("plotly_chart")) == 5
+
+
+def test_a_second_session_measuring_at_once_is_told_to_wait(page, monkeypatch):
+    """Two students pressing Measure at the same moment: the second gets a message, not a crash."""
+    import threading
+
+    from mlm_core.efficiency import exclusive_measurement
+
+    at = page
+    at.select_slider(key="eff_batch").set_value(1)
+    at.select_slider(key="eff_seq").set_value(16)
+    at.select_slider(key="eff_repeats").set_value(1)
+    inside, release = threading.Event(), threading.Event()
+
+    def other_session():
+        with exclusive_measurement():
+            inside.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=other_session)
+    holder.start()
+    try:
+        assert inside.wait(10)
+        at.button(key="eff_paths_run").click().run()
+    finally:
+        release.set()
+        holder.join()
+    assert not at.exception
+    assert any("Another measurement is running" in e.value for e in at.error)

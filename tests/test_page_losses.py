@@ -1,4 +1,11 @@
-"""AppTest of the Loss page on the tiny random model: losses, gradient, K sweep and NSP training."""
+"""AppTest of the Loss page on the tiny random model: losses, sentences, gradient, K sweep and NSP training."""
+
+from mlm_core.losses import SAMPLED_SOFTMAX
+
+
+def _markdown(at):
+    return "\n".join(m.value for m in at.markdown)
+
 
 def test_loss_page_end_to_end(apptest, monkeypatch):
     monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
@@ -7,22 +14,33 @@ def test_loss_page_end_to_end(apptest, monkeypatch):
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
     labels = [m.label for m in at.metric]
-    assert {"full softmax", "weighted", "sampled"} <= set(labels)
-    # Change variant settings: weighting scheme, sampler, K.
+    assert {"full softmax", "weighted", "sampled", "gradient cosine"} <= set(labels)
+    # The defaults are SAMPLED_SOFTMAX's, and a sentence at the numbers says what each value estimates.
+    assert at.select_slider(key="loss_k").value == SAMPLED_SOFTMAX.num_sampled
+    assert at.selectbox(key="loss_sampler").value == SAMPLED_SOFTMAX.sampler
+    assert at.selectbox(key="loss_logq").value == SAMPLED_SOFTMAX.correction
+    assert at.toggle(key="loss_replacement").value is SAMPLED_SOFTMAX.replacement
+    text = _markdown(at)
+    assert "the MLM loss itself" in text and "an estimate of the full loss" in text and "(w·CE).mean()" in text
+    # Change variant settings: weighting scheme, sampler, K, TensorFlow's correction.
     at.selectbox(key="loss_scheme").set_value("log")
-    at.selectbox(key="loss_sampler").set_value("unigram")
-    at.select_slider(key="loss_k").set_value(256)
-    at.selectbox(key="loss_logq").set_value("log Q on the negatives")
+    at.selectbox(key="loss_sampler").set_value("log_uniform")
+    at.select_slider(key="loss_k").set_value(64)
+    at.selectbox(key="loss_logq").set_value("tensorflow")
     at.run()
     assert not at.exception, at.exception
+    assert "not an estimate of the full loss" in _markdown(at)
+    assert any("[unused] ids" in c.value for c in at.caption)
     at.selectbox(key="loss_position").set_value(1)
     at.run()
     assert not at.exception, at.exception
-    # The K sweep.
+    # The K sweep, up to K = V, with its measured summary.
+    at.selectbox(key="loss_sampler").set_value("unigram")
     at.button(key="loss_sweep_button").click()
     at.run()
     assert not at.exception, at.exception
     assert len(at.dataframe) >= 2
+    assert "exactly the full loss" in _markdown(at)  # without replacement every correction is exact at K = V
     # NSP training, then the combined loss.
     at.button(key="loss_nsp_button").click()
     at.run()

@@ -1,5 +1,7 @@
 """AppTest of the Predictions page with the tiny random BERT: mask, predict, switch fill modes."""
 
+import json
+
 import pytest
 
 import ui
@@ -36,10 +38,11 @@ def test_mask_predict_and_switch_fill_modes(page):
         at.radio(key="pred_corruption").set_value(corruption).run()
         assert not at.exception
 
-    for view in ("independent", "iterative", "side by side"):
+    for view in ("independent", "easy_first", "mask_predict", "side by side"):
         at.radio(key="pred_fill_mode").set_value(view).run()
         assert not at.exception
-    assert any("iterative" in m.value for m in at.markdown)
+    assert any("Mask-Predict" in m.value and "easy-first" in m.value for m in at.markdown)
+    assert not any("as mask-predict decoding does" in m.value for m in at.markdown)
 
     at.slider(key="pred_k").set_value(8).run()
     assert not at.exception
@@ -76,15 +79,71 @@ def test_sentence_from_the_masking_page_and_corpus_comparison(apptest):
     page.button(key="pred_corpus_run").click().run()
     assert not page.exception
     assert page.session_state["pred_corpus"][3].positions
+    text = next(m.value for m in page.markdown if "standard error" in m.value)
+    assert "n = " in text and "±" in text
 
 
-def test_nothing_from_the_masking_page_falls_back(apptest):
-    at = apptest("pages/predictions.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
-    at.session_state["pred_source"] = "Take it from the Masking page"
-    at.run()
+def test_a_predictions_link_rebuilds_the_masking_pages_masks(apptest, tokenizer):
+    """Issue 17 item 9: a student opens a Predictions link without visiting the Masking page."""
+    link = {"sentence": "Paris is the capital of France, and Berlin is the capital of Germany.", "seed": "11",
+            "p": "0.4", "strategy": "whole_word"}
+    page = apptest("pages/predictions.py")
+    page.session_state[ui.KEYS.model] = "tiny-random"
+    page.session_state["pred_source"] = "Take it from the Masking page"
+    page.query_params.update(link)
+    page.run()
+    assert not page.exception
+    assert not any("Nothing has been masked" in i.value for i in page.info)
+    masking = apptest("pages/masking.py")
+    masking.session_state[ui.KEYS.model] = "tiny-random"
+    masking.query_params.update(link)
+    masking.run()
+    assert not masking.exception
+    result = masking.session_state[ui.KEYS.masking]["result"]
+    from mlm_core.models import Decision
+    selected = [i for i, d in enumerate(result.decisions[0].tolist()) if d != Decision.NOT_SELECTED]
+    assert selected
+    rows = next(d.value for d in page.dataframe if "position" in d.value.columns and "decision" in d.value.columns)
+    assert sorted(rows["position"].tolist()) == selected
+    assert [Decision[d] for d in rows.sort_values("position")["decision"]] == \
+        [Decision(int(result.decisions[0, i])) for i in selected]
+
+
+def test_a_typed_mask_is_a_blank_and_no_other_word_is_hidden(page):
+    """Issue 17 item 7: [MASK] (or <mask>) typed into the sentence is the blank to predict."""
+    at = page
+    for typed in ("The cat sat on the [MASK].", "The cat sat on the <mask>.", "The [mask] sat on the [MASK]."):
+        at.text_area(key="pred_sentence").set_value(typed).run()
+        assert not at.exception
+        assert any("typed blank" in i.value for i in at.info)
+        assert not at.pills  # nothing to click: the blanks are the typed ones
+        chart = json.loads(at.get("plotly_chart")[0].proto.spec)
+        titles = [a["text"] for a in chart["layout"]["annotations"] if "your blank" in a.get("text", "")]
+        assert len(titles) == typed.lower().count("mask")
+        assert not any(m.label == "MLM loss of this sentence" for m in at.metric)  # no true token, no loss
+
+
+def test_a_new_sentence_starts_from_a_content_word(page):
+    """Issue 17 item 8: never punctuation, never a function word when there is a content word."""
+    at = page
+    for sentence in ("The cat sat on the mat.", "It is what it is , and so it goes .", "Hello, world!"):
+        at.text_area(key="pred_sentence").set_value(sentence).run()
+        assert not at.exception
+        pills = at.pills(key="pred_positions")
+        [first] = pills.value
+        token = at.session_state["pred_positions_for"][first]
+        assert token.isalpha(), (sentence, token)
+    at.text_area(key="pred_sentence").set_value("The cat sat on the mat.").run()
+    assert at.session_state["pred_positions_for"][at.pills(key="pred_positions").value[0]] in ("cat", "sat", "mat")
+
+
+def test_pseudo_log_likelihood_on_the_page(page):
+    at = page
+    at.button(key="pred_pll_run").click().run()
     assert not at.exception
-    assert any("Nothing has been masked" in i.value for i in at.info)
+    labels = {m.label for m in at.metric}
+    assert {"PLL (nats)", "−PLL / N", "pseudo-perplexity"} <= labels
+    assert any("one random masking" in c.value for c in at.caption)
 
 
 def test_a_model_that_cannot_load_shows_an_error_not_a_traceback(apptest, monkeypatch, tmp_path):

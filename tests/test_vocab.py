@@ -149,7 +149,7 @@ def test_ascii_round_trips_after_normalisation(trained, algorithm):
     examples = ["The Quick brown FOX jumps over the lazy dog.", "Hello, world! Is it 42?", "  spaced   out\twords \n"]
     for text in examples + _ascii_texts(200):
         ids = tok(text)["input_ids"]
-        assert tok.decode(ids, skip_special_tokens=True) == normalize_text(tok, text), text
+        assert tok.decode(ids, skip_special_tokens=True) == _decoded(tok, algorithm, text), text
         assert tok.unk_token_id not in ids
 
 
@@ -159,7 +159,13 @@ def test_every_ascii_letter_is_kept_even_if_the_corpus_lacks_it(algorithm):
     for text in _ascii_texts(50, seed=1):
         ids = tok(text)["input_ids"]
         assert tok.unk_token_id not in ids
-        assert tok.decode(ids, skip_special_tokens=True) == normalize_text(tok, text)
+        assert tok.decode(ids, skip_special_tokens=True) == _decoded(tok, algorithm, text)
+
+
+def _decoded(tok, algorithm, text):
+    """What decoding gives back: WordPiece's decoder glues punctuation to the word before it; BPE's
+    end-of-word decoder puts one space after every word, punctuation marks included."""
+    return normalize_text(tok, text) if algorithm == "wordpiece" else " ".join(sentence_words(tok, text))
 
 
 def test_normalisation_is_berts():
@@ -339,3 +345,53 @@ def test_figures_are_built_from_plain_results():
 
     fig = frequency_profile_figure([("WordPiece", "hand", frequency_profile(tok, HAND_TEXTS))])
     assert fig.data[0].y == (2, 2, 1, 1, 1, 1, 1, 1, 1) and "1 of 10 entries unused" in fig.data[0].name
+
+
+# --- issue 17: sizes the corpus can reach, each scheme's notation, a linear cost axis ----------
+
+
+def test_offered_sizes_are_all_reached_on_the_workshop_corpus():
+    """Issue 17 item 15: every size the page offers for the bundled corpus is really reached."""
+    from mlm_core.bundled import workshop_sentences
+    from mlm_core.vocab import MAX_VOCAB_SIZE, SIZE_LADDER, holdout_split, reachable_sizes
+
+    train, _ = holdout_split(workshop_sentences())
+    largest = {a: train_tokenizer(train, MAX_VOCAB_SIZE, a).vocab_size for a in ("wordpiece", "bpe")}
+    offered = reachable_sizes(min(largest.values()))
+    assert offered and offered[-1] < min(largest.values()) and len(offered) < len(SIZE_LADDER)
+    for size in (offered[-1],):  # the largest offered size is filled exactly (smaller ones too, by the ladder)
+        for algorithm in ("wordpiece", "bpe"):
+            reached = train_tokenizer(train, size, algorithm)
+            assert not reached.saturated and reached.vocab_size == size
+    assert reachable_sizes(10**9) == list(SIZE_LADDER)
+
+
+def test_each_scheme_writes_its_own_notation(trained):
+    """Issue 17 item 16: WordPiece marks continuing pieces (##), BPE the piece that ends a word (</w>)."""
+    from mlm_core.vocab import BPE_SUFFIX, cut_differences, strip_marks, tokenize_words
+
+    wp, bpe = trained("wordpiece", 1000).tokenizer, trained("bpe", 1000).tokenizer
+    sentence = "Tokenization splits unbelievably uncommon words into several pieces."
+    for pieces in tokenize_words(bpe, sentence):
+        assert pieces[-1].endswith(BPE_SUFFIX) and not any(p.endswith(BPE_SUFFIX) for p in pieces[:-1])
+        assert not any(p.startswith("##") for p in pieces)
+    for pieces in tokenize_words(wp, sentence):
+        assert not pieces[0].startswith("##") and all(p.startswith("##") for p in pieces[1:])
+        assert not any(BPE_SUFFIX in p for p in pieces)
+    differences = cut_differences(wp, bpe, sentence)
+    for word, a, b in differences:
+        assert "".join(strip_marks(p) for p in a) == "".join(strip_marks(p) for p in b) == word
+        assert [strip_marks(p) for p in a] != [strip_marks(p) for p in b]
+    assert cut_differences(wp, wp, sentence) == []
+
+
+def test_head_cost_is_drawn_on_linear_axes():
+    """Issue 17 item 17: a cost linear in V is drawn as a straight line, not bent by a log axis."""
+    from mlm_core.figures.vocab import head_cost_figure
+
+    fig = head_cost_figure([("WordPiece", "1k", head_cost(1000)), ("bert-base-uncased", "bert", head_cost(30522))])
+    for axis in ("xaxis", "xaxis2", "xaxis3"):
+        assert fig.layout[axis].type == "linear"
+    line = next(t for t in fig.data if t.mode == "lines" and "masked positions only" in t.name)
+    ratios = [y / x for x, y in zip(line.x, line.y)]
+    assert max(ratios) == pytest.approx(min(ratios), rel=1e-9)  # cost / V is constant: a straight line

@@ -6,7 +6,10 @@ Token text goes through ``html.escape``: plotly renders HTML in labels.
 from __future__ import annotations
 
 import html
+import math
 from typing import Sequence
+
+from mlm_core.losses import readable
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -14,11 +17,11 @@ from plotly.subplots import make_subplots
 VARIANT_COLORS = {"full": "#1c7ed6", "weighted": "#f08c00", "sampled": "#2f9e44", "loop": "#868e96"}
 SCHEME_COLORS = {"inverse": "#e03131", "inverse_sqrt": "#f08c00", "log": "#1c7ed6", "none": "#868e96"}
 CORRECTION_STYLES = {  # losses.CORRECTIONS → (colour, dash)
-    "log Q on every logit (TF)": ("#1c7ed6", "solid"),
-    "log Q on the negatives": ("#2f9e44", "solid"),
-    "no log Q": ("#e03131", "dot"),
+    "importance": ("#2f9e44", "solid"),
+    "tensorflow": ("#1c7ed6", "solid"),
+    "none": ("#e03131", "dot"),
 }
-WRONG_COLOR, RIGHT_COLOR = "#e03131", "#2f9e44"
+WRONG_COLOR, RIGHT_COLOR, FULL_COLOR = "#e03131", "#2f9e44", "#1c7ed6"
 
 
 def _e(text) -> str:
@@ -40,7 +43,7 @@ def loss_bars(losses: dict[str, float], *, notes: dict[str, str] | None = None) 
     fig = go.Figure(go.Bar(
         x=[_e(n) for n in names], y=[losses[n] for n in names],
         marker_color=[VARIANT_COLORS.get(n, "#495057") for n in names],
-        text=[f"{losses[n]:.3f}" for n in names], textposition="outside",
+        text=[readable(losses[n]) for n in names], textposition="outside",
         hovertext=[_e((notes or {}).get(n, "")) for n in names],
     ))
     fig.update_layout(yaxis_title="loss (nats)", height=320, margin=dict(t=30, b=40), showlegend=False)
@@ -113,29 +116,28 @@ def weights_figure(rows: Sequence[dict], *, batch_counts: Sequence[float] | None
     return fig
 
 
-def k_sweep_figure(rows: Sequence[dict]) -> go.Figure:
-    """Four panels against K (log axis): loss, bias, gradient cosine and time per call, one line per
-    log Q correction.
+def k_sweep_figure(rows: Sequence[dict], *, vocab_size: int | None = None) -> go.Figure:
+    """Four panels against K (log axis): loss, relative bias, gradient cosine and time per call, one
+    line per correction; a dotted line marks K = V (every class).
 
     ``rows``: ``losses.sampled_softmax_sweep`` output.
     """
     if not rows:
         return _empty("Nothing to sweep: the batch has no selected tokens.")
     fig = make_subplots(rows=2, cols=2, subplot_titles=(
-        "sampled loss vs K (dashed: full softmax)", "bias: sampled − full",
-        "gradient cosine with full softmax", "time per call, forward + backward (ms)"),
+        "sampled loss vs K (dashed: full softmax)", "bias: (sampled − full) / full",
+        "gradient cosine with full softmax (hidden states)", "time per call, forward + backward (ms)"),
         horizontal_spacing=0.1, vertical_spacing=0.16)
     for correction in dict.fromkeys(r["correction"] for r in rows):
         mine = sorted((r for r in rows if r["correction"] == correction), key=lambda r: r["K"])
-        name = _e(correction)
+        name = _e(mine[0].get("label", correction))
         ks = [r["K"] for r in mine]
         color, dash = CORRECTION_STYLES.get(correction, ("#495057", "dash"))
-        style = dict(color=color, dash=dash)
-        common = dict(mode="lines+markers", line=style, legendgroup=name)
+        common = dict(mode="lines+markers", line=dict(color=color, dash=dash), legendgroup=name)
         fig.add_trace(go.Scatter(x=ks, y=[r["loss"] for r in mine], name=name,
                                  error_y=dict(type="data", array=[r.get("loss_std", 0) for r in mine], visible=True),
                                  **common), 1, 1)
-        fig.add_trace(go.Scatter(x=ks, y=[r["bias"] for r in mine], name=name, showlegend=False, **common), 1, 2)
+        fig.add_trace(go.Scatter(x=ks, y=[r["rel_bias"] for r in mine], name=name, showlegend=False, **common), 1, 2)
         fig.add_trace(go.Scatter(x=ks, y=[r["grad_cosine"] for r in mine], name=name, showlegend=False, **common), 2, 1)
         fig.add_trace(go.Scatter(x=ks, y=[r["time_ms"] for r in mine], name=name, showlegend=False, **common), 2, 2)
     first = rows[0]
@@ -143,7 +145,13 @@ def k_sweep_figure(rows: Sequence[dict]) -> go.Figure:
     fig.add_hline(y=0, line_color="#495057", line_width=1, row=1, col=2)
     fig.add_hline(y=1, line_dash="dash", line_color=VARIANT_COLORS["full"], row=2, col=1)
     fig.add_hline(y=first["full_time_ms"], line_dash="dash", line_color=VARIANT_COLORS["full"], row=2, col=2)
+    if vocab_size:
+        for row, col in ((1, 1), (1, 2), (2, 1), (2, 2)):
+            fig.add_vline(x=vocab_size, line_dash="dot", line_color="#868e96", row=row, col=col)
+        fig.add_annotation(x=math.log10(vocab_size), y=1, xref="x", yref="paper", text="K = V", showarrow=False,
+                           yanchor="bottom", font=dict(color="#495057"))
     fig.update_xaxes(type="log", title_text="K (sampled classes)")
+    fig.update_yaxes(tickformat=".0%", row=1, col=2)
     fig.update_layout(height=640, margin=dict(t=90), legend=dict(orientation="h", y=1.16))
     return fig
 
@@ -169,17 +177,25 @@ def nsp_accuracy_figure(records: Sequence[dict], *, heldout_before: float | None
 
 
 def museum_figure(exhibits: Sequence) -> go.Figure:
-    """Wrong vs right for the exhibits measured as a loss: the buggy number beside the right one."""
-    shown = [e for e in exhibits if e.unit.startswith("loss") and e.wrong_value == e.wrong_value]
+    """Buggy vs correct for the exhibits measured as a loss, with the full softmax loss beside them
+    where the exhibit is an estimate of it (the sampled-softmax ones)."""
+    shown = [e for e in exhibits if e.unit.startswith("loss") and e.wrong_value == e.wrong_value
+             and tuple(e.labels) == ("buggy code", "correct code")]
     if not shown:
         return _empty("No loss-valued exhibits on this batch.")
     names = [_e(e.title) for e in shown]
-    fig = go.Figure([
+    bars = [
         go.Bar(name="buggy code", x=names, y=[e.wrong_value for e in shown], marker_color=WRONG_COLOR,
-               text=[f"{e.wrong_value:.2f}" for e in shown], textposition="outside"),
+               text=[readable(e.wrong_value, 3) for e in shown], textposition="outside"),
         go.Bar(name="correct code", x=names, y=[e.right_value for e in shown], marker_color=RIGHT_COLOR,
-               text=[f"{e.right_value:.2f}" for e in shown], textposition="outside"),
-    ])
+               text=[readable(e.right_value, 3) for e in shown], textposition="outside"),
+    ]
+    full = [e.also.get("full softmax loss") if e.key.startswith(("sampled", "negatives")) else None for e in shown]
+    if any(v is not None for v in full):
+        bars.append(go.Bar(name="full softmax loss (what sampled softmax estimates)", x=names, y=full,
+                           marker_color=FULL_COLOR, text=[readable(v, 3) if v is not None else "" for v in full],
+                           textposition="outside"))
+    fig = go.Figure(bars)
     fig.update_layout(barmode="group", yaxis_title="loss (nats)", height=420, margin=dict(t=30, b=140),
                       legend=dict(orientation="h", y=1.1), xaxis_tickangle=-20)
     return fig

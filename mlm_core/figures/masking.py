@@ -2,29 +2,68 @@
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 
 from mlm_core.masking import MaskingConfig
 
-COLORS = {"MASK": "#e03131", "RANDOM": "#f08c00", "UNCHANGED": "#2f9e44", "NOT_SELECTED": "#adb5bd"}
+COLORS = {"MASK": "#e03131", "RANDOM": "#f08c00", "UNCHANGED": "#2f9e44", "NOT_SELECTED": "#adb5bd",
+          "SPECIAL": "#74c0fc"}
+# The words of the chips' legend (ui.DECISION_STYLE shows the same ones): never the enum names.
+DECISION_WORDS = {"MASK": "→ [MASK]", "RANDOM": "→ random", "UNCHANGED": "unchanged", "NOT_SELECTED": "not selected",
+                  "SPECIAL": "special"}
 
 
-def convergence_figure(rows: list[dict], config: MaskingConfig, height: int = 420) -> go.Figure:
-    """Empirical selection rate and 80/10/10 shares against the number of tokens masked (log x)."""
+def log_ticks(low: float, high: float) -> tuple[list[float], list[str]]:
+    """Tick positions 1, 2, 5 × 10^k between ``low`` and ``high``, labelled in full ("1,000", "2,000").
+
+    Plotly's own log ticks label the minor ones with a bare digit ("… 1000 2 3"); these never do.
+
+    >>> log_ticks(90, 1200)
+    ([100, 200, 500, 1000], ['100', '200', '500', '1,000'])
+    """
+    low, high = max(float(low), 1.0), max(float(high), 1.0)
+    values = []
+    for k in range(int(math.floor(math.log10(low))), int(math.ceil(math.log10(high))) + 1):
+        for m in (1, 2, 5):
+            v = m * 10**k
+            if low <= v <= high:
+                values.append(v)
+    if not values:  # a range inside one 1-2-5 step: label its ends
+        values = sorted({round(low), round(high)})
+    return values, [f"{v:,}" for v in values]
+
+
+def convergence_figure(rows: list[dict], config: MaskingConfig, *, split_unit: str = "token",
+                       height: int = 420) -> go.Figure:
+    """Measured selection rate and 80/10/10 shares against the number of tokens masked (log x).
+
+    The dotted lines are what the rule predicts: p for token and whole-word masking; the rule's own
+    count (exact count, span budget) over the eligible tokens for the others, which is not p on
+    short sentences.
+    """
     x = [r["eligible_tokens"] for r in rows]
-    fig = go.Figure()
+    fixed = config.strategy in ("exact_count", "span")
+    expected_rate = rows[-1]["expected_rate"] if rows and "expected_rate" in rows[-1] else config.mlm_probability
+    per = "span" if split_unit == "span" else "selected token"
     series = [
-        ("selection_rate", "selected / eligible", config.mlm_probability, "#1c7ed6"),
-        ("mask_share", "[MASK] / selected", config.mask_replace_prob, COLORS["MASK"]),
-        ("random_share", "random / selected", config.random_replace_prob, COLORS["RANDOM"]),
-        ("unchanged_share", "unchanged / selected", config.unchanged_prob, COLORS["UNCHANGED"]),
+        ("selection_rate", "selected / eligible tokens", expected_rate, "#1c7ed6"),
+        ("mask_share", f"[MASK] share (per {per})", config.mask_replace_prob, COLORS["MASK"]),
+        ("random_share", f"random share (per {per})", config.random_replace_prob, COLORS["RANDOM"]),
+        ("unchanged_share", f"unchanged share (per {per})", config.unchanged_prob, COLORS["UNCHANGED"]),
     ]
+    fig = go.Figure()
     for key, name, target, color in series:
         fig.add_trace(go.Scatter(x=x, y=[r[key] for r in rows], mode="lines", name=name, line=dict(color=color)))
         fig.add_hline(y=target, line=dict(color=color, dash="dot", width=1))
+    tickvals, ticktext = log_ticks(min(x), max(x)) if x else ([], [])
+    # Short titles: in presenter view (26 px) a plotly title does not wrap and would be cut.
+    title = "Measured rates (lines) and the rule's own (dotted)" if fixed else "Rates settle on the configured ones (dotted)"
     fig.update_layout(
-        title="Empirical rates converge to the configured ones (dotted) as more tokens are masked",
-        xaxis=dict(title="eligible tokens masked so far", type="log"),
+        title=title,
+        xaxis=dict(title="eligible tokens masked so far", type="log", tickvals=tickvals, ticktext=ticktext,
+                   range=[math.log10(max(min(x), 1)), math.log10(max(max(x), 1) * 1.05)] if x else None),
         yaxis=dict(title="rate", range=[0, 1]),
         height=height,
         legend=dict(orientation="h", y=-0.25),
@@ -43,7 +82,7 @@ def per_sentence_histogram(counts: list[int], height: int = 360) -> go.Figure:
     zero_share = freq[0] / len(counts) if counts else 0.0
     fig = go.Figure(go.Bar(x=bins, y=freq, marker_color=["#e03131" if b == 0 else "#1c7ed6" for b in bins]))
     fig.update_layout(
-        title=f"Selected tokens per sentence — {zero_share:.1%} of sentences got none (red)",
+        title=f"Selected tokens per sentence: {zero_share:.1%} got none (red)",
         xaxis=dict(title="selected tokens in the sentence", dtick=1 if top <= 20 else None),
         yaxis=dict(title="sentences"),
         height=height,
@@ -52,11 +91,37 @@ def per_sentence_histogram(counts: list[int], height: int = 360) -> go.Figure:
     return fig
 
 
-def decision_counts_figure(counts: dict[str, int], height: int = 300) -> go.Figure:
-    """Bar chart of how many tokens got each decision in one sentence."""
-    names = ["MASK", "RANDOM", "UNCHANGED", "NOT_SELECTED"]
-    fig = go.Figure(go.Bar(x=[counts.get(n, 0) for n in names], y=names, orientation="h",
-                           marker_color=[COLORS[n] for n in names]))
-    fig.update_layout(title="Decisions in this sentence", height=height, xaxis=dict(title="tokens"),
-                      margin=dict(t=50, b=30))
+def decision_counts_figure(counts: dict[str, int], *, revealed: int | None = None, total: int | None = None,
+                           height: int = 300) -> go.Figure:
+    """How many tokens got each decision, in the legend's words, special tokens apart.
+
+    ``revealed`` of ``total`` tokens: while stepping, only the decisions revealed so far are counted,
+    and the title says so; the sentence's totals show once every token is revealed.
+    """
+    names = ["MASK", "RANDOM", "UNCHANGED", "NOT_SELECTED", "SPECIAL"]
+    words = [DECISION_WORDS[n] for n in names]
+    fig = go.Figure(go.Bar(x=[counts.get(n, 0) for n in names], y=words, orientation="h",
+                           marker_color=[COLORS[n] for n in names], text=[counts.get(n, 0) for n in names],
+                           textposition="auto"))
+    if revealed is None or total is None or revealed >= total:
+        title = "Decisions in this sentence"
+    else:
+        title = f"Decisions revealed so far: {revealed} of {total} tokens"
+    fig.update_layout(title=title, height=height, xaxis=dict(title="tokens", rangemode="tozero"),
+                      yaxis=dict(autorange="reversed"), margin=dict(t=50, b=30))
+    return fig
+
+
+def span_length_figure(drawn: dict[int, int], config: MaskingConfig, height: int = 340) -> go.Figure:
+    """Drawn span lengths (bars) against SpanBERT's renormalised Geometric(p) over 1..span_max (dots)."""
+    lengths = list(range(1, int(config.span_max) + 1))
+    total = max(sum(drawn.values()), 1)
+    law = config.span_length_probs()
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=lengths, y=[drawn.get(k, 0) / total for k in lengths], name="drawn", marker_color="#1c7ed6"))
+    fig.add_trace(go.Scatter(x=lengths, y=law, mode="markers+lines", name=f"Geometric({config.span_p:g}) renormalised",
+                             line=dict(color="#212529", dash="dot")))
+    fig.update_layout(title=f"Drawn span lengths (law: mean {config.mean_span_length():.2f} words)",
+                      xaxis=dict(title="span length (words)", dtick=1), yaxis=dict(title="share of spans"),
+                      height=height, legend=dict(orientation="h", y=-0.3), margin=dict(t=60, b=40))
     return fig

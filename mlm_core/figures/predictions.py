@@ -19,7 +19,7 @@ OTHER_COLOR = "#adb5bd"  # the model's other guesses
 MISSED_COLOR = "#e8590c"  # the true token, shown after the top-k because it ranked lower
 DECISION_COLORS = {"MASK": "#e03131", "RANDOM": "#f08c00", "UNCHANGED": "#2f9e44"}
 DECISION_LABELS = {"MASK": "→ [MASK]", "RANDOM": "→ random token", "UNCHANGED": "unchanged"}
-MODE_COLORS = {"independent": "#1c7ed6", "iterative": "#ae3ec9"}
+MODE_COLORS = {"independent": "#1c7ed6", "easy_first": "#ae3ec9", "mask_predict": "#e8590c"}
 
 
 def _e(text: str) -> str:
@@ -31,7 +31,9 @@ def _pct(q: float) -> str:
     return f"{q:.1%}" if q >= 0.001 else f"{q:.1e}"
 
 
-def _facet_title(p: TokenPrediction) -> str:
+def _facet_title(p: TokenPrediction, known_truth: bool = True) -> str:
+    if not known_truth:
+        return f"position {p.position}: your blank <b>{_e(p.seen_token)}</b>"
     decision = f" · {DECISION_LABELS.get(p.decision.name, p.decision.name)}" if p.decision is not None else ""
     return f"position {p.position}: saw <b>{_e(p.seen_token)}</b>, should predict <b>{_e(p.true_token)}</b>{decision}"
 
@@ -49,14 +51,15 @@ def topk_figure(predictions: Predictions, *, max_positions: int = 8, bar_height:
                            x=0.5, y=0.5, xref="paper", yref="paper")
         fig.update_layout(height=200, xaxis=dict(visible=False), yaxis=dict(visible=False))
         return fig
-    fig = make_subplots(rows=len(shown), cols=1, subplot_titles=[_facet_title(p) for p in shown],
+    truth = predictions.known_truth
+    fig = make_subplots(rows=len(shown), cols=1, subplot_titles=[_facet_title(p, truth) for p in shown],
                         vertical_spacing=min(0.5 / len(shown), 0.12))
     for row, p in enumerate(shown, start=1):
         labels = [f"{_e(t)}" for t in p.top_tokens]
         values = list(p.top_probs)
-        colors = [TRUE_COLOR if i == p.true_id else OTHER_COLOR for i in p.top_ids]
+        colors = [TRUE_COLOR if truth and i == p.true_id else OTHER_COLOR for i in p.top_ids]
         texts = [_pct(q) for q in values]
-        if p.true_rank > len(p.top_ids):  # the true token ranked below the top-k: show it anyway
+        if truth and p.true_rank > len(p.top_ids):  # the true token ranked below the top-k: show it anyway
             labels.append(f"{_e(p.true_token)} (rank {p.true_rank:,})")
             values.append(p.true_prob)
             colors.append(MISSED_COLOR)
@@ -75,7 +78,8 @@ def topk_figure(predictions: Predictions, *, max_positions: int = 8, bar_height:
     fig.update_layout(
         height=80 + (60 + bar_height * (predictions.k + 1)) * len(shown),
         margin=dict(t=60, b=40, l=10, r=30),
-        title=f"Top-{predictions.k} guesses at each selected position (green: the true token)",
+        title=(f"Top-{predictions.k} guesses at each selected position (green: the true token)" if truth else
+               f"Top-{predictions.k} guesses at each blank you typed (there is no true token to compare with)"),
     )
     if len(predictions.positions) > len(shown):
         fig.add_annotation(text=f"first {len(shown)} of {len(predictions.positions)} positions",
@@ -141,24 +145,28 @@ def loss_per_position_figure(predictions: Predictions, *, height: int = 320) -> 
     return fig
 
 
-def fill_comparison_figure(independent: FillResult, iterative: FillResult, tokens: list[str], *,
-                           height: int = 360) -> go.Figure:
-    """p(chosen token) at each filled position, one pass vs most-confident-first; labels show the token."""
+def fill_comparison_figure(results, tokens: list[str], *, height: int = 360) -> go.Figure:
+    """p(chosen token) at each filled position, one group of bars per filling mode; labels show the token.
+
+    ``results``: FillResults of the same positions (independent, easy-first, Mask-Predict).
+    """
     fig = go.Figure()
-    for result in (independent, iterative):
+    names = {"independent": "independent: one pass", "easy_first": "greedy easy-first: most confident first",
+             "mask_predict": "Mask-Predict: re-mask the least sure"}
+    for result in results:
         steps = sorted(result.steps, key=lambda s: s.position)
         order = {position: i + 1 for i, position in enumerate(result.order)}
-        text = [f"{_e(s.token)}" + (f" (#{order[s.position]})" if result.mode == "iterative" else "") for s in steps]
+        text = [f"{_e(s.token)}" + (f" (#{order[s.position]})" if result.mode == "easy_first" else "") for s in steps]
         fig.add_trace(go.Bar(
-            name=f"{result.mode}: {'one pass' if result.mode == 'independent' else 'most confident first'}",
+            name=names.get(result.mode, result.mode),
             x=[f"{s.position}: {_e(tokens[s.position]) if s.position < len(tokens) else ''}" for s in steps],
             y=[s.prob for s in steps], text=text, textposition="outside", cliponaxis=False,
-            marker_color=MODE_COLORS[result.mode],
+            marker_color=MODE_COLORS.get(result.mode, OTHER_COLOR),
             hovertemplate="%{x}<br>chose %{text}, p = %{y:.3f}<extra></extra>",
         ))
     fig.update_layout(
         barmode="group",
-        title="Filling several masks: the chosen token and its probability (#n = iterative fill order)",
+        title="Filling several masks: the chosen token and its probability (#n = easy-first fill order)",
         yaxis=dict(title="p(chosen token)", range=[0, 1.1], tickformat=".0%"),
         xaxis=dict(title="position: original token"),
         legend=dict(orientation="h", y=-0.3), height=height, margin=dict(t=60, b=40),

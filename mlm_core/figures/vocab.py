@@ -30,6 +30,13 @@ def _families(rows: Sequence[dict]) -> list[str]:
     return seen
 
 
+_NICE_SIZES = (100, 250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 30_000, 50_000, 100_000)
+
+
+def _size_text(v: int) -> str:
+    return f"{v // 1000}k" if v >= 1000 and v % 1000 == 0 else str(v)
+
+
 def split_metrics_figure(rows: Sequence[dict], height: int = 380) -> go.Figure:
     """Tokens per word, split-word share and [UNK] rate against vocabulary size (log x).
 
@@ -61,9 +68,14 @@ def split_metrics_figure(rows: Sequence[dict], height: int = 380) -> go.Figure:
                 row=1,
                 col=col,
             )
+    sizes = [r["vocab_size"] for r in rows] or [1]
+    low, high = min(sizes), max(sizes)
     for col, (key, _, fmt) in enumerate(panels, start=1):
         top = max((r[key] for r in rows), default=0.0)
-        fig.update_xaxes(type="log", title_text="vocabulary size V", row=1, col=col)
+        # Plain ticks (250, 1k, 30k): plotly's default log ticks read "2 5 1000 2 5".
+        ticks = [v for v in _NICE_SIZES if low / 2 <= v <= high * 2] or [low, high]
+        fig.update_xaxes(type="log", title_text="vocabulary size V", tickvals=ticks,
+                         ticktext=[_size_text(v) for v in ticks], row=1, col=col)
         # A share that is 0 everywhere ([UNK] on English text) still gets a readable small axis.
         fig.update_yaxes(tickformat=fmt or "", range=[0, max(top * 1.15, 0.01 if fmt else 1.0)], row=1, col=col)
     fig.update_layout(
@@ -75,14 +87,15 @@ def split_metrics_figure(rows: Sequence[dict], height: int = 380) -> go.Figure:
     return fig
 
 
-def _log_range(low: int, high: int, n: int = 60) -> list[int]:
-    low, high = max(2, low), max(3, high)
-    step = (math.log(high) - math.log(low)) / (n - 1)
-    return sorted({round(math.exp(math.log(low) + i * step)) for i in range(n)})
+def _linear_range(high: int, n: int = 60) -> list[int]:
+    return sorted({max(1, round(high * i / (n - 1))) for i in range(n)})
 
 
 def head_cost_figure(points: Sequence[tuple[str, str, HeadCost]], height: int = 400) -> go.Figure:
-    """The MLM head's forward FLOPs and logits memory per batch, and ln V, against V (log x).
+    """The MLM head's forward FLOPs and logits memory per batch, and ln V, against V (linear axes).
+
+    The costs are linear in V, so linear axes show them as the straight lines they are (a log x
+    axis would bend them into curves that look exponential).
 
     ``points``: (family, label, HeadCost) for the vocabularies on the page, all with the same
     H, B, T and M; the lines are the same formulas over a range of V.
@@ -95,7 +108,7 @@ def head_cost_figure(points: Sequence[tuple[str, str, HeadCost]], height: int = 
         head_cost(v, hidden_size=ref.hidden_size, batch_size=ref.batch_size, seq_len=ref.seq_len,
                   mlm_probability=ref.masked_positions / (ref.batch_size * ref.seq_len),
                   bytes_per_value=ref.bytes_per_value)
-        for v in _log_range(min(min(sizes) // 2, 500), max(max(sizes) * 2, 60_000))
+        for v in _linear_range(int(max(sizes) * 1.1))
     ]
     mib = 2**20
     fig = make_subplots(
@@ -155,7 +168,7 @@ def head_cost_figure(points: Sequence[tuple[str, str, HeadCost]], height: int = 
                 col=col,
             )
     for col in (1, 2, 3):
-        fig.update_xaxes(type="log", title_text="vocabulary size V", row=1, col=col)
+        fig.update_xaxes(type="linear", rangemode="tozero", title_text="vocabulary size V", row=1, col=col)
         fig.update_yaxes(rangemode="tozero", row=1, col=col)
     fig.update_layout(
         title=(

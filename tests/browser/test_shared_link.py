@@ -58,10 +58,12 @@ def test_one_link_walks_the_pages(page, server):
 
     for title in ("Predictions", "Quiz", "Home"):
         go_to(page, title)
-        assert url_params(page).items() >= CORE.items(), title
-        if title == "Quiz":
+        if title == "Quiz":  # the quiz keeps the sentence out of its address: it would give answers away
+            assert "sentence" not in url_params(page)
+            assert url_params(page).items() >= {k: v for k, v in CORE.items() if k != "sentence"}.items()
             assert page.get_by_text(re.compile(r"seed 7")).count() >= 1
-            assert "paris" in " ".join(page.locator(".mlm-chip").all_inner_texts())
+            continue
+        assert url_params(page).items() >= CORE.items(), title
         if title == "Predictions":
             page.get_by_text("Take it from the Masking page").click()
             wait_idle(page)

@@ -1,0 +1,782 @@
+"""Inside the model: where a masked position looks, how its guess forms layer by layer, what it depends on.
+
+Three views of one position of one sentence (a [MASK] by default), each a plain function that
+returns tensors in a frozen dataclass:
+
+- ``attention_from``: the attention weights from the position to every token, every layer and
+  head, (L, H, T); ``head_patterns`` scores every head for the patterns Clark et al. (2019, §3)
+  describe, measured on this model;
+- ``logit_lens``: the model's own MLM head applied to the position's hidden state after every
+  layer, (L+1, K) (nostalgebraist's "logit lens", 2020);
+- ``saliency``: gradient × input and leave-one-out, (T,), and how far they agree.
+
+``compare_models`` puts a trained copy beside its base model on the same sentence and masks.
+
+Attention weights and many sessions. Hugging Face models pick their attention function on every
+forward from ``model.config._attn_implementation`` (transformers 5.24,
+``ALL_ATTENTION_FUNCTIONS.get_interface`` in every ``*SelfAttention.forward``); "sdpa", the default,
+returns no weights (``sdpa_attention_forward`` only warns when ``output_attentions=True``). The
+config is shared by every session using the cached model, so switching it to "eager" would change
+what other sessions run while we run. Instead, ``attention_maps`` runs the unchanged SDPA forward
+inside a ``torch.overrides.TorchFunctionMode`` that sees each call of
+``F.scaled_dot_product_attention`` (query, key, mask, scale, exactly as SDPA gets them) and
+computes the weights the way PyTorch documents SDPA: softmax(q kᵀ · scale + mask). Torch function
+modes live on a per-thread stack, so other threads (other sessions) never enter it, and the model,
+its config and its hooks stay as they are. A model loaded with ``attn_implementation="eager"``
+returns its weights itself (``output_attentions=True``, which transformers records per call
+through a ``ContextVar``).
+
+Shapes: B = batch, L = layers, H = heads, T = tokens, E = embedding size, V = vocabulary,
+K = top-k, P = patterns.
+
+>>> from mlm_core.models import tiny_random_masked_lm
+>>> model, tokenizer = tiny_random_masked_lm()
+>>> ids = torch.tensor([101, 1996, 103, 2938, 1012, 102])
+>>> attention = attention_from(model, tokenizer, ids, None, position=2)
+>>> tuple(attention.weights.shape)  # (L, H, T)
+(2, 2, 6)
+>>> round(float(attention.weights.sum(-1).min()), 4)  # every row is a distribution
+1.0
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from mlm_core.data import encode, mask_batch
+from mlm_core.errors import InputError
+from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig
+from mlm_core.models import Predictions, head_parts, masked_lm_logits, predict_masked
+
+__all__ = [
+    "AttentionUnavailable",
+    "LensUnavailable",
+    "attention_maps",
+    "PositionAttention",
+    "attention_from",
+    "PATTERNS",
+    "HeadPatterns",
+    "head_patterns",
+    "measure_head_patterns",
+    "LogitLens",
+    "logit_lens",
+    "LensProfile",
+    "lens_profile",
+    "lens_profile_on_texts",
+    "gradient_x_input",
+    "leave_one_out",
+    "GradientSaliency",
+    "gradient_saliency",
+    "special_positions",
+    "Saliency",
+    "saliency",
+    "kendall_tau",
+    "layer_agreement",
+    "last_word",
+    "AgreementSummary",
+    "agreement_over_texts",
+    "ModelComparison",
+    "compare_models",
+]
+
+MAX_TOKENS = 128  # one sentence; leave-one-out runs T forward rows, so keep it a sentence
+LOO_CHUNK = 64  # leave-one-out rows per forward pass: bounds memory for long sentences
+
+
+class AttentionUnavailable(InputError):
+    """This model's attention implementation gives no weights we can read (e.g. flash attention)."""
+
+
+class LensUnavailable(InputError):
+    """The logit lens needs a head split into transform and projection, known for four families."""
+
+
+# --------------------------------------------------------------------------- attention, per call
+def _sdpa_weights(query, key, value=None, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                  enable_gqa=False) -> torch.Tensor:
+    """The weights ``F.scaled_dot_product_attention`` applies, (B, H, Tq, Tk), in fp32.
+
+    PyTorch's reference for SDPA (its docstring): bias from ``is_causal`` and ``attn_mask`` (bool:
+    True = may attend; float: added), softmax(q kᵀ · scale + bias). Dropout is not applied (eval).
+    """
+    query, key = query.float(), key.float()
+    if enable_gqa:  # grouped-query attention: each key head serves several query heads
+        key = key.repeat_interleave(query.size(-3) // key.size(-3), dim=-3)
+    scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
+    scores = query @ key.transpose(-2, -1) * scale  # (B, H, Tq, Tk)
+    if is_causal:
+        allowed = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask.float()
+    return scores.softmax(-1).nan_to_num(0.0)  # a row with nothing to attend to: all zeros
+
+
+class _SDPARecorder(TorchFunctionMode):
+    """Inside ``with``: every ``F.scaled_dot_product_attention`` call of THIS thread also records its weights.
+
+    The call itself runs unchanged (same kernel, same output); the weights are computed beside it.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.weights: list[torch.Tensor] = []  # one (B, H, T, T) per call, in call order (= layer order)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            with torch.no_grad():
+                self.weights.append(_sdpa_weights(*args, **kwargs))
+        return func(*args, **kwargs)
+
+
+def _layer_count(model: nn.Module) -> int | None:
+    config = model.config
+    return getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", None)
+
+
+def _forward_inside(model: nn.Module, input_ids, attention_mask) -> torch.Tensor:
+    """One encoder forward that records every attention map: (B, L, H, T, T) fp32 on the CPU."""
+    implementation = getattr(model.config, "_attn_implementation", None) or "eager"
+    device = model.device
+    kwargs = dict(input_ids=input_ids.to(device),
+                  attention_mask=None if attention_mask is None else torch.as_tensor(attention_mask).to(device))
+    with torch.no_grad():
+        if implementation == "eager":  # the model returns its weights itself, recorded per call
+            out = model.base_model(**kwargs, output_attentions=True)
+            maps = list(out.attentions or ())
+        elif implementation == "sdpa":
+            recorder = _SDPARecorder()
+            with recorder:
+                out = model.base_model(**kwargs)
+            maps = recorder.weights
+        else:
+            raise AttentionUnavailable(
+                f"This model runs {implementation!r} attention, which gives no attention weights to show. "
+                "Load it with attn_implementation='sdpa' or 'eager' to see them.")
+    layers = _layer_count(model)
+    if not maps or (layers is not None and len(maps) != layers):
+        raise AttentionUnavailable(
+            f"{type(model).__name__} gave {len(maps)} attention maps for {layers} layers: its attention "
+            "does not go through PyTorch's scaled_dot_product_attention, so its weights cannot be read here.")
+    return torch.stack([m.float().cpu() for m in maps], dim=1)  # (B, L, H, T, T)
+
+
+def attention_maps(model: nn.Module, input_ids, attention_mask=None) -> torch.Tensor:
+    """Every layer's and head's attention weights, (B, L, H, T, T) fp32: row i = where token i looks.
+
+    Thread-safe on a shared model: nothing on the model, its config or its hooks changes (see the
+    module docstring). Raises ``AttentionUnavailable`` for implementations without weights.
+    """
+    input_ids = torch.as_tensor(input_ids)
+    if input_ids.dim() == 1:  # one sentence (T,) -> a batch of one (1, T)
+        input_ids = input_ids[None]
+        attention_mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(1, -1)
+    return _forward_inside(model, input_ids, attention_mask)
+
+
+@dataclass(frozen=True)
+class PositionAttention:
+    """Where one position looks: its attention row in every layer and head."""
+
+    position: int
+    tokens: tuple[str, ...]  # the T tokens the model saw
+    weights: torch.Tensor  # (L, H, T): from ``position`` to every token; each (layer, head) row sums to 1
+
+    @property
+    def layer_mean(self) -> torch.Tensor:
+        """(L, T): the average over the heads of each layer."""
+        return self.weights.mean(1)
+
+    def top(self, layer: int, head: int, n: int = 3) -> list[tuple[int, str, float]]:
+        """The ``n`` tokens head (layer, head) attends to most: (position, token, weight), largest first."""
+        row = self.weights[layer, head]  # (T,)
+        values, index = row.topk(min(n, row.numel()))
+        return [(int(i), self.tokens[int(i)], float(v)) for v, i in zip(values, index)]
+
+
+def _one_sentence(input_ids, attention_mask):
+    ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
+    if ids.numel() == 0:
+        raise InputError("The sentence has no tokens.")
+    if ids.numel() > MAX_TOKENS:
+        raise InputError(f"Inside the model looks at one sentence of at most {MAX_TOKENS} tokens; "
+                         f"this one has {ids.numel()}.")
+    mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(-1)  # (T,)
+    return ids, mask
+
+
+def _check_position(position: int, length: int) -> int:
+    if not 0 <= int(position) < length:
+        raise InputError(f"Position {position} is outside the sentence (it has {length} tokens).")
+    return int(position)
+
+
+def attention_from(model: nn.Module, tokenizer, input_ids, attention_mask, position: int) -> PositionAttention:
+    """The attention from ``position`` to every token of one sentence (T,), every layer and head: (L, H, T)."""
+    ids, mask = _one_sentence(input_ids, attention_mask)
+    position = _check_position(position, ids.numel())
+    maps = _forward_inside(model, ids[None], None if mask is None else mask[None])  # (1, L, H, T, T)
+    return PositionAttention(position, tuple(tokenizer.convert_ids_to_tokens(ids.tolist())), maps[0, :, :, position])
+
+
+# --------------------------------------------------------------------------- head patterns (Clark et al. 2019, §3)
+PATTERNS = ("[CLS]", "[SEP]", ". or ,", "previous token", "next token", "itself", "same token elsewhere")
+PUNCTUATION = (".", ",")  # Clark et al. §3.2 look at periods and commas
+_PIECE_MARKS = ("##", "Ġ", "▁")  # WordPiece continuation, GPT-2/RoBERTa and SentencePiece space marks
+
+
+@dataclass(frozen=True)
+class HeadPatterns:
+    """How much each head attends to each pattern's tokens, averaged over the query tokens of some sentences.
+
+    ``scores[p, l, h]``: the mean attention weight head (l, h) puts on pattern p's tokens (e.g. on
+    [SEP]), over every query token that has such a token to look at. ``uniform[p]``: the same
+    average for a head that spreads its attention evenly: the chance level to compare with.
+    ``entropy[l, h]``: mean entropy of the head's rows in nats (Clark et al. §3.3: broad vs focused);
+    ``uniform_entropy``: that of even attention, mean ln(T).
+    """
+
+    names: tuple[str, ...]  # (P,)
+    scores: torch.Tensor  # (P, L, H)
+    uniform: torch.Tensor  # (P,)
+    queries: torch.Tensor  # (P,) how many query tokens each pattern was averaged over
+    entropy: torch.Tensor  # (L, H)
+    uniform_entropy: float
+    sentences: int
+
+    def top_heads(self, pattern: str, n: int = 3) -> list[tuple[int, int, float]]:
+        """The ``n`` heads with the highest score for ``pattern``: (layer, head, score), 0-based."""
+        scores = self.scores[self.names.index(pattern)]  # (L, H)
+        values, index = scores.flatten().topk(min(n, scores.numel()))
+        heads = scores.shape[1]
+        return [(int(i) // heads, int(i) % heads, float(v)) for v, i in zip(values, index)]
+
+    def heads_above(self, pattern: str, threshold: float = 0.5) -> int:
+        """How many heads put more than ``threshold`` of their attention on ``pattern``'s tokens."""
+        return int((self.scores[self.names.index(pattern)] > threshold).sum())
+
+    def records(self, n: int = 3) -> list[dict]:
+        """One row per pattern: its best heads (1-based "layer-head" names, as papers write them) and chance."""
+        rows = []
+        for p, name in enumerate(self.names):
+            best = self.top_heads(name, n)
+            rows.append({"pattern": name, "uniform_attention": float(self.uniform[p]),
+                         "query_tokens": int(self.queries[p]),
+                         **{f"head_{i + 1}": f"{l + 1}-{h + 1}" for i, (l, h, _) in enumerate(best)},
+                         **{f"score_{i + 1}": s for i, (_, _, s) in enumerate(best)}})
+        return rows
+
+
+def _bare(token: str) -> str:
+    for mark in _PIECE_MARKS:
+        if token.startswith(mark) and len(token) > len(mark):
+            return token[len(mark):]
+    return token
+
+
+def head_patterns(attention: torch.Tensor, input_ids, attention_mask, tokens: Sequence[Sequence[str]], *,
+                  cls_id: int | None, sep_id: int | None, special_ids: Sequence[int] = (),
+                  mask_id: int | None = None) -> HeadPatterns:
+    """Score every head of ``attention`` (B, L, H, T, T) for each of ``PATTERNS``.
+
+    Query tokens: real tokens other than [CLS], [SEP] and ``special_ids`` — what words and masks
+    look at. Keys: the pattern's tokens (for "same token elsewhere": another position with the same
+    id; specials and ``mask_id`` never count as the same word). A query counts for a pattern only
+    if it has at least one such key (the first token has no previous one).
+    """
+    attention = attention.float()
+    B, L, H, T, _ = attention.shape
+    ids = torch.as_tensor(input_ids).reshape(B, T)
+    real = torch.ones(B, T, dtype=torch.bool) if attention_mask is None else \
+        torch.as_tensor(attention_mask).reshape(B, T).bool()
+    special = torch.zeros(B, T, dtype=torch.bool)
+    for i in {cls_id, sep_id, *special_ids} - {None}:
+        special |= ids == i
+    queries = real & ~special  # (B, T)
+    words = queries & (ids != mask_id if mask_id is not None else True)  # (B, T) tokens that can repeat
+    punct = torch.tensor([[_bare(t) in PUNCTUATION for t in list(row)[:T]] + [False] * (T - len(row))
+                          for row in tokens], dtype=torch.bool).reshape(B, T)
+    index = torch.arange(T)
+    keys = {  # (B, Tq, Tk) bool: which keys belong to the pattern, for each query
+        "[CLS]": (ids == cls_id if cls_id is not None else torch.zeros_like(real))[:, None, :].expand(B, T, T),
+        "[SEP]": (ids == sep_id if sep_id is not None else torch.zeros_like(real))[:, None, :].expand(B, T, T),
+        ". or ,": punct[:, None, :].expand(B, T, T),
+        "previous token": (index[None, :] == index[:, None] - 1)[None].expand(B, T, T),
+        "next token": (index[None, :] == index[:, None] + 1)[None].expand(B, T, T),
+        "itself": torch.eye(T, dtype=torch.bool)[None].expand(B, T, T),
+        "same token elsewhere": (ids[:, :, None] == ids[:, None, :]) & ~torch.eye(T, dtype=torch.bool)[None]
+        & words[:, None, :],
+    }
+    scores, uniform, counts = [], [], []
+    n_keys = real.sum(-1, keepdim=True).clamp(min=1)  # (B, 1) tokens a row can attend to
+    for name in PATTERNS:
+        target = keys[name] & real[:, None, :]  # (B, Tq, Tk) only real keys
+        valid = queries & target.any(-1)  # (B, Tq) queries with something to look at
+        n = valid.sum()
+        mass = (attention * target[:, None, None].float()).sum(-1)  # (B, L, H, Tq)
+        weight = valid[:, None, None].float()  # (B, 1, 1, Tq)
+        scores.append((mass * weight).sum((0, 3)) / n.clamp(min=1))  # (L, H)
+        uniform.append(((target.sum(-1) / n_keys) * valid).sum() / n.clamp(min=1))
+        counts.append(n)
+    rows = attention.clamp(min=1e-12)
+    entropy = -(attention * rows.log()).sum(-1)  # (B, L, H, Tq)
+    weight = queries[:, None, None].float()
+    n_queries = queries.sum().clamp(min=1)
+    mean_entropy = (entropy * weight).sum((0, 3)) / n_queries  # (L, H)
+    uniform_entropy = float((n_keys.float().log().expand(B, T) * queries).sum() / n_queries)
+    return HeadPatterns(PATTERNS, torch.stack(scores), torch.stack(uniform), torch.stack(counts), mean_entropy,
+                        uniform_entropy, B)
+
+
+def _cls_sep(tokenizer) -> tuple[int | None, int | None]:
+    cls = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+    sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    return cls, sep
+
+
+def measure_head_patterns(model: nn.Module, tokenizer, encoded) -> HeadPatterns:
+    """``head_patterns`` of ``model`` on a tokenized batch (``mlm_core.data.Encoded``): one forward pass."""
+    attention = attention_maps(model, encoded.input_ids, encoded.attention_mask)  # (B, L, H, T, T)
+    cls, sep = _cls_sep(tokenizer)
+    special = [i for i in tokenizer.all_special_ids if i != tokenizer.mask_token_id]
+    return head_patterns(attention, encoded.input_ids, encoded.attention_mask, encoded.tokens,
+                         cls_id=cls, sep_id=sep, special_ids=special, mask_id=tokenizer.mask_token_id)
+
+
+# --------------------------------------------------------------------------- the logit lens
+@dataclass(frozen=True)
+class LogitLens:
+    """The MLM head read off one position after every layer: row 0 = the embeddings, row l = after layer l."""
+
+    position: int
+    true_id: int | None
+    true_token: str | None
+    top_ids: torch.Tensor  # (L+1, K)
+    top_probs: torch.Tensor  # (L+1, K)
+    top_tokens: tuple[tuple[str, ...], ...]  # (L+1) x K
+    true_prob: torch.Tensor  # (L+1,) p(true token) at each depth (NaN without a true token)
+    true_rank: torch.Tensor  # (L+1,) 1 = the head's first choice
+    entropy: torch.Tensor  # (L+1,) nats
+
+    @property
+    def depth_labels(self) -> tuple[str, ...]:
+        return ("embeddings",) + tuple(f"layer {i}" for i in range(1, self.top_ids.shape[0]))
+
+    @property
+    def first_top1(self) -> int | None:
+        """The first depth from which the true token stays the first choice to the last layer (None: never)."""
+        if self.true_id is None:
+            return None
+        first = None
+        for depth in range(self.true_rank.numel() - 1, -1, -1):
+            if int(self.true_rank[depth]) != 1:
+                break
+            first = depth
+        return first
+
+    def records(self) -> list[dict]:
+        return [{"depth": label, "top": " ".join(self.top_tokens[d]),
+                 "p_top1": float(self.top_probs[d, 0]), "true_rank": int(self.true_rank[d]),
+                 "p_true": float(self.true_prob[d]), "entropy": float(self.entropy[d])}
+                for d, label in enumerate(self.depth_labels)]
+
+
+def logit_lens(model: nn.Module, tokenizer, input_ids, attention_mask, position: int, true_id: int | None = None,
+               *, k: int = 5) -> LogitLens:
+    """The model's own MLM head (transform + projection) on ``position``'s hidden state after every layer.
+
+    The head was trained only on the last layer's output, so earlier rows read it through a lens it
+    never saw: an approximation that shows when the answer becomes readable, not what the layer
+    "thinks". The last row equals ``predict_masked``. Raises ``LensUnavailable`` for heads
+    ``mlm_core.models.head_parts`` does not know (it needs the head split into its parts).
+    """
+    head = head_parts(model)
+    if head is None:
+        raise LensUnavailable(
+            f"The logit lens is not available for {type(model).__name__}: it needs the MLM head split into its "
+            "transform and its output projection, which MLM Lab knows for BERT, DistilBERT, RoBERTa and ALBERT.")
+    ids, mask = _one_sentence(input_ids, attention_mask)
+    position = _check_position(position, ids.numel())
+    device = model.device
+    with torch.no_grad():
+        out = model.base_model(input_ids=ids[None].to(device),
+                               attention_mask=None if mask is None else mask[None].to(device),
+                               output_hidden_states=True)
+        rows = torch.stack([h[0, position] for h in out.hidden_states])  # (L+1, H)
+        log_probs = F.log_softmax(head.decoder(head.transform(rows)).float(), dim=-1).cpu()  # (L+1, V)
+    return _lens_result(log_probs, position, true_id, tokenizer, k)
+
+
+def _lens_result(log_probs: torch.Tensor, position: int, true_id: int | None, tokenizer, k: int) -> LogitLens:
+    probs = log_probs.exp()  # (L+1, V)
+    k = max(1, min(int(k), probs.shape[-1]))
+    top_probs, top_ids = probs.topk(k, dim=-1)  # (L+1, K)
+    entropy = -(probs * log_probs).nan_to_num().sum(-1)  # (L+1,)
+    if true_id is not None:
+        true_log = log_probs[:, int(true_id)]  # (L+1,)
+        true_prob = true_log.exp()
+        true_rank = (log_probs > true_log[:, None]).sum(-1) + 1  # (L+1,) ties in the true token's favour
+    else:
+        true_prob = torch.full((probs.shape[0],), float("nan"))
+        true_rank = torch.zeros(probs.shape[0], dtype=torch.long)
+    return LogitLens(
+        position=position, true_id=None if true_id is None else int(true_id),
+        true_token=None if true_id is None else tokenizer.convert_ids_to_tokens(int(true_id)),
+        top_ids=top_ids, top_probs=top_probs,
+        top_tokens=tuple(tuple(tokenizer.convert_ids_to_tokens(row)) for row in top_ids.tolist()),
+        true_prob=true_prob, true_rank=true_rank, entropy=entropy,
+    )
+
+
+@dataclass(frozen=True)
+class LensProfile:
+    """The logit lens over many masked positions: how often the head, read at each depth, gets the answer."""
+
+    top1: torch.Tensor  # (L+1,) share of positions whose true token is the first guess at that depth
+    top5: torch.Tensor  # (L+1,) ... among the first five
+    mean_log_prob: torch.Tensor  # (L+1,) mean log p(true token)
+    positions: int  # M, the masked positions averaged over
+
+    @property
+    def depth_labels(self) -> tuple[str, ...]:
+        return ("embeddings",) + tuple(f"layer {i}" for i in range(1, self.top1.numel()))
+
+    def records(self) -> list[dict]:
+        return [{"depth": label, "top1": float(self.top1[d]), "top5": float(self.top5[d]),
+                 "mean_log_prob": float(self.mean_log_prob[d])} for d, label in enumerate(self.depth_labels)]
+
+
+def lens_profile(model: nn.Module, input_ids, attention_mask, labels) -> LensProfile:
+    """The logit lens at every position where ``labels != IGNORE_INDEX`` of a batch (B, T), summarised per depth.
+
+    One encoder pass with every hidden state; the head on the M selected rows at each depth.
+    Raises ``LensUnavailable`` for heads ``head_parts`` does not know.
+    """
+    head = head_parts(model)
+    if head is None:
+        raise LensUnavailable(f"The logit lens is not available for {type(model).__name__}.")
+    device = model.device
+    labels = torch.as_tensor(labels)
+    selected = labels.reshape(-1) != IGNORE_INDEX  # (B*T,)
+    targets = labels.reshape(-1)[selected].to(device)  # (M,)
+    top1, top5, mean_lp = [], [], []
+    with torch.no_grad():
+        out = model.base_model(input_ids=torch.as_tensor(input_ids).to(device),
+                               attention_mask=None if attention_mask is None else torch.as_tensor(attention_mask).to(device),
+                               output_hidden_states=True)
+        for states in out.hidden_states:  # (B, T, H) at each depth
+            rows = states.reshape(-1, states.shape[-1])[selected.to(device)]  # (M, H)
+            log_probs = F.log_softmax(head.decoder(head.transform(rows)).float(), dim=-1)  # (M, V)
+            true = log_probs.gather(1, targets[:, None])  # (M, 1)
+            rank = (log_probs > true).sum(-1) + 1  # (M,)
+            top1.append((rank == 1).float().mean())
+            top5.append((rank <= 5).float().mean())
+            mean_lp.append(true.mean())
+    return LensProfile(torch.stack(top1).cpu(), torch.stack(top5).cpu(), torch.stack(mean_lp).cpu(), int(targets.numel()))
+
+
+def lens_profile_on_texts(model: nn.Module, tokenizer, texts: Sequence[str], *, seed: int = 0,
+                          max_length: int = 64) -> LensProfile:
+    """``lens_profile`` at the [MASK] positions of ``texts`` masked by BERT's rule (15%, 80/10/10) from ``seed``.
+
+    Only [MASK] positions count: at an unchanged token the embedding already holds the answer, and
+    at a random one it holds a wrong word, so neither says when the answer *forms*.
+    """
+    batch = encode(tokenizer, list(texts), max_length=max_length)
+    masked = mask_batch(tokenizer, batch, MaskingConfig(), torch.Generator().manual_seed(seed), trace=False)
+    labels = torch.where(masked.decisions == int(Decision.MASK), masked.labels, IGNORE_INDEX)  # (B, T)
+    return lens_profile(model, masked.input_ids, batch.attention_mask, labels)
+
+
+# --------------------------------------------------------------------------- saliency
+def gradient_x_input(score_fn: Callable[[torch.Tensor], torch.Tensor], embeds: torch.Tensor,
+                     baseline: torch.Tensor | None = None) -> torch.Tensor:
+    """Gradient × (input − baseline), summed over the embedding: one number per token, (T,).
+
+    ``score_fn`` maps embeddings (T, E) to a scalar. ``torch.autograd.grad`` asks for the gradient
+    of ``embeds`` only, so no parameter's ``.grad`` is written (the model may be shared).
+
+    >>> w = torch.tensor([[1.0, 2.0], [0.5, -1.0]])  # a linear score: sum of w * x
+    >>> x = torch.tensor([[3.0, 1.0], [2.0, 2.0]])
+    >>> gradient_x_input(lambda e: (w * e).sum(), x).tolist()
+    [5.0, -1.0]
+    """
+    _, grad = _input_gradient(score_fn, embeds)
+    delta = embeds.detach() if baseline is None else embeds.detach() - baseline
+    return (grad * delta).sum(-1).float().cpu()
+
+
+def _input_gradient(score_fn, embeds: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """(score, d score / d embeds (T, E)), without touching any parameter's ``.grad``."""
+    embeds = embeds.detach().requires_grad_(True)
+    with torch.enable_grad():
+        score = score_fn(embeds)
+        (grad,) = torch.autograd.grad(score, embeds)
+    return float(score.detach()), grad.detach()
+
+
+def _log_prob_fn(model: nn.Module, attention_mask, position: int, true_id: int):
+    """score(embeds (T, E)) = log p(true_id) at ``position``, through the gathered head where known."""
+    head = head_parts(model)
+    mask = None if attention_mask is None else attention_mask[None].to(model.device)
+
+    def score(embeds: torch.Tensor) -> torch.Tensor:
+        if head is not None:
+            states = model.base_model(inputs_embeds=embeds[None], attention_mask=mask)[0]  # (1, T, H)
+            logits = head.decoder(head.transform(states[0, position]))  # (V,)
+        else:
+            logits = model(inputs_embeds=embeds[None], attention_mask=mask).logits[0, position]  # (V,)
+        return F.log_softmax(logits.float(), dim=-1)[true_id]
+
+    return score
+
+
+def leave_one_out(model: nn.Module, tokenizer, input_ids, attention_mask, position: int, true_id: int,
+                  skip: Sequence[int] = ()) -> torch.Tensor:
+    """log p(true | sentence) − log p(true | sentence with token j replaced by [MASK]), for every j: (T,).
+
+    Positive: hiding token j makes the true token less likely, so the guess used it. NaN at
+    ``position`` itself and at ``skip`` (special tokens). Tokens already [MASK] score 0. All rows in
+    one batched forward (chunks of ``LOO_CHUNK``), the head on the one position only.
+    """
+    ids, mask = _one_sentence(input_ids, attention_mask)
+    position = _check_position(position, ids.numel())
+    T = ids.numel()
+    measured = [j for j in range(T) if j != position and j not in set(skip) and (mask is None or int(mask[j]) == 1)]
+    already = [j for j in measured if int(ids[j]) == tokenizer.mask_token_id]  # masking them again changes nothing
+    candidates = [j for j in measured if j not in already]
+    rows = ids[None].repeat(len(candidates) + 1, 1)  # (R, T): row 0 = the sentence as it is
+    for r, j in enumerate(candidates, start=1):
+        rows[r, j] = tokenizer.mask_token_id
+    labels = torch.full_like(rows, IGNORE_INDEX)
+    labels[:, position] = int(true_id)
+    row_mask = None if mask is None else mask[None].expand_as(rows)
+    log_p = []
+    with torch.inference_mode():
+        for start in range(0, rows.shape[0], LOO_CHUNK):
+            part = slice(start, start + LOO_CHUNK)
+            logits, targets = masked_lm_logits(model, rows[part], None if row_mask is None else row_mask[part],
+                                               labels[part])  # (r, V), (r,)
+            log_p.append(F.log_softmax(logits.float(), -1).gather(1, targets[:, None]).squeeze(1).cpu())
+    log_p = torch.cat(log_p)  # (R,)
+    result = torch.full((T,), float("nan"))
+    result[already] = 0.0
+    result[candidates] = log_p[0] - log_p[1:]
+    return result
+
+
+def _ranks(values: torch.Tensor) -> torch.Tensor:
+    """Average ranks (ties share the mean rank), 1-based, for a small 1-D tensor."""
+    less = (values[None, :] < values[:, None]).sum(1).double()
+    equal = (values[None, :] == values[:, None]).sum(1).double()
+    return less + (equal + 1) / 2
+
+
+def kendall_tau(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Kendall's τ-b between two 1-D tensors, over the entries where both are finite (NaN: < 2 such, or constant).
+
+    The rank correlation Jain & Wallace (2019, §4.1) use to compare attention with feature importance.
+
+    >>> kendall_tau(torch.tensor([1., 2., 3., 4.]), torch.tensor([10., 20., 30., 40.]))
+    1.0
+    >>> kendall_tau(torch.tensor([1., 2., 3.]), torch.tensor([3., 2., 1.]))
+    -1.0
+    """
+    a, b = torch.as_tensor(a).double().reshape(-1), torch.as_tensor(b).double().reshape(-1)
+    keep = a.isfinite() & b.isfinite()
+    a, b = a[keep], b[keep]
+    if a.numel() < 2:
+        return float("nan")
+    upper = torch.triu(torch.ones(a.numel(), a.numel(), dtype=torch.bool), diagonal=1)
+    sa = torch.sign(a[:, None] - a[None, :])[upper]
+    sb = torch.sign(b[:, None] - b[None, :])[upper]
+    denominator = math.sqrt(float((sa != 0).sum()) * float((sb != 0).sum()))
+    return float((sa * sb).sum()) / denominator if denominator > 0 else float("nan")
+
+
+def layer_agreement(attention: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Kendall τ between each layer's head-averaged attention row, (L, H, T) → (L, T), and ``reference`` (T,): (L,).
+
+    Only tokens where ``reference`` is finite count (leave-one-out is NaN at the position and at
+    special tokens).
+    """
+    mean = attention.float().mean(1)  # (L, T)
+    return torch.tensor([kendall_tau(row, reference) for row in mean])
+
+
+@dataclass(frozen=True)
+class GradientSaliency:
+    """Gradient × input for the true token at ``position``: one forward and one backward pass."""
+
+    position: int
+    true_id: int
+    true_token: str
+    tokens: tuple[str, ...]
+    grad_x_input: torch.Tensor  # (T,) gradient · embedding (the usual gradient × input)
+    grad_x_delta: torch.Tensor  # (T,) gradient · (embedding − [MASK]'s): the first-order guess of leave-one-out
+    log_prob: float  # log p(true) on the sentence as it is
+
+
+@dataclass(frozen=True)
+class Saliency(GradientSaliency):
+    """Which input tokens the guess at ``position`` depends on, measured two ways, and how far they agree."""
+
+    leave_one_out: torch.Tensor = None  # (T,) drop in log p(true) when token j becomes [MASK]; NaN: not measured
+    tau_input: float = float("nan")  # Kendall τ(grad_x_input, leave_one_out)
+    tau_delta: float = float("nan")  # Kendall τ(grad_x_delta, leave_one_out)
+
+    @classmethod
+    def from_parts(cls, gradient: GradientSaliency, leave_one_out: torch.Tensor) -> "Saliency":
+        """Both views together, with their agreement (Kendall τ over the tokens leave-one-out measured)."""
+        return cls(gradient.position, gradient.true_id, gradient.true_token, gradient.tokens, gradient.grad_x_input,
+                   gradient.grad_x_delta, gradient.log_prob, leave_one_out, kendall_tau(gradient.grad_x_input, leave_one_out),
+                   kendall_tau(gradient.grad_x_delta, leave_one_out))
+
+    def records(self) -> list[dict]:
+        return [{"position": j, "token": t, "leave_one_out": _finite(self.leave_one_out[j]),
+                 "grad_x_input": float(self.grad_x_input[j]), "grad_x_delta": float(self.grad_x_delta[j])}
+                for j, t in enumerate(self.tokens)]
+
+
+def _finite(value) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def special_positions(tokenizer, input_ids) -> list[int]:
+    """Positions of special tokens other than [MASK] ([CLS], [SEP], padding): leave-one-out skips them."""
+    special = set(int(i) for i in tokenizer.all_special_ids) - {tokenizer.mask_token_id}
+    return [j for j, i in enumerate(torch.as_tensor(input_ids).reshape(-1).tolist()) if i in special]
+
+
+def gradient_saliency(model: nn.Module, tokenizer, input_ids, attention_mask, position: int,
+                      true_id: int) -> GradientSaliency:
+    """Gradient × input (and × (input − [MASK])) of log p(true token) at ``position`` of one sentence (T,)."""
+    ids, mask = _one_sentence(input_ids, attention_mask)
+    position = _check_position(position, ids.numel())
+    table = model.get_input_embeddings()
+    with torch.no_grad():
+        embeds = table(ids.to(model.device))  # (T, E)
+        mask_embed = table.weight[tokenizer.mask_token_id].detach()  # (E,) (a view of a parameter keeps requires_grad)
+    log_prob, grad = _input_gradient(_log_prob_fn(model, mask, position, int(true_id)), embeds)  # grad (T, E)
+    gxi = (grad * embeds).sum(-1).float().cpu()  # (T,)
+    gxd = (grad * (embeds - mask_embed)).sum(-1).float().cpu()  # (T,)
+    return GradientSaliency(position, int(true_id), tokenizer.convert_ids_to_tokens(int(true_id)),
+                            tuple(tokenizer.convert_ids_to_tokens(ids.tolist())), gxi, gxd, log_prob)
+
+
+def saliency(model: nn.Module, tokenizer, input_ids, attention_mask, position: int, true_id: int) -> Saliency:
+    """Leave-one-out (the reference) and gradient × input for the true token at ``position`` of one sentence (T,).
+
+    Gradient × input needs one forward and one backward pass; leave-one-out one batched forward of
+    T rows (its cost grows with T²). Special tokens get NaN in leave-one-out and are left out of τ.
+    """
+    gradient = gradient_saliency(model, tokenizer, input_ids, attention_mask, position, true_id)
+    loo = leave_one_out(model, tokenizer, input_ids, attention_mask, position, true_id,
+                        skip=special_positions(tokenizer, input_ids))  # (T,)
+    return Saliency.from_parts(gradient, loo)
+
+
+def last_word(tokens: Sequence[str], special: Sequence[bool]) -> int | None:
+    """The position of the last token that has a letter or digit (the last word piece before the final
+    punctuation), or the last non-special token, or None: where the page puts its first [MASK].
+
+    >>> last_word(["[CLS]", "the", "cat", ".", "[SEP]"], [True, False, False, False, True])
+    2
+    """
+    options = [i for i, s in enumerate(special) if not s]
+    words = [i for i in options if any(ch.isalnum() for ch in tokens[i])]
+    return words[-1] if words else (options[-1] if options else None)
+
+
+@dataclass(frozen=True)
+class AgreementSummary:
+    """Kendall τ with leave-one-out over many sentences (last word masked): gradient views and each layer's attention."""
+
+    names: tuple[str, ...]  # "gradient × input", "gradient × (input − [MASK])", "attention, layer 1", ...
+    taus: torch.Tensor  # (N, 2 + L) one row per sentence; NaN where τ is undefined
+
+    def records(self) -> list[dict]:
+        rows = []
+        for i, name in enumerate(self.names):
+            column = self.taus[:, i]
+            column = column[column.isfinite()]
+            rows.append({"measure": name, "sentences": int(column.numel()),
+                         "mean_tau": float(column.mean()) if column.numel() else float("nan"),
+                         "median_tau": float(column.median()) if column.numel() else float("nan")})
+        return rows
+
+
+def agreement_over_texts(model: nn.Module, tokenizer, texts: Sequence[str], *, max_length: int = 64) -> AgreementSummary:
+    """For each text: mask its last word, then τ(gradient views, leave-one-out) and τ(each layer's attention, leave-one-out).
+
+    One sentence is an anecdote; this is the same comparison on many (Jain & Wallace 2019, §4.1, do
+    it over whole datasets). Costs a leave-one-out per text.
+    """
+    rows = []
+    for text in texts:
+        encoded = encode(tokenizer, text, max_length=max_length)
+        position = last_word(encoded.tokens[0], [bool(x) for x in encoded.special_tokens_mask[0].tolist()])
+        if position is None:
+            continue
+        ids = encoded.input_ids[0].clone()  # (T,)
+        true_id = int(ids[position])
+        ids[position] = tokenizer.mask_token_id
+        result = saliency(model, tokenizer, ids, None, position, true_id)
+        attention = attention_from(model, tokenizer, ids, None, position)
+        rows.append([result.tau_input, result.tau_delta, *layer_agreement(attention.weights, result.leave_one_out)])
+    layers = _layer_count(model) or (len(rows[0]) - 2 if rows else 0)
+    names = ("gradient × input", "gradient × (input − [MASK])") + tuple(f"attention, layer {i + 1}" for i in range(layers))
+    return AgreementSummary(names, torch.tensor(rows, dtype=torch.float32).reshape(len(rows), len(names)))
+
+
+# --------------------------------------------------------------------------- what training changed
+@dataclass(frozen=True)
+class ModelComparison:
+    """The same sentence and masks through a base model and a trained copy of it."""
+
+    base: Predictions
+    trained: Predictions
+    loss_change: tuple[float, ...]  # (M,) trained − base loss at each selected position: negative = better
+    base_lens: LogitLens | None  # at ``position`` (None when the lens is not available)
+    trained_lens: LogitLens | None
+
+    def records(self) -> list[dict]:
+        return [{"position": b.position, "true_token": b.true_token,
+                 "base_top": " ".join(b.top_tokens), "trained_top": " ".join(t.top_tokens),
+                 "base_loss": b.loss, "trained_loss": t.loss, "loss_change": d,
+                 "base_rank": b.true_rank, "trained_rank": t.true_rank}
+                for b, t, d in zip(self.base.positions, self.trained.positions, self.loss_change)]
+
+
+def compare_models(base: nn.Module, trained: nn.Module, tokenizer, input_ids, attention_mask, labels, *,
+                   position: int | None = None, k: int = 5) -> ModelComparison:
+    """Top-k, loss per selected position and (at ``position``) the logit lens, for both models.
+
+    Both must share ``tokenizer`` (a trained copy does). ``labels`` (T,): the true ids at the
+    selected positions, ``IGNORE_INDEX`` elsewhere.
+    """
+    ids, mask = _one_sentence(input_ids, attention_mask)
+    labels = torch.as_tensor(labels).reshape(-1)
+    if labels.shape != ids.shape:
+        raise InputError(f"labels {tuple(labels.shape)} and input_ids {tuple(ids.shape)} must have the same shape.")
+    before = predict_masked(base, tokenizer, ids, mask, labels, k=k)
+    after = predict_masked(trained, tokenizer, ids, mask, labels, k=k)
+    change = tuple(a.loss - b.loss for b, a in zip(before.positions, after.positions))
+    lenses: list[LogitLens | None] = [None, None]
+    if position is not None and int(labels[position]) != IGNORE_INDEX:
+        for i, model in enumerate((base, trained)):
+            if head_parts(model) is not None:
+                lenses[i] = logit_lens(model, tokenizer, ids, mask, position, int(labels[position]), k=k)
+    return ModelComparison(before, after, change, lenses[0], lenses[1])

@@ -1,0 +1,83 @@
+"""Real browser: what a teacher relies on in a workshop (issue 17 items 7, 9 and 20).
+
+- a typed [MASK] on the Predictions page is the blank the model fills;
+- a student who opens a Predictions link sees the Masking page's masks without visiting it;
+- the Quiz's masks for a seed are the Masking page's masks for that seed.
+"""
+
+import re
+from urllib.parse import urlencode
+
+from playwright.sync_api import expect
+
+from tests.browser.conftest import open_page, wait_idle
+
+SLOW = 120_000  # ms: first runs load torch and the model on a busy 2-core machine
+LINK = {"sentence": "Paris is the capital of France, and Berlin is the capital of Germany.", "seed": "11",
+        "p": "0.4", "strategy": "whole_word"}
+
+
+def chips(pg, nth: int) -> list[str]:
+    return pg.locator(".mlm-chips").nth(nth).locator(".mlm-chip").all_inner_texts()
+
+
+def masking_chips(browser, server, link: dict) -> list[str]:
+    """The tokens as the model sees them on the Masking page (all decisions shown), in a fresh session."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    pg.set_default_timeout(SLOW)
+    open_page(pg, server, "masking?" + urlencode(link))
+    expect(pg.locator("h1").first).to_contain_text("Masking", timeout=SLOW)
+    wait_idle(pg)
+    found = chips(pg, 1)  # [0] is the legend
+    context.close()
+    return found
+
+
+def test_typed_mask_is_a_blank(page, server):
+    """Item 7: "[MASK]" typed into the sentence is predicted; no other word is hidden."""
+    open_page(page, server, "predictions")
+    expect(page.locator("h1").first).to_contain_text("Predictions", timeout=SLOW)
+    box = page.get_by_label("…or type your own sentence")
+    box.fill("The cat sat on the [MASK] near the door.")
+    box.press("Control+Enter")
+    expect(page.get_by_text(re.compile(r"Your sentence has 1 typed blank"))).to_be_visible(timeout=SLOW)
+    wait_idle(page)
+    seen = chips(page, 0)  # "What the model sees"
+    assert seen.count("[MASK]") == 1 and "cat" in seen and "door" in seen  # only the typed blank is hidden
+    expect(page.locator(".js-plotly-plot").first).to_contain_text("your blank", timeout=SLOW)
+    assert page.get_by_text("Click the tokens to hide from the model").count() == 0
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_predictions_link_rebuilds_the_masks(page, browser, server):
+    """Item 9: a Predictions link carries sentence, seed and rule; the masks are rebuilt from it."""
+    open_page(page, server, "predictions?" + urlencode(LINK))
+    expect(page.locator("h1").first).to_contain_text("Predictions", timeout=SLOW)
+    page.get_by_text("Take it from the Masking page").click()
+    expect(page.get_by_text(re.compile(r"From the Masking page: the shared sentence, seed 11"))).to_be_visible(
+        timeout=SLOW)
+    wait_idle(page)
+    assert page.get_by_text(re.compile("Nothing has been masked")).count() == 0
+    seen = chips(page, 0)  # "What the model sees"
+    assert seen == masking_chips(browser, server, LINK)
+    assert "[MASK]" in seen
+
+
+def test_quiz_masks_match_the_masking_page(page, browser, server):
+    """Item 20: the quiz's masks for seed S are the Masking page's masks for seed S (same sentence and rule)."""
+    open_page(page, server, "quiz?quiz=loss&seed=3&round=2")
+    expect(page.locator("h1").first).to_contain_text("Quiz", timeout=SLOW)
+    caption = page.get_by_text(re.compile(r"masks of seed \d+")).first.inner_text()
+    seed = re.search(r"masks of seed (\d+)", caption).group(1)
+    page.get_by_role("button", name=re.compile("Reveal")).click()
+    expect(page.get_by_role("button", name=re.compile("See these masks on the Masking page"))).to_be_visible(
+        timeout=SLOW)
+    wait_idle(page)
+    revealed = chips(page, 0)  # "What masking did": the tokens as the model saw them
+    page.get_by_role("button", name=re.compile("See these masks on the Masking page")).click()
+    expect(page.locator("h1").first).to_contain_text("Masking", timeout=SLOW)
+    wait_idle(page)
+    assert page.get_by_text(f"Seed {seed}").count() >= 1
+    assert chips(page, 1) == revealed
+    assert page.locator('[data-testid="stException"]').count() == 0

@@ -1,0 +1,119 @@
+"""AppTest of the Inside-the-model page with the tiny random BERT: every view, a head picked, a
+trained model beside its base, and a link that names a trained model another session has."""
+
+import copy
+
+import pytest
+import torch
+
+import ui
+from mlm_core.models import load_masked_lm
+from mlm_core.session_models import TrainedModels
+
+
+@pytest.fixture
+def page(apptest):
+    at = apptest("pages/inside.py")
+    at.session_state[ui.KEYS.model] = "tiny-random"
+    at.run()
+    assert not at.exception
+    return at
+
+
+def _markdown(at) -> str:
+    return "\n".join(m.value for m in at.markdown)
+
+
+def test_every_view_and_a_head_picked(page):
+    at = page
+    assert not at.error
+    assert at.segmented_control(key="inside_view").value == "attention"
+    assert "heads put more than half their attention" in _markdown(at)
+    assert any("What attention is not" in i.value for i in at.info)
+    assert at.get("download_button")  # the lesson export (its contents: test_lesson_export_holds_every_picture)
+    at.selectbox(key="inside_layer").set_value(2).run()
+    at.selectbox(key="inside_head").set_value(2).run()
+    assert not at.exception
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("Layer 2, head 2" in spec for spec in titles)  # the enlarged head follows the choice
+    for view in ("lens", "saliency", "training", "attention"):
+        at.segmented_control(key="inside_view").set_value(view).run()
+        assert not at.exception and not at.error, view
+    assert at.selectbox(key="inside_layer").value == 2  # the chosen head survives the other views
+    at.segmented_control(key="inside_view").set_value("lens").run()
+    assert any("Caveat" in m.value and "trained only on the last layer" in m.value for m in at.markdown)
+    at.segmented_control(key="inside_view").set_value("training").run()
+    assert any("No model has been trained" in i.value for i in at.info)
+
+
+def test_new_sentence_masks_and_position(page):
+    at = page
+    at.text_area(key="inside_sentence").set_value("Paris is the capital of France.").run()
+    assert not at.exception
+    hidden = at.pills(key="inside_masked").value
+    assert len(hidden) == 1  # the last word, to start with
+    at.pills(key="inside_masked").set_value([1, *hidden]).run()
+    assert not at.exception
+    assert len(at.selectbox(key="inside_position").options) == 2  # look from either hidden token
+    at.selectbox(key="inside_position").set_value(1).run()
+    at.segmented_control(key="inside_view").set_value("saliency").run()
+    assert not at.exception and not at.error
+    at.button(key="inside_agreement_run").click().run()
+    assert not at.exception and not at.error
+    assert any("Over 24 workshop sentences" in c.proto.spec for c in at.get("plotly_chart"))
+    at.pills(key="inside_masked").set_value([]).run()
+    assert any("Click at least one token" in i.value for i in at.info)
+    at.text_area(key="inside_sentence").set_value("  ").run()
+    assert any("empty" in w.value for w in at.warning)
+
+
+def _store_with_a_trained_copy():
+    base, tokenizer = load_masked_lm("tiny-random")
+    trained = copy.deepcopy(base)
+    with torch.no_grad():
+        trained.cls.predictions.bias += torch.linspace(0, 1, trained.cls.predictions.bias.numel())
+    store = TrainedModels()
+    store.add("abc123.0", "full loss, trained from Tiny random BERT (run abc123)", trained, tokenizer, base)
+    return store
+
+
+def test_a_trained_model_beside_its_base(apptest):
+    at = apptest("pages/inside.py")
+    at.session_state[ui.KEYS.model] = "tiny-random"
+    at.session_state[ui.KEYS.trained_models] = _store_with_a_trained_copy()
+    at.run()
+    assert not at.exception
+    choice = at.selectbox(key=ui.KEYS.trained_choice)
+    assert choice.options[0].endswith("(sidebar)") and "Trained" in choice.options[1]
+    at.segmented_control(key="inside_view").set_value("training").run()
+    assert not at.exception and not at.error
+    assert any("beside the model it started from" in m.value for m in at.markdown)
+    assert {c.proto.id for c in at.get("plotly_chart")} and len(at.get("plotly_chart")) >= 4  # top-k ×2, loss, lens
+    at.selectbox(key=ui.KEYS.trained_choice).set_value("abc123.0").run()  # look inside the trained copy itself
+    assert not at.exception and not at.error
+    assert at.query_params.get("trained") in ("abc123.0", ["abc123.0"])
+    for view in ("attention", "lens", "saliency"):
+        at.segmented_control(key="inside_view").set_value(view).run()
+        assert not at.exception and not at.error, view
+
+
+def test_a_link_to_another_sessions_trained_model_falls_back_with_a_notice(apptest):
+    at = apptest("pages/inside.py")
+    at.session_state[ui.KEYS.model] = "tiny-random"
+    at.query_params["trained"] = "ffff0000.1"
+    at.run()
+    assert not at.exception
+    assert any("trained in another session" in i.value for i in at.info)
+    assert at.session_state[ui.KEYS.trained_choice] == ui.BASE_CHOICE
+    assert "trained" not in at.query_params  # the link no longer names it
+
+
+def test_predictions_page_offers_the_trained_model(apptest):
+    at = apptest("pages/predictions.py")
+    at.session_state[ui.KEYS.model] = "tiny-random"
+    at.session_state[ui.KEYS.trained_models] = _store_with_a_trained_copy()
+    at.run()
+    assert not at.exception
+    at.selectbox(key=ui.KEYS.trained_choice).set_value("abc123.0").run()
+    assert not at.exception and not at.error
+    assert any("full loss, trained from" in e.label for e in at.expander)  # the model panel names it

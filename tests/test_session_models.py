@@ -1,0 +1,122 @@
+"""Trained models kept in a session: a finished run hands its copies over once, the store stays
+within its count and memory bounds, and nothing here touches the base model."""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+
+import torch
+from torch import nn
+
+from mlm_core import jobs
+from mlm_core.models import INFO_ATTR
+from mlm_core.session_models import TrainedModels, model_bytes, same_vocabulary
+from mlm_core.training import TrainConfig, TrainResult
+
+CFG = TrainConfig(steps=3)
+
+
+class Weights(nn.Module):
+    def __init__(self, n: int = 256):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(n))
+
+
+def quick_train(model, tokenizer, texts, variants, *, on_event, stop):
+    """Stands in for train_variants: a fresh copy per variant, no steps."""
+    quick_train.copies = {name: Weights() for name in variants}
+    return {name: TrainResult(name=name, config=cfg, steps_done=cfg.steps, model=quick_train.copies[name])
+            for name, cfg in variants.items()}
+
+
+def _finished_run(keep: bool, variants=("full", "sampled")):
+    manager = jobs.RunManager(max_runs=1, watchdog=False, train_fn=quick_train)
+    base = Weights()
+    run = manager.submit(base, "tokenizer", ["text"], {v: CFG for v in variants}, keep_trained=keep)
+    assert run.wait(30) and run.status == "done"
+    return run, base
+
+
+def test_a_kept_run_hands_its_copies_over_once():
+    run, base = _finished_run(keep=True)
+    assert not run.model_freed  # kept until taken
+    models, tokenizer, base_model = run.take_trained()
+    assert set(models) == {"full", "sampled"} and tokenizer == "tokenizer" and base_model is base
+    assert run.model_freed
+    assert run.take_trained() is None  # only once
+
+
+def test_a_run_without_keep_frees_its_copies_as_before():
+    run, _ = _finished_run(keep=False)
+    copy = weakref.ref(quick_train.copies["full"])
+    quick_train.copies = {}
+    assert run.model_freed and run.take_trained() is None
+    gc.collect()
+    assert copy() is None
+
+
+def test_nothing_is_taken_while_the_run_is_going():
+    def slow_train(model, tokenizer, texts, variants, *, on_event, stop):
+        while not stop.is_set():
+            time.sleep(0.01)
+        return {name: TrainResult(name=name, config=cfg, stopped=True, model=Weights()) for name, cfg in variants.items()}
+
+    manager = jobs.RunManager(max_runs=1, watchdog=False, train_fn=slow_train)
+    run = manager.submit(Weights(), None, ["text"], {"full": CFG}, keep_trained=True)
+    try:
+        assert run.take_trained() is None
+    finally:
+        run.stop()
+        assert run.wait(30)
+    assert run.take_trained() is not None  # a stopped run's partly trained copy is kept too
+
+
+def test_store_takes_a_run_and_labels_its_models():
+    run, base = _finished_run(keep=True)
+    setattr(base, INFO_ATTR, {"label": "Tiny base"})
+    store = TrainedModels(max_models=3, max_bytes=10**9)
+    assert store.add_run(run) == []
+    keys = [e.key for e in store.entries()]
+    assert keys == [f"{run.run_id}.0", f"{run.run_id}.1"]
+    entry = store.get(keys[0])
+    assert "full" in entry.label and "Tiny base" in entry.label and entry.base_model is base
+    info = getattr(entry.model, INFO_ATTR)
+    assert info["trained"] is True and info["source"] == "session"
+    assert not entry.model.training and not any(p.requires_grad for p in entry.model.parameters())
+    assert store.add_run(run) == []  # taken already: nothing new
+    assert len(store) == 2 and store.get("nope") is None
+
+
+def test_store_stays_within_its_count_and_memory():
+    one = model_bytes(Weights())
+    assert one == 256 * 4
+    store = TrainedModels(max_models=2, max_bytes=10 * one)
+    for i in range(3):
+        store.add(f"k{i}", f"model {i}", Weights(), None, None)
+    assert [e.key for e in store.entries()] == ["k2", "k1"]  # newest first, the oldest dropped
+    small = TrainedModels(max_models=5, max_bytes=int(2.5 * one))
+    small.add("a", "a", Weights(), None, None)
+    small.add("b", "b", Weights(), None, None)
+    notes = small.add("c", "c", Weights(), None, None)
+    assert [e.key for e in small.entries()] == ["c", "b"] and notes and small.total_bytes == 2 * one
+    refused = small.add("big", "big", Weights(4096), None, None)
+    assert "not kept" in refused[0] and small.get("big") is None
+    none = TrainedModels(max_models=0)
+    assert none.add("x", "x", Weights(), None, None) and len(none) == 0
+
+
+def test_store_limits_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("MLMLAB_TRAINED_MODELS", "1")
+    monkeypatch.setenv("MLMLAB_TRAINED_MB", "7")
+    store = TrainedModels()
+    assert store.max_models == 1 and store.max_bytes == 7 * 2**20
+
+
+def test_vocabularies_compare(tokenizer):
+    from transformers import BertTokenizer
+
+    other = BertTokenizer(vocab={w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cat"])})
+    assert same_vocabulary(tokenizer, tokenizer)
+    assert not same_vocabulary(tokenizer, other)
