@@ -166,7 +166,7 @@ async def timed(page, stats: Stats, name: str, action, timeout: float = 180.0) -
         stats.problems.append(f"{name}: the page shows an exception: {text[:300]}")
 
 
-PATHS = {"Home": "", "Masking": "masking", "Predictions": "predictions", "Loss": "losses", "Bug museum": "bug_museum",
+PATHS = {"Home": "", "Masking": "masking", "Predictions": "predictions", "Inside the model": "inside", "Loss": "losses", "Bug museum": "bug_museum",
          "Tokenizer": "tokenizer", "Training": "training", "Efficiency": "efficiency", "Quiz": "quiz"}
 
 
@@ -204,7 +204,7 @@ async def quiz_round(page, stats: Stats, student: int, round_number: int) -> Non
         await timed(page, stats, "quiz reveal", lambda: reveal.first.click())
 
 
-TOUR = ("Home", "Masking", "Predictions", "Loss", "Bug museum", "Tokenizer", "Training", "Efficiency", "Quiz")
+TOUR = ("Home", "Masking", "Predictions", "Inside the model", "Loss", "Bug museum", "Tokenizer", "Training", "Efficiency", "Quiz")
 
 
 async def tour(page, stats: Stats) -> None:
