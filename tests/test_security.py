@@ -287,3 +287,49 @@ def test_server_listens_on_this_machine_only_and_caps_messages():
     assert 1 <= config["maxMessageSize"] <= 10 and config["maxUploadSize"] <= 5
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "--server.address 0.0.0.0" in readme and "MLMLAB_ALLOWED_MODELS" in readme
+
+
+# --------------------------------------------------------------------------- a fresh server's first students (found by the load test)
+FIRST_LOADS = """
+import sys, threading, traceback
+sys.path.insert(0, {root!r})
+import mlm_core  # the first page run imports it (through ui)
+from mlm_core.bundled import load_default_tokenizer
+from mlm_core.models import load_masked_lm
+from mlm_core.vocab import MIN_VOCAB_SIZE, train_tokenizer
+jobs = {{
+    "tokenizer": load_default_tokenizer,
+    "default model": lambda: load_masked_lm(None, device="cpu"),
+    "tiny model": lambda: load_masked_lm("tiny-random", device="cpu"),
+    "vocabulary": lambda: train_tokenizer(["the cat sat on the mat"] * 20, MIN_VOCAB_SIZE),
+}}
+errors = []
+def run(name):
+    try:
+        jobs[name]()
+    except Exception:
+        errors.append(name + ": " + traceback.format_exc(limit=1).strip().splitlines()[-1])
+threads = [threading.Thread(target=run, args=(name,)) for name in [*jobs, *jobs]]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("ERRORS:", errors)
+"""
+
+
+def test_first_loads_in_many_sessions_at_once_all_succeed(tmp_path):
+    """Four students open pages on a fresh server: tokenizer, models and a vocabulary load at once.
+
+    Before: transformers' lazily loaded classes failed in most threads ("cannot import name
+    'AutoTokenizer' from 'transformers'"). A child process, so that nothing is imported yet.
+    """
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-c", FIRST_LOADS.format(root=str(ROOT))], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ERRORS: []" in proc.stdout, proc.stdout[-2000:]
