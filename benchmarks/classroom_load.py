@@ -229,7 +229,8 @@ async def start_training(page, stats: Stats, train_model: str) -> None:
     await go(page, stats, "Training")
     option = page.get_by_role("radio", name=re.compile("Tiny random BERT: train from scratch" if train_model == "tiny-random"
                                                         else "Bundled default model"))
-    if await option.count() and not await option.first.is_checked():
+    await option.first.wait_for(state="attached", timeout=180_000)  # the page may still be drawing
+    if not await option.first.is_checked():
         await timed(page, stats, "training pick model", lambda: option.first.click(force=True))
     await timed(page, stats, "training start", lambda: page.get_by_role("button", name=re.compile("Start training")).click())
 
