@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import os
 import re
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ import streamlit as st
 from mlm_core.errors import MLMLabError
 
 DEFAULT_MODEL = "default"  # the widget value for the bundled offline model (model_name None)
+MAX_MODEL_NAME_CHARS = 200  # mlm_core.model_access.MAX_NAME_CHARS: longer names are refused anyway
 DEFAULT_SEED = 0
 
 
@@ -53,11 +55,17 @@ DECISION_STYLE = {
 
 
 def _model_options() -> list[tuple[str, str]]:
-    """(value, label) pairs for the model picker, offline ones first."""
+    """(value, label) pairs for the model picker, offline ones first; downloads only for whoever may load them."""
     try:
+        from mlm_core.model_access import allowed_models, any_model_allowed
         from mlm_core.models import available_models
 
-        return [(m["name"] or DEFAULT_MODEL, m["label"]) for m in available_models()]
+        open_to_all = session_is_local() or any_model_allowed()
+        allowed = allowed_models()
+        options = [(m["name"] or DEFAULT_MODEL, m["label"]) for m in available_models()
+                   if open_to_all or m["offline"] or m["name"] in allowed]
+        listed = {value for value, _ in options}
+        return options + [(name, f"{name} (teacher's list)") for name in sorted(allowed) if name not in listed]
     except Exception:  # models not importable yet: the two that always work offline
         return [(DEFAULT_MODEL, "Bundled default (offline)"), ("tiny-random", "Tiny random BERT (offline)")]
 
@@ -73,9 +81,22 @@ def _ensure_app_navigation() -> None:
         from streamlit.runtime.pages_manager import PagesManager
     except ImportError:  # a Streamlit without it has no such mode
         return
-    if PagesManager.uses_pages_directory:
+    # The flag is global: when two students open a deep link on a fresh server at once, the first
+    # switches it off while the second's run is already inside the old-style runner. That run must
+    # rerun too, or its sidebar lists the file names (found by benchmarks/classroom_load.py).
+    if PagesManager.uses_pages_directory or _inside_old_style_runner():
         PagesManager.uses_pages_directory = False
         st.rerun()
+
+
+def _inside_old_style_runner() -> bool:
+    """This script run was started by Streamlit's old-style multipage runner (``_mpa_v1``), not app.py."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_mpa_v1":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def page_setup(title: str, private: tuple[str, ...] = ()) -> Settings:
@@ -127,7 +148,10 @@ def _sidebar() -> Settings:
             "Other Hugging Face id or local folder",
             key=KEYS.custom_model,
             placeholder="e.g. bert-base-uncased",
-            help="Any masked-LM on the Hugging Face hub (BERT, DistilBERT, RoBERTa, ALBERT…) or a local folder.",
+            max_chars=MAX_MODEL_NAME_CHARS,
+            help="Any masked LM on the Hugging Face hub (BERT, DistilBERT, RoBERTa, ALBERT…) or a local "
+            "folder (./my-model). On a shared classroom server, students get the models in the list above "
+            "and the teacher's list (MLMLAB_ALLOWED_MODELS).",
         )
         st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=KEYS.seed,
                         help="Every random choice on every page comes from this seed.")
@@ -225,21 +249,56 @@ div[class*="st-key-advanced_"] {{ display: none !important; }}
 """
 
 
+def session_is_local() -> bool:
+    """The browser runs on the server's own machine (Streamlit gives no IP address for localhost)."""
+    try:
+        ip = st.context.ip_address  # None for 127.0.0.1 and ::1 (the TCP peer, not a header)
+    except Exception:  # no script run context (bare mode): nobody else is connected
+        return True
+    return not isinstance(ip, str)  # AppTest has no client address at all
+
+
+def check_model_access(model_name: str | None, *, from_link: bool = False) -> None:
+    """ModelLoadError unless this session may load the model (mlm_core.model_access: students on a
+    classroom server get the default, tiny-random, cached models and MLMLAB_ALLOWED_MODELS)."""
+    from mlm_core.model_access import any_model_allowed, check_access, is_builtin
+
+    if is_builtin(model_name) or (model_name and model_name == os.environ.get("MLMLAB_MODEL")):
+        return  # always there, or the teacher's own choice of default
+    from mlm_core.models import available_models
+
+    cached = [m["name"] for m in available_models() if m["offline"] and m["name"]]
+    check_access(model_name, trusted=session_is_local() or any_model_allowed(), from_link=from_link, cached=cached)
+
+
 @st.cache_resource(show_spinner="Loading the model…", max_entries=4)
-def cached_model(model_name: str | None):
-    """(model, tokenizer) for a name, loaded once per server; pages must never change the model."""
+def _load_model(model_name: str | None):
     from mlm_core.models import load_masked_lm
 
     return load_masked_lm(model_name)
 
 
+def cached_model(model_name: str | None):
+    """(model, tokenizer) for a name, loaded once per server; pages must never change the model.
+
+    The access check runs for every session before the cache is asked: a folder the teacher loaded
+    is not thereby open to every student.
+    """
+    check_model_access(model_name)
+    return _load_model(model_name)
+
+
 @st.cache_resource(show_spinner="Loading the tokenizer…", max_entries=4)
+def _load_default_tokenizer():
+    from mlm_core.bundled import load_default_tokenizer
+
+    return load_default_tokenizer()
+
+
 def cached_tokenizer(model_name: str | None):
     """The tokenizer of a model; the offline ones without loading any weights."""
     if model_name in (None, DEFAULT_MODEL, "tiny-random"):
-        from mlm_core.bundled import load_default_tokenizer
-
-        return load_default_tokenizer()
+        return _load_default_tokenizer()
     return cached_model(model_name)[1]
 
 
@@ -307,6 +366,27 @@ def batch_sentences_controls(prefix: str, seed: int, *, n: int = 8, max_chars: i
     if clipped:
         st.info(f"Only the first {max_chars:,} characters are used.")
     return split_sentences(text)[:n]
+
+
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$&])")
+
+
+def markdown_text(text: str) -> str:
+    """Token or user text for ``st.markdown``, shown as typed: markdown punctuation backslash-escaped.
+
+    ``st.markdown`` without ``unsafe_allow_html`` never renders HTML, so ``html.escape`` here would show
+    ``&lt;`` for ``<`` (the escape is applied twice).
+    """
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", str(text))
+
+
+def inline_code(text: str) -> str:
+    """``text`` as a markdown code span, whatever backticks it holds (code spans show text verbatim)."""
+    text = str(text)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def show_error(exc: BaseException) -> None:
@@ -448,11 +528,13 @@ def _read_and_sync_link(page_fields=()) -> tuple[str, ...]:
     unread = [f for f in fields if f.name not in link["read"]]
     if unread:
         decoded = classroom.decode(_query_dict(), unread, base=link["values"])
+        refused = _refused_link_model(decoded)  # a link never makes the server load a model it does not offer
         for name in decoded.given:
-            _apply(name, link["keys"][name], decoded.values[name])
-        link["values"].update({f.name: decoded.values[f.name] for f in unread})
+            if not (name == "model" and refused):
+                _apply(name, link["keys"][name], decoded.values[name])
+        link["values"].update({f.name: decoded.values[f.name] for f in unread if not (f.name == "model" and refused)})
         link["read"].update(f.name for f in unread)
-        problems = decoded.problems
+        problems = decoded.problems + ((refused,) if refused else ())
     state = st.session_state
     current = {name: state[key] for name, key in link["keys"].items() if name != "model" and key in state}
     values = classroom.from_values(current, fields, base=link["values"])
@@ -469,6 +551,17 @@ def _read_and_sync_link(page_fields=()) -> tuple[str, ...]:
             _apply(name, key, value)  # (a default needs no restoring: the page's widget starts there)
     _write_query_params(classroom.encode(values, fields), fields)
     return problems
+
+
+def _refused_link_model(decoded) -> str | None:
+    """Why the model a link names may not be loaded, or None when it may (or the link names none)."""
+    if "model" not in decoded.given:
+        return None
+    try:
+        check_model_access(decoded.values.get("model"), from_link=True)
+    except MLMLabError as exc:
+        return str(exc)
+    return None
 
 
 def _write_query_params(params: dict[str, str], fields) -> None:
@@ -550,8 +643,9 @@ def _render_share(url: str) -> None:
                    "rule and step. Copy it with the button at the right of the box.")
         st.code(url, language=None, wrap_lines=True)
         if "://localhost" in url or "://127.0.0.1" in url:
-            st.caption("Students on other machines need this machine's address instead of localhost "
-                       "(start the app with `streamlit run app.py --server.address 0.0.0.0`).")
+            st.caption("This link works on this machine only: by default MLM Lab listens on 127.0.0.1. For a "
+                       "class, start it in classroom mode (`streamlit run app.py --server.address 0.0.0.0`, "
+                       "see the README's Classroom section) and share the Network URL Streamlit prints.")
 
 
 def _share_box() -> None:

@@ -207,6 +207,9 @@ def write_results(results: dict[str, Result | None], errors: dict[str, str], p6:
         lines += [f"- {target_line(t)}" for t in result.targets]
         lines += [f"- {result.seconds:.0f} s; JSON: `benchmarks/results/{result.name}.json`", ""]
     lines += ["## P6 — GPU (optional, reported separately)", "", p6, ""]
+    from benchmarks.classroom_load import kept_section  # its own run writes it (python -m benchmarks.classroom_load)
+
+    lines += kept_section()
     RESULTS_MD.write_text("\n".join(lines), encoding="utf-8")
     print(f"\nwrote {RESULTS_MD}")
 

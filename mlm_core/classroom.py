@@ -35,7 +35,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from mlm_core.data import mask_sentence
+from mlm_core.data import mask_sentence, token_pieces
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX, SPAN_REPLACEMENTS, STRATEGIES, Decision, MaskingConfig
 
@@ -155,7 +155,8 @@ class Field:
         if value is None:
             raise ValueError("no value")
         if self.kind == "text":
-            text = _strip_control(str(value))[: self.max_chars]
+            # cut before cleaning (a pasted book costs nothing), with room for the control characters dropped
+            text = _strip_control(str(value)[: 2 * self.max_chars])[: self.max_chars]
             return self.parse(text)
         if self.kind == "float":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -612,7 +613,7 @@ def guess_token_id(tokenizer, guess: str, answer: str | None = None) -> int | No
         for candidate in ("##" + text, "##" + text.lower()):
             if candidate in vocab:
                 return vocab[candidate]
-    pieces = tokenizer.tokenize(text)
+    pieces = token_pieces(tokenizer, text)
     if len(pieces) != 1:
         return None
     token_id = tokenizer.convert_tokens_to_ids(pieces[0])

@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--deepspeed", metavar="JSON", nargs="?", const=str(DEEPSPEED_ZERO2),
                      help="train through DeepSpeed with this config (without a value: the bundled ZeRO-2 "
                      "optimizer-offload config, mlm_core/deepspeed_zero2.json); needs `pip install deepspeed`")
+    run.add_argument("--overwrite", action="store_true",
+                     help="write into an --output folder that is not empty (its config.json, curves and "
+                     "model/ are replaced); without it a non-empty folder is refused before training")
     run.add_argument("--no-progress", action="store_true", help="no progress bar (logs one line per evaluation)")
 
     opts = p.add_argument_group("training options (TrainConfig)")
@@ -238,13 +241,40 @@ def read_corpus(paths: Sequence[str]) -> list[str]:
             texts.extend(workshop_sentences())
             continue
         file = Path(path)
-        if not file.is_file():
-            raise UsageError(f"Corpus file not found: {path}")
-        text = read_text_upload(file.name, file.read_bytes(), max_bytes=MAX_CORPUS_BYTES)
+        try:
+            if not file.is_file():
+                raise UsageError(f"Corpus file not found: {path}")
+            size = file.stat().st_size
+            if size > MAX_CORPUS_BYTES:  # checked before reading: the file is never loaded whole
+                raise UsageError(f"Corpus file {path} is {size / 1e6:,.0f} MB; the limit is "
+                                 f"{MAX_CORPUS_BYTES / 1e6:,.0f} MB. Split it, or train on a part of it.")
+            data = file.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"Corpus file {path} cannot be read: {exc.strerror or exc}") from None
+        text = read_text_upload(file.name, data, max_bytes=MAX_CORPUS_BYTES)
         texts.extend(line.strip() for line in text.splitlines() if line.strip())
     if not texts:
         raise UsageError("The corpus is empty.")
     return texts
+
+
+def prepare_output(path: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Check the output folder before any training and create it: a run never trains for an hour and
+    then fails to save. Refuses a file, and a folder that is not empty unless ``overwrite``."""
+    out = Path(path)
+    try:
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--output {path} is a file, not a folder: pick a folder name.")
+        if out.is_dir() and any(out.iterdir()) and not overwrite:
+            raise UsageError(f"--output {path} is not empty: pass --overwrite to write into it (its "
+                             "config.json, curves and model/ are replaced), or pick another folder.")
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".mlmlab-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"--output {path} cannot be written: {exc.strerror or exc}.") from None
+    return out
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -361,6 +391,8 @@ def _progress(rank: int, total: int, enabled: bool):
 
 def run_train(args: argparse.Namespace) -> int:
     config, run = resolve(args)
+    if int(os.environ.get("RANK", "0")) == 0:  # only rank 0 writes (the rank is known before any setup)
+        prepare_output(run["output"], overwrite=bool(getattr(args, "overwrite", False)))
     texts = read_corpus(run["corpus"])
     ds_template = None
     if run.get("deepspeed"):

@@ -9,6 +9,8 @@ import csv
 import io
 import json
 import re
+import threading
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -42,8 +44,72 @@ def special_ids(tokenizer) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
+# --------------------------------------------------------------------------- one tokenizer, many sessions
+# A fast tokenizer's __call__ first writes the truncation and padding it was asked for into its Rust
+# backend, then encodes with whatever the backend holds (transformers 5.24,
+# PreTrainedTokenizerFast.set_truncation_and_padding; tokenize() goes the same way). One cached
+# tokenizer serves every session, so two calls at once can encode with each other's settings: rows
+# cut at another page's max_length, or "Unable to create tensor" when padding was switched off
+# between the two steps. Every call of a tokenizer in mlm_core goes through ``tokenizer_lock``.
+_LOCKS: "weakref.WeakKeyDictionary[object, threading.RLock]" = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def tokenizer_lock(tokenizer) -> threading.RLock:
+    """The lock that gives one caller at a time ``tokenizer``'s backend settings (one lock per tokenizer).
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> tok = load_default_tokenizer()
+    >>> tokenizer_lock(tok) is tokenizer_lock(tok)
+    True
+    """
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(tokenizer)
+        if lock is None:
+            lock = _LOCKS[tokenizer] = threading.RLock()
+        return lock
+
+
+def run_tokenizer(tokenizer, *texts, **options):
+    """``tokenizer(*texts, **options)`` (texts, or pairs of texts) with the backend to ourselves, so its
+    settings are the ones asked for.
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> run_tokenizer(load_default_tokenizer(), ["the cat"], add_special_tokens=False)["input_ids"]
+    [[1996, 4937]]
+    """
+    with tokenizer_lock(tokenizer):
+        return tokenizer(*texts, **options)
+
+
+def token_pieces(tokenizer, text: str) -> list[str]:
+    """``tokenizer.tokenize(text)`` under the tokenizer's lock (it rewrites the backend settings too)."""
+    with tokenizer_lock(tokenizer):
+        return tokenizer.tokenize(text)
+
+
+def plain_encodings(tokenizer, texts) -> list:
+    """The Rust backend's encodings of ``texts``: no special tokens, no truncation, no padding.
+
+    Calling ``backend_tokenizer.encode_batch`` directly uses whatever truncation and padding the last
+    caller left there (the bundled tokenizer is even saved with padding and truncation at 128), so
+    they are switched off first, under the lock.
+    """
+    if isinstance(texts, str):
+        texts = [texts]
+    with tokenizer_lock(tokenizer):
+        backend = tokenizer.backend_tokenizer
+        if backend.truncation is not None:
+            backend.no_truncation()
+        if backend.padding is not None:
+            backend.no_padding()
+        return backend.encode_batch(list(texts), add_special_tokens=False)
+
+
 def encode(tokenizer, texts: str | list[str], max_length: int = 128) -> Encoded:
     """Tokenize texts with special tokens, padding, word ids and a flag for each truncated row.
+
+    Safe to call from many sessions at once on one shared tokenizer (``tokenizer_lock``).
 
     >>> from mlm_core.bundled import load_default_tokenizer
     >>> enc = encode(load_default_tokenizer(), ["The cat sat."])
@@ -54,17 +120,15 @@ def encode(tokenizer, texts: str | list[str], max_length: int = 128) -> Encoded:
         texts = [texts]
     if not texts or not any(t.strip() for t in texts):
         raise InputError("There is no text to tokenize: type or paste a sentence first.")
-    full = tokenizer(list(texts), add_special_tokens=True, truncation=False)
-    truncated = [len(ids) > max_length for ids in full["input_ids"]]
-    batch = tokenizer(
-        list(texts),
-        add_special_tokens=True,
-        truncation=True,
-        max_length=max_length,
-        padding=True,
-        return_special_tokens_mask=True,
-        return_tensors="pt",
-    )
+    options = dict(add_special_tokens=True, truncation=True, max_length=max_length, padding=True,
+                   return_special_tokens_mask=True, return_tensors="pt")
+    with tokenizer_lock(tokenizer):
+        batch = tokenizer(list(texts), **options)
+        if batch.encodings is not None:  # fast tokenizers: what truncation cut off is kept beside each row
+            truncated = [bool(e.overflowing) for e in batch.encodings]
+        else:
+            full = tokenizer(list(texts), add_special_tokens=True, truncation=False)
+            truncated = [len(ids) > max_length for ids in full["input_ids"]]
     attention = batch["attention_mask"]
     special = batch["special_tokens_mask"].bool() | (attention == 0)
     words = torch.full_like(batch["input_ids"], -1)
@@ -180,6 +244,51 @@ def clip_text(text: str, max_chars: int) -> tuple[str, bool]:
     return (cut[:space] if space > 0 else cut), True
 
 
+CSV_FIELD_LIMIT = csv.field_size_limit()  # Python's csv module: 131,072 characters per cell
+
+
+def read_csv(text: str, name: str) -> list[list[str]]:
+    """The rows of a CSV text, or an ``InputError`` that says which line is wrong and why.
+
+    Strict quoting: a quote that opens a cell and never closes would silently swallow the rest of
+    the file (or fail at Python's 131,072-character cell limit with csv.Error).
+
+    >>> read_csv('text,n\n"a, b",1\n', "a.csv")
+    [['text', 'n'], ['a, b', '1']]
+    """
+    reader = csv.reader(io.StringIO(text), strict=True)
+    try:
+        return list(reader)
+    except csv.Error as exc:
+        reason = str(exc)
+        if "field limit" in reason:
+            reason = (f"a cell is longer than {CSV_FIELD_LIMIT:,} characters, which usually means a quote (\") "
+                      "opens a cell and is never closed")
+        elif "unexpected end of data" in reason:
+            reason = "a quote (\") opens a cell and is never closed"
+        raise InputError(
+            f"Line {reader.line_num} of {name!r} cannot be read as CSV: {reason}. Check the quotes around that "
+            "line, save the file again from your spreadsheet program, or upload the text as .txt."
+        ) from None
+
+
+def parse_json(text: str, name: str, line: int | None = None):
+    """``json.loads(text)``, or an ``InputError`` for anything it cannot read (not only a syntax error).
+
+    Deeply nested arrays raise RecursionError and a number of more than 4,300 digits ValueError in
+    Python's json module; a learner gets one plain message for each.
+    """
+    where = f"Line {line} of {name!r}" if line is not None else repr(name)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where} is not valid JSON (line {exc.lineno}: {exc.msg}).") from None
+    except RecursionError:
+        raise InputError(f"{where} is nested too deeply to read (lists inside lists, hundreds of levels).") from None
+    except ValueError:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        raise InputError(f"{where} holds a number too long to read (thousands of digits).") from None
+
+
 def read_text_upload(name: str, data: bytes, *, max_bytes: int) -> str:
     """Text from an uploaded .txt, .csv (all cells) or .jsonl ("text" fields) file.
 
@@ -204,17 +313,14 @@ def read_text_upload(name: str, data: bytes, *, max_bytes: int) -> str:
             f"{name!r} is not valid UTF-8 text (byte {exc.start} cannot be read). Save it as UTF-8 and try again."
         ) from None
     if lower.endswith(".csv"):
-        rows = csv.reader(io.StringIO(text))
+        rows = read_csv(text, name)
         text = "\n".join(" ".join(cell.strip() for cell in row if cell.strip()) for row in rows)
     elif lower.endswith(".jsonl"):
         lines = []
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise InputError(f"Line {number} of {name!r} is not valid JSON.") from None
+            record = parse_json(line, name, number)
             value = record.get("text") if isinstance(record, dict) else record
             if not isinstance(value, str):
                 raise InputError(f"Line {number} of {name!r} has no \"text\" string field.")

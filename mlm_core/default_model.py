@@ -21,6 +21,8 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from mlm_core.data import run_tokenizer
+
 ASSET_SUBDIR = "default_mlm"
 WEIGHTS_FILE = "model.safetensors"
 BUILD_FILE = "build.json"
@@ -348,7 +350,8 @@ def cloze_eval(model, tokenizer, rows: Sequence[tuple[str, Iterable[str]]], k: i
     rows = list(rows)
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
-        enc = tokenizer([r[0] for r in chunk], return_tensors="pt", padding=True, truncation=True, max_length=128)
+        enc = run_tokenizer(tokenizer, [r[0] for r in chunk], return_tensors="pt", padding=True, truncation=True,
+                            max_length=128)
         ids = enc["input_ids"].to(device)
         att = enc["attention_mask"].to(device)
         pos = (ids == mask_id).float().argmax(dim=1)  # first [MASK] per row
@@ -400,7 +403,7 @@ def standard_error(p: float, n: int) -> float:
 def fill_mask(model, tokenizer, sentence: str, k: int = 5) -> list[tuple[str, float]]:
     """Top-k (token, probability) at the first ``[MASK]`` of ``sentence``."""
     device = next(model.parameters()).device
-    enc = tokenizer(sentence, return_tensors="pt")
+    enc = run_tokenizer(tokenizer, sentence, return_tensors="pt")
     ids = enc["input_ids"].to(device)
     pos = int((ids[0] == tokenizer.mask_token_id).nonzero()[0, 0])
     h = model.bert(input_ids=ids, attention_mask=enc["attention_mask"].to(device)).last_hidden_state[0, pos]

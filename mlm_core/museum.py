@@ -13,8 +13,6 @@ Shapes: B = batch, T = sequence length, V = vocabulary, M = selected positions, 
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from dataclasses import dataclass, field
@@ -23,7 +21,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from mlm_core.data import special_ids
+from mlm_core.data import parse_json, read_csv, special_ids
 from mlm_core.errors import InputError
 from mlm_core.losses import (
     LOSS_SETTINGS,
@@ -681,9 +679,9 @@ def load_batch_file(name: str, data: bytes) -> BatchArrays:
         raise InputError(f"{name!r} is not UTF-8 text. {BATCH_FORMAT}") from None
     if lower.endswith(".json"):
         try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{name!r} is not valid JSON (line {exc.lineno}: {exc.msg}). {BATCH_FORMAT}") from None
+            record = parse_json(text, name)
+        except InputError as exc:
+            raise InputError(f"{exc} {BATCH_FORMAT}") from None
         if not isinstance(record, dict) or not {"original_ids", "input_ids", "labels"} <= set(record):
             raise InputError(f"{name!r} needs the keys original_ids, input_ids and labels. {BATCH_FORMAT}")
         arrays = [_as_tensor(record[k], k) for k in ("original_ids", "input_ids", "labels")]
@@ -697,15 +695,18 @@ def load_batch_file(name: str, data: bytes) -> BatchArrays:
 
 def _read_batch_csv(name: str, text: str) -> list[torch.Tensor]:
     columns = ("row", "position", "original_id", "input_id", "label")
-    reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is None or not set(columns) <= {c.strip().lower() for c in reader.fieldnames}:
+    table_rows = read_csv(text, name)
+    header = [c.strip().lower() for c in table_rows[0]] if table_rows else []
+    if not set(columns) <= set(header):
         raise InputError(f"{name!r} needs the columns {', '.join(columns)}. {BATCH_FORMAT}")
-    reader.fieldnames = [c.strip().lower() for c in reader.fieldnames]
+    where = [header.index(c) for c in columns]
     cells = {}
-    for line, record in enumerate(reader, 2):
+    for line, record in enumerate(table_rows[1:], 2):
+        if not any(cell.strip() for cell in record):
+            continue  # a blank line
         try:
-            values = [int(str(record[c]).strip()) for c in columns]
-        except (TypeError, ValueError, KeyError):
+            values = [int(record[i].strip()) for i in where]
+        except (IndexError, ValueError):
             raise InputError(f"Line {line} of {name!r} has a value that is not a whole number.") from None
         row, position = values[0], values[1]
         if row < 0 or position < 0:
@@ -717,7 +718,10 @@ def _read_batch_csv(name: str, text: str) -> list[torch.Tensor]:
     length = max(p for _, p in cells) + 1
     if len(cells) != len(rows) * length or len(cells) > 2_000_000:
         raise InputError(f"{name!r} must give every row the same positions 0..{length - 1} (a padded batch).")
-    table = torch.tensor([[cells[(r, p)] for p in range(length)] for r in rows], dtype=torch.long)  # (B, T, 3)
+    try:
+        table = torch.tensor([[cells[(r, p)] for p in range(length)] for r in rows], dtype=torch.long)  # (B, T, 3)
+    except (OverflowError, RuntimeError, ValueError):  # a number beyond 64 bits
+        raise InputError(f"{name!r} holds a number too large for a token id.") from None
     return [table[..., 0], table[..., 1], table[..., 2]]
 
 

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlm_core.data import run_tokenizer
 from mlm_core.errors import InputError
 from mlm_core.losses import LossOutput, full_cross_entropy
 from mlm_core.masking import IGNORE_INDEX
@@ -112,8 +113,8 @@ def encode_pairs(tokenizer, pairs: Sequence[SentencePair], max_length: int = 64)
     """
     if not pairs:
         raise InputError("There are no sentence pairs to encode.")
-    batch = tokenizer(
-        [p.first for p in pairs], [p.second for p in pairs],
+    batch = run_tokenizer(
+        tokenizer, [p.first for p in pairs], [p.second for p in pairs],
         truncation="longest_first", max_length=max_length, padding=True,
         return_special_tokens_mask=True, return_token_type_ids=True, return_tensors="pt",
     )

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mlm_core.data import run_tokenizer
 from mlm_core.errors import InputError
 from mlm_core.losses import SAMPLED_SOFTMAX
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
@@ -432,7 +433,7 @@ def make_chunks(tokenizer, texts: Sequence[str], seq_len: int, overlap: int = 16
     start, end, pad = _boundary_ids(tokenizer)
     room = seq_len - 2
     step = room - overlap
-    enc = tokenizer(list(texts), add_special_tokens=False)
+    enc = run_tokenizer(tokenizer, list(texts), add_special_tokens=False)
     segments: list[tuple[list[int], list[int]]] = []
     for i, ids in enumerate(enc["input_ids"]):
         try:
@@ -831,7 +832,7 @@ def _make_probes(tokenizer, texts: Sequence[str], cfg: TrainConfig) -> list[_Pro
         answers = cfg.probe_answers or ("",) * len(cfg.probe_sentences)
         for text, answer in zip(cfg.probe_sentences, answers):
             shown = text.replace("[MASK]", mask_tok) if mask_tok != "[MASK]" else text
-            ids = tokenizer(shown, truncation=True, max_length=cfg.seq_len, return_tensors="pt")["input_ids"][0]
+            ids = run_tokenizer(tokenizer, shown, truncation=True, max_length=cfg.seq_len, return_tensors="pt")["input_ids"][0]
             positions = (ids == mask_id).nonzero().flatten().tolist()
             if not positions:
                 raise InputError(f"The probe sentence {text!r} has no [MASK] token: put [MASK] where "
@@ -859,7 +860,7 @@ def _make_probes(tokenizer, texts: Sequence[str], cfg: TrainConfig) -> list[_Pro
         return probes
     order = torch.randperm(len(candidates), generator=_generator(cfg.seed, _PROBE)).tolist()
     for i in order:
-        enc = tokenizer(candidates[i], truncation=True, max_length=cfg.seq_len, return_tensors="pt")
+        enc = run_tokenizer(tokenizer, candidates[i], truncation=True, max_length=cfg.seq_len, return_tensors="pt")
         ids = enc["input_ids"][0].clone()
         tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
         words = enc.word_ids(0) if hasattr(enc, "word_ids") else [None] * len(tokens)

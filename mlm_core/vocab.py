@@ -42,6 +42,7 @@ from typing import Callable, Sequence
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from mlm_core.data import plain_encodings
 from mlm_core.errors import InputError
 
 ALGORITHMS = ("wordpiece", "bpe")
@@ -401,9 +402,7 @@ class VocabMetrics:
 
 
 def _encode_plain(tokenizer, texts: Sequence[str]):
-    if isinstance(texts, str):
-        texts = [texts]
-    return tokenizer.backend_tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    return plain_encodings(tokenizer, texts)
 
 
 def measure(tokenizer, texts: Sequence[str]) -> VocabMetrics:

@@ -1,7 +1,5 @@
 """Masking: how BERT corrupts a sentence, decision by decision."""
 
-import html
-
 import pandas as pd
 import streamlit as st
 
@@ -20,6 +18,8 @@ from mlm_core.masking_stats import (
 
 MAX_TOKENS = 128  # what one sentence may use here: BERT's usual pre-training length
 MAX_CHARS = 4_000  # longer text is clipped before tokenizing (128 tokens never need more)
+# Span selection is a Python loop: 100k tokens at p = 1 held one core (and the GIL) for 10 s per click.
+MAX_SPAN_TOKENS = 20_000
 
 EXAMPLES = [
     "The cat sat on the mat and watched the birds in the garden.",
@@ -195,7 +195,7 @@ ui.token_chips(
 )
 if 0 < step:
     current = trace[step - 1]
-    st.markdown(f"**Token {step} of {len(tokens)}: `{html.escape(current['token'])}`** — {html.escape(current['rule'])}")
+    st.markdown(f"**Token {step} of {len(tokens)}: {ui.inline_code(current['token'])}** — {ui.markdown_text(current['rule'])}")
 else:
     st.markdown("Press **Next token ▶** to walk through the decisions one token at a time.")
 counts = running_counts(row["decisions"], step, special_row)
@@ -231,6 +231,10 @@ else:
     )
 n_tokens = st.select_slider("Tokens to mask", [1_000, 5_000, 10_000, 50_000, 100_000], value=10_000,
                             key="masking_stats_tokens", format_func=lambda n: f"{n:,}")
+if config.strategy == "span" and n_tokens > MAX_SPAN_TOKENS:
+    st.caption(f"Span masking draws its spans one by one: a click masks {MAX_SPAN_TOKENS:,} tokens at most, "
+               "so the page stays quick for everyone on the server.")
+    n_tokens = MAX_SPAN_TOKENS
 if st.button("📊 Mask the corpus", key="masking_stats_run"):
     with st.spinner("Masking…"):
         state["masking_stats"] = (config, settings.seed, masking_statistics(

@@ -180,3 +180,66 @@ def test_ctrl_c_finishes_the_step_saves_and_exits_130(tmp_path, corpus, monkeypa
     assert data["summary"]["stopped"] and 2 <= data["summary"]["steps"] <= 3
     assert (out / "model" / "model.safetensors").is_file()
     assert signal.getsignal(signal.SIGINT) is before  # the handler is put back
+
+
+# --------------------------------------------------------------------------- the output folder, checked first (issue 16, item 10)
+@pytest.fixture
+def no_training(monkeypatch):
+    """Fail the test if a model is loaded (training would start)."""
+    from mlm_core import models
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded: the output should have been refused before")
+
+    monkeypatch.setattr(models, "load_masked_lm", refuse)
+
+
+def test_output_that_is_a_file_fails_before_training(tmp_path, corpus, capsys, no_training):
+    """Before: the run trained to the end, then lost everything with FileExistsError."""
+    target = tmp_path / "results.txt"
+    target.write_text("keep me", encoding="utf-8")
+    code = cli.main(["train", "--model", "tiny-random", "--corpus", str(corpus), "--output", str(target),
+                     "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "is a file" in err and "Traceback" not in err
+    assert target.read_text(encoding="utf-8") == "keep me"
+
+
+def test_non_empty_output_is_refused_without_overwrite(tmp_path, corpus, capsys, monkeypatch):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.md").write_text("my notes", encoding="utf-8")
+    argv = ["train", "--model", "tiny-random", "--corpus", str(corpus), "--output", str(out), "--no-progress",
+            "--steps", "1", "--batch-size", "2", "--seq-len", "16", "--eval-every", "1"]
+    from mlm_core import models
+
+    real = models.load_masked_lm
+    monkeypatch.setattr(models, "load_masked_lm", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "not empty" in err and "--overwrite" in err and not (out / "curves.csv").exists()
+    monkeypatch.setattr(models, "load_masked_lm", real)
+    assert cli.main(argv + ["--overwrite"]) == 0
+    assert (out / "curves.csv").is_file() and (out / "notes.md").read_text(encoding="utf-8") == "my notes"
+
+
+def test_output_folder_is_created_at_start(tmp_path, corpus, monkeypatch):
+    out = tmp_path / "deep" / "new" / "run"
+    seen = {}
+    from mlm_core import models
+
+    def record(*args, **kwargs):
+        seen["exists"] = out.is_dir()
+        raise KeyboardInterrupt  # stop here: only the order matters
+
+    monkeypatch.setattr(models, "load_masked_lm", record)
+    assert cli.main(["train", "--model", "tiny-random", "--corpus", str(corpus), "--output", str(out)]) == 130
+    assert seen == {"exists": True}
+
+
+def test_corpus_size_is_checked_before_reading(tmp_path, corpus, monkeypatch, capsys, no_training):
+    monkeypatch.setattr(cli, "MAX_CORPUS_BYTES", 100)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: (_ for _ in ()).throw(AssertionError("read whole")))
+    code = cli.main(["train", "--model", "tiny-random", "--corpus", str(corpus), "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "the limit is" in err and "Traceback" not in err

