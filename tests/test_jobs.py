@@ -39,7 +39,9 @@ def fake_train(model, tokenizer, texts, variants, *, on_event, stop, eval_texts=
     fake_train.threads.append(torch.get_num_threads())
     fake_train.eval_texts.append(eval_texts)
     copies = {name: FakeModel() for name in variants}
-    fake_train.copies.extend(weakref.ref(m) for m in copies.values())
+    # keyed by the run's thread: two runs train at once, so the order of their copies is a race
+    fake_train.copies.setdefault(threading.current_thread().name, []).extend(
+        weakref.ref(m) for m in copies.values())
     step = 0
     while not stop.is_set() and step < 1000:
         step += 1
@@ -50,7 +52,7 @@ def fake_train(model, tokenizer, texts, variants, *, on_event, stop, eval_texts=
             for name, cfg in variants.items()}
 
 
-fake_train.copies = []
+fake_train.copies = {}
 fake_train.threads = []
 fake_train.eval_texts = []
 
@@ -121,7 +123,10 @@ def test_abandoned_run_is_stopped_and_its_model_freed():
         assert "gone" in abandoned.snapshot().message
         assert abandoned.model_freed
         gc.collect()
-        assert fake_train.copies[0]() is None  # nothing keeps the trained copy alive
+        abandoned_copies = fake_train.copies[f"mlmlab-run-{abandoned.run_id}"]
+        assert abandoned_copies and all(ref() is None for ref in abandoned_copies)  # nothing keeps them alive
+        watched_copies = fake_train.copies[f"mlmlab-run-{watched.run_id}"]
+        assert all(ref() is not None for ref in watched_copies)  # the watched run still trains its own
         assert watched.status == "running"
         now[0] = 120.0
         watched.snapshot()
