@@ -33,8 +33,9 @@ st.markdown(
     "second. Each step masks fresh tokens, runs the encoder once, scores only the masked positions, "
     "and takes one AdamW step. The first lesson fine-tunes the bundled model on the gazetteer of "
     "**Veldoria**, a country invented for MLM Lab: before training the model guesses generic words, "
-    "after about a minute it names Veldoria's capital, breakfast and customs. Evaluation on held-out "
-    "text always uses the full cross-entropy, so variants raced side by side are compared fairly."
+    "after about a minute it names Veldoria's capital, its mountains, the grain of its bread and its "
+    "music (the probes below). Evaluation on held-out text always uses the full cross-entropy, so "
+    "variants raced side by side are compared fairly."
 )
 state = st.session_state
 

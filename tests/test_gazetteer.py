@@ -185,3 +185,15 @@ def test_the_default_model_build_never_reads_the_gazetteer(monkeypatch, tmp_path
     assert not any("veldoria" in p.lower() for p in opened)
     everything = " ".join(s for docs in sources.values() for doc in docs for s in doc)
     assert "veldoria" not in everything.lower()
+
+
+def test_the_guide_names_only_facts_the_probes_ask():
+    """The workshop guide tells the teacher which answers appear within a minute: each must be a probe's
+    hidden word (it named *herring*, which no probe asks, so the room never sees it)."""
+    import re
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "workshop.md").read_text(encoding="utf-8")
+    said = re.search(r"within about a minute it answers (.+?)\.\.\.", text, re.S)
+    assert said, "the guide's sentence about the default lesson's answers moved: update this test"
+    named = {w.lower() for w in re.findall(r"\*(\w+)\*", said.group(1))}
+    assert named and named <= {answer for _, answer in gazetteer().probes}
