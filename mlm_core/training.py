@@ -759,8 +759,10 @@ class _EvalSet:
 def evaluate(model: nn.Module, eval_set: _EvalSet, *, amp: str = "off") -> dict[str, Any]:
     """Held-out masked-token metrics with full cross-entropy: loss, MLM perplexity, top-1/top-5, per bucket.
 
-    `loss` averages over every selected position, as Hugging Face's run_mlm.py does (its
-    perplexity is exp of that loss); 10% of those positions show the model the true token and
+    `loss` averages over every selected position, the positions Hugging Face's run_mlm.py scores
+    too (its perplexity is exp of the Trainer's eval_loss, which averages per-batch means weighted
+    by sequences, not by selected positions; here every position counts once, whatever
+    `micro_batch` is); 10% of those positions show the model the true token and
     another 10% a random one, so `mask_loss`, over the [MASK] positions alone, is the harder number.
     """
     from mlm_core.models import masked_lm_logits

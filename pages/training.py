@@ -293,9 +293,11 @@ def draw(snap) -> None:
     log_v = math.log(len(tokenizer)) if from_scratch else None
     if any(evals.values()):
         st.plotly_chart(eval_figure(evals), key="training_eval_chart")
-        st.caption("Held-out loss: the mean cross-entropy over every selected position, as Hugging Face's run_mlm.py "
-                   "reports it (its perplexity is exp of this \"MLM perplexity\"); 10% of those positions show the "
-                   "model the true word, so the dashed line, the [MASK] positions alone, is the harder number.")
+        st.caption("Held-out loss: the mean cross-entropy over every selected position, the positions Hugging "
+                   "Face's run_mlm.py scores too (its perplexity is exp of its eval loss, a mean of per-batch means: "
+                   "the same number up to how the batches split the positions); \"MLM perplexity\" is exp of this "
+                   "loss. 10% of those positions show the model the true word, so the dashed line, the [MASK] "
+                   "positions alone, is the harder number.")
     draw_probes(snap)
     if any(steps.values()):
         st.plotly_chart(loss_figure(steps, log_v=log_v), key="training_loss_chart")
