@@ -126,7 +126,8 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
                            "to them, fixed. That matrix (vocabulary × hidden) is half the default model's weights: "
                            "no gradient, no AdamW update, a faster step. A model trained from scratch needs them.")
         mlm_p = a3.slider("Masked share", 0.05, 0.5, 0.15, 0.01, key="training_mlm_p",
-                          help="BERT masks 15% of the tokens, with 80/10/10 replacement.")
+                          help="The share of tokens selected for prediction: BERT selects 15%, and of those 80% "
+                          "become [MASK], 10% a random token and 10% stay as they are.")
         eval_every = a1.number_input("Evaluate every … steps", 1, 500, defaults["eval_every"].value,
                                      key=f"training_eval_every_{suffix}", help=defaults["eval_every"].why)
         num_sampled = a2.select_slider("Sampled softmax: K", [16, 64, 256, 1024, 4096], SAMPLED_SOFTMAX.num_sampled,
