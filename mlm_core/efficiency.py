@@ -710,7 +710,10 @@ def bert_step_flops(*, hidden: int, layers: int, intermediate: int, vocab: int, 
     Per token and layer, forward: Q, K, V and output projections ``8·H²``, the feed-forward
     ``4·H·I``, attention scores and their use ``4·T·H``. The head per row: transform ``2·H²`` and
     decoder ``2·H·V``. The encoder runs on all ``tokens``; the head on ``head_rows`` of them
-    (all of them for Hugging Face's ``labels=`` path, M for the gathered one).
+    (all of them for Hugging Face's ``labels=`` path, M for the gathered one). Per token this is
+    PaLM's count (Chowdhery et al. 2022, Appendix B: 6N + 12·L·H·Q·T, attention's Q·Kᵀ and P·V both
+    counted, none halved: BERT attends both ways); Kaplan et al. 2020, Table 1 counts one attention
+    product (2·n_layer·n_ctx·d_attn forward), half our attention term. Embedding look-ups are no matmul.
 
     >>> f = bert_step_flops(hidden=2, layers=1, intermediate=4, vocab=10, seq_len=3, tokens=3, head_rows=1)
     >>> f["encoder"], f["head"]
