@@ -110,8 +110,8 @@ def run(quick: bool = False, repeats: int = 5, batch_size: int = 16, seq_len: in
         targets=targets,
         notes=["MFU = step FLOPs / step time ÷ (same FLOPs / time of the step's matmuls alone, same dtype, same run) "
                "= matmul-alone time / step time; medians over round-robin rounds",
-               f"MFU_vs_peak: the step's FLOPs per CPU second over one BERT-sized (256×384)@(384×1536) matmul's, same run "
-               f"({peak['fp32_gflops']:.0f} GFLOP/s fp32, {peak['bf16_gflops']:.0f} bf16): the PaLM-style figure "
+               f"MFU_vs_peak: the step's FLOPs per CPU second over one BERT-sized (256×384)@(384×1536) "
+               f"matmul's, same run ({peak['fp32_gflops']:.0f} GFLOP/s fp32, {peak['bf16_gflops']:.0f} bf16): the PaLM-style figure "
                "(Appendix B divides by the chip's peak); the MFU column divides by the step's own matmuls timed alone",
                "profile rows: one step under torch.profiler (which slows small operators): each operator's own "
                "time by category; 'Python and framework overhead' is the time no operator accounts for",

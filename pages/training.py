@@ -160,8 +160,8 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
             copies = st.select_slider("Static masks per chunk", [1, 2, 5, 10], 1, key="training_static_copies",
                                       help="BERT's create_pretraining_data.py masks its data dupe_factor = 10 "
                                       "times up front; over its 40 epochs each mask came back 4 times (RoBERTa, "
-                                      "section 4.1). The default 40 steps of 8 chunks are about 8 passes over the gazetteer, "
-                                      "so with 10 copies no mask repeats: choose 1 or 2 to see what reuse does.")
+                                      "section 4.1). The default 40 steps of 8 chunks are about 8 passes over the "
+                                      "gazetteer, so with 10 copies no mask repeats: choose 1 or 2 to see reuse.")
             st.info("Two runs on the same chunks in the same order. **Dynamic**: every time a chunk comes round "
                     "it gets a fresh mask (RoBERTa, section 4.1). **Static**: each chunk gets its masks once, "
                     "before training, and sees them again every epoch (BERT). RoBERTa's Table 1 found dynamic "
