@@ -541,3 +541,21 @@ def test_probes_report_the_hidden_words_rank_and_probability(tok, model):
         train(model, tok, CORPUS, quick(probe_sentences=("the [MASK] sat .",), probe_answers=("cat dog",)))
     with pytest.raises(InputError, match="one answer per sentence"):
         quick(probe_sentences=("the [MASK] sat .",), probe_answers=("cat", "dog"))
+
+
+def _d3(fmt: str, value: float) -> str:
+    """The two d3 formats the probe chart uses, as plotly renders them."""
+    digits = int(fmt[1:-1])
+    return f"{value * 100:.{digits}f}%" if fmt.endswith("%") else f"{value:.{digits}e}"
+
+
+@pytest.mark.parametrize("top", [0.6, 0.03, 2e-3, 3.3e-05, 1e-7])
+def test_probe_chart_axis_reads_the_probabilities_it_shows(top):
+    """Issue 15: an untrained model's probe bars (~3e-05) sat on an axis ticked '0.00%, 0.00%, ...'."""
+    from mlm_core.figures.training import probe_figure
+
+    probe = {"text": "a [MASK] b", "predictions": [{"position": 1, "answer": "c", "tokens": ["c", "d"],
+                                                    "probs": [top, top / 2], "answer_prob": top, "answer_rank": 1}]}
+    fmt = probe_figure([probe]).layout.xaxis.tickformat
+    ticks = [_d3(fmt, top * k / 4) for k in range(1, 5)]
+    assert len(set(ticks)) == 4 and not any(set(t) <= set("0.%") for t in ticks), ticks

@@ -153,6 +153,18 @@ def _probe_title(text: str, pred: Mapping[str, Any]) -> str:
     return f"{_short(text, 60)}<br>hidden word \"{html.escape(answer)}\": rank {rank:,}, {percent_text(pred['answer_prob'])}"
 
 
+def probability_tickformat(top: float) -> str:
+    """A d3 tick format that shows probabilities up to ``top`` as numbers, never a row of "0.00%"
+    (an untrained model's guesses are ~3e-05).
+
+    >>> probability_tickformat(0.4), probability_tickformat(0.01), probability_tickformat(3e-05)
+    ('.0%', '.2%', '.1e')
+    """
+    if top >= 0.05:
+        return ".0%"
+    return ".2%" if top >= 5e-4 else ".1e"
+
+
 def probe_figure(probes: Sequence[Mapping[str, Any]], title: str = "", height: int | None = None) -> go.Figure:
     """Top-k predictions at each [MASK] of the probe sentences at one step, with their real probabilities
     (the axis fits the largest, so an untrained model's tiny ones stay visible); the hidden word in
@@ -172,7 +184,7 @@ def probe_figure(probes: Sequence[Mapping[str, Any]], title: str = "", height: i
                              textfont=dict(size=13), cliponaxis=False), row=r, col=1)
         top = max(probs, default=1.0)
         fig.update_xaxes(range=[0, min(1.15, top * 1.3) if top > 0 else 1.0],
-                         tickformat=".0%" if top >= 0.05 else ".2%", row=r, col=1)
+                         tickformat=probability_tickformat(top), row=r, col=1)
     fig.update_layout(title=title or "What the model guesses at [MASK]", height=height or 140 + 190 * n,
                       margin=dict(t=80, b=30, l=110))
     return fig
