@@ -197,3 +197,25 @@ def test_the_guide_names_only_facts_the_probes_ask():
     assert said, "the guide's sentence about the default lesson's answers moved: update this test"
     named = {w.lower() for w in re.findall(r"\*(\w+)\*", said.group(1))}
     assert named and named <= {answer for _, answer in gazetteer().probes}
+
+
+def test_the_sequence_length_default_says_what_packing_does(tokenizer):
+    """The 'why' of seq_len 64 said longer chunks 'would only add padding'; make_chunks packs sentences, so
+    longer chunks pad less. Its numbers (sentences per chunk, padding at 64 and 128) are the gazetteer's own."""
+    import re
+
+    from mlm_core.training import make_chunks
+    from mlm_core.training_lessons import lesson_defaults
+
+    why = lesson_defaults("facts", from_scratch=False)["seq_len"].why
+    sentences = gazetteer().sentences
+    padding = {}
+    for T in (64, 128):
+        chunks = make_chunks(tokenizer, sentences, T, min(16, T // 4))
+        padding[T] = 1 - int(chunks.attention_mask.sum()) / chunks.attention_mask.numel()
+        per_chunk = len(sentences) / len(chunks)
+        if T == 64:
+            assert f"about {['zero', 'one', 'two', 'three', 'four', 'five'][round(per_chunk)]}" in why
+    assert padding[128] < padding[64], "longer chunks pack more sentences and pad less"
+    stated = [int(x) for x in re.findall(r"(\d+)% padding|with (\d+)%", why) for x in x if x]
+    assert stated == [round(100 * padding[64]), round(100 * padding[128])], (stated, padding)
