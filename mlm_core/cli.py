@@ -66,6 +66,8 @@ OPTION_HELP = {
     "probe_answers": "the hidden word of each --probe, in the same order (repeat the flag); its rank and "
                      "probability are recorded",
     "probe_top_k": "predictions recorded per probe position",
+    "eval_focus_words": "a word whose held-out positions get a loss of their own, e.g. a fact the run should "
+                        "learn (repeat the flag for several)",
     "dropout": "dropout while training (--no-dropout for exact comparisons)",
     "seed": "seed of data order, masks, dropout and sampled classes",
 }
@@ -138,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         elif f.name == "probe_sentences":
             opts.add_argument("--probe", dest=f.name, action="append", default=argparse.SUPPRESS,
                               metavar="SENTENCE", help=OPTION_HELP[f.name])
-        elif f.name == "probe_answers":
+        elif f.name in ("probe_answers", "eval_focus_words"):
             opts.add_argument(flag, dest=f.name, action="append", default=argparse.SUPPRESS,
                               metavar="WORD", help=OPTION_HELP[f.name])
         else:
@@ -214,7 +216,7 @@ def resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         values["masking"] = masking
     if "max_grad_norm" in values and not values["max_grad_norm"]:
         values["max_grad_norm"] = None
-    for key in ("probe_sentences", "probe_answers"):
+    for key in ("probe_sentences", "probe_answers", "eval_focus_words"):
         if isinstance(values.get(key), str):
             values[key] = [values[key]]
     for key in RUN_KEYS:

@@ -96,6 +96,10 @@ class TrainConfig:
     probe_sentences: tuple[str, ...] = ()  # sentences with [MASK]; empty: a few held-out sentences
     probe_answers: tuple[str, ...] = ()  # the hidden word of each probe sentence ("" if unknown)
     probe_top_k: int = 5
+    # Words whose held-out positions also get a loss of their own (`focus_loss`): a lesson's facts. The
+    # held-out loss over every position can fall for other reasons (the Veldoria lesson's drop is mostly
+    # the model learning to spell the invented name), so the facts' own loss says what was learned.
+    eval_focus_words: tuple[str, ...] = ()
     dropout: bool = True  # False sets the model to eval mode while training (exact comparisons)
     seed: int = 0  # data order, masks, dropout and sampled classes all come from this
     # Fine-tuning: keep the word embeddings fixed. In BERT they are tied to the output projection, so the
@@ -183,6 +187,9 @@ class TrainConfig:
             fail(f"probe_answers has {len(self.probe_answers)} words for {len(self.probe_sentences)} "
                  "probe sentences: give one answer per sentence (\"\" where it is unknown).")
         whole("probe_top_k", self.probe_top_k, 1, 50)
+        if isinstance(self.eval_focus_words, str) or not all(isinstance(w, str) for w in self.eval_focus_words):
+            fail("eval_focus_words must be a list of words.")
+        object.__setattr__(self, "eval_focus_words", tuple(self.eval_focus_words))
         if not isinstance(self.dropout, bool):
             fail("dropout must be True or False.")
         whole("seed", self.seed, 0, 2**63 - 1, "Any whole number from 0 up works as a seed.")
@@ -201,6 +208,7 @@ class TrainConfig:
         out["masking"] = dataclasses.asdict(self.masking)
         out["probe_sentences"] = list(self.probe_sentences)
         out["probe_answers"] = list(self.probe_answers)
+        out["eval_focus_words"] = list(self.eval_focus_words)
         return out
 
     @classmethod
@@ -231,7 +239,7 @@ class TrainConfig:
                 raise
             except (TypeError, ValueError) as exc:
                 raise InputError(f"Bad masking settings: {exc}") from None
-        for key in ("probe_sentences", "probe_answers"):
+        for key in ("probe_sentences", "probe_answers", "eval_focus_words"):
             if key in kwargs and isinstance(kwargs[key], list):
                 kwargs[key] = tuple(kwargs[key])
         try:
@@ -246,7 +254,7 @@ class TrainConfig:
 # (mask_copies is not one: static and dynamic masking race on the same chunks in the same order.)
 DATA_FIELDS = ("steps", "batch_size", "seq_len", "chunk_overlap", "grad_accum_steps", "masking",
                "eval_every", "eval_fraction", "eval_max_chunks", "probe_sentences", "probe_answers",
-               "probe_top_k", "seed")
+               "probe_top_k", "eval_focus_words", "seed")
 # A small held-out text is scored under this many different masks (capped at eval_max_chunks rows),
 # so its loss measures more than the few tokens one mask happens to select.
 EVAL_MASKINGS = 4
@@ -263,7 +271,8 @@ class TrainEvent:
 
     kind "step": values has loss, grad_norm, lr, tokens_per_s, masked_tokens, tokens, elapsed_s.
     kind "eval": loss, mlm_perplexity (exp(loss): over every selected position, as Hugging Face's
-    run_mlm.py reports perplexity), mask_loss (at the [MASK] positions alone), top1, top5,
+    run_mlm.py reports perplexity), mask_loss (at the [MASK] positions alone), focus_loss (at the
+    positions whose hidden word is one of `eval_focus_words`; None without them), top1, top5,
     masked_tokens, and per bucket `<bucket>_top1` etc.
     kind "probe": values["probes"], one dict per probe sentence (text, positions with top-k, and the
     hidden word's probability and rank when it is known).
@@ -311,6 +320,7 @@ class TrainResult:
             "eval_loss": last_eval.get("loss"),
             "eval_mlm_perplexity": last_eval.get("mlm_perplexity"),
             "eval_mask_loss": last_eval.get("mask_loss"),
+            "eval_focus_loss": last_eval.get("focus_loss"),
             "eval_top1": last_eval.get("top1"),
             "eval_top5": last_eval.get("top5"),
             "tokens_per_s": self.tokens_per_s,
@@ -753,6 +763,7 @@ class _EvalSet:
     buckets: torch.Tensor  # (V,) bucket per token id
     micro_batch: int
     mask_token_id: int | None = None  # to score the positions replaced by [MASK] on their own
+    focus_ids: torch.Tensor | None = None  # (F,) token ids whose positions get a loss of their own
 
 
 @torch.no_grad()
@@ -772,6 +783,7 @@ def evaluate(model: nn.Module, eval_set: _EvalSet, *, amp: str = "off") -> dict[
     model.eval()
     total = torch.zeros(3, dtype=torch.float64)  # sum CE, top1 hits, top5 hits
     at_mask = torch.zeros(2, dtype=torch.float64)  # [MASK] positions, sum CE there
+    at_focus = torch.zeros(2, dtype=torch.float64)  # positions hiding a focus word, sum CE there
     per_bucket = torch.zeros(len(BUCKETS), 4, dtype=torch.float64)  # n, sum CE, top1, top5
     try:
         for s in range(0, eval_set.input_ids.shape[0], eval_set.micro_batch):
@@ -788,6 +800,9 @@ def evaluate(model: nn.Module, eval_set: _EvalSet, *, amp: str = "off") -> dict[
                 shown = eval_set.input_ids[sl].reshape(-1)[eval_set.labels[sl].reshape(-1) != IGNORE_INDEX]
                 is_mask = (shown == eval_set.mask_token_id).to(device)  # (M,)
                 at_mask += torch.stack([is_mask.double().sum(), ce.double()[is_mask].sum()]).cpu()
+            if eval_set.focus_ids is not None:
+                focus = torch.isin(targets, eval_set.focus_ids.to(device))  # (M,)
+                at_focus += torch.stack([focus.double().sum(), ce.double()[focus].sum()]).cpu()
             top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices  # (M, 5)
             hit1 = (top5[:, 0] == targets).double()
             hit5 = (top5 == targets[:, None]).any(-1).double()
@@ -801,7 +816,9 @@ def evaluate(model: nn.Module, eval_set: _EvalSet, *, amp: str = "off") -> dict[
         model.train(was_training)
     n = float(per_bucket[:, 0].sum())
     out: dict[str, Any] = {"masked_tokens": int(n), "mask_tokens": int(at_mask[0]),
-                           "mask_loss": float(at_mask[1] / at_mask[0]) if at_mask[0] else None}
+                           "mask_loss": float(at_mask[1] / at_mask[0]) if at_mask[0] else None,
+                           "focus_tokens": int(at_focus[0]),
+                           "focus_loss": float(at_focus[1] / at_focus[0]) if at_focus[0] else None}
     if n == 0:
         out.update(loss=None, mlm_perplexity=None, top1=None, top5=None)
     else:
@@ -823,6 +840,13 @@ class _Probe:
     input_ids: torch.Tensor  # (T,)
     positions: list[int]  # where the mask tokens are
     answers: list[str | None]  # the hidden token at each position, when known
+
+
+def _focus_ids(tokenizer, words: Sequence[str]) -> torch.Tensor | None:
+    """The token ids of the words that are one token of this vocabulary (others cannot be scored alone)."""
+    ids = sorted({int(tokenizer.convert_tokens_to_ids(pieces[0])) for w in words
+                  if len(pieces := tokenizer.tokenize(w)) == 1})
+    return torch.tensor(ids, dtype=torch.long) if ids else None
 
 
 def _make_probes(tokenizer, texts: Sequence[str], cfg: TrainConfig) -> list[_Probe]:
@@ -1402,7 +1426,7 @@ def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, Train
     e_inputs, e_labels = _mask_rows(eval_chunks, first.masking, mask_token_id=tokenizer.mask_token_id,
                                     vocab_size=mask_vocab, special_ids=special, seeds=e_seeds)
     eval_set = _EvalSet(e_inputs, eval_chunks.attention_mask, e_labels, buckets, max(1, micro),
-                        mask_token_id=tokenizer.mask_token_id)
+                        mask_token_id=tokenizer.mask_token_id, focus_ids=_focus_ids(tokenizer, first.eval_focus_words))
     probes = _make_probes(tokenizer, texts, first)
 
     # Variants: a deep copy each (fp32 master weights), its own optimizer.

@@ -41,6 +41,7 @@ class Texts:
     held_out: list[str] | None
     probes: tuple[tuple[str, str], ...]  # (sentence with [MASK], answer or "")
     about: str
+    facts: tuple[str, ...] = ()  # the words that carry the facts: the held-out loss there is shown too
 
 
 def usable_probes(texts: Texts, tokenizer) -> Texts:
@@ -60,7 +61,8 @@ def gazetteer_texts(from_scratch: bool = False) -> Texts:
                  g.scratch_probes if from_scratch else g.probes,
                  f"{len(g.sentences)} sentences about Veldoria, an invented country (its capital, river, food, "
                  f"customs), written for MLM Lab and never used to build the default model; "
-                 f"{len(g.held_out)} more sentences say the same facts in other words and are held out.")
+                 f"{len(g.held_out)} more sentences say the same facts in other words and are held out.",
+                 g.facts)
 
 
 def workshop_texts() -> Texts:
@@ -142,7 +144,7 @@ def base_config(lesson: str, *, from_scratch: bool, texts: Texts, seed: int = 0,
     """The lesson's TrainConfig: its defaults, the texts' probes, then any of the learner's settings."""
     values = {name: d.value for name, d in lesson_defaults(lesson, from_scratch=from_scratch).items()}
     values.update(probe_sentences=tuple(p for p, _ in texts.probes),
-                  probe_answers=tuple(a for _, a in texts.probes), seed=seed)
+                  probe_answers=tuple(a for _, a in texts.probes), eval_focus_words=texts.facts, seed=seed)
     values.update(overrides)
     return TrainConfig(**values)
 

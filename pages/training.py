@@ -301,6 +301,15 @@ def draw(snap) -> None:
                    "the same number up to how the batches split the positions); \"MLM perplexity\" is exp of this "
                    "loss. 10% of those positions show the model the true word, so the dashed line, the [MASK] "
                    "positions alone, is the harder number.")
+        focus = [(name, v.evals[0], v.evals[-1]) for name, v in snap.variants.items()
+                 if v.evals and v.evals[0].get("focus_loss") is not None]
+        if focus:
+            name, first, last = focus[0]
+            st.caption(f"What the fall is made of: at the {last['focus_tokens']} held-out positions that hide one of "
+                       f"the facts' words the loss went from {first['focus_loss']:.2f} to {last['focus_loss']:.2f} "
+                       f"({name}); over every position from {first['loss']:.2f} to {last['loss']:.2f}. Much of the "
+                       "rest is the model learning to spell the invented name (ve ##ld ##oria), which is in nearly "
+                       "every sentence: the facts' own loss and the probes say what it learned about Veldoria.")
     draw_probes(snap)
     if any(steps.values()):
         st.plotly_chart(loss_figure(steps, log_v=log_v), key="training_loss_chart")
@@ -323,6 +332,8 @@ def draw(snap) -> None:
         rows.append({"variant": name, "steps": len(v.steps), "train loss": last.get("loss"),
                      "held-out loss at start": first_eval.get("loss"), "held-out loss": last_eval.get("loss"),
                      "[MASK]-only loss": last_eval.get("mask_loss"),
+                     "facts' words at start": first_eval.get("focus_loss"),
+                     "facts' words": last_eval.get("focus_loss"),
                      "MLM perplexity": last_eval.get("mlm_perplexity"),
                      "top-1": last_eval.get("top1"), "top-5": last_eval.get("top5"),
                      "steps clipped": sum(r["grad_norm"] > limit for r in clipped) if limit else 0,

@@ -219,3 +219,13 @@ def test_the_sequence_length_default_says_what_packing_does(tokenizer):
     assert padding[128] < padding[64], "longer chunks pack more sentences and pad less"
     stated = [int(x) for x in re.findall(r"(\d+)% padding|with (\d+)%", why) for x in x if x]
     assert stated == [round(100 * padding[64]), round(100 * padding[128])], (stated, padding)
+
+
+def test_the_facts_lesson_scores_the_facts_words_on_their_own(tokenizer):
+    """The header's fact words reach the run: its held-out evaluation reports the loss at those words."""
+    from mlm_core.training_lessons import base_config, gazetteer_texts
+
+    facts = gazetteer().facts
+    assert len(facts) == 15 and all(len(tokenizer.tokenize(w)) == 1 for w in facts)
+    assert {answer for _, answer in gazetteer().probes} <= set(facts)
+    assert base_config("facts", from_scratch=False, texts=gazetteer_texts()).eval_focus_words == facts

@@ -559,3 +559,31 @@ def test_probe_chart_axis_reads_the_probabilities_it_shows(top):
     fmt = probe_figure([probe]).layout.xaxis.tickformat
     ticks = [_d3(fmt, top * k / 4) for k in range(1, 5)]
     assert len(set(ticks)) == 4 and not any(set(t) <= set("0.%") for t in ticks), ticks
+
+
+def test_evaluation_scores_the_focus_words_on_their_own(tok, model):
+    """The Veldoria lesson's held-out loss falls mostly because the model learns to spell the invented name;
+    `focus_loss` is the same cross-entropy at the positions that hide one of the lesson's fact words."""
+    chunks = make_chunks(tok, CORPUS, seq_len=24, overlap=4)
+    gen = torch.Generator().manual_seed(1)
+    labels = torch.where(torch.rand(chunks.input_ids.shape, generator=gen) < 0.4, chunks.input_ids,
+                         torch.full_like(chunks.input_ids, IGNORE_INDEX))
+    labels[chunks.special_tokens_mask.bool()] = IGNORE_INDEX
+    inputs = torch.where(labels != IGNORE_INDEX, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
+    counts = training.token_counts(chunks, len(tok))
+    focus = training._focus_ids(tok, ["cat", "river", "not-a-token-of-this-vocabulary"])
+    assert focus.tolist() == sorted(tok.convert_tokens_to_ids(["cat", "river"]))
+    eval_set = training._EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 3,
+                                 mask_token_id=tok.mask_token_id, focus_ids=focus)
+    got = evaluate(model, eval_set)
+    with torch.no_grad():
+        logits = model(input_ids=inputs, attention_mask=chunks.attention_mask).logits
+    at = (labels != IGNORE_INDEX) & torch.isin(labels, focus)
+    assert 0 < got["focus_tokens"] == int(at.sum()) < got["masked_tokens"]
+    assert got["focus_loss"] == pytest.approx(float(F.cross_entropy(logits[at], labels[at])), rel=1e-5)
+    plain = evaluate(model, training._EvalSet(inputs, chunks.attention_mask, labels,
+                                              training.frequency_buckets(counts), 3))
+    assert plain["focus_loss"] is None and plain["focus_tokens"] == 0 and plain["loss"] == got["loss"]
+    result = train(model, tok, CORPUS, quick(steps=2, eval_focus_words=("the", "a", "in")))
+    assert all(e["focus_loss"] is not None for e in result.evals)
+    assert TrainConfig.from_dict(quick(eval_focus_words=("cat",)).to_dict()).eval_focus_words == ("cat",)
