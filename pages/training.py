@@ -307,9 +307,11 @@ def draw(snap) -> None:
             name, first, last = focus[0]
             st.caption(f"What the fall is made of: at the {last['focus_tokens']} held-out positions that hide one of "
                        f"the facts' words the loss went from {first['focus_loss']:.2f} to {last['focus_loss']:.2f} "
-                       f"({name}); over every position from {first['loss']:.2f} to {last['loss']:.2f}. Much of the "
-                       "rest is the model learning to spell the invented name (ve ##ld ##oria), which is in nearly "
-                       "every sentence: the facts' own loss and the probes say what it learned about Veldoria.")
+                       f"({name}); over every position from {first['loss']:.2f} to {last['loss']:.2f}. "
+                       + ("From scratch, most of the fall is learning which words are common." if from_scratch else
+                          "Much of the rest is the model learning to spell the invented name (ve ##ld ##oria), "
+                          "which is in nearly every sentence: the facts' own loss and the probes say what it "
+                          "learned about Veldoria."))
     draw_probes(snap)
     if any(steps.values()):
         st.plotly_chart(loss_figure(steps, log_v=log_v), key="training_loss_chart")

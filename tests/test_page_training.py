@@ -108,7 +108,10 @@ def test_start_progress_probes_curves_stop():
     assert at.session_state["training_run"].snapshot().step < 300
     assert at.get("download_button")  # the CSV export
     results = frame(at, "variant", "held-out loss")
-    assert {"[MASK]-only loss", "MLM perplexity", "held-out loss at start", "steps clipped"} <= set(results.columns)
+    assert {"[MASK]-only loss", "MLM perplexity", "held-out loss at start", "steps clipped",
+            "facts' words at start", "facts' words"} <= set(results.columns)
+    # the held-out fall, split: the loss at the gazetteer's fact words, said in words beside the chart
+    assert any("What the fall is made of" in c.value and "common" in c.value for c in at.caption)
     assert at.button(key="training_start").disabled is False
 
 
