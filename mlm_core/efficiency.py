@@ -286,11 +286,14 @@ def _head_params(model: nn.Module) -> list[nn.Parameter]:
 
 
 def loss_path_functions(transform: Callable, decoder: nn.Module, states: torch.Tensor, labels: torch.Tensor,
-                        params: Sequence[torch.Tensor] = ()) -> dict[str, Callable[[], tuple[float, int]]]:
+                        params: Sequence[torch.Tensor] = (), grads: dict | None = None,
+                        ) -> dict[str, Callable[[], tuple[float, int]]]:
     """The three paths as functions: each runs head + loss forward and backward, returns (loss, logits values).
 
     ``states`` (B, T, H) are the encoder's output, computed once outside; the backward pass goes
     to ``states`` and ``params`` with ``torch.autograd.grad``, so no ``.grad`` of the model is touched.
+    With a ``grads`` dict, each path stores its gradients there under its name: ``[d states, d param...]``
+    (None for a parameter the loss does not reach), so a test can compare them.
     """
     from mlm_core.losses import full_cross_entropy, loop_cross_entropy
 
@@ -301,27 +304,29 @@ def loss_path_functions(transform: Callable, decoder: nn.Module, states: torch.T
     leaf = states.detach().requires_grad_(True)
     inputs = [leaf, *[p for p in params if p.requires_grad]]
 
-    def backward(loss: torch.Tensor) -> None:
-        torch.autograd.grad(loss, inputs, allow_unused=True)
+    def backward(name: str, loss: torch.Tensor) -> None:
+        found = torch.autograd.grad(loss, inputs, allow_unused=True)
+        if grads is not None:
+            grads[name] = list(found)
 
     def loop():
         logits = decoder(transform(leaf))  # (B, T, V): every position
         rows = logits.reshape(B * T, -1).index_select(0, index)  # (M, V)
         loss = loop_cross_entropy(rows, targets).loss  # a Python loop over the M rows
-        backward(loss)
+        backward("loop", loss)
         return float(loss.detach()), logits.numel()
 
     def vectorised():
         logits = decoder(transform(leaf))  # (B, T, V): every position
         loss = F.cross_entropy(logits.reshape(B * T, -1).float(), flat_labels, ignore_index=IGNORE_INDEX)
-        backward(loss)
+        backward("vectorised", loss)
         return float(loss.detach()), logits.numel()
 
     def gathered():
         rows = leaf.reshape(B * T, H).index_select(0, index)  # (M, H): gather first
         logits = decoder(transform(rows))  # (M, V): the head on M rows only
         loss = full_cross_entropy(logits, targets).loss
-        backward(loss)
+        backward("gathered", loss)
         return float(loss.detach()), logits.numel()
 
     return {"loop": loop, "vectorised": vectorised, "gathered": gathered}
