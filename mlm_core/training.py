@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
 import torch
 from torch import nn
 
@@ -319,22 +320,23 @@ class TrainResult:
 
 
 def smooth(values: Sequence[float | None], weight: float = 0.8) -> list[float | None]:
-    """Exponential moving average with TensorBoard's debiasing; gaps (None) stay gaps.
+    """Exponential moving average with TensorBoard's debiasing; gaps (None, NaN, inf) stay gaps.
 
-    >>> [None if v is None else round(v, 9) for v in smooth([1.0, 1.0, None, 1.0])]
-    [1.0, 1.0, None, 1.0]
+    TensorBoard's ``avg = weight * avg + (1 - weight) * v``, divided by ``1 - weight ** n``, is
+    pandas' ``ewm(alpha=1 - weight, adjust=True).mean()`` over the finite values: the weighted mean
+    of the values so far, the latest weighing 1, the one before ``weight``, and so on.
+
+    >>> [None if v is None else round(v, 4) for v in smooth([1.0, 3.0, None, 5.0], weight=0.5)]
+    [1.0, 2.3333, None, 3.8571]
     """
     if not 0.0 <= weight < 1.0:
         raise InputError("The smoothing weight must be at least 0 and below 1.")
-    out: list[float | None] = []
-    avg, n = 0.0, 0
-    for v in values:
-        if v is None or not math.isfinite(v):
-            out.append(None)
-            continue
-        avg = weight * avg + (1 - weight) * v
-        n += 1
-        out.append(avg / (1 - weight**n))
+    finite = [i for i, v in enumerate(values) if v is not None and math.isfinite(v)]
+    out: list[float | None] = [None] * len(values)
+    if finite:
+        averaged = pd.Series([float(values[i]) for i in finite]).ewm(alpha=1.0 - weight, adjust=True).mean()
+        for i, v in zip(finite, averaged.tolist()):
+            out[i] = v
     return out
 
 
