@@ -56,6 +56,7 @@ from typing import Iterable, Iterator
 import torch
 
 from mlm_core import default_model as dm
+from mlm_core.bundled import load_default_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS_PATH = REPO_ROOT / "assets" / "workshop_corpus.txt"
@@ -472,7 +473,7 @@ def export_asset(model, out_dir: Path, record: dict) -> dict:
     """fp16 tensors that differ from the installed encoder + untrained head; plus build.json."""
     from safetensors.torch import save_file
 
-    base = dm._build_untrained()
+    base = dm.build_untrained()
     base_state = base.state_dict()
     delta = {}
     for k, v in model.state_dict().items():
@@ -587,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         with log_path.open("a", encoding="utf-8") as fh:
             fh.write(line + "\n")
 
-    tokenizer = dm.load_tokenizer()
+    tokenizer = load_default_tokenizer()
     vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     continuation = torch.tensor([t.startswith("##") for t in vocab], dtype=torch.bool)
     cloze_rows = dm.read_cloze(args.cloze) if Path(args.cloze).is_file() else []
@@ -633,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
         train_seqs={k: len(v) for k, v in train.items()}, mix=mix,
         heldout_seqs=len(held_seqs), sources=source_stats, load_s=round(time.time() - t0, 1))
 
-    model = dm._build_untrained()
+    model = dm.build_untrained()
     if args.init_asset:
         applied = dm.apply_delta_(model, Path(args.init_asset) / dm.WEIGHTS_FILE)
         log(event="init_asset", path=args.init_asset, tensors=len(applied))
@@ -698,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     if metrics_before is None:
-        base = dm._build_untrained()
+        base = dm.build_untrained()
         metrics_before = evaluate(base, tokenizer, cloze_rows, held_seqs, masker, continuation, eval_sets)
         metrics_before["note"] = "encoder + untrained head (identity transform, zero bias)"
         log(event="eval_before", step=0, **metrics_before)

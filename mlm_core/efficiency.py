@@ -37,6 +37,7 @@ from torch import nn
 
 from mlm_core.errors import InputError, MLMLabError
 from mlm_core.masking import IGNORE_INDEX
+from mlm_core.models import encoder_states, head_parts
 
 BYTES_PER_VALUE = {"fp32": 4, "bf16": 2, "fp16": 2}
 MASK_RATE = 0.15  # BERT's selection probability: the share of positions the loss needs
@@ -254,9 +255,7 @@ def logits_size(batch_size: int, seq_len: int, vocab_size: int, *, mask_rate: fl
 
 def _split_head(model: nn.Module):
     """(transform, decoder) of a masked-LM head we know how to apply to M rows, from ``models``."""
-    from mlm_core.models import _head  # the one place that knows each family's head
-
-    head = _head(model)
+    head = head_parts(model)  # models is the one place that knows each family's head
     if head is None:
         raise InputError(
             f"{type(model).__name__}'s prediction head is not one MLM Lab can split (BERT, DistilBERT, "
@@ -267,9 +266,7 @@ def _split_head(model: nn.Module):
 
 def _head_params(model: nn.Module) -> list[nn.Parameter]:
     """Parameters of the head (transform + decoder, tied weight included), each once."""
-    from mlm_core.models import _head
-
-    head = _head(model)
+    head = head_parts(model)
     params, seen = [], set()
     modules = [head.decoder]
     owner = getattr(head.transform, "__self__", None)
@@ -375,9 +372,7 @@ def loss_paths(model: nn.Module, tokenizer, *, batch_size: int = 4, seq_len: int
         raise InputError("No token of this batch was selected for prediction: try another seed.")
     with exclusive_measurement():
         with torch.no_grad():
-            from mlm_core.models import _encode
-
-            states = _encode(model, input_ids, attention_mask).float()  # (B, T, H), once
+            states = encoder_states(model, input_ids, attention_mask).float()  # (B, T, H), once
         fns = loss_path_functions(transform, decoder, states, labels, _head_params(model))
         if int((labels != IGNORE_INDEX).sum()) > LOOP_MAX_ROWS:
             del fns["loop"]  # minutes, not seconds: measured only for small batches

@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from mlm_core.data import run_tokenizer
+from mlm_core.data import run_tokenizer, special_ids
 from mlm_core.errors import InputError
 from mlm_core.losses import SAMPLED_SOFTMAX
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
@@ -400,14 +400,6 @@ class Chunks:
                       self.special_tokens_mask[index], self.word_ids[index])
 
 
-def _special_ids(tokenizer) -> tuple[int, ...]:
-    try:
-        from mlm_core.data import special_ids
-    except ImportError:  # pragma: no cover - mlm_core.data is part of the package
-        return tuple(sorted(set(tokenizer.all_special_ids)))
-    return tuple(special_ids(tokenizer))
-
-
 def _boundary_ids(tokenizer) -> tuple[int, int, int]:
     """The ids that open, close and pad a sequence (BERT: [CLS] [SEP] [PAD]; RoBERTa: <s> </s> <pad>)."""
     start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
@@ -474,7 +466,7 @@ def make_chunks(tokenizer, texts: Sequence[str], seq_len: int, overlap: int = 16
         input_ids[r, :length] = torch.tensor([start, *ids, end])
         word_ids[r, 1:length - 1] = torch.tensor(words)
         attention_mask[r, :length] = 1
-    specials = torch.tensor(sorted({*_special_ids(tokenizer), start, end, pad}), dtype=torch.long)
+    specials = torch.tensor(sorted({*special_ids(tokenizer), start, end, pad}), dtype=torch.long)
     special_tokens_mask = (torch.isin(input_ids, specials) | (attention_mask == 0)).long()
     word_ids[special_tokens_mask.bool()] = -1
     return Chunks(input_ids, attention_mask, special_tokens_mask, word_ids)
@@ -595,7 +587,7 @@ def _lr_at(cfg: TrainConfig, step: int) -> float:
     return cfg.learning_rate * (1.0 - progress)
 
 
-def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """AdamW groups: no decay on biases and normalisation weights (BERT's optimizer does the same)."""
     decay, no_decay, seen = [], [], set()
     for name, p in model.named_parameters():
@@ -635,7 +627,7 @@ def uncorrected_adam_step_ratio(step: int, betas: tuple[float, float] = ADAM_BET
     return (1.0 - b1 ** step) / math.sqrt(1.0 - b2 ** step)
 
 
-def _adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.Optimizer:
+def adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.Optimizer:
     """AdamW (bias-corrected) with BERT's betas and eps; the fused kernel where the device has one."""
     try:
         return torch.optim.AdamW(groups, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, fused=True)
@@ -942,7 +934,7 @@ class _Optimizer:
             self.module = DDP(self.module, device_ids=ids)
         self.distributed = world.distributed
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = _adamw(_param_groups(model, cfg.weight_decay), cfg.learning_rate)
+        self.optimizer = adamw(param_groups(model, cfg.weight_decay), cfg.learning_rate)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp == "fp16")
 
     def begin(self, lr: float) -> None:
@@ -1071,7 +1063,7 @@ class _DeepSpeedOptimizer:
             freeze_word_embeddings(model)
         module = _MaskedLMStep(model, sampled=cfg.loss == "sampled")
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
-            model=module, model_parameters=_param_groups(model, cfg.weight_decay), config=ds_config)
+            model=module, model_parameters=param_groups(model, cfg.weight_decay), config=ds_config)
         self.module = self.engine
 
     def begin(self, lr: float) -> None:
@@ -1374,7 +1366,7 @@ def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, Train
     out_emb = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
     vocab_size = int(out_emb.weight.shape[0]) if out_emb is not None else len(tokenizer)
     mask_vocab = min(len(tokenizer), vocab_size)  # random replacements are real tokenizer tokens
-    special = _special_ids(tokenizer)
+    special = special_ids(tokenizer)
 
     # Data: chunks, a held-out split, token counts, eval masks and probes: all from the seed.
     chunks = make_chunks(tokenizer, texts, first.seq_len, first.chunk_overlap)

@@ -137,7 +137,7 @@ def golden_build_loop(tmp: Path, tokenizer) -> dict:
                 "--eval-every", "1000", "--ckpt-every", "1000", "--export-every", "0", *extra]
         threads = torch.get_num_threads()
         with mock.patch.object(build_default, "masked_loss", recording), \
-                mock.patch.object(build_default.dm, "_build_untrained",
+                mock.patch.object(build_default.dm, "build_untrained",
                                   lambda: tiny_random_masked_lm(tokenizer)[0]), \
                 mock.patch.object(build_default, "evaluate", lambda *a, **k: {}), \
                 mock.patch.object(build_default, "save_checkpoint", lambda *a, **k: None), \

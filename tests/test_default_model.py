@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from mlm_core import default_model as dm
+from mlm_core.bundled import load_default_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSET = ROOT / "assets" / "default_mlm"
@@ -159,7 +160,7 @@ class _ScriptedMLM(torch.nn.Module):
 
 
 def test_cloze_eval_copy_rate_on_a_hand_made_case():
-    tokenizer = dm.load_tokenizer()
+    tokenizer = load_default_tokenizer()
     rows = [
         ("She poured milk into her [MASK].", ["coffee", "tea"]),  # guessed milk: a copy
         ("The sun rises in the [MASK].", ["east"]),  # guessed east: right

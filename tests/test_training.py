@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from mlm_core import training
+from mlm_core.data import special_ids
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig
 from mlm_core.training import TrainConfig, evaluate, make_chunks, train, train_variants
@@ -402,7 +403,7 @@ def test_exact_count_masks_each_row_by_its_own_length(tok, model):
     assert int(lengths.min()) < 48, "a short, padded row"
     masking = MaskingConfig(strategy="exact_count")
     _, labels = training._mask_rows(chunks, masking, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
-                                    special_ids=training._special_ids(tok), seeds=range(len(chunks)))
+                                    special_ids=special_ids(tok), seeds=range(len(chunks)))
     expected = [min(20, max(1, round(0.15 * int(n)))) for n in lengths]
     assert (labels != IGNORE_INDEX).sum(1).tolist() == expected
     result = train(model, tok, CORPUS, quick(steps=2, masking=masking))
