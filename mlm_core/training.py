@@ -358,7 +358,10 @@ def curves_table(results: Mapping[str, TrainResult] | Sequence[TrainResult]) -> 
 
 
 def _mix(*parts: int) -> int:
-    """A 63-bit seed from integers (splitmix64 rounds), cheap enough to make one per example."""
+    """A 63-bit seed from integers (splitmix64 rounds), cheap enough to make one per example.
+
+    Not ``seeds.generator``: that rule would give every seed other curves (tests/test_golden.py).
+    """
     h = 0x9E3779B97F4A7C15
     for p in parts:
         h = (h ^ (int(p) & 0xFFFFFFFFFFFFFFFF)) & 0xFFFFFFFFFFFFFFFF
