@@ -14,7 +14,9 @@ lessons included)::
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python scripts/remeasure_lessons.py --write    # and rewrite the docs
 
 ``--skip training`` leaves out the two training lessons (the slowest group); ``--only heads lens``
-measures just those groups. Exit status 1 when a marker is STALE and ``--write`` was not given.
+measures just those groups. After the table it checks the sentences whose words depend on the
+measurement (``SENTENCE_CHECKS``: "most heads", "keeps rising", "more than 1 nat"...) and says which
+need rewording. Exit status 1 when a marker is STALE or a sentence check fails and ``--write`` was not given.
 """
 
 from __future__ import annotations
@@ -419,6 +421,68 @@ GROUPS: dict[str, Callable[[Context], dict]] = {
 
 
 # --------------------------------------------------------------------------------------------
+# Sentences whose words (not only numbers) depend on the measurement
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SentenceCheck:
+    where: str  # the sentence, as the docs say it
+    needs: tuple[str, ...]  # the claims it reads
+    holds: Callable[[dict], bool]  # on the raw measured values
+
+
+SENTENCE_CHECKS = (
+    SentenceCheck("lessons.md Inside: on this model [CLS], not [SEP], is where most heads 'park' their attention; "
+                  "workshop.md: 'mostly [CLS]'", ("heads_cls_n", "heads_sep_n"),
+                  lambda v: v["heads_cls_n"] > 36 and v["heads_cls_n"] > v["heads_sep_n"]),
+    SentenceCheck("lessons.md Inside: neither the gradient nor attention is a reliable stand-in for leave-one-out "
+                  "(every mean tau below 0.5)", ("sal_grad_input", "sal_grad_delta", "sal_attn_max"),
+                  lambda v: max(v["sal_grad_input"], v["sal_grad_delta"], v["sal_attn_max"]) < 0.5),
+    SentenceCheck("workshop.md Inside: the answer climbs in the later layers (top 5 after the last layer above the "
+                  "embeddings')", ("lens128_top5_d0", "lens128_top5_d6"),
+                  lambda v: v["lens128_top5_d6"] > v["lens128_top5_d0"]),
+    SentenceCheck("lessons.md Predictions: the unchanged positions lower the perplexity ([MASK]-only loss above the "
+                  "all-positions loss, unchanged far below)", ("pred_all_loss", "pred_mask_loss", "pred_unchanged_loss"),
+                  lambda v: v["pred_mask_loss"] > v["pred_all_loss"] > v["pred_unchanged_loss"]),
+    SentenceCheck("lessons.md Loss: the default meets the target (within 10% of the full loss, cosine >= 0.9) on "
+                  "seeds 0-4", ("target_err_min", "target_err_max", "target_cos_min"),
+                  lambda v: max(abs(v["target_err_min"]), abs(v["target_err_max"])) <= 0.10 and v["target_cos_min"] >= 0.9),
+    SentenceCheck("lessons.md Loss: with replacement TensorFlow's and no correction cross the full loss between "
+                  "K = 256 and 4096 and keep rising", ("sweep_tf_256", "sweep_tf_4096", "sweep_tf_v", "sweep_none_256",
+                                                      "sweep_none_4096", "sweep_none_v", "target_full"),
+                  lambda v: all(v[f"sweep_{c}_256"] < v["target_full"] < v[f"sweep_{c}_4096"] < v[f"sweep_{c}_v"]
+                                for c in ("tf", "none"))),
+    SentenceCheck("lessons.md Bug museum: the labels-never-ignored loss lands above the right one or below it "
+                  "(seeds 0, 1, 2 show both)", ("museum_lni", "loss_full", "museum_lni_s1", "loss_full_s1",
+                                                "museum_lni_s2", "loss_full_s2"),
+                  lambda v: len({v["museum_lni"] > v["loss_full"], v["museum_lni_s1"] > v["loss_full_s1"],
+                                 v["museum_lni_s2"] > v["loss_full_s2"]}) == 2),
+    SentenceCheck("lessons.md Bug museum: sampled softmax without the true class: its gradient has nothing to do "
+                  "with the full loss's (|cosine| < 0.3); negatives over positions look far too good (below the "
+                  "estimate)", ("museum_no_true_cos", "museum_negpos", "loss_sampled"),
+                  lambda v: abs(v["museum_no_true_cos"]) < 0.3 and v["museum_negpos"] < v["loss_sampled"] / 10),
+    SentenceCheck("lessons.md Training: clipping does not rescue the run (clipped lr 1e-2 ends > 1 nat above the "
+                  "sensible lr), and the loss blows up within five steps", ("lr_clip_25", "lr_sane_25", "lr_noclip_5",
+                                                                           "lr_start"),
+                  lambda v: v["lr_clip_25"] > v["lr_sane_25"] + 1 and v["lr_noclip_5"] > v["lr_start"] + 1),
+    SentenceCheck("lessons.md Training: static masks overfit where dynamic ones keep improving (static ends higher)",
+                  ("mask_static_end", "mask_dynamic_end"), lambda v: v["mask_static_end"] > v["mask_dynamic_end"]),
+    SentenceCheck("lessons.md Training / workshop.md: the held-out loss falls by more than 1 nat; clipping at "
+                  "BERT's 1.0 would fire on every step; the facts lesson's clip (25) sits above a healthy run",
+                  ("facts_drop", "facts_grad_min", "facts_grad_max"),
+                  lambda v: v["facts_drop"] > 1 and v["facts_grad_min"] > 1 and v["facts_grad_max"] < 25),
+)
+
+
+def sentence_checks(raw: dict) -> list[str]:
+    """One line per sentence check whose claims were all measured: OK, or FALSE (reword the sentence)."""
+    lines = []
+    for check in SENTENCE_CHECKS:
+        if all(n in raw for n in check.needs):
+            lines.append(f"- {'OK' if check.holds(raw) else 'FALSE: reword'}: {check.where}")
+    return lines
+
+
+# --------------------------------------------------------------------------------------------
 # The table
 # --------------------------------------------------------------------------------------------
 def table(markers: list[Marker], measured: dict[str, str], root: Path = ROOT) -> tuple[list[str], int]:
@@ -458,22 +522,26 @@ def main(argv: list[str] | None = None) -> int:
               and any(c.group == g and c.id in wanted for c in CLAIMS)]
     ctx = Context()
     measured: dict[str, str] = {}
+    raw: dict = {}
     for group in groups:
         start = time.perf_counter()
-        raw = GROUPS[group](ctx)
-        for claim_id, value in raw.items():
-            measured[claim_id] = CLAIM_BY_ID[claim_id].fmt(value) if claim_id in CLAIM_BY_ID else str(value)
+        raw.update(GROUPS[group](ctx))
         print(f"<!-- {group}: {time.perf_counter() - start:.1f} s -->", file=sys.stderr, flush=True)
+    measured = {k: CLAIM_BY_ID[k].fmt(v) if k in CLAIM_BY_ID else str(v) for k, v in raw.items()}
     rows, stale = table(markers, measured)
     print("\n".join(rows))
     print(f"\n{len(markers)} markers, {stale} STALE or unknown; groups measured: {', '.join(groups)}")
+    checks = sentence_checks(raw)
+    if checks:
+        print("\nSentences around the numbers (a FALSE one needs new words, not only new numbers):")
+        print("\n".join(checks))
     if args.write:
         values = {k: v for k, v in measured.items() if k in CLAIM_BY_ID}
         for path in DOCS:
             n = rewrite(path, values)
             print(f"{path.relative_to(ROOT)}: {n} value(s) rewritten")
         return 0
-    return 1 if stale else 0
+    return 1 if stale or any("FALSE" in line for line in checks) else 0
 
 
 if __name__ == "__main__":

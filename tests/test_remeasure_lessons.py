@@ -41,6 +41,12 @@ def test_every_claim_has_a_measurement_group():
     assert {c.group for c in rm.CLAIMS} <= set(rm.GROUPS)
 
 
+def test_sentence_checks_read_only_claims_that_exist():
+    for check in rm.SENTENCE_CHECKS:
+        assert set(check.needs) <= set(rm.CLAIM_BY_ID), check.where
+    assert rm.sentence_checks({}) == []  # nothing measured: nothing claimed
+
+
 def test_markers_stay_out_of_page_code():
     """Pages compute their numbers at run time; only the docs carry marked numbers."""
     for path in list((ROOT / "pages").glob("*.py")) + list((ROOT / "mlm_core").rglob("*.py")):
