@@ -193,6 +193,8 @@ def _claims() -> list[Claim]:
     add("training", "facts lesson: probes with a known answer", fixed(0), "facts_probes")
     add("training", "facts lesson: smallest and largest gradient norm over the steps", fixed(1), "facts_grad_min",
         "facts_grad_max")
+    add("training", "facts lesson: held-out loss at the facts' words (focus_loss) at step 0 and at the end", fixed(1),
+        "facts_focus_start", "facts_focus_end")
     # Masking page's corpus check (tokenizer only: stays put when only the model changes)
     add("masking", "token masking, seed 144, 10,000 tokens: selected tokens", fixed(0), "z144_selected")
     add("masking", "... eligible tokens seen", fixed(0), "z144_tokens")
@@ -400,7 +402,8 @@ def measure_training(ctx: Context) -> dict:
     norms = [row["grad_norm"] for row in facts.steps]
     right, known = probes_right(facts.probes[-1])
     out.update(facts_drop=facts.evals[0]["loss"] - facts.evals[-1]["loss"], facts_right=right, facts_probes=known,
-               facts_grad_min=min(norms), facts_grad_max=max(norms))
+               facts_grad_min=min(norms), facts_grad_max=max(norms),
+               facts_focus_start=facts.evals[0]["focus_loss"], facts_focus_end=facts.evals[-1]["focus_loss"])
     return out
 
 
