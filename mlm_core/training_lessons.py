@@ -90,7 +90,8 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
         raise InputError(f"Unknown lesson {lesson!r}; choose one of {', '.join(LESSONS)}.")
     d = {
         "steps": Default(300 if from_scratch else 80,
-                         "A tiny model's step takes a few milliseconds, so 300 of them fit in a minute."
+                         "A tiny model's step takes a few hundredths of a second: 300 of them, with their "
+                         "evaluations, take about 15 s of CPU time, well within a minute."
                          if from_scratch else
                          "About a minute on one laptop CPU core, and enough for the probes to change their "
                          "answers to Veldoria's facts (the probe table shows how many, step by step)."),
@@ -116,8 +117,8 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
                                  "run's gradient norm reaches (the gradient-norm chart shows this run's; benchmark P7 "
                                  "records the largest and the steps clipped). At BERT's 1.0 it would fire on every "
                                  "step, and Adam would undo it."),
-        "eval_every": Default(10, "Ten held-out evaluations over a run draw a curve; each costs a forward pass "
-                              "over the held-out text."),
+        "eval_every": Default(10, "An evaluation every ten steps (and one before the first) draws the held-out "
+                              "curve; each costs a forward pass over the held-out text."),
     }
     if lesson == "lr_too_high":
         d["steps"] = Default(150 if from_scratch else 25,
