@@ -236,7 +236,8 @@ async def start_training(page, stats: Stats, train_model: str) -> None:
 
 
 async def progress(page) -> str:
-    bars = page.locator('[data-testid="stProgress"]')
+    """The Training page's own progress bar (the sidebar's run status, on every page, comes first)."""
+    bars = page.locator('[data-testid="stMain"] [data-testid="stProgress"]')
     return (await bars.first.inner_text()) if await bars.count() else ""
 
 
@@ -249,7 +250,7 @@ async def finish_training(page, stats: Stats, student: int, timeout: float) -> N
         text = ""
         while time.monotonic() < deadline:
             text = await progress(page)
-            if re.match(r"\s*(Done|Stopped|Failed)", text, re.I):
+            if re.match(r"\s*(Done|Stopped|Error)", text, re.I):  # pages/training.py: the run's status
                 break
             await asyncio.sleep(2.0)
         record["status"] = text.split(":")[0].strip() or "unknown"
