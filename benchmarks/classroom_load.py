@@ -93,6 +93,7 @@ class Stats:
         self.frames = 0
         self.timed_by_messages = 0  # interactions whose run never showed as "running" in the page
         self.runs: dict[int, dict] = {}
+        self.students_stopped = 0  # students whose flow ended early on an error (must be 0)
 
 
 async def idle(page, timeout: float = 180.0) -> None:
@@ -110,6 +111,20 @@ async def idle(page, timeout: float = 180.0) -> None:
             quiet = None
         await asyncio.sleep(0.1)
     raise TimeoutError(f"the app did not become idle in {timeout:.0f} s")
+
+
+async def problem(page, stats: Stats, name: str, text: str) -> None:
+    """Record a failed interaction with its whole message in the log and a screenshot."""
+    stats.failed[name] += 1
+    stats.problems.append(f"{name}: {text[:300]}")
+    log(f"{name}: FAILED {text[:2000]}")
+    if SHOTS is not None:
+        try:
+            shot = SHOTS / f"failed_{len(stats.problems):03d}_{re.sub(r'[^a-z]+', '_', name)}.png"
+            await page.screenshot(path=str(shot), full_page=True)
+            log(f"screenshot: {shot}")
+        except Exception:  # noqa: BLE001 - the page may be gone
+            pass
 
 
 async def timed(page, stats: Stats, name: str, action, timeout: float = 180.0) -> None:
@@ -198,7 +213,14 @@ async def quiz_round(page, stats: Stats, student: int, round_number: int) -> Non
     await timed(page, stats, "quiz next question", lambda: page.get_by_role("button", name=re.compile("Next question")).click())
     blanks = page.get_by_placeholder("your guess")
     for i in range(await blanks.count()):
-        await blanks.nth(i).fill(["the", "cat", "is", "a", "of"][(student + round_number + i) % 5])
+        word = ["the", "cat", "is", "a", "of"][(student + round_number + i) % 5]
+        for attempt in (1, 2):  # a blank that cannot be typed into is a failed interaction, not a lost student
+            try:
+                await blanks.nth(i).fill(word, timeout=30_000)
+                break
+            except Exception as exc:  # noqa: BLE001 - reported; the student goes on
+                await problem(page, stats, "quiz type a guess", f"blank {i + 1}, attempt {attempt}: {exc}")
+                await idle(page)
     reveal = page.get_by_role("button", name=re.compile("Reveal"))
     if await reveal.count():
         await timed(page, stats, "quiz reveal", lambda: reveal.first.click())
@@ -318,10 +340,13 @@ async def student(browser, server: Server, stats: Stats, number: int, stop_at: f
             if number in TRAINERS and time.monotonic() < stop_at:
                 await go(page, stats, "Training")  # look in on the run
             round_number += 1
-        if number in TRAINERS:
-            await finish_training(page, stats, number, args.run_timeout)
     except Exception as exc:  # noqa: BLE001
-        stats.problems.append(f"student {number} stopped: {type(exc).__name__}: {str(exc)[:200]}")
+        stats.students_stopped += 1
+        stats.problems.append(f"student {number} stopped: {type(exc).__name__}: {str(exc)[:300]}")
+        log(f"student {number} stopped: {type(exc).__name__}: {str(exc)[:2000]}")
+    try:
+        if number in TRAINERS:  # the run is checked even when the student's rounds stopped early
+            await finish_training(page, stats, number, args.run_timeout)
     finally:
         await context.close()
 
@@ -411,6 +436,7 @@ def summarise(outcome: dict, args) -> dict:
         "load_average_before": outcome["load_before"], "load_average_after": outcome["load_after"],
         "interactions_completed": sum(len(v) for v in stats.latency.values()),
         "interactions_failed": sum(stats.failed.values()),
+        "students_stopped_early": stats.students_stopped,
         "latency": rows,
         "exceptions": exceptions,
         "problems": stats.problems[:50],
@@ -443,7 +469,8 @@ def markdown(summary: dict) -> str:
         f"{tuple(summary['load_average_before'])}, after {tuple(summary['load_average_after'])}.",
         "",
         f"- Interactions completed: **{summary['interactions_completed']}** ({summary['interactions_failed']} failed; "
-        f"{summary['timed_by_messages']} timed by the server's last message because the page never showed them running).",
+        f"{summary['timed_by_messages']} timed by the server's last message because the page never showed them running; "
+        f"students whose flow stopped early: {summary['students_stopped_early']}).",
         f"- Exceptions: **{summary['exceptions']}** (exception boxes, browser page errors, tracebacks in the "
         f"server log: {summary['tracebacks_in_server_log']}; server alive at the end: {summary['server_alive_at_end']}).",
         f"- Server memory (RSS): {rss['start']:.0f} MiB at the start, {rss['max']:.0f} MiB at most, {rss['end']:.0f} MiB at the end."
@@ -461,7 +488,7 @@ def markdown(summary: dict) -> str:
         variants = ", ".join(f"{name}: {v['steps']} steps, loss {v['first_loss']:.3g} → {v['last_loss']:.3g}"
                              + ("" if v["intact"] else " (NOT intact)")
                              for name, v in run.get("variants", {}).items() if v["first_loss"] is not None)
-        lines.append(f"- student {student}: {run.get('status', '?')}; curves "
+        lines.append(f"- student {student}: {run.get('progress') or run.get('status', '?')}; curves "
                      f"{'intact' if run.get('intact') else 'NOT intact'}" + (f" ({variants})" if variants else "")
                      + (f"; error: {run['error']}" if run.get("error") else ""))
     lines += ["", "Server RSS over time (s: MiB): " + ", ".join(
