@@ -433,6 +433,8 @@ def summarise(outcome: dict, args) -> dict:
     return {
         "settings": {"students": args.students, "duration_s": args.duration, "model": args.model,
                      "train_model": args.train_model, "quick": args.quick},
+        "note": args.note,
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "started": outcome["started"], "seconds": outcome["seconds"],
         "load_average_before": outcome["load_before"], "load_average_after": outcome["load_after"],
         "interactions_completed": sum(len(v) for v in stats.latency.values()),
@@ -467,7 +469,10 @@ def markdown(summary: dict) -> str:
         f"`python -m benchmarks.classroom_load --students {s['students']} --duration {s['duration_s']:.0f}` on "
         f"{summary['started']}: one server, {s['students']} Chromium sessions at once for {s['duration_s']:.0f} s "
         f"(pages on the {s['model']!r} model, training runs on {s['train_model']!r}); load average before "
-        f"{tuple(summary['load_average_before'])}, after {tuple(summary['load_average_after'])}.",
+        f"{tuple(summary['load_average_before'])}, after {tuple(summary['load_average_after'])} on "
+        f"{summary['cores']} cores. Latencies are absolute times on this machine: a load average above the "
+        "core count means every process, the server and the browsers included, waited for a core."
+        + (f" {summary['note']}" if summary.get("note") else ""),
         "",
         f"- Interactions completed: **{summary['interactions_completed']}** ({summary['interactions_failed']} failed; "
         f"{summary['timed_by_messages']} timed by the server's last message because the page never showed them running; "
@@ -528,6 +533,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="what the two training runs train (default tiny-random: a run ends within the test)")
     parser.add_argument("--run-timeout", type=float, default=600, help="seconds to wait for a run to end")
     parser.add_argument("--quick", action="store_true", help="smoke run: 60 s; results go to a temporary folder")
+    parser.add_argument("--note", default="", help="a sentence about the machine's state for RESULTS.md "
+                        "(other work running at the same time, ...)")
     args = parser.parse_args(argv)
     if args.quick:
         args.duration = min(args.duration, 60)
