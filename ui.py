@@ -196,7 +196,7 @@ def client_id() -> str:
     from streamlit.runtime.scriptrunner import get_script_run_ctx
 
     ip = st.context.ip_address
-    if ip:
+    if isinstance(ip, str) and ip:  # AppTest's stand-in runtime answers with a mock: not an address
         return f"ip:{ip}"
     ctx = get_script_run_ctx()
     return f"session:{ctx.session_id if ctx else 'unknown'}"
@@ -204,7 +204,7 @@ def client_id() -> str:
 
 def session_alive_check():
     """A thread-safe "is this session still connected (on any page)?" for mlm_core.jobs, or None
-    where there is no server runtime (AppTest), so the run falls back to being polled."""
+    where there is no server runtime (bare mode), so the run falls back to being polled."""
     from streamlit import runtime
     from streamlit.runtime.scriptrunner import get_script_run_ctx
 

@@ -65,7 +65,7 @@ OBSERVER = """() => {
     }
   }).observe(document.documentElement, {attributes: true, subtree: true, attributeFilter: ['data-test-script-state']});
 }"""
-NO_RUN_S = 10.0  # no "running" state seen by then: the run is timed by the server's messages instead
+NO_RUN_S = 10.0  # no "running" state seen by then, but messages came back: timed by the server's messages
 FRAMES: dict[int, list[float]] = {}  # per page: when each WebSocket message from the server arrived
 
 
@@ -93,6 +93,7 @@ class Stats:
         self.frames = 0
         self.timed_by_messages = 0  # interactions whose run never showed as "running" in the page
         self.runs: dict[int, dict] = {}
+        self.students_stopped = 0  # students whose flow ended early on an error (must be 0)
 
 
 async def idle(page, timeout: float = 180.0) -> None:
@@ -110,6 +111,20 @@ async def idle(page, timeout: float = 180.0) -> None:
             quiet = None
         await asyncio.sleep(0.1)
     raise TimeoutError(f"the app did not become idle in {timeout:.0f} s")
+
+
+async def problem(page, stats: Stats, name: str, text: str) -> None:
+    """Record a failed interaction with its whole message in the log and a screenshot."""
+    stats.failed[name] += 1
+    stats.problems.append(f"{name}: {text[:300]}")
+    log(f"{name}: FAILED {text[:2000]}")
+    if SHOTS is not None:
+        try:
+            shot = SHOTS / f"failed_{len(stats.problems):03d}_{re.sub(r'[^a-z]+', '_', name)}.png"
+            await page.screenshot(path=str(shot), full_page=True)
+            log(f"screenshot: {shot}")
+        except Exception:  # noqa: BLE001 - the page may be gone
+            pass
 
 
 async def timed(page, stats: Stats, name: str, action, timeout: float = 180.0) -> None:
@@ -131,8 +146,9 @@ async def timed(page, stats: Stats, name: str, action, timeout: float = 180.0) -
                 done = next((t for s, t in events[started:] if s == "notRunning"), None)
                 if done is not None:
                     break
-            elif time.monotonic() > clicked + NO_RUN_S:
-                break
+            elif time.monotonic() > clicked + NO_RUN_S and any(t >= clicked for t in frames):
+                break  # the server answered, but the page never showed "running": timed by its messages
+            # nothing back yet: a starved server answers late, and a late answer is a slow interaction
             await asyncio.sleep(0.05)
         if done is not None:
             await idle(page, timeout)
@@ -143,7 +159,7 @@ async def timed(page, stats: Stats, name: str, action, timeout: float = 180.0) -
             await idle(page, timeout)
             answered = [t for t in frames if t >= clicked]
             if not answered:
-                raise TimeoutError(f"the click started no script run in {NO_RUN_S:.0f} s (no message came back)")
+                raise TimeoutError(f"the click started no script run in {timeout:.0f} s (no message came back)")
             seconds = answered[-1] - clicked
             stats.timed_by_messages += 1
         stats.latency[name].append(seconds)
@@ -198,7 +214,14 @@ async def quiz_round(page, stats: Stats, student: int, round_number: int) -> Non
     await timed(page, stats, "quiz next question", lambda: page.get_by_role("button", name=re.compile("Next question")).click())
     blanks = page.get_by_placeholder("your guess")
     for i in range(await blanks.count()):
-        await blanks.nth(i).fill(["the", "cat", "is", "a", "of"][(student + round_number + i) % 5])
+        word = ["the", "cat", "is", "a", "of"][(student + round_number + i) % 5]
+        for attempt in (1, 2):  # a blank that cannot be typed into is a failed interaction, not a lost student
+            try:
+                await blanks.nth(i).fill(word, timeout=30_000)
+                break
+            except Exception as exc:  # noqa: BLE001 - reported; the student goes on
+                await problem(page, stats, "quiz type a guess", f"blank {i + 1}, attempt {attempt}: {exc}")
+                await idle(page)
     reveal = page.get_by_role("button", name=re.compile("Reveal"))
     if await reveal.count():
         await timed(page, stats, "quiz reveal", lambda: reveal.first.click())
@@ -236,7 +259,8 @@ async def start_training(page, stats: Stats, train_model: str) -> None:
 
 
 async def progress(page) -> str:
-    bars = page.locator('[data-testid="stProgress"]')
+    """The Training page's own progress bar (the sidebar's run status, on every page, comes first)."""
+    bars = page.locator('[data-testid="stMain"] [data-testid="stProgress"]')
     return (await bars.first.inner_text()) if await bars.count() else ""
 
 
@@ -249,7 +273,7 @@ async def finish_training(page, stats: Stats, student: int, timeout: float) -> N
         text = ""
         while time.monotonic() < deadline:
             text = await progress(page)
-            if re.match(r"\s*(Done|Stopped|Failed)", text, re.I):
+            if re.match(r"\s*(Done|Stopped|Error)", text, re.I):  # pages/training.py: the run's status
                 break
             await asyncio.sleep(2.0)
         record["status"] = text.split(":")[0].strip() or "unknown"
@@ -317,10 +341,13 @@ async def student(browser, server: Server, stats: Stats, number: int, stop_at: f
             if number in TRAINERS and time.monotonic() < stop_at:
                 await go(page, stats, "Training")  # look in on the run
             round_number += 1
-        if number in TRAINERS:
-            await finish_training(page, stats, number, args.run_timeout)
     except Exception as exc:  # noqa: BLE001
-        stats.problems.append(f"student {number} stopped: {type(exc).__name__}: {str(exc)[:200]}")
+        stats.students_stopped += 1
+        stats.problems.append(f"student {number} stopped: {type(exc).__name__}: {str(exc)[:300]}")
+        log(f"student {number} stopped: {type(exc).__name__}: {str(exc)[:2000]}")
+    try:
+        if number in TRAINERS:  # the run is checked even when the student's rounds stopped early
+            await finish_training(page, stats, number, args.run_timeout)
     finally:
         await context.close()
 
@@ -406,10 +433,13 @@ def summarise(outcome: dict, args) -> dict:
     return {
         "settings": {"students": args.students, "duration_s": args.duration, "model": args.model,
                      "train_model": args.train_model, "quick": args.quick},
+        "note": args.note,
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "started": outcome["started"], "seconds": outcome["seconds"],
         "load_average_before": outcome["load_before"], "load_average_after": outcome["load_after"],
         "interactions_completed": sum(len(v) for v in stats.latency.values()),
         "interactions_failed": sum(stats.failed.values()),
+        "students_stopped_early": stats.students_stopped,
         "latency": rows,
         "exceptions": exceptions,
         "problems": stats.problems[:50],
@@ -439,10 +469,14 @@ def markdown(summary: dict) -> str:
         f"`python -m benchmarks.classroom_load --students {s['students']} --duration {s['duration_s']:.0f}` on "
         f"{summary['started']}: one server, {s['students']} Chromium sessions at once for {s['duration_s']:.0f} s "
         f"(pages on the {s['model']!r} model, training runs on {s['train_model']!r}); load average before "
-        f"{tuple(summary['load_average_before'])}, after {tuple(summary['load_average_after'])}.",
+        f"{tuple(summary['load_average_before'])}, after {tuple(summary['load_average_after'])} on "
+        f"{summary['cores']} cores. Latencies are absolute times on this machine: a load average above the "
+        "core count means every process, the server and the browsers included, waited for a core."
+        + (f" {summary['note']}" if summary.get("note") else ""),
         "",
         f"- Interactions completed: **{summary['interactions_completed']}** ({summary['interactions_failed']} failed; "
-        f"{summary['timed_by_messages']} timed by the server's last message because the page never showed them running).",
+        f"{summary['timed_by_messages']} timed by the server's last message because the page never showed them running; "
+        f"students whose flow stopped early: {summary['students_stopped_early']}).",
         f"- Exceptions: **{summary['exceptions']}** (exception boxes, browser page errors, tracebacks in the "
         f"server log: {summary['tracebacks_in_server_log']}; server alive at the end: {summary['server_alive_at_end']}).",
         f"- Server memory (RSS): {rss['start']:.0f} MiB at the start, {rss['max']:.0f} MiB at most, {rss['end']:.0f} MiB at the end."
@@ -460,7 +494,7 @@ def markdown(summary: dict) -> str:
         variants = ", ".join(f"{name}: {v['steps']} steps, loss {v['first_loss']:.3g} → {v['last_loss']:.3g}"
                              + ("" if v["intact"] else " (NOT intact)")
                              for name, v in run.get("variants", {}).items() if v["first_loss"] is not None)
-        lines.append(f"- student {student}: {run.get('status', '?')}; curves "
+        lines.append(f"- student {student}: {run.get('progress') or run.get('status', '?')}; curves "
                      f"{'intact' if run.get('intact') else 'NOT intact'}" + (f" ({variants})" if variants else "")
                      + (f"; error: {run['error']}" if run.get("error") else ""))
     lines += ["", "Server RSS over time (s: MiB): " + ", ".join(
@@ -499,6 +533,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="what the two training runs train (default tiny-random: a run ends within the test)")
     parser.add_argument("--run-timeout", type=float, default=600, help="seconds to wait for a run to end")
     parser.add_argument("--quick", action="store_true", help="smoke run: 60 s; results go to a temporary folder")
+    parser.add_argument("--note", default="", help="a sentence about the machine's state for RESULTS.md "
+                        "(other work running at the same time, ...)")
     args = parser.parse_args(argv)
     if args.quick:
         args.duration = min(args.duration, 60)

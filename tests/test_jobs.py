@@ -317,14 +317,16 @@ def test_a_run_stops_at_the_wall_time_cap_and_keeps_its_curves():
 
 
 def test_runs_use_the_capped_thread_count_and_get_their_held_out_text():
+    """The run's thread sets the server's cap itself (2 here, while this thread has 1: with 1 and 1 the
+    test could not tell a run that sets it from one that inherits it)."""
     fake_train.threads.clear(), fake_train.eval_texts.clear()
-    manager = jobs.RunManager(max_runs=1, watchdog=False, train_fn=fake_train, threads=1)
+    manager = jobs.RunManager(max_runs=1, watchdog=False, train_fn=fake_train, threads=2)
     before = torch.get_num_threads()
     try:
         run = manager.submit(FakeModel(), None, ["t"], {"a": CFG}, eval_texts=["held out."])
         assert wait_for(lambda: fake_train.threads)
         run.stop()
-        assert fake_train.threads == [1] and fake_train.eval_texts == [["held out."]]
+        assert fake_train.threads == [2] and fake_train.eval_texts == [["held out."]]
     finally:
         manager.shutdown()
     assert jobs.cap_threads(before) == before == torch.get_num_threads()
