@@ -50,6 +50,7 @@ _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\
 _NUMBER = re.compile(r"\d{1,12}")
 
 QUIZ_KINDS = ("guess", "random", "loss")
+INSIDE_VIEWS = ("attention", "lens", "saliency", "training")  # the Inside-the-model page's views, first the default
 QUIZ_TITLES = {
     "guess": "Guess the token",
     "random": "Which one was random?",
@@ -194,6 +195,7 @@ FIELDS: tuple[Field, ...] = (
     Field("step", "int", None, 0, MAX_STEP, label="step-through position"),
     Field("quiz", "choice", QUIZ_KINDS[0], choices=QUIZ_KINDS, label="quiz"),
     Field("round", "int", 0, 0, MAX_ROUND, label="quiz question number"),
+    Field("view", "choice", INSIDE_VIEWS[0], choices=INSIDE_VIEWS, label="Inside-the-model view"),
 )
 
 

@@ -40,6 +40,7 @@ from mlm_core.losses import (
     proposal_distribution,
     proposal_mass_report,
     readable,
+    signed,
     sampled_softmax_sweep,
     sweep_ks,
     sweep_summary,
@@ -151,9 +152,9 @@ st.plotly_chart(loss_bars(values, notes={"sampled": f"K = {sampled_diag['K']}, {
                 key="loss_bars_fig")
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("full softmax", readable(values["full"]), help="mean over the selected tokens of −log p(true token)")
-c2.metric("weighted", readable(values["weighted"]), f"{values['weighted'] - values['full']:+.3g} vs full",
+c2.metric("weighted", readable(values["weighted"]), f"{signed(values['weighted'] - values['full'], '.3g')} vs full",
           delta_color="off", help="Σ w[y]·loss / Σ w[y], as F.cross_entropy(weight=w)")
-c3.metric("sampled", readable(values["sampled"]), f"{values['sampled'] - values['full']:+.3g} vs full",
+c3.metric("sampled", readable(values["sampled"]), f"{signed(values['sampled'] - values['full'], '.3g')} vs full",
           delta_color="off", help=CORRECTION_LABELS[options.sampled.correction])
 c4.metric("gradient cosine", readable(sampled_diag["grad_cosine"], 3),
           help="Sampled vs full: the cosine between the two gradients with respect to the hidden states: the direction the encoder "
@@ -170,7 +171,7 @@ st.plotly_chart(per_token_figure(per_token_rows(outputs, batch.tokens)), key="lo
 per_token = pd.DataFrame(per_token_table(outputs, batch.tokens, batch.decisions))
 if "decision" in per_token:
     per_token["decision"] = per_token["decision"].map(lambda d: DECISION_WORDS.get(d, d))  # the legend's words
-st.dataframe(per_token, hide_index=True, width="stretch")
+ui.table(per_token)
 st.caption("Each variant's per-token values average to its loss: the weighted ones are w[y] / mean(w[y]) × CE.")
 
 # --------------------------------------------------------------------------- gradient
@@ -209,7 +210,7 @@ if sweep and sweep["signature"] == signature:
     st.plotly_chart(k_sweep_figure(sweep["rows"], vocab_size=vocab_size), key="loss_sweep_fig")
     for sentence in sweep_summary(sweep["rows"], vocab_size):
         st.markdown(f"- {sentence}")
-    st.dataframe(pd.DataFrame(sweep_table(sweep["rows"])), hide_index=True, width="stretch")
+    ui.table(pd.DataFrame(sweep_table(sweep["rows"])))
     st.caption("Why: importance sampling divides each sampled class by its expected count, so the sum estimates "
                "the partition function without bias (the loss, its log, is low on average). TensorFlow also "
                "divides the true class, which turns the loss into 'pick the target among the candidates'. Without "
@@ -245,13 +246,12 @@ if nsp and nsp["signature"] == nsp_signature:
                                         heldout_after=result.heldout_after), key="loss_nsp_fig")
     c1, c2 = st.columns(2)
     c1.metric("held-out accuracy before", f"{result.heldout_before:.0%}")
-    c2.metric("after", f"{result.heldout_after:.0%}", f"{result.heldout_after - result.heldout_before:+.0%}")
+    c2.metric("after", f"{result.heldout_after:.0%}", signed(result.heldout_after - result.heldout_before, ".0%"))
     pairs = result.heldout_pairs[:6]
     probs = is_next_probabilities(result.model, tokenizer, pairs)
-    st.dataframe(pd.DataFrame([{"sentence A": p.first, "sentence B": p.second,
+    ui.table(pd.DataFrame([{"sentence A": p.first, "sentence B": p.second,
                                 "truth": "IsNext" if p.is_next else "NotNext", "P(IsNext)": prob}
                                for p, prob in zip(pairs, probs)]),
-                 hide_index=True, width="stretch",
                  column_config={"P(IsNext)": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.2f")})
     st.markdown("**MLM + NSP on these pairs** (masked with the masking rule above, the same seed)")
     c1, c2 = st.columns(2)

@@ -244,7 +244,7 @@ def guess_quiz() -> None:
             "answer: rank": f"{r.answer_rank:,}",
             "answer: p": f"{r.answer_prob:.2%}",
         })
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    ui.table(pd.DataFrame(rows))
     st.caption("Rank 1 is the model's first choice. A guess that the vocabulary splits into several pieces "
                "cannot fill one blank, so it has no rank.")
     if about.get("trained") is False:
@@ -346,7 +346,7 @@ def loss_quiz() -> None:
         "label": question.labels[0].tolist(),
         "in the loss": ["✅" if i in question.in_loss else "" for i in options],
     })
-    st.dataframe(table, hide_index=True, width="stretch")
+    ui.table(table)
     masking_page_button()
 
 

@@ -132,8 +132,8 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
                                        key="training_k",
                                        help="Classes in each sampled softmax (besides the true one).")
     with st.expander("Why these defaults?", expanded=False):
-        st.dataframe(pd.DataFrame([{"setting": name.replace("_", " "), "default": d.value, "why": d.why}
-                                   for name, d in defaults.items()]), hide_index=True, key=f"training_why_{suffix}")
+        ui.table(pd.DataFrame([{"setting": name.replace("_", " "), "default": d.value, "why": d.why}
+                                   for name, d in defaults.items()]), key=f"training_why_{suffix}")
         peak = max(range(1, 1001), key=uncorrected_adam_step_ratio)
         st.caption(f"AdamW with BERT's betas {ADAM_BETAS} and eps {ADAM_EPS:g}, and PyTorch's bias correction. "
                    f"BERT's optimizer had none, so its early steps were larger (at step {peak}, "
@@ -229,10 +229,9 @@ if teacher_key_set():
         if key:
             try:
                 runs = manager.teacher_runs(key)
-                st.dataframe(pd.DataFrame([[s.run_id, s.label, s.status, f"{s.step} / {s.total_steps}",
+                ui.table(pd.DataFrame([[s.run_id, s.label, s.status, f"{s.step} / {s.total_steps}",
                                             round(s.elapsed_s)] for s in runs],
-                                          columns=["run", "what", "status", "step", "seconds"]),
-                             hide_index=True, key="training_teacher_runs")
+                                          columns=["run", "what", "status", "step", "seconds"]), key="training_teacher_runs")
                 if runs:
                     target = st.selectbox("Run to stop", [s.run_id for s in runs], key="training_teacher_target")
                     if st.button("■ Stop this run", key="training_teacher_stop"):
@@ -270,8 +269,8 @@ def draw_probes(snap) -> None:
             first_right, _ = probes_right(entries[0])
             st.metric(f"{name}: probes answered right (top-1)", f"{right} of {known}",
                       delta=f"{right - first_right:+d} since step {entries[0]['step']}")
-        st.dataframe(pd.DataFrame(probe_rows(entries)), hide_index=True, key=f"training_probe_table_{name}",
-                     column_config={"answer's probability now": st.column_config.NumberColumn(format="percent")})
+        ui.table(pd.DataFrame(probe_rows(entries)), key=f"training_probe_table_{name}",
+                     percent=("answer's probability now",), column_config={"answer's probability now": st.column_config.NumberColumn(format="percent")})
         st.plotly_chart(probe_figure(entries[-1]["probes"], title=f"{name}: step {at}"),
                         key=f"training_probe_{name}")
 
@@ -323,7 +322,7 @@ def draw(snap) -> None:
                      "tokens/s": (v.summary or {}).get("tokens_per_s") or last.get("tokens_per_s"),
                      "wall time (s)": (v.summary or {}).get("wall_time_s") or last.get("elapsed_s")})
     st.subheader("Results")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key="training_results",
+    ui.table(pd.DataFrame(rows), key="training_results", percent=("top-1", "top-5"),
                  column_config={"top-1": st.column_config.NumberColumn(format="percent"),
                                 "top-5": st.column_config.NumberColumn(format="percent")})
     curves = pd.DataFrame(snap.curves_rows())

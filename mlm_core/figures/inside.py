@@ -18,6 +18,7 @@ from plotly.subplots import make_subplots
 
 from mlm_core.inside import (AgreementSummary, HeadPatterns, LensProfile, LogitLens, ModelComparison,
                              PositionAttention, Saliency, layer_agreement)
+from mlm_core.losses import signed
 
 ATTENTION_SCALE = "Blues"
 PROB_SCALE = "Greens"
@@ -336,7 +337,7 @@ def loss_change_figure(comparison: ModelComparison, *, height: int = 340) -> go.
                              hovertemplate="%{x}: loss %{y:.3f}<extra>" + name + "</extra>"))
     for label, base, trained, change in zip(labels, comparison.base.positions, comparison.trained.positions,
                                             comparison.loss_change):
-        fig.add_annotation(x=label, y=max(base.loss, trained.loss, 0), text=f"change {change:+.2f}", showarrow=False,
+        fig.add_annotation(x=label, y=max(base.loss, trained.loss, 0), text=f"change {signed(change)}", showarrow=False,
                            yshift=14, font=dict(color=TRUE_COLOR if change < 0 else SELF_COLOR))
     fig.update_layout(
         barmode="group", bargap=0.5 if len(labels) < 3 else 0.25,
