@@ -315,6 +315,9 @@ def loss_quiz() -> None:
     ui.token_chips(list(question.shown), neutral(question.decisions))
     st.markdown("The loss is a mean of −log p(original token) over some of these positions: which ones? "
                 "Think about what masking *did*, not only about what you can see.")
+    st.caption("Fair play: the quiz takes the first seed whose random replacements (if any) look like ordinary "
+               "words. BERT draws them from the whole vocabulary, so a word piece like “##rew” or an "
+               "`[unused]` entry can come up, and would tell you by its shape that it was selected.")
     options = list(range(len(question.tokens)))
     names = labels_for(options)
     if not revealed:
