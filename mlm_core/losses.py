@@ -1099,6 +1099,24 @@ def readable(value, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
+def uniform_guess(vocab_size: int) -> float:
+    """ln V: the cross-entropy of a guess spread evenly over the V tokens (where an untrained model starts).
+
+    >>> round(uniform_guess(30522), 3)
+    10.326
+    """
+    return math.log(int(vocab_size))
+
+
+def uniform_guess_label(vocab_size: int) -> str:
+    """The uniform-guess baseline as a learner reads it, with the number and what it is.
+
+    >>> uniform_guess_label(30522)
+    'ln V = 10.33 (uniform guess over V = 30,522 tokens)'
+    """
+    return f"ln V = {uniform_guess(vocab_size):.2f} (uniform guess over V = {int(vocab_size):,} tokens)"
+
+
 def signed(value: float, spec: str = ".2f") -> str:
     """A signed number for people: "+1.24" or "−1.24" (a true minus sign); what rounds to zero reads "0.00", never "−0.00".
 

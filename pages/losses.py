@@ -40,13 +40,14 @@ from mlm_core.losses import (
     proposal_distribution,
     proposal_mass_report,
     readable,
-    signed,
     sampled_softmax_sweep,
+    signed,
     sweep_ks,
     sweep_summary,
     sweep_table,
     target_smoothed_counts,
     token_frequency_weights,
+    uniform_guess_label,
     weight_curve_rows,
 )
 from mlm_core.nsp import AFTER_BERT as NSP_AFTER_BERT
@@ -148,8 +149,8 @@ weights = token_frequency_weights(counts, scheme=options.scheme, smoothing=optio
 st.subheader("The three losses")
 values = {name: float(out.loss) for name, out in outputs.items()}
 sampled_diag = outputs["sampled"].diagnostics
-st.plotly_chart(loss_bars(values, notes={"sampled": f"K = {sampled_diag['K']}, {options.sampled.sampler}"}),
-                key="loss_bars_fig")
+st.plotly_chart(ui.room_figure(loss_bars(values, notes={"sampled": f"K = {sampled_diag['K']}, {options.sampled.sampler}"},
+                                         vocab_size=vocab_size)), key="loss_bars_fig")
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("full softmax", readable(values["full"]), help="mean over the selected tokens of −log p(true token)")
 c2.metric("weighted", readable(values["weighted"]), f"{signed(values['weighted'] - values['full'], '.3g')} vs full",
@@ -160,6 +161,8 @@ c4.metric("gradient cosine", readable(sampled_diag["grad_cosine"], 3),
           help="Sampled vs full: the cosine between the two gradients with respect to the hidden states: the direction the encoder "
                f"is pushed. {sampled_diag['num_hits']} accidental hits removed; {sampled_diag['unique_sampled']} "
                f"distinct ids among the K = {sampled_diag['K']} draws.")
+st.caption(f"For scale, the dotted line: {uniform_guess_label(vocab_size)}, the loss of a model that has learnt "
+           "nothing (V from this model's output layer).")
 for sentence in loss_sentences(outputs, options).values():
     st.markdown(sentence)
 loop = loop_cross_entropy(batch.logits, batch.targets)

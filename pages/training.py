@@ -1,6 +1,5 @@
 """Training: press Start and watch a masked LM learn facts it could not know, or race variants on identical batches."""
 
-import math
 
 import pandas as pd
 import streamlit as st
@@ -288,7 +287,7 @@ def draw(snap) -> None:
     if not any(steps.values()) and not any(evals.values()):
         st.info("The first step is on its way (the model copy and the held-out set are being prepared)…")
         return
-    log_v = math.log(len(tokenizer)) if from_scratch else None
+    vocab_size = len(tokenizer) if from_scratch else None  # ln V, the uniform guess, drawn for scale
     if any(evals.values()):
         st.plotly_chart(eval_figure(evals), key="training_eval_chart")
         st.caption("Held-out loss: the mean cross-entropy over every selected position, as Hugging Face's run_mlm.py "
@@ -296,7 +295,7 @@ def draw(snap) -> None:
                    "model the true word, so the dashed line, the [MASK] positions alone, is the harder number.")
     draw_probes(snap)
     if any(steps.values()):
-        st.plotly_chart(loss_figure(steps, log_v=log_v), key="training_loss_chart")
+        st.plotly_chart(loss_figure(steps, vocab_size=vocab_size), key="training_loss_chart")
     if any((cfg or {}).get("loss") == "sampled" for cfg in (snap.configs or {}).values()):
         st.caption("The sampled-softmax training loss is an estimate of the full loss from the true word and K "
                    "sampled words: compare the variants on the held-out chart, which scores every variant with "
