@@ -1134,6 +1134,15 @@ def signed(value: float, spec: str = ".2f") -> str:
     return ("+" if x > 0 else "−") + text
 
 
+def metric_delta(value: float, spec: str = ".2f") -> str:
+    """``signed`` for ``st.metric``'s delta: an ASCII "-", which Streamlit reads to point its arrow down.
+
+    >>> metric_delta(-0.139, ".3g"), metric_delta(-0.0001), metric_delta(0.25, ".0%")
+    ('-0.139', '0.00', '+25%')
+    """
+    return signed(value, spec).replace("−", "-")
+
+
 def pick_sentences(sentences: Sequence[str], n: int, seed: int) -> list[str]:
     """``n`` consecutive sentences starting at a place chosen by ``seed`` (the same seed, the same batch)."""
     sentences = [s for s in sentences if s and s.strip()]
