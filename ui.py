@@ -247,6 +247,8 @@ div[data-baseweb="select"] div, div[data-testid="stExpander"] summary p {{ font-
 div.stButton button *, div.stFormSubmitButton button *, div.stDownloadButton button *, div[data-testid="stMetric"] * {{
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important; max-width: none !important; }}
 div[class*="st-key-advanced_"] {{ display: none !important; }}
+/* code (the Bug museum's, the Masking page's snippets): wrapped by st.code(wrap_lines=True), and large */
+div[data-testid="stCode"] code, div[data-testid="stCode"] pre {{ font-size: 1.1rem !important; }}
 /* tables (ui.table draws them as HTML in presenter view: a dataframe is a canvas CSS cannot enlarge) */
 div[data-testid="stTable"] table, div[data-testid="stTable"] th, div[data-testid="stTable"] td {{
   font-size: {PRESENTER_TABLE_PX}px !important; line-height: 1.35; }}
