@@ -242,6 +242,7 @@ div[data-testid="stMetricValue"], div[data-testid="stMetricValue"] p {{ font-siz
 div[data-testid="stMetricLabel"] p, div[data-testid="stMetricDelta"] p, div[data-testid="stMetricDelta"] {{
   font-size: 1.3rem !important; }}
 div[data-testid="stCaptionContainer"], div[data-testid="stCaptionContainer"] p {{ font-size: 1.15rem; }}
+div[data-testid="stCaptionContainer"] code, div[data-testid="stMarkdownContainer"] p code {{ font-size: 0.9em !important; }}
 div[data-baseweb="select"] div, div[data-testid="stExpander"] summary p {{ font-size: 1.25rem; }}
 /* a button's label or a metric wraps onto a second line rather than being cut ("Re-roll (new s…") */
 div.stButton button *, div.stFormSubmitButton button *, div.stDownloadButton button *, div[data-testid="stMetric"] * {{
