@@ -196,7 +196,7 @@ def lens_figure(lens: LogitLens, *, title: str | None = None, height: int | None
     K = lens.top_ids.shape[1]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.66, 0.34], shared_yaxes=True, horizontal_spacing=0.03,
                         subplot_titles=(f"top {K} at each depth (✓: the true token)",
-                                        "rank of the true token (1 = first guess)" if lens.true_id is not None
+                                        "rank of the true token" if lens.true_id is not None
                                         else "no true token given"))
     text = [[(("<b>✓ " + _e(t) + "</b>") if lens.true_id is not None and i == lens.true_id else _e(t))
              + "<br>" + _percent(q)
@@ -217,13 +217,14 @@ def lens_figure(lens: LogitLens, *, title: str | None = None, height: int | None
             hovertemplate="%{y}: rank %{x:,}<extra>" + _e(lens.true_token) + "</extra>",
         ), row=1, col=2)
         top = max(10.0, float(lens.true_rank.max()) * 3)
-        fig.update_xaxes(type="log", range=[math.log10(top), -0.1], title_text="rank (log scale)", row=1, col=2,
+        fig.update_xaxes(type="log", range=[math.log10(top), -0.1], title_text="rank (log scale; 1 = first guess)", row=1, col=2,
                          **_rank_ticks(top))
     fig.update_yaxes(autorange="reversed", row=1, col=1)
     fig.update_layout(
         title=title or (f"The logit lens at position {lens.position}: the model's own head read after every layer"
                         + (f" (true token: {_e(lens.true_token)})" if lens.true_token else "")),
-        height=height or 130 + 46 * len(depths), margin=dict(t=90, b=40, r=40),
+        # r: room for the rank-1 label ("1 · 6.2%"), drawn right of the axis' end, at presenter size too
+        height=height or 130 + 46 * len(depths), margin=dict(t=90, b=40, r=110),
     )
     return fig
 
