@@ -57,18 +57,15 @@ DECISION_STYLE = {
 
 def _model_options() -> list[tuple[str, str]]:
     """(value, label) pairs for the model picker, offline ones first; downloads only for whoever may load them."""
-    try:
-        from mlm_core.model_access import allowed_models, any_model_allowed
-        from mlm_core.models import available_models
+    from mlm_core.model_access import allowed_models, any_model_allowed
+    from mlm_core.models import available_models
 
-        open_to_all = session_is_local() or any_model_allowed()
-        allowed = allowed_models()
-        options = [(m["name"] or DEFAULT_MODEL, m["label"]) for m in available_models()
-                   if open_to_all or m["offline"] or m["name"] in allowed]
-        listed = {value for value, _ in options}
-        return options + [(name, f"{name} (teacher's list)") for name in sorted(allowed) if name not in listed]
-    except Exception:  # models not importable yet: the two that always work offline
-        return [(DEFAULT_MODEL, "Bundled default (offline)"), ("tiny-random", "Tiny random BERT (offline)")]
+    open_to_all = session_is_local() or any_model_allowed()
+    allowed = allowed_models()
+    options = [(m["name"] or DEFAULT_MODEL, m["label"]) for m in available_models()
+               if open_to_all or m["offline"] or m["name"] in allowed]
+    listed = {value for value, _ in options}
+    return options + [(name, f"{name} (teacher's list)") for name in sorted(allowed) if name not in listed]
 
 
 def _ensure_app_navigation() -> None:

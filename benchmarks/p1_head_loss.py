@@ -54,7 +54,7 @@ def run(quick: bool = False, repeats: int = 3, batch_size: int = 32, seq_len: in
     from transformers import BertConfig
     from transformers.models.bert.modeling_bert import BertLMPredictionHead
 
-    from mlm_core.models import _encode, _head, load_masked_lm
+    from mlm_core.models import encoder_states, head_parts, load_masked_lm
 
     if quick:
         batch_size, seq_len, repeats = 4, 64, 2
@@ -64,8 +64,8 @@ def run(quick: bool = False, repeats: int = 3, batch_size: int = 32, seq_len: in
     input_ids, attention_mask, labels, _ = masked_batch(tokenizer, batch_size, seq_len, seed=0)
     labels = labels.to(dev)
     with torch.no_grad():
-        states = _encode(model, input_ids, attention_mask).float()  # (B, T, 384): once, outside the timing
-    head = _head(model)
+        states = encoder_states(model, input_ids, attention_mask).float()  # (B, T, 384): once, outside the timing
+    head = head_parts(model)
     params = list(dict.fromkeys([*head.transform.parameters(), *head.decoder.parameters()]))
     rows = [_case("default (H=384)", head.transform, head.decoder, params, states, labels, repeats)]
     del states

@@ -32,9 +32,9 @@ TARGET = 0.85  # of the FLOPs-ideal ratio
 
 def _optimizer(model):
     try:
-        from mlm_core.training import _adamw, _param_groups  # exactly what train() uses
+        from mlm_core.training import adamw, param_groups  # exactly what train() uses
 
-        return _adamw(_param_groups(model, 0.01), 5e-5)
+        return adamw(param_groups(model, 0.01), 5e-5)
     except ImportError:  # pragma: no cover - training not there yet
         return torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
 
@@ -115,7 +115,7 @@ def run(quick: bool = False, repeats: int = 3, batch_size: int = 8, seq_len: int
         title="P2 — whole training step, tokens/s: ours vs plain BertForMaskedLM(labels=) loop",
         config={"model": "bundled default", "B": batch_size, "T": seq_len, "M (median)": masked,
                 "repeats": repeats, "device": str(dev), "quick": quick,
-                "optimizer": "AdamW (training._adamw: fused where available), clip 1.0", "precision": "fp32 both"},
+                "optimizer": "AdamW (training.adamw: fused where available), clip 1.0", "precision": "fp32 both"},
         rows=rows,
         columns=["step", "ms", "tokens_per_s", "vs_hf_x"],
         targets=[Target("P2 measured / FLOPs-ideal ratio", measured / ideal, ">=", TARGET,

@@ -11,27 +11,28 @@ from mlm_core.data import (
 )
 from mlm_core.bundled import load_default_tokenizer, workshop_documents, workshop_sentences
 
-# --- re-exports of the other modules (each owner adds its lines below) ---
-from mlm_core.vocab import (  # vocab (#10)
-    TrainedVocab, VocabCache, frequency_profile, head_cost, measure, train_tokenizer, whole_word_demo,
-)
-from mlm_core.models import (  # models (#3)
+from mlm_core.models import (
     FillResult, HeadFallbackWarning, Predictions, TokenPrediction, available_models, fill_masks,
     gathered_head_family, load_masked_lm, mask_positions, masked_lm_hidden, masked_lm_logits,
     model_description, predict_masked, summarize_by_decision,
 )
-from mlm_core.classroom import (  # classroom (#8)
-    Question, make_question, record_score, score_guesses, score_selection, score_totals,
-)
-from mlm_core.export import lesson_json, lesson_record, lesson_zip  # classroom (#8)
-from mlm_core.training import TrainConfig, TrainEvent, TrainResult, train, train_variants  # training (#5)
-from mlm_core.losses import (  # losses (#4)
+from mlm_core.default_model import cloze_eval, load_default_masked_lm, untrained_masked_lm
+from mlm_core.losses import (
     LossOutput, full_cross_entropy, loop_cross_entropy, sampled_softmax_loss, sampled_softmax_sweep, token_counts,
     token_frequency_weights, weighted_cross_entropy,
 )
-from mlm_core.nsp import SentencePair, make_nsp_pairs, mlm_nsp_loss, train_nsp_head  # losses (#4)
-from mlm_core.museum import EXHIBITS, AuditCheck, Exhibit, audit_batch, load_batch_file, run_exhibits  # losses (#4)
-from mlm_core.efficiency import (  # efficiency (#7)
+from mlm_core.training import TrainConfig, TrainEvent, TrainResult, train, train_variants
+
+# The lessons beside the flow.
+from mlm_core.vocab import (
+    TrainedVocab, VocabCache, frequency_profile, head_cost, measure, train_tokenizer, whole_word_demo,
+)
+from mlm_core.nsp import SentencePair, make_nsp_pairs, mlm_nsp_loss, train_nsp_head
+from mlm_core.museum import EXHIBITS, AuditCheck, Exhibit, audit_batch, load_batch_file, run_exhibits
+from mlm_core.efficiency import (
     amp_and_checkpointing, ideal_step_speedup, logits_size, loss_paths, peak_memory_bytes,
 )
-from mlm_core.default_model import cloze_eval, load_default_masked_lm, untrained_masked_lm  # default model (#11)
+from mlm_core.classroom import (
+    Question, make_question, record_score, score_guesses, score_selection, score_totals,
+)
+from mlm_core.export import lesson_json, lesson_record, lesson_zip

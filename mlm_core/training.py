@@ -28,10 +28,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
 import torch
 from torch import nn
 
-from mlm_core.data import run_tokenizer
+from mlm_core.data import run_tokenizer, special_ids
 from mlm_core.errors import InputError
 from mlm_core.losses import SAMPLED_SOFTMAX
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
@@ -319,22 +320,23 @@ class TrainResult:
 
 
 def smooth(values: Sequence[float | None], weight: float = 0.8) -> list[float | None]:
-    """Exponential moving average with TensorBoard's debiasing; gaps (None) stay gaps.
+    """Exponential moving average with TensorBoard's debiasing; gaps (None, NaN, inf) stay gaps.
 
-    >>> [None if v is None else round(v, 9) for v in smooth([1.0, 1.0, None, 1.0])]
-    [1.0, 1.0, None, 1.0]
+    TensorBoard's ``avg = weight * avg + (1 - weight) * v``, divided by ``1 - weight ** n``, is
+    pandas' ``ewm(alpha=1 - weight, adjust=True).mean()`` over the finite values: the weighted mean
+    of the values so far, the latest weighing 1, the one before ``weight``, and so on.
+
+    >>> [None if v is None else round(v, 4) for v in smooth([1.0, 3.0, None, 5.0], weight=0.5)]
+    [1.0, 2.3333, None, 3.8571]
     """
     if not 0.0 <= weight < 1.0:
         raise InputError("The smoothing weight must be at least 0 and below 1.")
-    out: list[float | None] = []
-    avg, n = 0.0, 0
-    for v in values:
-        if v is None or not math.isfinite(v):
-            out.append(None)
-            continue
-        avg = weight * avg + (1 - weight) * v
-        n += 1
-        out.append(avg / (1 - weight**n))
+    finite = [i for i, v in enumerate(values) if v is not None and math.isfinite(v)]
+    out: list[float | None] = [None] * len(values)
+    if finite:
+        averaged = pd.Series([float(values[i]) for i in finite]).ewm(alpha=1.0 - weight, adjust=True).mean()
+        for i, v in zip(finite, averaged.tolist()):
+            out[i] = v
     return out
 
 
@@ -356,7 +358,10 @@ def curves_table(results: Mapping[str, TrainResult] | Sequence[TrainResult]) -> 
 
 
 def _mix(*parts: int) -> int:
-    """A 63-bit seed from integers (splitmix64 rounds), cheap enough to make one per example."""
+    """A 63-bit seed from integers (splitmix64 rounds), cheap enough to make one per example.
+
+    Not ``seeds.generator``: that rule would give every seed other curves (tests/test_golden.py).
+    """
     h = 0x9E3779B97F4A7C15
     for p in parts:
         h = (h ^ (int(p) & 0xFFFFFFFFFFFFFFFF)) & 0xFFFFFFFFFFFFFFFF
@@ -396,14 +401,6 @@ class Chunks:
         index = torch.as_tensor(index, dtype=torch.long)
         return Chunks(self.input_ids[index], self.attention_mask[index],
                       self.special_tokens_mask[index], self.word_ids[index])
-
-
-def _special_ids(tokenizer) -> tuple[int, ...]:
-    try:
-        from mlm_core.data import special_ids
-    except ImportError:  # pragma: no cover - mlm_core.data is part of the package
-        return tuple(sorted(set(tokenizer.all_special_ids)))
-    return tuple(special_ids(tokenizer))
 
 
 def _boundary_ids(tokenizer) -> tuple[int, int, int]:
@@ -472,7 +469,7 @@ def make_chunks(tokenizer, texts: Sequence[str], seq_len: int, overlap: int = 16
         input_ids[r, :length] = torch.tensor([start, *ids, end])
         word_ids[r, 1:length - 1] = torch.tensor(words)
         attention_mask[r, :length] = 1
-    specials = torch.tensor(sorted({*_special_ids(tokenizer), start, end, pad}), dtype=torch.long)
+    specials = torch.tensor(sorted({*special_ids(tokenizer), start, end, pad}), dtype=torch.long)
     special_tokens_mask = (torch.isin(input_ids, specials) | (attention_mask == 0)).long()
     word_ids[special_tokens_mask.bool()] = -1
     return Chunks(input_ids, attention_mask, special_tokens_mask, word_ids)
@@ -593,7 +590,7 @@ def _lr_at(cfg: TrainConfig, step: int) -> float:
     return cfg.learning_rate * (1.0 - progress)
 
 
-def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """AdamW groups: no decay on biases and normalisation weights (BERT's optimizer does the same)."""
     decay, no_decay, seen = [], [], set()
     for name, p in model.named_parameters():
@@ -633,7 +630,7 @@ def uncorrected_adam_step_ratio(step: int, betas: tuple[float, float] = ADAM_BET
     return (1.0 - b1 ** step) / math.sqrt(1.0 - b2 ** step)
 
 
-def _adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.Optimizer:
+def adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.Optimizer:
     """AdamW (bias-corrected) with BERT's betas and eps; the fused kernel where the device has one."""
     try:
         return torch.optim.AdamW(groups, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, fused=True)
@@ -940,7 +937,7 @@ class _Optimizer:
             self.module = DDP(self.module, device_ids=ids)
         self.distributed = world.distributed
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = _adamw(_param_groups(model, cfg.weight_decay), cfg.learning_rate)
+        self.optimizer = adamw(param_groups(model, cfg.weight_decay), cfg.learning_rate)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp == "fp16")
 
     def begin(self, lr: float) -> None:
@@ -1069,7 +1066,7 @@ class _DeepSpeedOptimizer:
             freeze_word_embeddings(model)
         module = _MaskedLMStep(model, sampled=cfg.loss == "sampled")
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
-            model=module, model_parameters=_param_groups(model, cfg.weight_decay), config=ds_config)
+            model=module, model_parameters=param_groups(model, cfg.weight_decay), config=ds_config)
         self.module = self.engine
 
     def begin(self, lr: float) -> None:
@@ -1372,7 +1369,7 @@ def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, Train
     out_emb = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
     vocab_size = int(out_emb.weight.shape[0]) if out_emb is not None else len(tokenizer)
     mask_vocab = min(len(tokenizer), vocab_size)  # random replacements are real tokenizer tokens
-    special = _special_ids(tokenizer)
+    special = special_ids(tokenizer)
 
     # Data: chunks, a held-out split, token counts, eval masks and probes: all from the seed.
     chunks = make_chunks(tokenizer, texts, first.seq_len, first.chunk_overlap)

@@ -27,9 +27,6 @@ from mlm_core.vocab import (
     whole_word_demo,
 )
 
-# The session-state entry the Training page reads: a mlm_core.vocab.TrainedVocab
-# (.tokenizer is a transformers PreTrainedTokenizerFast, .label a name for the UI).
-TRAINED_TOKENIZER_KEY = getattr(ui.KEYS, "trained_tokenizer", "trained_tokenizer")
 CACHE_KEY = "tokenizer_vocab_cache"  # this page's VocabCache: vocabularies trained in this session
 STATS_KEY = "tokenizer_stats_cache"  # metrics and frequency profiles already computed in this session
 
@@ -345,8 +342,8 @@ if trainable:
     c1, c2 = st.columns([2, 1])
     pick = c1.selectbox("Vocabulary for the tiny from-scratch model", names, key="tokenizer_handover")
     if c2.button("Use with the Training page", key="tokenizer_use", width="stretch"):
-        st.session_state[TRAINED_TOKENIZER_KEY] = trainable[names.index(pick)]
-    current = st.session_state.get(TRAINED_TOKENIZER_KEY)
+        st.session_state[ui.KEYS.trained_tokenizer] = trainable[names.index(pick)]
+    current = st.session_state.get(ui.KEYS.trained_tokenizer)
     if current is not None:
         st.success(f"The Training page will offer **{current.label}** (trained on {current.n_sentences:,} "
                    "sentences) for the tiny from-scratch model. Train it twice with two sizes to compare.")

@@ -14,6 +14,7 @@ from mlm_core.efficiency import (BYTES_PER_VALUE, LOSS_PATHS, STEP_CATEGORIES, S
                                  step_time_breakdown)
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX
+from mlm_core.models import encoder_states, head_parts
 
 
 @pytest.fixture(scope="module")
@@ -70,22 +71,34 @@ def test_human_bytes_and_median():
 # ------------------------------------------------------------------ the three loss paths agree
 def test_three_paths_give_the_same_loss_and_gradients(tiny):
     model, tokenizer = tiny
-    from mlm_core.models import _encode, _head
-    from transformers.models.bert.modeling_bert import BertForMaskedLM  # noqa: F401
-
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 2000, (3, 12), generator=g)
     labels = torch.full_like(ids, IGNORE_INDEX)
     labels[0, 2], labels[1, 5], labels[2, 7], labels[2, 8] = 11, 22, 33, 44
     with torch.no_grad():
-        states = _encode(model, ids, torch.ones_like(ids))
-    head = _head(model)
-    fns = loss_path_functions(head.transform, head.decoder, states, labels)
+        states = encoder_states(model, ids, torch.ones_like(ids))
+    head = head_parts(model)
+    params = [p for p in model.cls.parameters() if p.requires_grad]
+    grads: dict = {}
+    fns = loss_path_functions(head.transform, head.decoder, states, labels, params, grads=grads)
     values = {name: fn() for name, fn in fns.items()}
+    # the reference: the model's own head on every position, cross-entropy with ignore_index, autograd
+    leaf = states.detach().requires_grad_(True)
     reference = torch.nn.functional.cross_entropy(
-        model.cls(states).reshape(-1, model.config.vocab_size), labels.reshape(-1)).item()
+        model.cls(leaf).reshape(-1, model.config.vocab_size), labels.reshape(-1))
+    expected = torch.autograd.grad(reference, [leaf, *params], allow_unused=True)
     for name, (loss, n_scores) in values.items():
-        assert loss == pytest.approx(reference, abs=1e-5), name
+        assert loss == pytest.approx(reference.item(), abs=1e-5), name
+        assert len(grads[name]) == len(expected) == 1 + len(params)
+        for got, want in zip(grads[name], expected):
+            if want is None:
+                assert got is None or not got.any(), name
+                continue
+            # float32 sums in another order: equal to 1e-6 of the tensor's largest entry
+            assert torch.allclose(got, want, rtol=1e-5, atol=1e-6 * float(want.abs().max())), name
+            assert float(torch.nn.functional.cosine_similarity(got.flatten(), want.flatten(), dim=0)) > 1 - 1e-5, name
+    assert grads["gathered"][0][labels == IGNORE_INDEX].abs().max() == 0  # no gradient where nothing is predicted
+    assert grads["gathered"][0][labels != IGNORE_INDEX].abs().min() > 0
     assert values["gathered"][1] == 4 * model.config.vocab_size  # M × V scores only
     assert values["vectorised"][1] == values["loop"][1] == 3 * 12 * model.config.vocab_size
 
@@ -96,8 +109,12 @@ def test_loss_paths_returns_one_sane_row_per_path(tiny):
     rows = loss_paths(model, tokenizer, batch_size=2, seq_len=16, repeats=1)
     assert [r["path"] for r in rows] == list(LOSS_PATHS)
     for r in rows:
-        assert r["time_ms"] > 0 and r["peak_bytes"] >= 0 and math.isfinite(r["loss"])
+        assert r["time_ms"] > 0 and math.isfinite(r["loss"])
         assert r["loss_diff"] < 1e-4 and len(r["times_ms"]) == 1 and r["masked"] > 0
+        # the float32 scores a path computes are alive at its peak (with their gradient, and the head's)
+        assert r["peak_bytes"] >= r["logits_values"] * BYTES_PER_VALUE["fp32"]
+    peak = {r["path"]: r["peak_bytes"] for r in rows}
+    assert peak["gathered"] < peak["vectorised"]  # M × V scores instead of B × T × V
     assert all(p.grad is None for p in model.parameters())  # the shared model is never touched
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     with pytest.raises(InputError):

@@ -187,13 +187,44 @@ def test_exhibits_are_reproducible(batch):
 
 
 def test_exhibits_without_a_model(tokenizer):
+    """The mask-only exhibits compute their numbers from the masks alone; the others ask for a model."""
+    from mlm_core.masking import Decision
+    from mlm_core.museum import REPEATS
+
     plain = loss_batch(None, tokenizer, TEXTS, MaskingConfig(), seed=1)
     assert isinstance(plain, LossBatch) and plain.logits is None
-    for key in ("special_ids_hardcoded", "random_overwritten", "zero_selected_nan", "in_place_masking",
-                "loss_only_at_mask"):
-        assert EXHIBITS[key](plain).title
-    with pytest.raises(InputError):
-        EXHIBITS["weighted_mean"](plain)
+    decisions = plain.result.decisions
+    selected = int((plain.labels != IGNORE_INDEX).sum())
+    assert selected > 0
+
+    hardcoded = EXHIBITS["special_ids_hardcoded"](plain)
+    assert (hardcoded.wrong_value, hardcoded.right_value) == (2 * len(TEXTS), 0)  # each row's [CLS] and [SEP]
+    assert hardcoded.details["unprotected tokens"] == "[CLS], [SEP]"
+
+    at_mask = EXHIBITS["loss_only_at_mask"](plain)  # without logits it counts the positions in the loss
+    assert at_mask.unit == "positions in the loss"
+    assert at_mask.wrong_value == int((decisions == Decision.MASK).sum()) and at_mask.right_value == selected
+    assert at_mask.details["random positions dropped"] + at_mask.details["unchanged positions dropped"] \
+        == selected - at_mask.wrong_value
+
+    nan = EXHIBITS["zero_selected_nan"](plain)
+    assert math.isnan(nan.wrong_value) and nan.right_value == 0.0 and nan.details["M (selected rows)"] == 0
+
+    in_place = EXHIBITS["in_place_masking"](plain)
+    changed = int(((decisions == Decision.MASK) | (decisions == Decision.RANDOM)).sum())
+    assert 0 < in_place.wrong_value <= changed and in_place.right_value == 0
+
+    overwritten = EXHIBITS["random_overwritten"](plain)  # random share: 0.1 * (1 - 0.8) buggy, 0.1 correct
+    n = overwritten.details["selected tokens"]
+    assert n > 5 * REPEATS  # about 15% of the batch's words, REPEATS times
+    for value, p in ((overwritten.wrong_value, 0.02), (overwritten.right_value, 0.10)):
+        assert abs(value / 100 - p) < 5 * math.sqrt(p * (1 - p) / n)  # 5 binomial standard errors
+    assert all(e.differs for e in (hardcoded, nan, in_place, overwritten))
+
+    for needs_model in ("weighted_mean", "labels_never_ignored", "wrong_ignore_index", "sampled_without_true_class",
+                        "negatives_over_positions"):
+        with pytest.raises(InputError):
+            EXHIBITS[needs_model](plain)
 
 
 # ---------------------------------------------------------------------------------------------- audit

@@ -65,3 +65,9 @@ def test_loss_page_own_text_and_empty(apptest, monkeypatch):
     at.text_area(key="loss_text").input("<script>alert(1)</script> The cat sat on the mat. Dogs bark at night.")
     at.run()
     assert not at.exception, at.exception
+    # The text reaches the page's HTML (the token chips) only escaped: its tokens "<", "script", ">" show as text.
+    html = [m.value for m in at.markdown if getattr(m.proto, "allow_html", False)]
+    chips = [h for h in html if "mlm-chips" in h]
+    assert chips, "the page shows the batch's tokens as chips"
+    assert not any("<script" in h or "</script" in h for h in html)
+    assert any("&lt;" in h and "script" in h for h in chips)

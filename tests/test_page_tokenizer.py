@@ -9,7 +9,8 @@ from streamlit.testing.v1 import AppTest
 from mlm_core.vocab import TrainedVocab
 
 PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "tokenizer.py")
-# One app for the module (training and imports are paid once); the tests run in file order.
+# Each test starts its own app (the small corpus trains in well under a second): no test depends on
+# what another one clicked, so they pass alone and in any order.
 
 
 def _small_corpus(n: int = 60, seed: int = 0) -> str:
@@ -19,7 +20,7 @@ def _small_corpus(n: int = 60, seed: int = 0) -> str:
     return " ".join(" ".join(rng.choices(words, k=9)).capitalize() + "." for _ in range(n))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def app():
     at = AppTest.from_file(PAGE, default_timeout=120)
     at.session_state["tokenizer_source"] = "paste"

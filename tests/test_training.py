@@ -2,6 +2,7 @@
 variants see the same data, evaluation is full cross-entropy, and empty selections give no NaN."""
 
 import math
+import random
 import threading
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from mlm_core import training
+from mlm_core.data import special_ids
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig
 from mlm_core.training import TrainConfig, evaluate, make_chunks, train, train_variants
@@ -401,7 +403,7 @@ def test_exact_count_masks_each_row_by_its_own_length(tok, model):
     assert int(lengths.min()) < 48, "a short, padded row"
     masking = MaskingConfig(strategy="exact_count")
     _, labels = training._mask_rows(chunks, masking, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
-                                    special_ids=training._special_ids(tok), seeds=range(len(chunks)))
+                                    special_ids=special_ids(tok), seeds=range(len(chunks)))
     expected = [min(20, max(1, round(0.15 * int(n)))) for n in lengths]
     assert (labels != IGNORE_INDEX).sum(1).tolist() == expected
     result = train(model, tok, CORPUS, quick(steps=2, masking=masking))
@@ -446,6 +448,34 @@ def test_clipping_bounds_the_update_but_reports_the_raw_norm(tok, model):
     free = train(model, tok, CORPUS, quick(steps=2, max_grad_norm=None, learning_rate=0.5))
     assert clipped.steps[0]["grad_norm"] == pytest.approx(free.steps[0]["grad_norm"], rel=1e-5)
     assert clipped.steps[1]["loss"] != free.steps[1]["loss"]
+
+
+def _tensorboard_smooth(values, weight):
+    """TensorBoard's debiased EMA, written out: the reference ``smooth`` (pandas' ewm) must match."""
+    out, avg, n = [], 0.0, 0
+    for v in values:
+        if v is None or not math.isfinite(v):
+            out.append(None)
+            continue
+        avg = weight * avg + (1 - weight) * v
+        n += 1
+        out.append(avg / (1 - weight**n))
+    return out
+
+
+def test_smooth_is_tensorboards_debiased_average():
+    rng = random.Random(0)
+    values = [rng.uniform(2, 10) for _ in range(200)]
+    for i in (0, 5, 6, 50, 199):
+        values[i] = None
+    values[70], values[71] = math.nan, math.inf
+    for weight in (0.0, 0.3, 0.8, 0.99):
+        got, want = training.smooth(values, weight), _tensorboard_smooth(values, weight)
+        assert [g is None for g in got] == [w is None for w in want]
+        assert [g for g in got if g is not None] == pytest.approx([w for w in want if w is not None], rel=1e-12)
+    assert training.smooth([], 0.5) == [] and training.smooth([None, math.nan], 0.5) == [None, None]
+    with pytest.raises(InputError):
+        training.smooth([1.0], 1.0)
 
 
 def test_smooth_and_lr_schedule():
