@@ -13,6 +13,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
+import pandas as pd
 import streamlit as st
 
 from mlm_core.errors import MLMLabError
@@ -217,6 +218,7 @@ def session_alive_check():
 
 PRESENTER_TOKEN_PX = 30  # chips readable from the back row (issue: at least 28 px)
 PRESENTER_CHART_HEIGHT = 600  # charts at least this tall in presenter view
+PRESENTER_TABLE_PX = 22  # table text in presenter view: as large as the page's body text there (1.25rem = 20 px) or larger
 
 _PRESENTER_CSS = f"""
 <style>
@@ -237,11 +239,17 @@ div[data-testid="stMetricValue"], div[data-testid="stMetricValue"] p {{ font-siz
 div[data-testid="stMetricLabel"] p, div[data-testid="stMetricDelta"] p, div[data-testid="stMetricDelta"] {{
   font-size: 1.3rem !important; }}
 div[data-testid="stCaptionContainer"], div[data-testid="stCaptionContainer"] p {{ font-size: 1.15rem; }}
+div[data-testid="stCaptionContainer"] code, div[data-testid="stMarkdownContainer"] p code {{ font-size: 0.9em !important; }}
 div[data-baseweb="select"] div, div[data-testid="stExpander"] summary p {{ font-size: 1.25rem; }}
 /* a button's label or a metric wraps onto a second line rather than being cut ("Re-roll (new s…") */
 div.stButton button *, div.stFormSubmitButton button *, div.stDownloadButton button *, div[data-testid="stMetric"] * {{
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important; max-width: none !important; }}
 div[class*="st-key-advanced_"] {{ display: none !important; }}
+/* code (the Bug museum's, the Masking page's snippets): wrapped by st.code(wrap_lines=True), and large */
+div[data-testid="stCode"] code, div[data-testid="stCode"] pre {{ font-size: 1.1rem !important; }}
+/* tables (ui.table draws them as HTML in presenter view: a dataframe is a canvas CSS cannot enlarge) */
+div[data-testid="stTable"] table, div[data-testid="stTable"] th, div[data-testid="stTable"] td {{
+  font-size: {PRESENTER_TABLE_PX}px !important; line-height: 1.35; }}
 </style>
 """
 
@@ -423,6 +431,26 @@ def token_chips(tokens: list[str], decisions: list[str] | None = None, originals
     st.markdown(f'<div class="mlm-chips" style="line-height:2.2">{"".join(parts)}</div>', unsafe_allow_html=True)
 
 
+CUSTOM_SENTENCE = "✏️ your own sentence"  # the example picker's choice when the sentence is none of its examples
+
+
+def example_picker(examples: list[str], *, key: str, sentence_key: str, container=None) -> None:
+    """The "Pick an example" select box, in step with the sentence it fills (``st.session_state[sentence_key]``).
+
+    It shows the example the sentence is (also when a shared link brought the sentence), or
+    "your own sentence" when it is none of them; picking an example puts it into the sentence.
+    """
+    state = st.session_state
+    text = (state.get(sentence_key) or "").strip()
+    state[key] = next((e for e in examples if e == text), CUSTOM_SENTENCE)
+
+    def use_example():
+        if state[key] != CUSTOM_SENTENCE:
+            state[sentence_key] = state[key]
+
+    (container or st).selectbox("Pick an example", [*examples, CUSTOM_SENTENCE], key=key, on_change=use_example)
+
+
 def decision_legend() -> None:
     """The colour key of the chips."""
     items = [chip_html(label, name) for name, (_, _, label) in DECISION_STYLE.items()]
@@ -445,6 +473,7 @@ LINK_KEYS = {
     "step": "masking_step",
     "quiz": "quiz_kind",
     "round": "quiz_round",
+    "view": "inside_view",
 }
 _LINK = "_mlm_link"  # session entry: {"values", "read", "fields", "keys"}
 _RUN = threading.local()  # per script run: the sidebar slot of the share box
@@ -578,7 +607,7 @@ def _write_query_params(params: dict[str, str], fields) -> None:
 
 
 def sync_query_params(page_fields=()) -> dict:
-    """The shared values (sentence, seed, strategy, p, mask, random, model, step, quiz, round), kept in the URL.
+    """The shared values (sentence, seed, strategy, p, mask, random, model, step, quiz, round, view), kept in the URL.
 
     ``page_setup`` calls it, so every page reads a shared link on the session's first run (bad
     values fall back to the defaults with a notice) and writes the current state back to
@@ -744,6 +773,38 @@ def plotly_config(filename: str) -> dict:
         "toImageButtonOptions": {"format": "png", "filename": safe_name(filename, "chart"), "scale": 2},
         "modeBarButtonsToRemove": ["lasso2d", "select2d"],
     }
+
+
+def table(data, *, key: str | None = None, column_config: dict | None = None, percent: tuple[str, ...] = (),
+          static: bool = False) -> None:
+    """A table a learner reads: sortable ``st.dataframe`` normally; a static ``st.table`` in presenter view or with ``static``.
+
+    ``st.dataframe`` draws on a canvas: its font stays small whatever the presenter CSS says, and a
+    column narrower than its values cuts them ("garden 0.4…"). ``st.table`` is HTML: its cells wrap,
+    so every value shows in full, and the presenter CSS makes it large. ``percent``: columns shown as
+    percentages there (what ``column_config``'s ``format="percent"`` does in the dataframe).
+    """
+    if static or st.session_state.get(KEYS.presenter):
+        st.table(readable_frame(data, percent), hide_index=True)
+        return
+    st.dataframe(data, hide_index=True, width="stretch", key=key, column_config=column_config)
+
+
+def readable_frame(data, percent: tuple[str, ...] = ()) -> pd.DataFrame:
+    """``data`` as a frame of text for a static table: floats to 4 significant digits, ``percent`` columns as "45%".
+
+    >>> readable_frame([{"loss": 3.3185198307037354, "top-1": 0.4512, "n": 30522}], percent=("top-1",)).iloc[0].tolist()
+    ['3.319', '45.1%', '30,522']
+    """
+    from mlm_core.losses import readable
+
+    frame = pd.DataFrame(data).reset_index(drop=True)
+    for column in frame.columns:
+        if column in percent:
+            frame[column] = [v if not isinstance(v, (int, float)) else f"{100 * v:.3g}%" for v in frame[column]]
+        elif frame[column].dtype.kind in "fiu":
+            frame[column] = [readable(v.item() if hasattr(v, "item") else v) for v in frame[column]]
+    return frame
 
 
 def advanced(name: str):

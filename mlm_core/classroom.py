@@ -50,6 +50,7 @@ _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\
 _NUMBER = re.compile(r"\d{1,12}")
 
 QUIZ_KINDS = ("guess", "random", "loss")
+INSIDE_VIEWS = ("attention", "lens", "saliency", "training")  # the Inside-the-model page's views, first the default
 QUIZ_TITLES = {
     "guess": "Guess the token",
     "random": "Which one was random?",
@@ -194,6 +195,7 @@ FIELDS: tuple[Field, ...] = (
     Field("step", "int", None, 0, MAX_STEP, label="step-through position"),
     Field("quiz", "choice", QUIZ_KINDS[0], choices=QUIZ_KINDS, label="quiz"),
     Field("round", "int", 0, 0, MAX_ROUND, label="quiz question number"),
+    Field("view", "choice", INSIDE_VIEWS[0], choices=INSIDE_VIEWS, label="Inside-the-model view"),
 )
 
 
@@ -422,7 +424,8 @@ def question_problem(question: Question) -> str | None:
     - guess: 1 to ``MAX_BLANKS`` [MASK]s, each on a whole word (one piece, letters or digits);
     - random: a random replacement, each one shaped like an ordinary word (``word_shaped``) and put
       in place of a whole word, so nobody can spot it by its shape;
-    - loss: a [MASK], and a selected token that does not look selected (random or unchanged).
+    - loss: a [MASK], and a selected token that does not look selected (random or unchanged); a
+      random replacement, if any, shaped like an ordinary word in place of a whole word (as for random).
     """
     decisions = question.decisions
     if question.kind == "guess":
@@ -437,17 +440,27 @@ def question_problem(question: Question) -> str | None:
             return "a random replacement would make the blanks harder to read"
         return None
     if question.kind == "random":
-        randoms = question.positions("RANDOM")
-        if not randoms:
+        if not question.positions("RANDOM"):
             return "no token was replaced by a random one"
-        if any(not word_shaped(question.shown[i]) or not question.whole_word[i]
-               or not word_shaped(question.tokens[i]) for i in randoms):
-            return "a random replacement can be spotted by its shape (a word piece, a symbol)"
-        return None
+        return _shape_giveaway(question)
     if not question.blanks:
         return "no token became [MASK]"
     if not question.positions("RANDOM", "UNCHANGED"):
         return "every selected token is a [MASK], so the colours would not matter"
+    # The loss quiz shows the tokens without colours: a random "##rew" or "[unused7]" would still
+    # say "I was selected" by its shape, and the answer would be read, not thought out.
+    return _shape_giveaway(question)
+
+
+def _shape_giveaway(question: Question) -> str | None:
+    """Why a random replacement in ``question`` can be spotted by its shape alone, or None when none can.
+
+    Every random replacement must look like an ordinary whole word (``word_shaped``) and stand in for
+    one: BERT draws it from the whole vocabulary, word pieces and ``[unused]`` entries included.
+    """
+    if any(not word_shaped(question.shown[i]) or not question.whole_word[i] or not word_shaped(question.tokens[i])
+           for i in question.positions("RANDOM")):
+        return "a random replacement can be spotted by its shape (a word piece, a symbol)"
     return None
 
 

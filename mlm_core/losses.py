@@ -770,15 +770,15 @@ def sweep_summary(rows: Sequence[dict], vocab_size: int | None = None) -> list[s
         at = "K = V" if vocab_size is not None and last["K"] == vocab_size else f"K = {last['K']:,}"
         how = "with" if last["replacement"] else "without"
         text = (f"**{CORRECTION_LABELS[correction]}**: at K = {first['K']:,}, {readable(first['loss'])} against the "
-                f"full {readable(first['full_loss'])} (bias {first['rel_bias']:+.1%}, gradient cosine "
+                f"full {readable(first['full_loss'])} (bias {signed(first['rel_bias'], '.1%')}, gradient cosine "
                 f"{readable(first['grad_cosine'], 3)}); at {at} ({last['K']:,} draws {how} replacement), ")
         if reaches_full_loss(last):
             text += "exactly the full loss: every class is a candidate, each expected once (π = 1)."
         elif abs(last["rel_bias"]) < 0.01 and last["grad_cosine"] > 0.99:
-            text += (f"{readable(last['loss'])} (bias {last['rel_bias']:+.1%}, gradient cosine "
+            text += (f"{readable(last['loss'])} (bias {signed(last['rel_bias'], '.1%')}, gradient cosine "
                      f"{readable(last['grad_cosine'], 3)}): close to the full loss, not equal to it.")
         else:
-            text += (f"{readable(last['loss'])} (bias {last['rel_bias']:+.1%}, gradient cosine "
+            text += (f"{readable(last['loss'])} (bias {signed(last['rel_bias'], '.1%')}, gradient cosine "
                      f"{readable(last['grad_cosine'], 3)}): not the full loss.")
         sentences.append(text)
     return sentences
@@ -1022,7 +1022,7 @@ def loss_sentences(outputs: dict[str, LossOutput], settings: LossSettings = LOSS
         value, cos = float(s.loss), d.get("grad_cosine", float("nan"))
         how = (f"K = {d['K']:,} classes drawn {'with' if d['replacement'] else 'without'} replacement from "
                f"{SAMPLER_WORDS.get(d['sampler'], d['sampler'])}")
-        off = f"{(value - full) / full:+.1%} against the full loss" if full else ""
+        off = f"{signed((value - full) / full, '.1%')} against the full loss" if full else ""
         if d["correction"] == "importance":
             sentences["sampled"] = (
                 f"**Sampled {readable(value)}**: an estimate of the full loss from the true token and {how}, "
@@ -1097,6 +1097,50 @@ def readable(value, digits: int = 4) -> str:
     if abs(x) >= 10 ** digits:
         return f"{x:,.0f}"
     return f"{x:.{digits}g}"
+
+
+def uniform_guess(vocab_size: int) -> float:
+    """ln V: the cross-entropy of a guess spread evenly over the V tokens (where an untrained model starts).
+
+    >>> round(uniform_guess(30522), 3)
+    10.326
+    """
+    return math.log(int(vocab_size))
+
+
+def uniform_guess_label(vocab_size: int) -> str:
+    """The uniform-guess baseline as a learner reads it, with the number and what it is.
+
+    >>> uniform_guess_label(30522)
+    'ln V = 10.33 (uniform guess over V = 30,522 tokens)'
+    """
+    return f"ln V = {uniform_guess(vocab_size):.2f} (uniform guess over V = {int(vocab_size):,} tokens)"
+
+
+def signed(value: float, spec: str = ".2f") -> str:
+    """A signed number for people: "+1.24" or "−1.24" (a true minus sign); what rounds to zero reads "0.00", never "−0.00".
+
+    ``spec`` is a format spec without the sign (".2f", ".3g", ".1%").
+
+    >>> signed(1.2449), signed(-1.2449), signed(-0.004), signed(0.0), signed(-0.0004, ".1%"), signed(0.031, ".0%")
+    ('+1.24', '−1.24', '0.00', '0.00', '0.0%', '+3%')
+    """
+    x = float(value)
+    text = format(abs(x), spec)
+    if math.isnan(x):
+        return "NaN"
+    if not any(c in "123456789" for c in text.split("e")[0]) and math.isfinite(x):
+        return text  # rounds to zero: no sign
+    return ("+" if x > 0 else "−") + text
+
+
+def metric_delta(value: float, spec: str = ".2f") -> str:
+    """``signed`` for ``st.metric``'s delta: an ASCII "-", which Streamlit reads to point its arrow down.
+
+    >>> metric_delta(-0.139, ".3g"), metric_delta(-0.0001), metric_delta(0.25, ".0%")
+    ('-0.139', '0.00', '+25%')
+    """
+    return signed(value, spec).replace("−", "-")
 
 
 def pick_sentences(sentences: Sequence[str], n: int, seed: int) -> list[str]:

@@ -47,6 +47,18 @@ from mlm_core.errors import InputError
 IGNORE_INDEX = -100  # what F.cross_entropy and Hugging Face skip: labels of unselected tokens
 
 STRATEGIES = ("token", "whole_word", "span", "exact_count")
+# Where a random replacement comes from, as the pages say it (checked: tests/test_masking.py::
+# test_random_replacement_sources_are_quoted_from_the_code). Google's line is quoted from
+# github.com/google-research/bert create_pretraining_data.py (commit eedf571); Hugging Face's from the
+# installed transformers' data/data_collator.py.
+RANDOM_REPLACEMENT_SOURCE = (
+    "A random replacement can be any entry of the vocabulary, word pieces (“##rew”) and `[unused]` slots "
+    "included: Google's `create_pretraining_data.py` (function `create_masked_lm_predictions`) takes "
+    "`vocab_words[rng.randint(0, len(vocab_words) - 1)]` from `vocab_words = list(tokenizer.vocab.keys())`, and "
+    "Hugging Face's `transformers/data/data_collator.py` (`DataCollatorForLanguageModeling.torch_mask_tokens`) takes "
+    "`torch.randint(len(self.tokenizer), ...)`. Both draw special tokens too; MLM Lab draws any id except the "
+    "special ones."
+)
 SPAN_REPLACEMENTS = ("per_span", "per_token")  # SpanBERT §3.1 / its code's default --replacement-method word_piece
 
 

@@ -83,7 +83,8 @@ def show_exhibit(number: int, exhibit) -> None:
                                    "full loss's: 1 = the same direction." if "cosine" in name else None)
         st.markdown(exhibit.why)
         st.code(f"# {'❌ buggy' if buggy else wrong_label}\n{exhibit.wrong_code}\n"
-                f"# {'✅ correct' if buggy else right_label}\n{exhibit.right_code}", language="python")
+                f"# {'✅ correct' if buggy else right_label}\n{exhibit.right_code}", language="python",
+                wrap_lines=True)  # on a projector a long line must wrap, not scroll out of sight
         if exhibit.details:
             with st.expander("Details on this batch"):
                 st.table(pd.DataFrame(exhibit_rows(exhibit)).set_index("what"))

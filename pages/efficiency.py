@@ -10,6 +10,7 @@ from mlm_core.errors import MLMLabError
 from mlm_core.figures.efficiency import (logits_size_figure, loop_sweep_figure, loss_paths_figure,
                                          step_breakdown_figure, step_settings_figure)
 from mlm_core.models import model_description
+from mlm_core.losses import signed
 from mlm_core.precision import auto_amp
 
 VOCABS = [1_000, 8_000, 30_522, 50_265, 128_000, 250_002]  # toy, small, BERT, RoBERTa, Llama 3, XLM-R
@@ -95,7 +96,7 @@ if paths is not None:
     honest = ""
     if loop is not None:
         extra = loop["time_ms"] / by["vectorised"]["time_ms"] - 1
-        honest = (f" The loop and the vectorised loss cost about the same here (the loop {extra:+.0%}): both "
+        honest = (f" The loop and the vectorised loss cost about the same here (the loop {signed(extra, '.0%')}): both "
                   f"compute the head's {by['vectorised']['logits_values']:,} scores first, and that, not the loss, is "
                   "most of the work at this size. The next measurement takes the head away to show where the loop "
                   "itself hurts." if loop["speedup"] > 0.67 else
@@ -107,10 +108,10 @@ if paths is not None:
         f"it scores.{honest} Times are medians of {repeats} rounds run round-robin; ratios are medians of the "
         "per-round ratios."
     )
-    st.dataframe(pd.DataFrame([{
+    ui.table(pd.DataFrame([{
         "path": r["label"], "loss": r["loss"], "time (ms)": round(r["time_ms"], 1),
         "peak memory": human_bytes(r["peak_bytes"]), "scores computed": r["logits_values"],
-        "vs vectorised": f"{r['speedup']:.2f}×"} for r in rows]), hide_index=True, width="stretch")
+        "vs vectorised": f"{r['speedup']:.2f}×"} for r in rows]))
 
 st.markdown("#### Where the loop hurts: the loss alone")
 vocab = int(model_description(model)["vocab"] or 30_522)
@@ -142,10 +143,10 @@ if sweep is not None:
         f"(largest difference {max(r['loss_diff'] for r in rows):.1e}): only the cost differs. A batch of "
         f"32 × 128 tokens selects about {logits_size(32, 128, vocab)['masked']} rows."
     )
-    st.dataframe(pd.DataFrame([{
+    ui.table(pd.DataFrame([{
         "V": f"{r['vocab']:,}", "M": r["rows"], "loop (ms)": round(r["loop_ms"], 2),
         "vectorised (ms)": round(r["vectorised_ms"], 2), "loop ÷ vectorised": f"{r['ratio']:.1f}×"}
-        for r in rows]), hide_index=True, width="stretch")
+        for r in rows]))
 
 # --------------------------------------------------------------------------- 4. a training step, five ways
 st.markdown("#### A training step: bf16, checkpointing, frozen word embeddings")
@@ -196,11 +197,11 @@ if steps is not None:
         parts.append(f"the fp32 step ran its matrix multiplies at {base['mfu']:.0%} of the speed they reach alone")
     st.caption("**What it teaches:** memory and time trade against each other: " + "; ".join(parts) + ". "
                f"Times: medians of {repeats} rounds; ratios: medians of the per-round ratios.")
-    st.dataframe(pd.DataFrame([{
+    ui.table(pd.DataFrame([{
         "setting": r["label"], "time per step (ms)": round(r["time_ms"], 1), "vs fp32": f"{r['time_x']:.2f}×",
         "peak memory": human_bytes(r["peak_bytes"]),
         "share of matmul speed": f"{r['mfu']:.0%}" if r.get("mfu") is not None else "–",
-        "loss": r["loss"]} for r in rows]), hide_index=True, width="stretch")
+        "loss": r["loss"]} for r in rows]))
 
 # --------------------------------------------------------------------------- 5. where the time goes
 st.markdown("#### Where a step's time goes")

@@ -5,7 +5,7 @@ import streamlit as st
 import torch
 
 import ui
-from mlm_core import MLMLabError, encode
+from mlm_core import MLMLabError, classroom, encode
 from mlm_core.bundled import workshop_sentences
 from mlm_core.classroom import DEFAULT_SENTENCE
 from mlm_core.data import clip_text
@@ -43,6 +43,7 @@ from mlm_core.inside import (
     special_positions,
 )
 from mlm_core.models import head_parts, mask_positions
+from mlm_core.losses import signed
 from mlm_core.session_models import same_vocabulary
 
 MAX_TOKENS = 64  # every view of a sentence this long answers within a second on 2 cores (benchmark P5)
@@ -57,6 +58,7 @@ VIEWS = {
     "saliency": "🎯 What the guess depends on",
     "training": "🏋️ What training changed",
 }
+assert tuple(VIEWS) == classroom.INSIDE_VIEWS  # the views a link may name (mlm_core.classroom.FIELDS' view=)
 
 settings = ui.page_setup("🔬 Inside the model")
 st.markdown(
@@ -188,8 +190,9 @@ with c2:
                                                              "NOT_SELECTED") for i in range(len(tokens))],
                    highlight=position)
 
-view = st.segmented_control("View", list(VIEWS), format_func=VIEWS.get, default="attention", required=True,
-                            key="inside_view")
+# The view travels in a share link (view=, ui.LINK_KEYS): the session's value, not a default, starts the control.
+st.session_state.setdefault("inside_view", classroom.INSIDE_VIEWS[0])
+view = st.segmented_control("View", list(VIEWS), format_func=VIEWS.get, required=True, key="inside_view")
 
 
 # --------------------------------------------------------------------------- 1. attention
@@ -259,7 +262,7 @@ def attention_view() -> None:
     show(patterns_figure(patterns, height=1100 if settings.presenter else 520, cols=2 if settings.presenter else 4),
          "inside_patterns_fig")
     with st.expander("The patterns as a table"):
-        st.dataframe(pd.DataFrame(patterns.records()), hide_index=True, width="stretch")
+        ui.table(pd.DataFrame(patterns.records()))
     st.info(
         "**What attention is not.** A large weight says where a head copied information from, not why the "
         "model guessed what it guessed. Jain & Wallace (2019) found attention weights often disagree with "
@@ -299,7 +302,7 @@ def lens_view() -> None:
         st.warning(f"“{lens.true_token}” is not the model's first guess even after the last layer "
                    f"(rank {last_rank:,}).")
     with st.expander("Every depth as a table"):
-        st.dataframe(pd.DataFrame(lens.records()), hide_index=True, width="stretch")
+        ui.table(pd.DataFrame(lens.records()))
     st.markdown("**One sentence is an anecdote.** The same lens on many sentences, masked by BERT's rule "
                 f"(seed {PROFILE_SEED}):")
     profile = cached_lens_profile(model_key, PROFILE_SENTENCES, PROFILE_SEED, model, tokenizer)
@@ -322,7 +325,7 @@ def saliency_view() -> None:
         return
     st.caption("Gradient × input (green: raises p(true token) to first order; red: lowers it)")
     ui.value_chips(list(seen_tokens), gradient.grad_x_input.tolist(), highlight=position,
-                   titles=[f"{v:+.4f}" for v in gradient.grad_x_input.tolist()])
+                   titles=[signed(v, ".4f") for v in gradient.grad_x_input.tolist()])
     with st.spinner("Leave-one-out: one forward pass per token…"):
         result = Saliency.from_parts(gradient, cached_leave_one_out(model_key, ids_key, position, true_id, model,
                                                                      tokenizer))
@@ -331,7 +334,7 @@ def saliency_view() -> None:
                "grey: not measured)")
     loo = [None if v != v else float(v) for v in result.leave_one_out.tolist()]
     ui.value_chips(list(seen_tokens), loo, highlight=position,
-                   titles=[f"{v:+.3f}" if v is not None else "not measured" for v in loo])
+                   titles=[signed(v, ".3f") if v is not None else "not measured" for v in loo])
     show(saliency_figure(result, height=ui.chart_height(400)), "inside_saliency_fig")
     taus = layer_agreement(attention.weights, result.leave_one_out)
     show(agreement_figure(result, taus, height=ui.chart_height(320)), "inside_agreement_fig")
@@ -341,7 +344,7 @@ def saliency_view() -> None:
         "sentence; where attention disagrees, a large weight was not what the guess needed."
     )
     with st.expander("Every token as a table"):
-        st.dataframe(pd.DataFrame(result.records()), hide_index=True, width="stretch")
+        ui.table(pd.DataFrame(result.records()))
     state = st.session_state
     if st.button(f"📊 The same comparison on {AGREEMENT_SENTENCES} workshop sentences", key="inside_agreement_run",
                  help="Masks each sentence's last word and runs leave-one-out on every one (once per model)."):
@@ -349,7 +352,7 @@ def saliency_view() -> None:
     if state.get("inside_agreement_for") == model_key:
         summary = cached_agreement(model_key, AGREEMENT_SENTENCES, model, tokenizer)
         show(agreement_summary_figure(summary, height=ui.chart_height(360)), "inside_agreement_summary_fig")
-        st.dataframe(pd.DataFrame(summary.records()), hide_index=True, width="stretch")
+        ui.table(pd.DataFrame(summary.records()))
 
 
 # --------------------------------------------------------------------------- 4. what training changed
@@ -391,7 +394,7 @@ def training_view() -> None:
     else:
         st.caption("The logit lens is not available for this model family, so there is no before/after lens.")
     with st.expander("Every position as a table"):
-        st.dataframe(pd.DataFrame(comparison.records()), hide_index=True, width="stretch")
+        ui.table(pd.DataFrame(comparison.records()))
 
 
 {"attention": attention_view, "lens": lens_view, "saliency": saliency_view, "training": training_view}[view]()

@@ -35,6 +35,7 @@ from mlm_core.losses import (
     loop_cross_entropy,
     loss_batch,
     loss_sentences,
+    metric_delta,
     per_token_rows,
     per_token_table,
     proposal_distribution,
@@ -46,6 +47,7 @@ from mlm_core.losses import (
     sweep_table,
     target_smoothed_counts,
     token_frequency_weights,
+    uniform_guess_label,
     weight_curve_rows,
 )
 from mlm_core.nsp import AFTER_BERT as NSP_AFTER_BERT
@@ -147,18 +149,20 @@ weights = token_frequency_weights(counts, scheme=options.scheme, smoothing=optio
 st.subheader("The three losses")
 values = {name: float(out.loss) for name, out in outputs.items()}
 sampled_diag = outputs["sampled"].diagnostics
-st.plotly_chart(loss_bars(values, notes={"sampled": f"K = {sampled_diag['K']}, {options.sampled.sampler}"}),
-                key="loss_bars_fig")
+st.plotly_chart(ui.room_figure(loss_bars(values, notes={"sampled": f"K = {sampled_diag['K']}, {options.sampled.sampler}"},
+                                         vocab_size=vocab_size)), key="loss_bars_fig")
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("full softmax", readable(values["full"]), help="mean over the selected tokens of −log p(true token)")
-c2.metric("weighted", readable(values["weighted"]), f"{values['weighted'] - values['full']:+.3g} vs full",
+c2.metric("weighted", readable(values["weighted"]), metric_delta(values['weighted'] - values['full'], '.3g') + " vs full",
           delta_color="off", help="Σ w[y]·loss / Σ w[y], as F.cross_entropy(weight=w)")
-c3.metric("sampled", readable(values["sampled"]), f"{values['sampled'] - values['full']:+.3g} vs full",
+c3.metric("sampled", readable(values["sampled"]), metric_delta(values['sampled'] - values['full'], '.3g') + " vs full",
           delta_color="off", help=CORRECTION_LABELS[options.sampled.correction])
 c4.metric("gradient cosine", readable(sampled_diag["grad_cosine"], 3),
           help="Sampled vs full: the cosine between the two gradients with respect to the hidden states: the direction the encoder "
                f"is pushed. {sampled_diag['num_hits']} accidental hits removed; {sampled_diag['unique_sampled']} "
                f"distinct ids among the K = {sampled_diag['K']} draws.")
+st.caption(f"For scale, the dotted line: {uniform_guess_label(vocab_size)}, the loss of a model that has learnt "
+           "nothing (V from this model's output layer).")
 for sentence in loss_sentences(outputs, options).values():
     st.markdown(sentence)
 loop = loop_cross_entropy(batch.logits, batch.targets)
@@ -166,11 +170,11 @@ st.caption(f"The per-position Python loop gives {float(loop.loss):.6f}, the vect
            "the same number (the Efficiency page shows how much slower the loop is).")
 
 st.subheader("Per token")
-st.plotly_chart(per_token_figure(per_token_rows(outputs, batch.tokens)), key="loss_per_token_fig")
+st.plotly_chart(ui.room_figure(per_token_figure(per_token_rows(outputs, batch.tokens))), key="loss_per_token_fig")
 per_token = pd.DataFrame(per_token_table(outputs, batch.tokens, batch.decisions))
 if "decision" in per_token:
     per_token["decision"] = per_token["decision"].map(lambda d: DECISION_WORDS.get(d, d))  # the legend's words
-st.dataframe(per_token, hide_index=True, width="stretch")
+ui.table(per_token)
 st.caption("Each variant's per-token values average to its loss: the weighted ones are w[y] / mean(w[y]) × CE.")
 
 # --------------------------------------------------------------------------- gradient
@@ -178,8 +182,8 @@ st.subheader("What each variant pushes on: the gradient with respect to the logi
 position = st.selectbox("Position", list(range(len(batch.tokens))), format_func=lambda i: batch.tokens[i],
                         key="loss_position")
 grads = logit_gradients(batch.logits, batch.targets, position, class_weights=weights, sampled=outputs["sampled"])
-st.plotly_chart(gradient_figure(gradient_rows(grads, batch.targets[position], tokenizer=tokenizer),
-                                title=f"position {batch.tokens[position]}"), key="loss_grad_fig")
+st.plotly_chart(ui.room_figure(gradient_figure(gradient_rows(grads, batch.targets[position], tokenizer=tokenizer),
+                                title=f"position {batch.tokens[position]}")), key="loss_grad_fig")
 st.caption("Full softmax: softmax − one-hot, on every class. Weighted: the same direction, scaled by the "
            "target's weight. Sampled: only the true class and the K sampled ones get a gradient; every other "
            "class gets exactly 0.")
@@ -187,7 +191,7 @@ st.caption("Full softmax: softmax − one-hot, on every class. Weighted: the sam
 # --------------------------------------------------------------------------- weights
 st.subheader("The weights: rare tokens count more")
 target_counts = target_smoothed_counts(counts, batch.targets, options.smoothing)
-st.plotly_chart(weights_figure(weight_curve_rows(counts, smoothing=options.smoothing), batch_counts=target_counts),
+st.plotly_chart(ui.room_figure(weights_figure(weight_curve_rows(counts, smoothing=options.smoothing), batch_counts=target_counts)),
                 key="loss_weights_fig")
 st.caption("Counts come from the workshop corpus; dotted lines mark this batch's target tokens. Every scheme is "
            "normalised so that a token drawn from the corpus has weight 1 on average.")
@@ -206,10 +210,10 @@ if st.button("Run the K sweep", key="loss_sweep_button"):
     st.session_state["loss_sweep"] = {"signature": signature, "rows": rows}
 sweep = st.session_state.get("loss_sweep")
 if sweep and sweep["signature"] == signature:
-    st.plotly_chart(k_sweep_figure(sweep["rows"], vocab_size=vocab_size), key="loss_sweep_fig")
+    st.plotly_chart(ui.room_figure(k_sweep_figure(sweep["rows"], vocab_size=vocab_size)), key="loss_sweep_fig")
     for sentence in sweep_summary(sweep["rows"], vocab_size):
         st.markdown(f"- {sentence}")
-    st.dataframe(pd.DataFrame(sweep_table(sweep["rows"])), hide_index=True, width="stretch")
+    ui.table(pd.DataFrame(sweep_table(sweep["rows"])))
     st.caption("Why: importance sampling divides each sampled class by its expected count, so the sum estimates "
                "the partition function without bias (the loss, its log, is low on average). TensorFlow also "
                "divides the true class, which turns the loss into 'pick the target among the candidates'. Without "
@@ -241,17 +245,16 @@ if st.button(f"Train the NSP head ({NSP_STEPS} steps)", key="loss_nsp_button"):
 nsp = st.session_state.get("loss_nsp")
 if nsp and nsp["signature"] == nsp_signature:
     result = nsp["result"]
-    st.plotly_chart(nsp_accuracy_figure(result.records(), heldout_before=result.heldout_before,
-                                        heldout_after=result.heldout_after), key="loss_nsp_fig")
+    st.plotly_chart(ui.room_figure(nsp_accuracy_figure(result.records(), heldout_before=result.heldout_before,
+                                        heldout_after=result.heldout_after)), key="loss_nsp_fig")
     c1, c2 = st.columns(2)
     c1.metric("held-out accuracy before", f"{result.heldout_before:.0%}")
-    c2.metric("after", f"{result.heldout_after:.0%}", f"{result.heldout_after - result.heldout_before:+.0%}")
+    c2.metric("after", f"{result.heldout_after:.0%}", metric_delta(result.heldout_after - result.heldout_before, ".0%"))
     pairs = result.heldout_pairs[:6]
     probs = is_next_probabilities(result.model, tokenizer, pairs)
-    st.dataframe(pd.DataFrame([{"sentence A": p.first, "sentence B": p.second,
+    ui.table(pd.DataFrame([{"sentence A": p.first, "sentence B": p.second,
                                 "truth": "IsNext" if p.is_next else "NotNext", "P(IsNext)": prob}
                                for p, prob in zip(pairs, probs)]),
-                 hide_index=True, width="stretch",
                  column_config={"P(IsNext)": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.2f")})
     st.markdown("**MLM + NSP on these pairs** (masked with the masking rule above, the same seed)")
     c1, c2 = st.columns(2)

@@ -11,6 +11,7 @@ from mlm_core.export import lesson_zip, masking_settings
 from mlm_core.figures.masking import (
     convergence_figure, decision_counts_figure, per_sentence_histogram, span_length_figure,
 )
+from mlm_core.losses import signed
 from mlm_core.masking import SPAN_REPLACEMENTS
 from mlm_core.masking_stats import (
     DEFAULT_HUB_TOKENIZER, collator_snippet, masking_statistics, mlm_lab_snippet, running_counts, token_trace,
@@ -76,12 +77,7 @@ st.markdown(
 def sentence_controls() -> str:
     state = st.session_state
     state.setdefault(ui.KEYS.sentence, EXAMPLES[0])
-    state.setdefault("masking_example", EXAMPLES[0])
-
-    def use_example():
-        state[ui.KEYS.sentence] = state["masking_example"]
-
-    st.selectbox("Pick an example", EXAMPLES, key="masking_example", on_change=use_example)
+    ui.example_picker(EXAMPLES, key="masking_example", sentence_key=ui.KEYS.sentence)
     return st.text_area("…or type your own sentence", key=ui.KEYS.sentence, height=80,
                         help=f"Up to {MAX_TOKENS} tokens are masked; longer text is cut and you are told.")
 
@@ -212,7 +208,7 @@ st.plotly_chart(ui.room_figure(counts_figure), key="masking_counts_fig",
 table = pd.DataFrame(trace)
 with ui.advanced("masking_table"):
     with st.expander("Every decision as a table", expanded=False):
-        st.dataframe(table, hide_index=True, width="stretch")
+        ui.table(table)
     st.download_button("⬇ Decisions as CSV", table.to_csv(index=False), file_name=f"masking_seed{settings.seed}.csv",
                        mime="text/csv", key="masking_csv")
 
@@ -254,7 +250,7 @@ if stats is not None:
     if check.kind == "binomial":
         c1, c2, c3 = st.columns(3)
         unit = "tokens" if check.unit == "token" else "words"
-        c1.metric(f"{unit} selected", f"{check.rate:.2%}", f"z = {check.z:+.2f}", delta_color="off", delta_arrow="off",
+        c1.metric(f"{unit} selected", f"{check.rate:.2%}", f"z = {signed(check.z)}", delta_color="off", delta_arrow="off",
                   help=f"{check.selected:,} of {check.units:,} {unit}; z = (rate − p) / standard error, with one "
                        f"independent draw per {check.unit}. When the rule is followed, |z| is above 3 in about 3 "
                        "draws of 1,000; far above (say 6) would say it is not.")
@@ -289,7 +285,7 @@ if stats is not None:
     st.plotly_chart(ui.room_figure(per_sentence_histogram(stats.per_sentence, height=ui.chart_height(360))),
                     key="masking_hist_fig", config=ui.plotly_config("masking_per_sentence"))
     with ui.advanced("masking_stats_table"):
-        st.dataframe(pd.DataFrame(stats.convergence), hide_index=True, width="stretch")
+        ui.table(pd.DataFrame(stats.convergence))
 
 with ui.advanced("masking_hf"):
     st.subheader("The same masks in code")

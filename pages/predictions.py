@@ -123,11 +123,9 @@ def model_panel(model, tokenizer) -> None:
         if about.get("scores"):
             how_good(about["scores"])
         st.markdown("**Models you can pick in the sidebar**")
-        st.dataframe(
+        ui.table(
             pd.DataFrame([{"model": m["name"] or ui.DEFAULT_MODEL, "offline now": "✅" if m["offline"] else "⬇ download",
-                           "note": m["note"]} for m in available_models()]),
-            hide_index=True, width="stretch",
-        )
+                           "note": m["note"]} for m in available_models()]))
 
 
 try:
@@ -145,16 +143,12 @@ model_panel(model, tokenizer)
 def sentence_controls() -> str:
     state = st.session_state
     state.setdefault("pred_sentence", state.get(ui.KEYS.sentence) or EXAMPLES[0])
-    state.setdefault("pred_example", EXAMPLES[0])
-
-    def use_example():
-        state["pred_sentence"] = state["pred_example"]
 
     def share():
         state[ui.KEYS.sentence] = state["pred_sentence"]
 
     c1, c2 = st.columns([1, 2])
-    c1.selectbox("Pick an example", EXAMPLES, key="pred_example", on_change=use_example)
+    ui.example_picker(EXAMPLES, key="pred_example", sentence_key="pred_sentence", container=c1)
     return c2.text_area("…or type your own sentence", key="pred_sentence", height=80, on_change=share)
 
 
@@ -261,27 +255,35 @@ def fill_lesson(tokens, original_ids, attention_mask, fill_positions) -> None:
         ui.token_chips(list(result.tokens[: len(tokens)]),
                        ["MASK" if i in filled else "NOT_SELECTED" for i in range(len(tokens))],
                        originals=[tokens[i] if i in filled else None for i in range(len(tokens))])
+
+    def fill_table(result) -> None:
+        """The steps (or Mask-Predict's iterations) as a static table: its cells wrap, so no value is cut."""
         if result.mode == "mask_predict":
-            targets = sorted(filled)
-            st.dataframe(pd.DataFrame([{
+            targets = sorted(set(result.order))
+            ui.table(pd.DataFrame([{
                 "iteration": t, "predicted again": ", ".join(str(p) for p in done),
                 **{f"{p}: {tokens[p]}": f"{tok} {q:.2f}" for p, tok, q in zip(targets, toks, probs)},
             } for t, (done, toks, probs) in enumerate(zip(result.rounds, result.round_tokens, result.round_probs))]),
-                hide_index=True, width="stretch")
+                static=True)
             return
-        st.dataframe(pd.DataFrame([{
+        ui.table(pd.DataFrame([{
             "step": n + 1, "position": s.position, "original": tokens[s.position], "chose": s.token,
             "p": round(s.prob, 4), "other candidates": ", ".join(f"{t} {q:.2f}" for t, q in s.candidates[1:]),
-        } for n, s in enumerate(result.steps)]), hide_index=True, width="stretch")
+        } for n, s in enumerate(result.steps)]), static=True)
 
     if view == "side by side":
+        # The sentences side by side; the tables below them at full width (in a third of the page they were cut).
         columns = st.columns(3)
         for column, mode in zip(columns, ("independent", "easy_first", "mask_predict")):
             with column:
                 show_fill(fills[mode])
         chart(fill_comparison_figure(list(fills.values()), tokens), "pred_fill_fig", "predictions_filling")
+        for mode in ("independent", "easy_first", "mask_predict"):
+            st.markdown(f"**{FILL_LABELS[mode]}**: step by step")
+            fill_table(fills[mode])
     else:
         show_fill(fills[view])
+        fill_table(fills[view])
 
 
 source = st.radio("Masked sentence", SOURCES, horizontal=True, key="pred_source")
@@ -357,7 +359,7 @@ except Exception:  # the Loss page is not registered (yet)
 with st.expander("Every position as a table"):
     records = pd.DataFrame(predictions.records())
     records["decision"] = records["decision"].map(lambda d: DECISION_WORDS.get(d, d))  # the legend's words
-    st.dataframe(records, hide_index=True, width="stretch")
+    ui.table(records)
 
 # --------------------------------------------------------------------------- a score without a draw
 st.subheader("A score of the sentence that needs no random draw")
@@ -385,9 +387,8 @@ if pll is not None and pll[0] == pll_key:
     c2.metric("−PLL / N", f"{score.mean_loss:.3f}", help=f"N = {len(score.positions)} tokens ([CLS]/[SEP] left out).")
     c3.metric("pseudo-perplexity", f"{score.pseudo_perplexity:.1f}", help="exp(−PLL / N).")
     with st.expander("Every token's log p, masked alone"):
-        st.dataframe(pd.DataFrame({"position": score.positions, "token": score.tokens,
-                                   "log p (token masked alone)": [round(v, 3) for v in score.log_probs]}),
-                     hide_index=True, width="stretch")
+        ui.table(pd.DataFrame({"position": score.positions, "token": score.tokens,
+                                   "log p (token masked alone)": [round(v, 3) for v in score.log_probs]}))
 
 # --------------------------------------------------------------------------- [MASK] vs random vs unchanged
 st.subheader("[MASK] vs random vs unchanged")
@@ -426,7 +427,7 @@ if corpus is not None and corpus[:3] == (settings.model_name, settings.seed, n_s
     chart(decision_comparison_figure(corpus[3]), "pred_corpus_fig", "predictions_by_decision", height=380)
     table = pd.DataFrame(summary).rename(columns=SUMMARY_COLUMNS)
     table["what masking did"] = table["what masking did"].map(DECISION_WORDS)  # the legend's words, not enum names
-    st.dataframe(table.round(3), hide_index=True, width="stretch")
+    ui.table(table.round(3))
 
 # --------------------------------------------------------------------------- several masks at once
 fill_positions = [p.position for p in predictions.positions if p.row == 0][:MAX_FILL]

@@ -9,6 +9,7 @@ from mlm_core.bundled import workshop_sentences
 from mlm_core.export import lesson_json
 from mlm_core.figures.masking import DECISION_WORDS
 from mlm_core.figures.predictions import topk_figure
+from mlm_core.masking import RANDOM_REPLACEMENT_SOURCE
 from mlm_core.models import model_description, predict_masked
 
 TOP_K = 5
@@ -244,7 +245,7 @@ def guess_quiz() -> None:
             "answer: rank": f"{r.answer_rank:,}",
             "answer: p": f"{r.answer_prob:.2%}",
         })
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    ui.table(pd.DataFrame(rows))
     st.caption("Rank 1 is the model's first choice. A guess that the vocabulary splits into several pieces "
                "cannot fill one blank, so it has no rank.")
     if about.get("trained") is False:
@@ -271,7 +272,7 @@ def random_quiz() -> None:
     )
     st.caption("The masks are the Masking page's for this seed. Questions are only asked on masks whose random "
                "replacements look like ordinary whole words (no word pieces, symbols or [unused] entries), so "
-               "you cannot spot one by its shape, only by what it means here.")
+               "you cannot spot one by its shape, only by what it means here. " + RANDOM_REPLACEMENT_SOURCE)
     options = list(question.candidates)
     names = labels_for(options)
     if not revealed:
@@ -315,6 +316,9 @@ def loss_quiz() -> None:
     ui.token_chips(list(question.shown), neutral(question.decisions))
     st.markdown("The loss is a mean of −log p(original token) over some of these positions: which ones? "
                 "Think about what masking *did*, not only about what you can see.")
+    st.caption("Fair play: the quiz takes the first seed whose random replacements (if any) look like ordinary "
+               "words: a word piece or an `[unused]` entry would tell you by its shape that it was selected. "
+               + RANDOM_REPLACEMENT_SOURCE)
     options = list(range(len(question.tokens)))
     names = labels_for(options)
     if not revealed:
@@ -346,7 +350,7 @@ def loss_quiz() -> None:
         "label": question.labels[0].tolist(),
         "in the loss": ["✅" if i in question.in_loss else "" for i in options],
     })
-    st.dataframe(table, hide_index=True, width="stretch")
+    ui.table(table)
     masking_page_button()
 
 

@@ -232,8 +232,8 @@ if pairs:
     if differences:
         st.markdown(f"With the marks set aside, **{wp_label}** and **{bpe_label}** cut {len(differences)} of "
                     f"{len(tokenize_words(wp, sentence))} words of this sentence differently:")
-        st.dataframe(pd.DataFrame([{"word": w, wp_label: " ".join(a), bpe_label: " ".join(b)}
-                                   for w, a, b in differences]), hide_index=True, width="stretch")
+        ui.table(pd.DataFrame([{"word": w, wp_label: " ".join(a), bpe_label: " ".join(b)}
+                                   for w, a, b in differences]))
     else:
         st.caption(f"With the marks set aside, {wp_label} and {bpe_label} cut every word of this sentence the same way.")
 
@@ -282,7 +282,7 @@ table = pd.DataFrame([
     }
     for r, (_, _, c) in zip(rows, costs)
 ])
-st.dataframe(table, hide_index=True, width="stretch")
+ui.table(table)
 
 st.subheader("Frequency profile: how often each entry is used")
 profiles = [

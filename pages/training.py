@@ -1,6 +1,5 @@
 """Training: press Start and watch a masked LM learn facts it could not know, or race variants on identical batches."""
 
-import math
 
 import pandas as pd
 import streamlit as st
@@ -134,8 +133,8 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
                                        key="training_k",
                                        help="Classes in each sampled softmax (besides the true one).")
     with st.expander("Why these defaults?", expanded=False):
-        st.dataframe(pd.DataFrame([{"setting": name.replace("_", " "), "default": d.value, "why": d.why}
-                                   for name, d in defaults.items()]), hide_index=True, key=f"training_why_{suffix}")
+        ui.table(pd.DataFrame([{"setting": name.replace("_", " "), "default": d.value, "why": d.why}
+                                   for name, d in defaults.items()]), key=f"training_why_{suffix}")
         peak = max(range(1, 1001), key=uncorrected_adam_step_ratio)
         st.caption(f"AdamW with BERT's betas {ADAM_BETAS} and eps {ADAM_EPS:g}, and PyTorch's bias correction. "
                    f"BERT's optimizer had none, so its early steps were larger (at step {peak}, "
@@ -233,10 +232,9 @@ if teacher_key_set():
         if key:
             try:
                 runs = manager.teacher_runs(key)
-                st.dataframe(pd.DataFrame([[s.run_id, s.label, s.status, f"{s.step} / {s.total_steps}",
+                ui.table(pd.DataFrame([[s.run_id, s.label, s.status, f"{s.step} / {s.total_steps}",
                                             round(s.elapsed_s)] for s in runs],
-                                          columns=["run", "what", "status", "step", "seconds"]),
-                             hide_index=True, key="training_teacher_runs")
+                                          columns=["run", "what", "status", "step", "seconds"]), key="training_teacher_runs")
                 if runs:
                     target = st.selectbox("Run to stop", [s.run_id for s in runs], key="training_teacher_target")
                     if st.button("■ Stop this run", key="training_teacher_stop"):
@@ -274,8 +272,8 @@ def draw_probes(snap) -> None:
             first_right, _ = probes_right(entries[0])
             st.metric(f"{name}: probes answered right (top-1)", f"{right} of {known}",
                       delta=f"{right - first_right:+d} since step {entries[0]['step']}")
-        st.dataframe(pd.DataFrame(probe_rows(entries)), hide_index=True, key=f"training_probe_table_{name}",
-                     column_config={"answer's probability now": st.column_config.NumberColumn(format="percent")})
+        ui.table(pd.DataFrame(probe_rows(entries)), key=f"training_probe_table_{name}",
+                     percent=("answer's probability now",), column_config={"answer's probability now": st.column_config.NumberColumn(format="percent")})
         st.plotly_chart(probe_figure(entries[-1]["probes"], title=f"{name}: step {at}"),
                         key=f"training_probe_{name}")
 
@@ -293,7 +291,7 @@ def draw(snap) -> None:
     if not any(steps.values()) and not any(evals.values()):
         st.info("The first step is on its way (the model copy and the held-out set are being prepared)…")
         return
-    log_v = math.log(len(tokenizer)) if from_scratch else None
+    vocab_size = len(tokenizer) if from_scratch else None  # ln V, the uniform guess, drawn for scale
     if any(evals.values()):
         st.plotly_chart(eval_figure(evals), key="training_eval_chart")
         st.caption("Held-out loss: the mean cross-entropy over every selected position, the positions Hugging "
@@ -314,7 +312,7 @@ def draw(snap) -> None:
                           "learned about Veldoria."))
     draw_probes(snap)
     if any(steps.values()):
-        st.plotly_chart(loss_figure(steps, log_v=log_v), key="training_loss_chart")
+        st.plotly_chart(loss_figure(steps, vocab_size=vocab_size), key="training_loss_chart")
     if any((cfg or {}).get("loss") == "sampled" for cfg in (snap.configs or {}).values()):
         st.caption("The sampled-softmax training loss is an estimate of the full loss from the true word and K "
                    "sampled words: compare the variants on the held-out chart, which scores every variant with "
@@ -342,7 +340,7 @@ def draw(snap) -> None:
                      "tokens/s": (v.summary or {}).get("tokens_per_s") or last.get("tokens_per_s"),
                      "wall time (s)": (v.summary or {}).get("wall_time_s") or last.get("elapsed_s")})
     st.subheader("Results")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key="training_results",
+    ui.table(pd.DataFrame(rows), key="training_results", percent=("top-1", "top-5"),
                  column_config={"top-1": st.column_config.NumberColumn(format="percent"),
                                 "top-5": st.column_config.NumberColumn(format="percent")})
     curves = pd.DataFrame(snap.curves_rows())

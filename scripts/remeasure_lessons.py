@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:  # run as a file: import the project's mlm_core
     sys.path.insert(0, str(ROOT))
 
 from mlm_core import encode, load_masked_lm  # noqa: E402
-from mlm_core.bundled import workshop_sentences  # noqa: E402
+from mlm_core.bundled import gazetteer, workshop_sentences  # noqa: E402
 from mlm_core.data import mask_batch  # noqa: E402
 from mlm_core.default_model import read_build_record  # noqa: E402
 from mlm_core.inside import agreement_over_texts, lens_profile_on_texts, measure_head_patterns  # noqa: E402
@@ -52,6 +52,7 @@ from mlm_core.losses import (  # noqa: E402
     sampled_softmax_sweep,
     token_counts,
 )
+from mlm_core.losses import signed as signed_number  # noqa: E402
 from mlm_core.masking import MaskingConfig  # noqa: E402
 from mlm_core.masking_stats import masking_statistics  # noqa: E402
 from mlm_core.models import predict_masked, summarize_by_decision  # noqa: E402
@@ -73,8 +74,8 @@ def fixed(digits: int) -> Callable[[float], str]:
 
 
 def signed(digits: int) -> Callable[[float], str]:
-    """A z-score as the Masking page writes it: +3.24, −0.00."""
-    return lambda v: f"{v:+.{digits}f}".replace("-", MINUS)
+    """A z-score as the Masking page writes it (``losses.signed``): +3.24, −1.24, and 0.00, never −0.00."""
+    return lambda v: signed_number(v, f".{digits}f")
 
 
 def percent(digits: int) -> Callable[[float], str]:
@@ -172,6 +173,14 @@ def _claims() -> list[Claim]:
         "tfdef_loss")
     add("sampled", "... relative error, %", percent(1), "tfdef_err")
     add("sampled", "... gradient cosine", fixed(3), "tfdef_cos")
+    add("sampled", "the same target on the Veldoria gazetteer (the Training page's corpus): selected positions",
+        fixed(0), "vel_m")
+    add("sampled", "... default estimate and full loss", fixed(3), "vel_loss", "vel_full")
+    add("sampled", "... relative error, %", percent(1), "vel_err")
+    add("sampled", "... gradient cosine", fixed(3), "vel_cos")
+    add("sampled", "... TensorFlow's defaults: loss", fixed(3), "vel_tfdef_loss")
+    add("sampled", "... TensorFlow's defaults: relative error, %", percent(1), "vel_tfdef_err")
+    add("sampled", "... TensorFlow's defaults: gradient cosine", fixed(3), "vel_tfdef_cos")
     add("sampled", "TensorFlow's correction, unigram without replacement: loss", fixed(3), "tf_unigram_loss")
     add("sampled", "TensorFlow's correction, log-uniform without replacement: loss", fixed(3), "tf_loguni_loss")
     for corr in ("is", "tf", "none"):
@@ -366,6 +375,13 @@ def measure_sampled(ctx: Context) -> dict:
         correction="tensorflow"))["loss"]
     out["tf_loguni_loss"] = sampled_softmax_check(ctx.model, ctx.tokenizer, ctx.texts, seed=0, config=SampledSoftmaxConfig(
         sampler="log_uniform", correction="tensorflow"))["loss"]
+    veldoria = gazetteer().sentences  # the Training page's default corpus
+    vel = sampled_softmax_check(ctx.model, ctx.tokenizer, veldoria, seed=0)
+    vel_tf = sampled_softmax_check(ctx.model, ctx.tokenizer, veldoria, seed=0, config=SampledSoftmaxConfig(
+        sampler="log_uniform", replacement=True, correction="tensorflow"))
+    out.update(vel_m=vel["M"], vel_loss=vel["loss"], vel_full=vel["full_loss"], vel_err=vel["rel_error"],
+               vel_cos=vel["grad_cosine"], vel_tfdef_loss=vel_tf["loss"], vel_tfdef_err=vel_tf["rel_error"],
+               vel_tfdef_cos=vel_tf["grad_cosine"])
     # the K sweep on the target batch (sampled_softmax_check's batch and generator), with replacement
     V = ctx.model.get_output_embeddings().weight.shape[0]
     counts = token_counts(ctx.tokenizer, ctx.texts, V)

@@ -309,3 +309,23 @@ def test_rank_guesses_matches_the_model(tokenizer):
         assert report.answer_prob == pytest.approx(p.true_prob, rel=1e-5)
     for report in reports[1:]:
         assert not report.correct and report.guess_rank is None  # not one token of the vocabulary
+
+
+def test_loss_quiz_replacements_cannot_be_spotted_by_shape(tokenizer):
+    """Rehearsal: in "which positions count in the loss", a random "##rew" or "[unused7]" gave away that it was selected."""
+    sentences = workshop_sentences()
+    spotted = 0
+    for seed in range(12):
+        for round_number in range(3):
+            index, sentence = classroom.corpus_question_sentence(sentences, seed, round_number)
+            q = classroom.pick_question(tokenizer, "loss", sentence, seed=seed, round=round_number)
+            assert classroom.question_problem(q) is None, (seed, round_number)
+            for i in q.positions("RANDOM"):
+                assert classroom.word_shaped(q.shown[i]) and classroom.word_shaped(q.tokens[i]), q.shown[i]
+                assert q.whole_word[i]
+            for s in range(seed, seed + 40):  # masks a loss question may no longer be asked on
+                other = make_question(tokenizer, "loss", sentence, seed=s, round=round_number)
+                if any(not classroom.word_shaped(other.shown[i]) for i in other.positions("RANDOM")):
+                    spotted += 1
+                    assert classroom.question_problem(other) is not None
+    assert spotted >= 1  # the rule was exercised on a giveaway

@@ -544,3 +544,17 @@ def test_figures_build():
     assert all(isinstance(f, go.Figure) for f in figures)
     assert "<b>x</b>" not in str(figures[1].to_dict())  # token text is escaped
     assert len(figures[4].data) == 3 * 4  # three corrections × four panels
+
+
+def test_loss_bars_label_the_uniform_guess_for_a_learner():
+    """The Loss page's baseline reads "ln V = 10.33 (uniform guess over V = 30,522 tokens)", from the model's V."""
+    import math
+
+    from mlm_core.figures.losses import loss_bars
+    from mlm_core.losses import uniform_guess_label
+
+    fig = loss_bars({"full": 3.0, "weighted": 3.3, "sampled": 2.9}, vocab_size=30522)
+    assert [a.text for a in fig.layout.annotations] == ["ln V = 10.33 (uniform guess over V = 30,522 tokens)"]
+    assert fig.layout.shapes[0].y0 == math.log(30522) and fig.layout.yaxis.range[1] > math.log(30522)
+    assert uniform_guess_label(8) == "ln V = 2.08 (uniform guess over V = 8 tokens)"
+    assert not loss_bars({"full": 3.0}).layout.annotations  # no V given: no line

@@ -590,3 +590,25 @@ def test_masking_statistics_and_chisquare(tokenizer):
     # A split far from 80/10/10 is rejected.
     _, p = split_chisquare({Decision.MASK: 500, Decision.RANDOM: 250, Decision.UNCHANGED: 250}, MaskingConfig())
     assert p < 1e-6
+
+
+def test_random_replacement_sources_are_quoted_from_the_code():
+    """The pages' sentence on where random replacements come from quotes the installed collator's own line.
+
+    Google's line (create_pretraining_data.py, create_masked_lm_predictions, commit eedf571) was read in
+    github.com/google-research/bert; the test has no network, so it checks the quote's exact form only.
+    """
+    import inspect
+
+    from transformers.data import data_collator
+
+    from mlm_core.masking import RANDOM_REPLACEMENT_SOURCE
+
+    collator = inspect.getsource(data_collator.DataCollatorForLanguageModeling.torch_mask_tokens)
+    assert "torch.randint(len(self.tokenizer)," in collator
+    assert "`torch.randint(len(self.tokenizer), ...)`" in RANDOM_REPLACEMENT_SOURCE
+    assert "DataCollatorForLanguageModeling.torch_mask_tokens" in RANDOM_REPLACEMENT_SOURCE
+    assert "transformers/data/data_collator.py" in RANDOM_REPLACEMENT_SOURCE
+    assert inspect.getsourcefile(data_collator).replace("\\", "/").endswith("transformers/data/data_collator.py")
+    assert "`vocab_words[rng.randint(0, len(vocab_words) - 1)]`" in RANDOM_REPLACEMENT_SOURCE
+    assert "create_pretraining_data.py" in RANDOM_REPLACEMENT_SOURCE and "create_masked_lm_predictions" in RANDOM_REPLACEMENT_SOURCE

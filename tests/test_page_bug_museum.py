@@ -27,6 +27,8 @@ def test_bug_museum_page(apptest, monkeypatch, tokenizer):
     headings = [m.value for m in at.markdown if m.value.startswith("#### ")]
     assert len(headings) == 10
     assert len(at.metric) >= 20
+    codes = at.get("code")
+    assert len(codes) >= 10 and all(c.proto.wrap_lines for c in codes)  # a long line wraps on a projector
 
     at.file_uploader(key="museum_upload").set_value(("good.json", _batch_json(tokenizer), "application/json"))
     at.run()

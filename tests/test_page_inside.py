@@ -117,3 +117,19 @@ def test_predictions_page_offers_the_trained_model(apptest):
     at.selectbox(key=ui.KEYS.trained_choice).set_value("abc123.0").run()
     assert not at.exception and not at.error
     assert any("full loss, trained from" in e.label for e in at.expander)  # the model panel names it
+
+
+def test_a_link_carries_the_view(apptest):
+    """view= in a share link opens the same view; choosing another view updates the link."""
+    at = apptest("pages/inside.py")
+    at.session_state[ui.KEYS.model] = "tiny-random"
+    at.query_params["view"] = "lens"
+    at.run()
+    assert not at.exception
+    assert not any("Session State API" in w.value for w in at.warning)  # no "default and session value" clash
+    assert at.segmented_control(key="inside_view").value == "lens"
+    at.segmented_control(key="inside_view").set_value("saliency").run()
+    assert not at.exception
+    assert at.query_params.get("view") in ("saliency", ["saliency"])
+    at.segmented_control(key="inside_view").set_value("attention").run()
+    assert "view" not in at.query_params  # the default is left out of the link

@@ -224,3 +224,27 @@ def test_link_carries_the_span_replacement(apptest):
     assert "span_replace" not in at.query_params  # the default is left out of the link
     at.radio(key="masking_span_replacement").set_value("per_token").run()
     assert at.query_params["span_replace"] == ["per_token"] or at.query_params["span_replace"] == "per_token"
+
+
+@pytest.mark.parametrize("page, key", [("pages/masking.py", "masking_example"), ("pages/predictions.py", "pred_example")])
+def test_example_picker_follows_a_shared_sentence(apptest, page, key):
+    """A link's sentence that is one of the examples shows in the picker; another sentence shows 'your own'."""
+    listed = _examples(page)
+    for sentence, expected in [(listed[2], listed[2]), ("A sentence of my own.", ui.CUSTOM_SENTENCE)]:
+        at = apptest(page)
+        at.session_state[ui.KEYS.model] = "tiny-random"
+        at.query_params.update({"sentence": sentence})
+        at.run()
+        assert not at.exception
+        assert at.selectbox(key=key).value == expected
+        assert ui.CUSTOM_SENTENCE in at.selectbox(key=key).options
+
+
+def _examples(page: str) -> list[str]:
+    """A page's EXAMPLES list, read from its source (importing a page would run it)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(page).read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "EXAMPLES")
+    return ast.literal_eval(node.value)

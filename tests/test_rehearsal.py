@@ -54,7 +54,8 @@ def test_loss_labels_are_not_struck_through_when_the_mean_nears_log_v():
     predictions = Predictions(positions=(_prediction(3, 9.6),), k=5, vocab_size=30522)
     fig = loss_per_position_figure(predictions)
     labels = {a.text.split(" ")[0]: a for a in fig.layout.annotations}
-    mean, uniform = labels["MLM"], labels["uniform"]
+    mean, uniform = labels["MLM"], labels["ln"]
+    assert uniform.text == "ln V = 10.33 (uniform guess over V = 30,522 tokens)"
     assert mean.yanchor == "top"  # below its own line, away from log V above it
     assert uniform.yanchor == "bottom"  # above its own line, away from the mean below it
 

@@ -56,7 +56,7 @@ def test_markers_stay_out_of_page_code():
 def test_numbers_are_written_as_the_docs_write_them():
     assert rm.fixed(3)(-0.0861) == "−0.086" and rm.fixed(0)(10001) == "10,001"
     assert rm.percent(1)(-0.0213) == "−2.1" and rm.percent(0)(0.936) == "94"
-    assert rm.signed(2)(3.241) == "+3.24" and rm.signed(2)(-0.001) == "−0.00"
+    assert rm.signed(2)(3.241) == "+3.24" and rm.signed(2)(-0.001) == "0.00" and rm.signed(2)(-1.24) == "−1.24"
 
 
 def test_write_replaces_only_marked_values(tmp_path):

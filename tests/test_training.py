@@ -492,7 +492,8 @@ def test_figures_draw_gaps_not_nans():
                    {"step": 2, "loss": None, "grad_norm": None, "lr": 1e-3},
                    {"step": 3, "loss": float("nan"), "grad_norm": float("inf"), "lr": 1e-3}],
              "b": [{"step": 1, "loss": 1.0, "grad_norm": 0.5, "lr": 1e-3}]}
-    loss = figs.loss_figure(steps, log_v=10.3)
+    loss = figs.loss_figure(steps, vocab_size=30522)
+    assert loss.layout.annotations[0].text == "ln V = 10.33 (uniform guess over V = 30,522 tokens)"
     assert [t.y for t in loss.data if t.name == "a (raw)"][0] == (2.0, None, None)
     grad = figs.grad_norm_figure(steps, clip={"a": 1.0, "b": 1.0})
     assert len(grad.layout.shapes) == 1  # one shared clipping line

@@ -18,6 +18,7 @@ from plotly.subplots import make_subplots
 
 from mlm_core.inside import (AgreementSummary, HeadPatterns, LensProfile, LogitLens, ModelComparison,
                              PositionAttention, Saliency, layer_agreement)
+from mlm_core.losses import signed
 
 ATTENTION_SCALE = "Blues"
 PROB_SCALE = "Greens"
@@ -195,7 +196,7 @@ def lens_figure(lens: LogitLens, *, title: str | None = None, height: int | None
     K = lens.top_ids.shape[1]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.66, 0.34], shared_yaxes=True, horizontal_spacing=0.03,
                         subplot_titles=(f"top {K} at each depth (✓: the true token)",
-                                        "rank of the true token (1 = first guess)" if lens.true_id is not None
+                                        "rank of the true token" if lens.true_id is not None
                                         else "no true token given"))
     text = [[(("<b>✓ " + _e(t) + "</b>") if lens.true_id is not None and i == lens.true_id else _e(t))
              + "<br>" + _percent(q)
@@ -216,13 +217,14 @@ def lens_figure(lens: LogitLens, *, title: str | None = None, height: int | None
             hovertemplate="%{y}: rank %{x:,}<extra>" + _e(lens.true_token) + "</extra>",
         ), row=1, col=2)
         top = max(10.0, float(lens.true_rank.max()) * 3)
-        fig.update_xaxes(type="log", range=[math.log10(top), -0.1], title_text="rank (log scale)", row=1, col=2,
+        fig.update_xaxes(type="log", range=[math.log10(top), -0.1], title_text="rank (log scale; 1 = first guess)", row=1, col=2,
                          **_rank_ticks(top))
     fig.update_yaxes(autorange="reversed", row=1, col=1)
     fig.update_layout(
         title=title or (f"The logit lens at position {lens.position}: the model's own head read after every layer"
                         + (f" (true token: {_e(lens.true_token)})" if lens.true_token else "")),
-        height=height or 130 + 46 * len(depths), margin=dict(t=90, b=40, r=40),
+        # r: room for the rank-1 label ("1 · 6.2%"), drawn right of the axis' end, at presenter size too
+        height=height or 130 + 46 * len(depths), margin=dict(t=90, b=40, r=110),
     )
     return fig
 
@@ -336,7 +338,7 @@ def loss_change_figure(comparison: ModelComparison, *, height: int = 340) -> go.
                              hovertemplate="%{x}: loss %{y:.3f}<extra>" + name + "</extra>"))
     for label, base, trained, change in zip(labels, comparison.base.positions, comparison.trained.positions,
                                             comparison.loss_change):
-        fig.add_annotation(x=label, y=max(base.loss, trained.loss, 0), text=f"change {change:+.2f}", showarrow=False,
+        fig.add_annotation(x=label, y=max(base.loss, trained.loss, 0), text=f"change {signed(change)}", showarrow=False,
                            yshift=14, font=dict(color=TRUE_COLOR if change < 0 else SELF_COLOR))
     fig.update_layout(
         barmode="group", bargap=0.5 if len(labels) < 3 else 0.25,

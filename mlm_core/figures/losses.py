@@ -9,7 +9,7 @@ import html
 import math
 from typing import Sequence
 
-from mlm_core.losses import readable
+from mlm_core.losses import readable, uniform_guess, uniform_guess_label
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -35,8 +35,9 @@ def _empty(message: str, height: int = 220) -> go.Figure:
     return fig
 
 
-def loss_bars(losses: dict[str, float], *, notes: dict[str, str] | None = None) -> go.Figure:
-    """One bar per loss variant, its value written on it."""
+def loss_bars(losses: dict[str, float], *, notes: dict[str, str] | None = None,
+              vocab_size: int | None = None) -> go.Figure:
+    """One bar per loss variant, its value written on it; with ``vocab_size``, the uniform guess ln V drawn for scale."""
     if not losses:
         return _empty("No losses to show.")
     names = list(losses)
@@ -47,6 +48,10 @@ def loss_bars(losses: dict[str, float], *, notes: dict[str, str] | None = None) 
         hovertext=[_e((notes or {}).get(n, "")) for n in names],
     ))
     fig.update_layout(yaxis_title="loss (nats)", height=320, margin=dict(t=30, b=40), showlegend=False)
+    if vocab_size:
+        fig.add_hline(y=uniform_guess(vocab_size), line=dict(dash="dot", color="#868e96"),
+                      annotation_text=_e(uniform_guess_label(vocab_size)), annotation_position="bottom right")
+        fig.update_yaxes(range=[0, 1.15 * max(uniform_guess(vocab_size), *[v for v in losses.values() if math.isfinite(v)])])
     return fig
 
 

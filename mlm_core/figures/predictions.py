@@ -7,11 +7,11 @@ Pure functions: ``Predictions`` / ``FillResult`` in, plotly figure out. Token te
 from __future__ import annotations
 
 import html
-import math
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mlm_core.losses import uniform_guess, uniform_guess_label
 from mlm_core.models import FillResult, Predictions, TokenPrediction
 
 TRUE_COLOR = "#2f9e44"  # the token the model should predict
@@ -141,7 +141,7 @@ def loss_per_position_figure(predictions: Predictions, *, height: int = 320) -> 
         hovertemplate="%{x}<br>-log p(true) = %{y:.3f}<extra></extra>",
     ))
     if items:
-        uniform = math.log(predictions.vocab_size)
+        uniform = uniform_guess(predictions.vocab_size)
         # Each label sits on the side of its line away from the other line, so neither is struck through
         # when the mean loss comes close to log V (an untrained or badly wrong guess).
         mean_below = predictions.mean_loss <= uniform
@@ -149,7 +149,7 @@ def loss_per_position_figure(predictions: Predictions, *, height: int = 320) -> 
                       annotation_text=f"MLM loss (mean) = {predictions.mean_loss:.2f}",
                       annotation_position="bottom left" if mean_below else "top left")
         fig.add_hline(y=uniform, line=dict(dash="dot", color="#adb5bd"),
-                      annotation_text=f"uniform guess: log V = {uniform:.1f}",
+                      annotation_text=uniform_guess_label(predictions.vocab_size),
                       annotation_position="top right" if mean_below else "bottom right")
     fig.update_layout(
         title="Per-token loss −log p(true token); the MLM loss is their mean",

@@ -14,6 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mlm_core.losses import uniform_guess, uniform_guess_label
 from mlm_core.training import BUCKETS, smooth
 from mlm_core.training_lessons import percent_text
 
@@ -40,11 +41,11 @@ def _value(row: Mapping[str, Any], key: str) -> float | None:
     return float(v)
 
 
-def loss_figure(steps: Mapping[str, Rows], *, smoothing: float = 0.8, log_v: float | None = None,
+def loss_figure(steps: Mapping[str, Rows], *, smoothing: float = 0.8, vocab_size: int | None = None,
                 height: int = 380) -> go.Figure:
     """Training loss per step, one colour per variant: raw (faint) and smoothed (bold).
 
-    `log_v` draws ln V, the loss of a model that guesses uniformly over the vocabulary.
+    `vocab_size` draws ln V, the loss of a model that guesses uniformly over the vocabulary.
     """
     fig = go.Figure()
     for i, (name, rows) in enumerate(steps.items()):
@@ -56,9 +57,9 @@ def loss_figure(steps: Mapping[str, Rows], *, smoothing: float = 0.8, log_v: flo
                                  showlegend=False))
         fig.add_trace(go.Scatter(x=x, y=smooth(raw, smoothing), mode="lines", name=name, legendgroup=name,
                                  line=dict(color=color, width=2.5), connectgaps=False))
-    if log_v:
-        fig.add_hline(y=log_v, line=dict(color="#868e96", dash="dot", width=1),
-                      annotation_text=f"ln V = {log_v:.1f} (uniform guess)", annotation_position="top right")
+    if vocab_size:
+        fig.add_hline(y=uniform_guess(vocab_size), line=dict(color="#868e96", dash="dot", width=1),
+                      annotation_text=uniform_guess_label(vocab_size), annotation_position="top right")
     fig.update_layout(title="Training loss (faint: every step; bold: smoothed)", height=height,
                       xaxis=dict(title="step", rangemode="tozero"), yaxis=dict(title="loss (nats per masked token)"),
                       legend=dict(orientation="h", y=-0.2), margin=dict(t=60, b=40))

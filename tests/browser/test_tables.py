@@ -1,0 +1,70 @@
+"""Real browser: tables a room can read (rehearsal leftovers of issues 14 and 17).
+
+- Predictions, "Several masks": the step tables show every value in full, at 1400x900 and in presenter
+  view at 1280x720 (in a third of the page, st.dataframe's canvas cut columns and values);
+- presenter view: tables are drawn as HTML at room size (a dataframe's canvas ignores the CSS).
+"""
+
+import re
+
+from playwright.sync_api import expect
+
+from tests.browser.conftest import open_page, wait_idle
+
+SLOW = 120_000  # ms: first runs load torch and the model on a busy 2-core machine
+
+# Every static table: its font size, and whether it or any cell is wider than the space it has.
+TABLES = """() => Array.from(document.querySelectorAll('[data-testid="stMain"] [data-testid="stTable"]')).map(t => {
+  const table = t.querySelector('table');
+  const cells = Array.from(t.querySelectorAll('td, th'));
+  return {font: Math.min(...cells.map(c => parseFloat(getComputedStyle(c).fontSize))),
+          wider: table.getBoundingClientRect().width > t.getBoundingClientRect().width + 1
+                 || t.scrollWidth > t.clientWidth + 1,
+          cutCells: cells.filter(c => c.scrollWidth > c.clientWidth + 1).map(c => c.textContent)};
+})"""
+DATAFRAMES = """() => document.querySelectorAll('[data-testid="stMain"] [data-testid="stDataFrame"]').length"""
+
+
+def several_masks(pg) -> None:
+    """Two typed blanks: the page shows the "Several masks" lesson in its side-by-side view."""
+    expect(pg.locator("h1").first).to_contain_text("Predictions", timeout=SLOW)
+    box = pg.get_by_label("…or type your own sentence")
+    box.fill("The [MASK] sat on the [MASK] near the door of the old [MASK] house.")
+    box.press("Control+Enter")
+    expect(pg.get_by_text(re.compile(r"Your sentence has 3 typed blanks"))).to_be_visible(timeout=SLOW)
+    wait_idle(pg)
+    expect(pg.get_by_role("heading", name=re.compile("Several masks")).first).to_be_visible(timeout=SLOW)
+    pg.wait_for_timeout(500)
+
+
+def assert_full_tables(tables: list[dict], at_least: int, min_font: float = 0) -> None:
+    assert len(tables) >= at_least, tables
+    assert not [t for t in tables if t["wider"] or t["cutCells"]], tables
+    assert min(t["font"] for t in tables) >= min_font, tables
+
+
+def test_several_masks_tables_show_full_values(page, server):
+    page.set_viewport_size({"width": 1400, "height": 900})
+    open_page(page, server, "predictions")
+    several_masks(page)
+    assert_full_tables(page.evaluate(TABLES), 3)  # independent, easy-first, Mask-Predict
+
+
+def test_presenter_tables_are_large_and_whole(browser, server):
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    page.set_default_timeout(SLOW)
+    try:
+        open_page(page, server, "predictions")
+        page.locator('[data-testid="stSidebar"]').get_by_text("Presenter view").click()
+        wait_idle(page)
+        several_masks(page)
+        assert_full_tables(page.evaluate(TABLES), 3, min_font=20)
+        assert page.evaluate(DATAFRAMES) == 0  # every table on the page is drawn at room size
+        page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name="Loss").click()
+        expect(page.locator("h1").first).to_contain_text("Loss", timeout=SLOW)
+        wait_idle(page)
+        assert_full_tables(page.evaluate(TABLES), 1, min_font=20)  # the per-token table
+        assert page.evaluate(DATAFRAMES) == 0
+    finally:
+        context.close()
