@@ -34,6 +34,7 @@ from torch import nn
 
 from mlm_core.data import run_tokenizer, special_ids
 from mlm_core.errors import InputError
+from mlm_core.head import masked_lm_hidden, masked_lm_logits
 from mlm_core.losses import SAMPLED_SOFTMAX
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
 from mlm_core.precision import resolve_amp
@@ -538,8 +539,6 @@ class _MaskedLMStep(nn.Module):
         self.sampled = sampled
 
     def forward(self, input_ids, attention_mask, labels):
-        from mlm_core.models import masked_lm_hidden, masked_lm_logits
-
         if self.sampled:
             return masked_lm_hidden(self.model, input_ids, attention_mask, labels)
         return masked_lm_logits(self.model, input_ids, attention_mask, labels)
@@ -760,8 +759,6 @@ def evaluate(model: nn.Module, eval_set: _EvalSet, *, amp: str = "off") -> dict[
     perplexity is exp of that loss); 10% of those positions show the model the true token and
     another 10% a random one, so `mask_loss`, over the [MASK] positions alone, is the harder number.
     """
-    from mlm_core.models import masked_lm_logits
-
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -878,8 +875,6 @@ def _make_probes(tokenizer, texts: Sequence[str], cfg: TrainConfig) -> list[_Pro
 
 @torch.no_grad()
 def _probe_predictions(model: nn.Module, tokenizer, probes: list[_Probe], top_k: int) -> list[dict[str, Any]]:
-    from mlm_core.models import masked_lm_logits
-
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()

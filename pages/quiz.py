@@ -9,7 +9,8 @@ from mlm_core.bundled import workshop_sentences
 from mlm_core.export import lesson_json
 from mlm_core.figures.masking import DECISION_WORDS
 from mlm_core.figures.predictions import topk_figure
-from mlm_core.models import model_description, predict_masked
+from mlm_core.models import model_description
+from mlm_core.predict import predict_masked
 
 TOP_K = 5
 
