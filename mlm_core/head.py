@@ -199,15 +199,21 @@ def masked_lm_logits(model: nn.Module, input_ids, attention_mask, labels):
 
 
 class GatheredMaskedLM(nn.Module):
-    """``masked_lm_logits`` as a module, so a wrapper such as DistributedDataParallel can wrap it.
+    """``masked_lm_logits`` as a module (``masked_lm_hidden`` with ``hidden=True``), so a wrapper such as
+    DistributedDataParallel or DeepSpeed can wrap it.
 
     DDP synchronises gradients only through its own ``forward``; calling ``masked_lm_logits`` on
     ``ddp.module`` would skip that. Wrap this instead: ``DDP(GatheredMaskedLM(model))(ids, mask, labels)``.
+    The training loop steps through it (``hidden=True`` for the sampled softmax, which needs the head's
+    input and weights rather than its logits).
     """
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, hidden: bool = False):
         super().__init__()
         self.model = model
+        self.hidden = hidden
 
     def forward(self, input_ids, attention_mask, labels):
+        if self.hidden:
+            return masked_lm_hidden(self.model, input_ids, attention_mask, labels)  # (M, E), (V, E), (V,), (M,)
         return masked_lm_logits(self.model, input_ids, attention_mask, labels)  # (M, V), (M,)

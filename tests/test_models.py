@@ -148,7 +148,10 @@ def test_gathered_module_gives_the_same_logits():
     with torch.no_grad():
         expected, targets = masked_lm_logits(model, input_ids, attention_mask, labels)
         got, got_targets = GatheredMaskedLM(model)(input_ids, attention_mask, labels)
+        hidden = masked_lm_hidden(model, input_ids, attention_mask, labels)
+        got_hidden = GatheredMaskedLM(model, hidden=True)(input_ids, attention_mask, labels)
     assert torch.equal(got, expected) and torch.equal(got_targets, targets)
+    assert len(got_hidden) == 4 and all(torch.equal(a, b) for a, b in zip(got_hidden, hidden))
 
 
 def test_nothing_selected_gives_empty_rows_and_one_sentence_works():
