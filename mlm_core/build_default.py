@@ -391,23 +391,37 @@ def make_masker(tokenizer, strategy: str, mlm_probability: float = 0.15):
 
 
 @torch.no_grad()
-def heldout_loss(model, tokenizer, seqs, masker, continuation, seed=1234, batch=64) -> float | None:
-    """Mean MLM loss over the held-out sequences, with a fixed masking seed (comparable across runs)."""
+def heldout_losses(model, tokenizer, seqs, masker, continuation, seed=1234, batch=64) -> dict[str, float] | None:
+    """Mean MLM loss over the held-out sequences, with a fixed masking seed (comparable across runs):
+    ``loss`` over every selected position ([MASK], random and unchanged: what ``BertForMaskedLM``
+    computes from its labels) and ``mask_loss`` at the [MASK] positions alone (the unchanged ones
+    are nearly free, so ``loss`` is the lower of the two)."""
     if not seqs:
         return None
     was = model.training
     model.eval()
     g = torch.Generator().manual_seed(seed)
-    total, n = 0.0, 0
+    total = at_mask = 0.0
+    n = n_mask = 0
     for i in range(0, len(seqs), batch):
         ids, att, special, word_ids = collate(tokenizer, seqs[i : i + batch], continuation)
         res = masker(ids, special, word_ids, g)
         loss, m = masked_loss(model, res.input_ids, att, res.labels, reduction="sum")
+        mask_labels = torch.where(res.input_ids == tokenizer.mask_token_id, res.labels, -100)  # (B, T)
+        mask_sum, m_mask = masked_loss(model, res.input_ids, att, mask_labels, reduction="sum")
         total += float(loss)
         n += m
+        at_mask += float(mask_sum)
+        n_mask += m_mask
     if was:
         model.train()
-    return total / max(n, 1)
+    return {"loss": total / max(n, 1), "mask_loss": at_mask / max(n_mask, 1)}
+
+
+def heldout_loss(model, tokenizer, seqs, masker, continuation, seed=1234, batch=64) -> float | None:
+    """Mean MLM loss over every selected position of the held-out sequences (``heldout_losses``)."""
+    losses = heldout_losses(model, tokenizer, seqs, masker, continuation, seed=seed, batch=batch)
+    return None if losses is None else losses["loss"]
 
 
 def lr_factor(step: int, warmup: int, total: int, floor: float = 0.05) -> float:
@@ -504,7 +518,8 @@ SAMPLES = ("The cat sat on the [MASK].", "I drink a cup of [MASK] every morning.
 
 def evaluate(model, tokenizer, cloze_rows, held_seqs, masker, continuation, eval_sets=None) -> dict:
     """Reported cloze set (+ standard errors and copy rate), the other cloze sets named in
-    ``eval_sets`` (``{"dev": rows, "everyday": rows}``), held-out loss and two samples."""
+    ``eval_sets`` (``{"dev": rows, "everyday": rows}``), held-out loss (every selected position, and
+    the [MASK] positions alone) and two samples."""
     out = {}
     for prefix, rows in [("cloze", cloze_rows)] + list((eval_sets or {}).items()):
         if not rows:
@@ -514,10 +529,12 @@ def evaluate(model, tokenizer, cloze_rows, held_seqs, masker, continuation, eval
         out[f"{prefix}_top1_se"] = round(dm.standard_error(c["top1"], c["n"]), 4)
         out[f"{prefix}_top5_se"] = round(dm.standard_error(c["top5"], c["n"]), 4)
         out[f"{prefix}_copy_rate"] = round(c["copy_rate"], 4)
-    loss = heldout_loss(model, tokenizer, held_seqs, masker, continuation)
-    if loss is not None:
-        out["heldout_loss"] = round(loss, 4)
-        out["heldout_perplexity"] = round(math.exp(loss), 2)
+    losses = heldout_losses(model, tokenizer, held_seqs, masker, continuation)
+    if losses is not None:
+        out["heldout_loss"] = round(losses["loss"], 4)
+        out["heldout_perplexity"] = round(math.exp(losses["loss"]), 2)
+        out["heldout_mask_loss"] = round(losses["mask_loss"], 4)  # the [MASK] positions alone
+        out["heldout_mask_perplexity"] = round(math.exp(losses["mask_loss"]), 2)
     model.eval()
     out["samples"] = {s: dm.fill_mask(model, tokenizer, s, k=5) for s in SAMPLES}
     return out

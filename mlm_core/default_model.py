@@ -257,14 +257,17 @@ def build_scores(record: dict[str, Any] | None) -> dict[str, Any]:
     Keys (each only when recorded): ``cloze_n``, ``cloze_top1``/``cloze_top5`` with their standard
     errors ``*_se``, ``copy_rate`` (share of cloze rows whose top-1 guess copies a word of the
     sentence), ``everyday_n``/``everyday_top5``, ``dev_top1``/``dev_top5`` (the set that chose the
-    checkpoint), ``heldout_loss``, ``steps`` and ``hours`` (wall-clock time of the build, with those of
+    checkpoint), ``heldout_loss``/``heldout_perplexity`` (every selected position) and
+    ``heldout_mask_loss``/``heldout_mask_perplexity`` (the [MASK] positions alone; records exported
+    since it was added), ``steps`` and ``hours`` (wall-clock time of the build, with those of
     the earlier build it started from, if any).
     """
     record = record or {}
     final = record.get("final_metrics") or record.get("metrics_after") or {}
     out: dict[str, Any] = {}
     for key in ("cloze_n", "cloze_top1", "cloze_top5", "everyday_n", "everyday_top1", "everyday_top5",
-                "dev_top1", "dev_top5", "heldout_loss", "heldout_perplexity"):
+                "dev_top1", "dev_top5", "heldout_loss", "heldout_perplexity", "heldout_mask_loss",
+                "heldout_mask_perplexity"):
         if final.get(key) is not None:
             out[key] = final[key]
     n = final.get("cloze_n")

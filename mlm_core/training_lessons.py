@@ -91,7 +91,7 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
                          "A tiny model's step takes a few milliseconds, so 300 of them fit in a minute."
                          if from_scratch else
                          "About a minute on one laptop CPU core, and enough for the probes to change their "
-                         "answers to Veldoria's facts (benchmark P7: 3 of 5 by about step 40)."),
+                         "answers to Veldoria's facts (the probe table shows how many, step by step)."),
         "batch_size": Default(8, "Eight chunks, about 30 sentences, per step: one step takes about half a "
                               "second on a CPU core with the default model."),
         "seq_len": Default(64, "Sentences are packed together up to 64 tokens; longer chunks would only add "
@@ -110,9 +110,9 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
                                  "run's gradient norm reaches (the tiny model's stays below about 5 here)."
                                  if from_scratch else
                                  "Clipping is a guard against a rare bad batch, so it sits above what a healthy "
-                                 "run's gradient norm reaches (about 10 here; benchmark P7 records the largest "
-                                 "and the steps clipped). At BERT's 1.0 it would fire on every step, and Adam "
-                                 "would undo it."),
+                                 "run's gradient norm reaches (the gradient-norm chart shows this run's; benchmark P7 "
+                                 "records the largest and the steps clipped). At BERT's 1.0 it would fire on every "
+                                 "step, and Adam would undo it."),
         "eval_every": Default(10, "Ten held-out evaluations over a run draw a curve; each costs a forward pass "
                               "over the held-out text."),
     }

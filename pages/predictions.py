@@ -106,12 +106,15 @@ def model_panel(model, tokenizer) -> None:
         c1.metric("parameters", f"{about['params'] / 1e6:.1f} M")
         c2.metric("layers · hidden", f"{about['layers']} · {about['hidden']}")
         c3.metric("vocabulary", f"{about['vocab']:,}")
-        if about.get("scores", {}).get("heldout_perplexity") is not None:  # cloze scores follow in their own row
-            c4.metric("held-out MLM perplexity", f"{about['scores']['heldout_perplexity']:.0f}",
+        scores = about.get("scores", {})
+        if scores.get("heldout_perplexity") is not None:  # cloze scores follow in their own row
+            at_mask = (f" At the [MASK] positions alone the build measured {scores['heldout_mask_perplexity']:.0f}."
+                       if scores.get("heldout_mask_perplexity") is not None else "")
+            c4.metric("held-out MLM perplexity", f"{scores['heldout_perplexity']:.0f}",
                       help="exp(mean MLM loss over every selected position, [MASK], random and unchanged alike: "
                            "the loss BertForMaskedLM computes from its labels) on workshop-corpus documents the build "
                            "never trained on (lower is better). The unchanged positions are nearly free (the model sees the answer), "
-                           "so this is lower than the perplexity at [MASK] positions alone.")
+                           "so this is lower than the perplexity at [MASK] positions alone." + at_mask)
         else:
             c4.metric("cloze top-5", f"{about['cloze_top5']:.0%}" if about.get("cloze_top5") is not None else "—",
                       help="Share of the bundled fill-in-the-blank sentences where the answer is in the top 5.")

@@ -202,6 +202,28 @@ def test_anti_copy_term_is_the_unlikelihood_of_the_other_tokens():
     assert float(both - plain) == pytest.approx(1000.0 * float(expected), rel=1e-3)  # large weight: the tiny term survives float32
 
 
+def test_heldout_losses_report_every_selected_position_and_the_mask_positions_alone():
+    from mlm_core import build_default as bd
+    from mlm_core.models import tiny_random_masked_lm
+
+    model, tokenizer = tiny_random_masked_lm()
+    continuation = torch.tensor([t.startswith("##") for t in tokenizer.convert_ids_to_tokens(range(len(tokenizer)))])
+    seqs = [tokenizer("the cat sat on the mat and watched the birds in the garden today", add_special_tokens=False)
+            ["input_ids"]] * 6
+    masker, _ = bd.make_masker(tokenizer, "token", mlm_probability=0.5)
+    losses = bd.heldout_losses(model, tokenizer, seqs, masker, continuation)
+    assert losses["loss"] == pytest.approx(bd.heldout_loss(model, tokenizer, seqs, masker, continuation))
+    # by hand: the same seeded masks, the loss at the [MASK] positions only
+    ids, att, special, word_ids = bd.collate(tokenizer, seqs, continuation)
+    res = masker(ids, special, word_ids, torch.Generator().manual_seed(1234))
+    at_mask = res.input_ids == tokenizer.mask_token_id
+    assert bool(at_mask.any()) and bool(((res.labels != -100) & ~at_mask).any())  # both kinds present
+    with torch.no_grad():
+        expected, n = bd.masked_loss(model, res.input_ids, att, torch.where(at_mask, res.labels, -100))
+    assert losses["mask_loss"] == pytest.approx(float(expected), rel=1e-5) and n == int(at_mask.sum())
+    assert bd.heldout_losses(model, tokenizer, [], masker, continuation) is None
+
+
 def test_build_scores_read_the_record():
     record = {"steps": 5000, "wall_time_s": 7200, "final_metrics": {
         "cloze_n": 100, "cloze_top1": 0.36, "cloze_top5": 0.7, "cloze_copy_rate": 0.08,
@@ -209,8 +231,10 @@ def test_build_scores_read_the_record():
     scores = dm.build_scores(record)
     assert scores["cloze_top1_se"] == pytest.approx(0.048)  # computed when the record has no SE
     assert scores["copy_rate"] == 0.08 and scores["everyday_top5"] == 0.6 and scores["hours"] == 2.0
-    assert scores["steps"] == 5000 and "dev_top5" not in scores
+    assert scores["steps"] == 5000 and "dev_top5" not in scores and "heldout_mask_loss" not in scores
     assert dm.build_scores(None) == {}
+    record["final_metrics"].update(heldout_mask_loss=3.4, heldout_mask_perplexity=29.96)  # exported since [MASK]-only
+    assert dm.build_scores(record)["heldout_mask_perplexity"] == 29.96
     record["init_asset"] = {"build": {"steps": 1000, "wall_time_s": 3600}}  # started from an earlier build
     assert dm.build_scores(record)["steps"] == 6000 and dm.build_scores(record)["hours"] == 3.0
 

@@ -157,3 +157,22 @@ def test_a_model_that_cannot_load_shows_an_error_not_a_traceback(apptest, monkey
     at.run()
     assert not at.exception
     assert any("tiny-random" in e.value and "no-such-model" in e.value for e in at.error)
+
+
+def test_the_model_panel_names_the_mask_only_perplexity_when_the_build_recorded_it(apptest, monkeypatch):
+    import mlm_core.models as models
+
+    real = models.model_description
+
+    def recorded(model, tokenizer):  # a build record exported since the [MASK]-only held-out loss was added
+        about = real(model, tokenizer)
+        about["scores"] = {**about.get("scores", {}), "heldout_perplexity": 26.56, "heldout_mask_perplexity": 31.4}
+        return about
+
+    monkeypatch.setattr(models, "model_description", recorded)
+    at = apptest("pages/predictions.py")
+    at.session_state[ui.KEYS.model] = "tiny-random"
+    at.run()
+    assert not at.exception
+    metric = next(m for m in at.metric if m.label == "held-out MLM perplexity")
+    assert metric.value == "27" and "[MASK] positions alone the build measured 31." in metric.proto.help
