@@ -2,7 +2,7 @@
 
 Both sides start from the same encoder output (B, T, H), computed once outside the timing:
 
-- ours: gather the M selected rows, run the head on (M, H), mean CE (``models.masked_lm_logits``'s
+- ours: gather the M selected rows, run the head on (M, H), mean CE (``head.masked_lm_logits``'s
   path, then ``losses.full_cross_entropy``);
 - Hugging Face: the head at every position (B, T, V), then ``CrossEntropyLoss`` with
   ``ignore_index=-100``, as ``BertForMaskedLM(..., labels=...)`` does.
@@ -54,7 +54,8 @@ def run(quick: bool = False, repeats: int = 3, batch_size: int = 32, seq_len: in
     from transformers import BertConfig
     from transformers.models.bert.modeling_bert import BertLMPredictionHead
 
-    from mlm_core.models import encoder_states, head_parts, load_masked_lm
+    from mlm_core.head import encoder_states, head_parts
+    from mlm_core.models import load_masked_lm
 
     if quick:
         batch_size, seq_len, repeats = 4, 64, 2

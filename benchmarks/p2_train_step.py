@@ -3,7 +3,7 @@
 Same model (two copies of the same weights), same batches, same masks, same optimizer (AdamW with
 BERT's decay groups, fused where available) and gradient clipping at 1.0:
 
-- ours: ``training.TrainStep``, the step ``training.train`` takes: ``models.masked_lm_logits``
+- ours: ``training.TrainStep``, the step ``training.train`` takes: ``head.masked_lm_logits``
   (encoder once, head on the M masked rows) → ``losses.full_cross_entropy`` → backward → clip →
   AdamW, in fp32 (``amp="off"``: both sides in the same precision; bf16 is the MFU benchmark's);
 - Hugging Face: ``model(input_ids, attention_mask, labels=labels).loss`` (head at every position)

@@ -70,7 +70,8 @@ def run(quick: bool = False, repeats: int = 3, batch_size: int = 32, seq_len: in
         sampled_softmax_loss,
         token_counts,
     )
-    from mlm_core.models import load_masked_lm, masked_lm_hidden
+    from mlm_core.head import masked_lm_hidden
+    from mlm_core.models import load_masked_lm
 
     ks = KS
     if quick:

@@ -1,6 +1,6 @@
 """MLM Lab's library: masking, models, losses and training for masked-language models.
 
-The flow, left to right: text → ``data.encode`` → ``masking.mask_tokens`` → ``models.masked_lm_logits``
+The flow, left to right: text → ``data.encode`` → ``masking.mask_tokens`` → ``head.masked_lm_logits``
 → ``losses`` → ``training.train``. Nothing here imports streamlit.
 """
 
@@ -11,10 +11,10 @@ from mlm_core.data import (
 )
 from mlm_core.bundled import load_default_tokenizer, workshop_documents, workshop_sentences
 
-from mlm_core.models import (
-    FillResult, HeadFallbackWarning, Predictions, TokenPrediction, available_models, fill_masks,
-    gathered_head_family, load_masked_lm, mask_positions, masked_lm_hidden, masked_lm_logits,
-    model_description, predict_masked, summarize_by_decision,
+from mlm_core.models import available_models, load_masked_lm, model_description
+from mlm_core.head import HeadFallbackWarning, gathered_head_family, masked_lm_hidden, masked_lm_logits
+from mlm_core.predict import (
+    FillResult, Predictions, TokenPrediction, fill_masks, mask_positions, predict_masked, summarize_by_decision,
 )
 from mlm_core.default_model import cloze_eval, load_default_masked_lm, untrained_masked_lm
 from mlm_core.losses import (

@@ -37,6 +37,7 @@ import torch
 
 from mlm_core.data import mask_sentence, token_pieces
 from mlm_core.errors import InputError
+from mlm_core.head import masked_lm_logits
 from mlm_core.masking import IGNORE_INDEX, SPAN_REPLACEMENTS, STRATEGIES, Decision, MaskingConfig
 
 # The Masking page's first example: a link without a sentence shows it, as the page does.
@@ -672,8 +673,6 @@ class GuessReport:
 @torch.no_grad()
 def rank_guesses(model, tokenizer, question: Question, guesses: Sequence[str], *, lowercase: bool = True) -> list[GuessReport]:
     """Rank and probability of each guess (and of the answer) at its blank, from one forward pass."""
-    from mlm_core.models import masked_lm_logits
-
     blanks = question.blanks
     selected = question.in_loss  # row order of masked_lm_logits
     logits, targets = masked_lm_logits(model, question.input_ids, question.attention_mask, question.labels)  # (M, V)

@@ -4,7 +4,7 @@ The MLM loss only needs the M selected positions (about 15% of the B × T tokens
 code computes the head's V scores at every position. This module measures, on a real model:
 
 - ``loss_paths``: the per-position loop, the vectorised loss with ``ignore_index`` (what Hugging
-  Face's ``BertForMaskedLM(labels=...)`` does) and gather-before-head (``models.masked_lm_logits``):
+  Face's ``BertForMaskedLM(labels=...)`` does) and gather-before-head (``head.masked_lm_logits``):
   the same loss value, three costs;
 - ``logits_size``: how big the full ``(B, T, V)`` logits tensor is against the gathered ``(M, V)``
   one (pure arithmetic);
@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from mlm_core.errors import InputError, MLMLabError
+from mlm_core.head import encoder_states, head_parts
 from mlm_core.masking import IGNORE_INDEX
-from mlm_core.models import encoder_states, head_parts
 
 BYTES_PER_VALUE = {"fp32": 4, "bf16": 2, "fp16": 2}
 MASK_RATE = 0.15  # BERT's selection probability: the share of positions the loss needs
@@ -254,8 +254,8 @@ def logits_size(batch_size: int, seq_len: int, vocab_size: int, *, mask_rate: fl
 
 
 def _split_head(model: nn.Module):
-    """(transform, decoder) of a masked-LM head we know how to apply to M rows, from ``models``."""
-    head = head_parts(model)  # models is the one place that knows each family's head
+    """(transform, decoder) of a masked-LM head we know how to apply to M rows, from ``head``."""
+    head = head_parts(model)  # head is the one place that knows each family's head
     if head is None:
         raise InputError(
             f"{type(model).__name__}'s prediction head is not one MLM Lab can split (BERT, DistilBERT, "

@@ -52,8 +52,9 @@ from torch.overrides import TorchFunctionMode
 
 from mlm_core.data import encode, mask_batch
 from mlm_core.errors import InputError
+from mlm_core.head import head_parts, masked_lm_logits
 from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig
-from mlm_core.models import Predictions, head_parts, masked_lm_logits, predict_masked
+from mlm_core.predict import Predictions, predict_masked
 
 __all__ = [
     "AttentionUnavailable",
@@ -399,7 +400,7 @@ def logit_lens(model: nn.Module, tokenizer, input_ids, attention_mask, position:
     The head was trained only on the last layer's output, so earlier rows read it through a lens it
     never saw: an approximation that shows when the answer becomes readable, not what the layer
     "thinks". The last row equals ``predict_masked``. Raises ``LensUnavailable`` for heads
-    ``mlm_core.models.head_parts`` does not know (it needs the head split into its parts).
+    ``mlm_core.head.head_parts`` does not know (it needs the head split into its parts).
     """
     head = head_parts(model)
     if head is None:

@@ -1,7 +1,7 @@
 """The MLM loss, four ways: full, per-position loop, frequency-weighted and sampled softmax.
 
-Every loss takes the rows that were selected for prediction only (``models.masked_lm_logits`` or
-``models.masked_lm_hidden`` gather them before the head) and returns one ``LossOutput``.
+Every loss takes the rows that were selected for prediction only (``head.masked_lm_logits`` or
+``head.masked_lm_hidden`` gather them before the head) and returns one ``LossOutput``.
 
 Shapes: M = selected (masked) positions, V = vocabulary, H = hidden size, K = sampled classes.
 ``logits (M, V)``, ``targets (M,)``, ``hidden (M, H)``, ``weight (V, H)``, ``bias (V,)``,
@@ -33,8 +33,8 @@ import torch.nn.functional as F
 
 from mlm_core.data import Encoded, encode, mask_batch, run_tokenizer
 from mlm_core.errors import InputError
+from mlm_core.head import masked_lm_hidden, masked_lm_logits
 from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, MaskingResult
-from mlm_core.models import masked_lm_hidden, masked_lm_logits
 
 SCHEMES = ("inverse", "inverse_sqrt", "log", "none")
 SAMPLERS = ("uniform", "unigram", "log_uniform", "softmax")
@@ -65,7 +65,7 @@ def _check_rows(logits: torch.Tensor, targets: torch.Tensor) -> None:
     if logits.dim() != 2 or targets.dim() != 1 or logits.shape[0] != targets.shape[0]:
         raise ValueError(
             f"Expected logits (M, V) and targets (M,); got {tuple(logits.shape)} and {tuple(targets.shape)}. "
-            "Pass only the selected rows (models.masked_lm_logits gathers them)."
+            "Pass only the selected rows (head.masked_lm_logits gathers them)."
         )
 
 

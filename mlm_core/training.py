@@ -34,6 +34,7 @@ from torch import nn
 
 from mlm_core.data import run_tokenizer, special_ids
 from mlm_core.errors import InputError
+from mlm_core.head import GatheredMaskedLM, masked_lm_logits
 from mlm_core.losses import SAMPLED_SOFTMAX
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
 from mlm_core.precision import resolve_amp
@@ -539,22 +540,6 @@ def _mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, vo
 # --------------------------------------------------------------------------------------------
 
 
-class _MaskedLMStep(nn.Module):
-    """Wraps a masked LM so DistributedDataParallel sees the gathered-head forward as its forward."""
-
-    def __init__(self, model: nn.Module, sampled: bool):
-        super().__init__()
-        self.model = model
-        self.sampled = sampled
-
-    def forward(self, input_ids, attention_mask, labels):
-        from mlm_core.models import masked_lm_hidden, masked_lm_logits
-
-        if self.sampled:
-            return masked_lm_hidden(self.model, input_ids, attention_mask, labels)
-        return masked_lm_logits(self.model, input_ids, attention_mask, labels)
-
-
 def _loss_value(cfg: TrainConfig, outputs, *, class_weights, counts, generator) -> tuple[torch.Tensor, int]:
     """The chosen loss for one micro-batch, and its number of masked rows M."""
     from mlm_core import losses
@@ -773,8 +758,6 @@ def evaluate(model: nn.Module, eval_set: _EvalSet, *, amp: str = "off") -> dict[
     `micro_batch` is); 10% of those positions show the model the true token and
     another 10% a random one, so `mask_loss`, over the [MASK] positions alone, is the harder number.
     """
-    from mlm_core.models import masked_lm_logits
-
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -904,8 +887,6 @@ def _make_probes(tokenizer, texts: Sequence[str], cfg: TrainConfig) -> list[_Pro
 
 @torch.no_grad()
 def _probe_predictions(model: nn.Module, tokenizer, probes: list[_Probe], top_k: int) -> list[dict[str, Any]]:
-    from mlm_core.models import masked_lm_logits
-
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -954,7 +935,7 @@ class _Optimizer:
         self.device = device
         if cfg.freeze_word_embeddings:  # before DDP wraps the model: it registers what needs gradients
             freeze_word_embeddings(model)
-        self.module: nn.Module = _MaskedLMStep(model, sampled=cfg.loss == "sampled")
+        self.module: nn.Module = GatheredMaskedLM(model, hidden=cfg.loss == "sampled")
         if world.distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -1090,7 +1071,7 @@ class _DeepSpeedOptimizer:
         self.device = device
         if cfg.freeze_word_embeddings:
             freeze_word_embeddings(model)
-        module = _MaskedLMStep(model, sampled=cfg.loss == "sampled")
+        module = GatheredMaskedLM(model, hidden=cfg.loss == "sampled")
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=module, model_parameters=param_groups(model, cfg.weight_decay), config=ds_config)
         self.module = self.engine

@@ -42,8 +42,9 @@ from mlm_core.inside import (
     measure_head_patterns,
     special_positions,
 )
-from mlm_core.models import head_parts, mask_positions
+from mlm_core.head import head_parts
 from mlm_core.losses import signed
+from mlm_core.predict import mask_positions
 from mlm_core.session_models import same_vocabulary
 
 MAX_TOKENS = 64  # every view of a sentence this long answers within a second on 2 cores (benchmark P5)

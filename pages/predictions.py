@@ -16,15 +16,14 @@ from mlm_core.figures.predictions import (
     probability_text,
     topk_figure,
 )
-from mlm_core.models import (
+from mlm_core.models import available_models, model_description
+from mlm_core.predict import (
     FILL_LABELS,
     MASK_PREDICT_ITERATIONS,
-    available_models,
     decision_comparison_text,
     default_blank,
     fill_masks,
     mask_positions,
-    model_description,
     predict_masked,
     predict_typed_blanks,
     pseudo_log_likelihood,

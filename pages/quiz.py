@@ -10,7 +10,8 @@ from mlm_core.export import lesson_json
 from mlm_core.figures.masking import DECISION_WORDS
 from mlm_core.figures.predictions import topk_figure
 from mlm_core.masking import RANDOM_REPLACEMENT_SOURCE
-from mlm_core.models import model_description, predict_masked
+from mlm_core.models import model_description
+from mlm_core.predict import predict_masked
 
 TOP_K = 5
 

@@ -292,7 +292,7 @@ def test_question_bank_ids_are_random_bounded_and_thread_safe():
 def test_rank_guesses_matches_the_model(tokenizer):
     from transformers import BertConfig, BertForMaskedLM
 
-    from mlm_core.models import predict_masked
+    from mlm_core.predict import predict_masked
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

@@ -14,7 +14,7 @@ from mlm_core.efficiency import (BYTES_PER_VALUE, LOSS_PATHS, STEP_CATEGORIES, S
                                  step_time_breakdown)
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX
-from mlm_core.models import encoder_states, head_parts
+from mlm_core.head import encoder_states, head_parts
 
 
 @pytest.fixture(scope="module")

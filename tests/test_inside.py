@@ -14,7 +14,8 @@ from torch import nn
 from mlm_core import inside
 from mlm_core.data import encode
 from mlm_core.errors import InputError
-from mlm_core.models import TINY_FAMILIES, mask_positions, predict_masked, tiny_random_masked_lm
+from mlm_core.models import TINY_FAMILIES, tiny_random_masked_lm
+from mlm_core.predict import mask_positions, predict_masked
 
 SENTENCE = "The cat sat on the mat, and the cat watched the birds."
 KNOWN_HEADS = ("bert", "distilbert", "roberta", "albert")

@@ -1,4 +1,4 @@
-"""mlm_core.models: the gathered head equals the full head, predictions are right on hand-made cases,
+"""mlm_core.models, head and predict: the gathered head equals the full head, predictions are right on hand-made cases,
 and loading fails with a message that says what is available offline."""
 
 from __future__ import annotations
@@ -13,18 +13,25 @@ import torch.nn.functional as F
 from mlm_core.errors import InputError, MLMLabError
 from mlm_core.masking import IGNORE_INDEX, Decision
 from mlm_core import models
-from mlm_core.models import (
+from mlm_core.head import (
+    GatheredMaskedLM,
     HeadFallbackWarning,
-    ModelLoadError,
-    available_models,
-    fill_masks,
     gathered_head_family,
-    load_masked_lm,
+    head_parts,
     masked_lm_hidden,
     masked_lm_logits,
-    model_description,
+)
+from mlm_core.models import ModelLoadError, available_models, load_masked_lm, model_description
+from mlm_core.predict import (
+    decision_comparison_text,
+    default_blank,
+    fill_masks,
+    mask_predict_schedule,
     predict_masked,
+    pseudo_log_likelihood,
     summarize_by_decision,
+    typed_blanks,
+    with_mask_token,
 )
 
 VOCAB = 97  # small vocabulary: the head tests need no tokenizer
@@ -45,7 +52,7 @@ def _config(arch: str):
         return cls(hidden_size=32, max_position_embeddings=64, pad_token_id=1, **common)
     if arch == "albert":
         return tf.AlbertConfig(embedding_size=16, hidden_size=32, max_position_embeddings=64, **common)
-    if arch == "electra":  # a head models.py does not know: exercises the fallback
+    if arch == "electra":  # a head head.py does not know: exercises the fallback
         return tf.ElectraConfig(embedding_size=16, hidden_size=32, max_position_embeddings=64, **common)
     raise ValueError(arch)
 
@@ -103,7 +110,7 @@ def test_gathered_head_equals_full_logits_then_gather(arch):
     assert torch.equal(targets_h, targets)
     torch.testing.assert_close(hidden @ weight.T + bias, logits, atol=1e-5, rtol=1e-5)
 
-    parts = models.head_parts(model)  # the head's modules hold exactly the head's parameters
+    parts = head_parts(model)  # the head's modules hold exactly the head's parameters
     head_params = {id(p) for m in parts.modules for p in m.parameters()}
     assert id(parts.decoder.weight) in head_params
     encoder_params = {id(p) for p in model.base_model.parameters()}
@@ -140,8 +147,11 @@ def test_gathered_module_gives_the_same_logits():
     input_ids, attention_mask, labels = _batch(seed=5)
     with torch.no_grad():
         expected, targets = masked_lm_logits(model, input_ids, attention_mask, labels)
-        got, got_targets = models.GatheredMaskedLM(model)(input_ids, attention_mask, labels)
+        got, got_targets = GatheredMaskedLM(model)(input_ids, attention_mask, labels)
+        hidden = masked_lm_hidden(model, input_ids, attention_mask, labels)
+        got_hidden = GatheredMaskedLM(model, hidden=True)(input_ids, attention_mask, labels)
     assert torch.equal(got, expected) and torch.equal(got_targets, targets)
+    assert len(got_hidden) == 4 and all(torch.equal(a, b) for a, b in zip(got_hidden, hidden))
 
 
 def test_nothing_selected_gives_empty_rows_and_one_sentence_works():
@@ -300,7 +310,7 @@ def test_mask_predict_re_masks_the_least_sure_and_matches_a_direct_implementatio
         ids, probs, history = _remask_reference(model, tokenizer, sentence, targets, iterations)
         assert result.ids == tuple(ids.tolist())
         assert result.rounds == tuple(history)
-        assert [len(r) for r in result.rounds[1:]] == [m for m in models.mask_predict_schedule(6, iterations) if m]
+        assert [len(r) for r in result.rounds[1:]] == [m for m in mask_predict_schedule(6, iterations) if m]
         for step in result.steps:
             assert step.prob == pytest.approx(probs[step.position], rel=1e-5)
         for before, done in zip(result.round_probs, result.rounds[1:]):  # the re-masked were the least sure
@@ -309,7 +319,7 @@ def test_mask_predict_re_masks_the_least_sure_and_matches_a_direct_implementatio
     one = fill_masks(model, tokenizer, sentence, None, targets, mode="mask_predict", iterations=1)
     independent = fill_masks(model, tokenizer, sentence, None, targets, mode="independent")
     assert one.ids == independent.ids  # T = 1 is one pass
-    assert models.mask_predict_schedule(6, 3) == [4, 2]
+    assert mask_predict_schedule(6, 3) == [4, 2]
 
 
 def test_pseudo_log_likelihood_equals_masking_each_token_by_hand():
@@ -318,7 +328,7 @@ def test_pseudo_log_likelihood_equals_masking_each_token_by_hand():
     tokenizer = _IdTokenizer()
     sentence = torch.tensor([1, 40, 41, 3, 42, 43, 2, 0, 0])  # a typed [MASK] (3) and padding (0) are skipped
     attention = torch.tensor([1, 1, 1, 1, 1, 1, 1, 0, 0])
-    score = models.pseudo_log_likelihood(model, tokenizer, sentence, attention, batch_size=2)  # 2 per batch
+    score = pseudo_log_likelihood(model, tokenizer, sentence, attention, batch_size=2)  # 2 per batch
     assert score.positions == (1, 2, 4, 5)
     for position, value in zip(score.positions, score.log_probs):
         ids = sentence.clone()
@@ -330,7 +340,7 @@ def test_pseudo_log_likelihood_equals_masking_each_token_by_hand():
     assert score.total == pytest.approx(sum(score.log_probs))
     assert score.mean_loss == pytest.approx(-score.total / 4)
     assert score.pseudo_perplexity == pytest.approx(math.exp(score.mean_loss))
-    again = models.pseudo_log_likelihood(model, tokenizer, sentence, attention)
+    again = pseudo_log_likelihood(model, tokenizer, sentence, attention)
     assert again.log_probs == pytest.approx(score.log_probs, abs=1e-6)  # no draw: the same every time
 
 
@@ -340,30 +350,30 @@ def test_typed_blanks_and_the_first_word_to_hide(tokenizer):
     class RobertaLike:
         mask_token = "<mask>"
 
-    assert models.with_mask_token(RobertaLike(), "a [MASK] b [mask] c <MASK>") == "a <mask> b <mask> c <mask>"
-    text = models.with_mask_token(tokenizer, "The <mask> sat on the [mask].")
+    assert with_mask_token(RobertaLike(), "a [MASK] b [mask] c <MASK>") == "a <mask> b <mask> c <mask>"
+    text = with_mask_token(tokenizer, "The <mask> sat on the [mask].")
     enc = encode(tokenizer, text)
-    assert models.typed_blanks(tokenizer, enc.input_ids[0]) == [2, 6]
+    assert typed_blanks(tokenizer, enc.input_ids[0]) == [2, 6]
     for sentence, expected in (("The cat sat on the mat.", {"cat", "sat", "mat"}),
                                ("It is what it is, and so it goes.", {"goes"}),
                                ("Hello, world!", {"hello", "world"}),
                                ("... !!! ,", {".", "!", ","})):
         enc = encode(tokenizer, sentence)
-        position = models.default_blank(enc.tokens[0], enc.word_ids[0].tolist())
+        position = default_blank(enc.tokens[0], enc.word_ids[0].tolist())
         assert enc.tokens[0][position] in expected, sentence
-    assert models.default_blank(["[CLS]", "[SEP]"], [-1, -1]) is None
+    assert default_blank(["[CLS]", "[SEP]"], [-1, -1]) is None
 
 
 def test_decision_comparison_text_follows_the_numbers():
     def row(name, mean, sem, n):
         return {"decision": name, "count": n, "mean_true_prob": mean, "sem_true_prob": sem}
 
-    tie = models.decision_comparison_text([row("MASK", 0.20, 0.02, 80), row("RANDOM", 0.22, 0.05, 10),
+    tie = decision_comparison_text([row("MASK", 0.20, 0.02, 80), row("RANDOM", 0.22, 0.05, 10),
                                            row("UNCHANGED", 0.90, 0.03, 10)], 64)
     assert "**unchanged** than at **random**" in tie
     assert "**random** and **[MASK]** cannot be told apart" in tie
     assert "random 0.22 ± 0.05 (n = 10)" in tie
-    clear = models.decision_comparison_text([row("MASK", 0.40, 0.01, 80), row("RANDOM", 0.05, 0.01, 10),
+    clear = decision_comparison_text([row("MASK", 0.40, 0.01, 80), row("RANDOM", 0.05, 0.01, 10),
                                              row("UNCHANGED", 0.90, 0.01, 10)], 64)
     assert "surer at **[MASK]** than at **random**" in clear
 

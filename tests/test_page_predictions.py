@@ -100,7 +100,7 @@ def test_a_predictions_link_rebuilds_the_masking_pages_masks(apptest, tokenizer)
     masking.run()
     assert not masking.exception
     result = masking.session_state[ui.KEYS.masking]["result"]
-    from mlm_core.models import Decision
+    from mlm_core.masking import Decision
     selected = [i for i, d in enumerate(result.decisions[0].tolist()) if d != Decision.NOT_SELECTED]
     assert selected
     rows = next(d.value for d in page.dataframe if "position" in d.value.columns and "decision" in d.value.columns)

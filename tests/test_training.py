@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from mlm_core import training
 from mlm_core.data import special_ids
 from mlm_core.errors import InputError
+from mlm_core.head import GatheredMaskedLM
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig
 from mlm_core.training import TrainConfig, evaluate, make_chunks, train, train_variants
 
@@ -207,13 +208,13 @@ def test_stop_ends_after_at_most_one_more_step_and_keeps_history(tok, model):
 
 def test_variants_see_identical_batches_and_masks(tok, model, monkeypatch):
     seen = []
-    original = training._MaskedLMStep.forward
+    original = GatheredMaskedLM.forward
 
     def spy(self, input_ids, attention_mask, labels):
         seen.append((id(self), input_ids.clone(), labels.clone()))
         return original(self, input_ids, attention_mask, labels)
 
-    monkeypatch.setattr(training._MaskedLMStep, "forward", spy)
+    monkeypatch.setattr(GatheredMaskedLM, "forward", spy)
     base = quick(steps=3, eval_every=10)
     variants = {
         "full": base,
@@ -242,13 +243,13 @@ def test_static_masks_repeat_and_dynamic_masks_do_not(tok, model, monkeypatch):
     """Static masking (BERT's dupe_factor) reuses each chunk's masks epoch after epoch; dynamic masking
     (RoBERTa, section 4.1) draws new ones; both race on the same chunks in the same order."""
     seen = []
-    forward = training._MaskedLMStep.forward
+    forward = GatheredMaskedLM.forward
 
     def spy(self, input_ids, attention_mask, labels):
         seen.append((id(self), input_ids.clone(), labels.clone()))
         return forward(self, input_ids, attention_mask, labels)
 
-    monkeypatch.setattr(training._MaskedLMStep, "forward", spy)
+    monkeypatch.setattr(GatheredMaskedLM, "forward", spy)
     texts = CORPUS[:8]  # one distinct sentence per chunk, so a chunk is known by its tokens
     base = quick(steps=12, batch_size=4, seq_len=12, chunk_overlap=2, eval_every=100)
     chunks = make_chunks(tok, texts, seq_len=12, overlap=2)
@@ -362,7 +363,7 @@ def test_gradient_checkpointing_gives_the_same_losses(tok, model):
 def _step_gradients(monkeypatch):
     """Spy on the loop: every step's flattened gradient (before clipping) and each forward's masked count."""
     grads, masked = [], []
-    finish, forward = training._Optimizer.finish, training._MaskedLMStep.forward
+    finish, forward = training._Optimizer.finish, GatheredMaskedLM.forward
 
     def finish_spy(self, skip):
         grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
@@ -374,7 +375,7 @@ def _step_gradients(monkeypatch):
         return forward(self, input_ids, attention_mask, labels)
 
     monkeypatch.setattr(training._Optimizer, "finish", finish_spy)
-    monkeypatch.setattr(training._MaskedLMStep, "forward", forward_spy)
+    monkeypatch.setattr(GatheredMaskedLM, "forward", forward_spy)
     return grads, masked
 
 

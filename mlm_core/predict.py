@@ -1,0 +1,527 @@
+"""What the model guesses at masked positions: top-k, p(true), rank and loss; typed blanks; filling several masks.
+
+Every function here runs the model through ``head.masked_lm_logits`` (the encoder once, the head on
+the M selected rows only) and turns its (M, V) scores into plain records a page shows.
+
+Shapes: B = batch, T = sequence length, V = vocabulary, M = selected positions (``labels != IGNORE_INDEX``),
+K = top-k, P = positions to fill.
+
+>>> from mlm_core.models import tiny_random_masked_lm
+>>> model, tokenizer = tiny_random_masked_lm()
+>>> ids = torch.tensor([[101, 1996, 103, 2938, 102]])
+>>> labels = torch.tensor([[-100, -100, 4937, -100, -100]])
+>>> found = predict_masked(model, tokenizer, ids, torch.ones_like(ids), labels, k=3)
+>>> [(p.position, p.true_token, len(p.top_tokens)) for p in found.positions]
+[(2, 'cat', 3)]
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from mlm_core.data import special_ids
+from mlm_core.errors import InputError
+from mlm_core.head import check_shapes, masked_lm_logits, selected_index
+from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, mask_tokens
+
+__all__ = [
+    "TokenPrediction",
+    "Predictions",
+    "predict_masked",
+    "summarize_by_decision",
+    "mask_positions",
+    "with_mask_token",
+    "typed_blanks",
+    "default_blank",
+    "predict_typed_blanks",
+    "PseudoLogLikelihood",
+    "pseudo_log_likelihood",
+    "decision_comparison_text",
+    "FillStep",
+    "FillResult",
+    "FILL_MODES",
+    "FILL_LABELS",
+    "MASK_PREDICT_ITERATIONS",
+    "mask_predict_schedule",
+    "fill_masks",
+]
+
+
+# --------------------------------------------------------------------------- predictions
+@dataclass(frozen=True)
+class TokenPrediction:
+    """What the model predicts at one selected position."""
+
+    row: int  # index in the batch
+    position: int  # index in the sequence
+    seen_id: int  # what the model saw there ([MASK], a random token or the original)
+    seen_token: str
+    true_id: int  # what it should predict (the label)
+    true_token: str
+    top_ids: tuple[int, ...]  # the K most likely tokens, most likely first
+    top_tokens: tuple[str, ...]
+    top_probs: tuple[float, ...]
+    true_prob: float  # p(true token)
+    true_rank: int  # 1 = the model's first guess
+    entropy: float  # of the predicted distribution, in nats (log V = uniform)
+    loss: float  # -log p(true token): this position's cross-entropy
+    decision: Decision | None = None  # MASK / RANDOM / UNCHANGED, when known
+
+    @property
+    def correct(self) -> bool:
+        return self.true_rank == 1
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """Every selected position's prediction, in row-major order, and their mean loss."""
+
+    positions: tuple[TokenPrediction, ...]
+    k: int
+    vocab_size: int
+    known_truth: bool = True  # False for blanks a learner typed: nothing to score against
+
+    @property
+    def mean_loss(self) -> float:
+        """The MLM loss of the batch: mean cross-entropy over the selected positions."""
+        return sum(p.loss for p in self.positions) / len(self.positions) if self.positions else float("nan")
+
+    def records(self) -> list[dict[str, Any]]:
+        """One flat dict per position (tuples joined), ready for a table."""
+        rows = []
+        for p in self.positions:
+            row = asdict(p)
+            row["decision"] = p.decision.name if p.decision is not None else None
+            row["top_tokens"] = " ".join(p.top_tokens)
+            row["top_probs"] = ", ".join(f"{q:.3f}" for q in p.top_probs)
+            row.pop("top_ids")
+            rows.append(row)
+        return rows
+
+
+@torch.no_grad()
+def predict_masked(model, tokenizer, input_ids, attention_mask, labels, *, k: int = 5, decisions=None) -> Predictions:
+    """Top-k, p(true), rank, entropy and loss at every position where ``labels != IGNORE_INDEX``.
+
+    That is every selected position — [MASK], random and unchanged ones alike — because BERT is
+    trained on all three. ``decisions`` (shaped like ``labels``) tags each position with its Decision.
+    """
+    input_ids, attention_mask, labels = check_shapes(input_ids, attention_mask, labels)
+    logits, targets = masked_lm_logits(model, input_ids, attention_mask, labels)  # (M, V), (M,)
+    log_probs = F.log_softmax(logits.float(), dim=-1)  # (M, V), in fp32 even for a bf16 model
+    probs = log_probs.exp()  # (M, V)
+    k = max(1, min(int(k), probs.shape[-1]))
+    top_probs, top_ids = probs.topk(k, dim=-1)  # (M, K), (M, K)
+    true_log_prob = log_probs.gather(1, targets[:, None]).squeeze(1)  # (M,)
+    # rank = 1 + how many tokens the model prefers strictly (ties go in the true token's favour)
+    true_rank = (log_probs > true_log_prob[:, None]).sum(-1) + 1  # (M,)
+    entropy = -(probs * log_probs).nan_to_num().sum(-1)  # (M,), 0 * log 0 counted as 0
+    index = selected_index(labels).cpu()  # (M,)
+    width = labels.shape[-1]
+    seen = input_ids.reshape(-1).cpu().index_select(0, index)  # (M,)
+    codes = decisions.reshape(-1).cpu().index_select(0, index).tolist() if decisions is not None else None
+
+    # one transfer to the host for everything shown
+    top_ids, top_probs = top_ids.cpu().tolist(), top_probs.cpu().tolist()
+    targets, true_log_prob = targets.cpu().tolist(), true_log_prob.cpu().tolist()
+    true_rank, entropy = true_rank.cpu().tolist(), entropy.cpu().tolist()
+    seen, flat = seen.tolist(), index.tolist()
+    rows = []
+    for m, flat_index in enumerate(flat):
+        rows.append(TokenPrediction(
+            row=flat_index // width,
+            position=flat_index % width,
+            seen_id=seen[m],
+            seen_token=tokenizer.convert_ids_to_tokens(seen[m]),
+            true_id=targets[m],
+            true_token=tokenizer.convert_ids_to_tokens(targets[m]),
+            top_ids=tuple(top_ids[m]),
+            top_tokens=tuple(tokenizer.convert_ids_to_tokens(top_ids[m])),
+            top_probs=tuple(top_probs[m]),
+            true_prob=math.exp(true_log_prob[m]),
+            true_rank=int(true_rank[m]),
+            entropy=float(entropy[m]),
+            loss=-true_log_prob[m],
+            decision=Decision(codes[m]) if codes is not None else None,
+        ))
+    return Predictions(tuple(rows), k, int(logits.shape[-1]))
+
+
+def summarize_by_decision(predictions: Predictions) -> list[dict[str, Any]]:
+    """Per decision (MASK, RANDOM, UNCHANGED): count, mean p(true), top-1 accuracy, mean loss."""
+    groups: dict[Decision, list[TokenPrediction]] = {}
+    for p in predictions.positions:
+        if p.decision is not None and p.decision != Decision.NOT_SELECTED:
+            groups.setdefault(p.decision, []).append(p)
+    summary = []
+    for decision in (Decision.MASK, Decision.RANDOM, Decision.UNCHANGED):
+        items = groups.get(decision, [])
+        n = len(items)
+        mean = sum(p.true_prob for p in items) / n if n else float("nan")
+        # standard error of the mean over positions (positions of one sentence are not independent,
+        # so this is a lower bound on the real uncertainty)
+        sem = math.sqrt(sum((p.true_prob - mean) ** 2 for p in items) / (n - 1) / n) if n > 1 else float("nan")
+        summary.append({
+            "decision": decision.name,
+            "count": n,
+            "mean_true_prob": mean,
+            "sem_true_prob": sem,
+            "top1_accuracy": sum(p.correct for p in items) / n if n else float("nan"),
+            "mean_loss": sum(p.loss for p in items) / n if n else float("nan"),
+        })
+    return summary
+
+
+def mask_positions(tokenizer, input_ids, positions: Sequence[int], *, mask_replace_prob: float = 1.0,
+                   random_replace_prob: float = 0.0, generator: torch.Generator):
+    """Corrupt exactly the chosen ``positions`` of one sentence (T,), by BERT's replacement rule.
+
+    ``mask_tokens`` with every other token treated as special and a selection probability of 1:
+    the chosen tokens are all selected, then each becomes [MASK] / random / unchanged with the
+    given shares (1, 0: all [MASK]; 0.8, 0.1: BERT's 80/10/10). Returns a ``MaskingResult`` (T,).
+    """
+    ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
+    chosen = sorted(set(int(p) for p in positions))
+    if any(not 0 <= p < ids.shape[0] for p in chosen):
+        raise InputError(f"Positions must lie between 0 and {ids.shape[0] - 1}; got {chosen}.")
+    protected = torch.ones_like(ids)  # (T,) 1 = never selected
+    protected[chosen] = 0
+    config = MaskingConfig(mlm_probability=1.0, mask_replace_prob=mask_replace_prob,
+                           random_replace_prob=random_replace_prob)
+    return mask_tokens(ids, protected, config, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
+                       generator=generator, special_ids=special_ids(tokenizer))
+
+
+# --------------------------------------------------------------------------- typed blanks and the first word to hide
+_TYPED_MASK = re.compile(r"\[mask\]|<mask>", re.IGNORECASE)
+# Function words: hiding one of them teaches little, so a new sentence starts from another word.
+_FUNCTION_WORDS = frozenset(
+    "a an the and or but if of to in on at by for with from into onto over under about as is are was were be been "
+    "being am do does did have has had it its this that these those there their they them he she his her him we "
+    "our us you your i my me not no so than then too very can could will would shall should may might must "
+    "while when where which who whom what how up out off down".split()
+)
+
+
+def with_mask_token(tokenizer, text: str) -> str:
+    """``text`` with every typed blank, ``[MASK]`` or ``<mask>`` (any case), as this tokenizer's mask token.
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> with_mask_token(load_default_tokenizer(), "The cat sat on the <mask> and the [mask].")
+    'The cat sat on the [MASK] and the [MASK].'
+    """
+    if tokenizer.mask_token is None:
+        return text
+    return _TYPED_MASK.sub(lambda _: tokenizer.mask_token, text)
+
+
+def typed_blanks(tokenizer, input_ids) -> list[int]:
+    """Positions of one sentence (T,) that hold the mask token: the blanks a learner typed."""
+    ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
+    if tokenizer.mask_token_id is None:
+        return []
+    return (ids == tokenizer.mask_token_id).nonzero().flatten().tolist()
+
+
+def default_blank(tokens: Sequence[str], word_ids: Sequence[int]) -> int | None:
+    """The position to hide first in a new sentence: a content word, never punctuation.
+
+    The whole word (one piece) of letters, not a function word, nearest the middle of the sentence
+    (ties: the longer word, then the leftmost); failing that any word of letters, then any word
+    piece. ``word_ids``: -1 on special tokens (``data.Encoded.word_ids``). None for no word at all.
+
+    >>> default_blank(["[CLS]", "the", "cat", "sat", ".", "[SEP]"], [-1, 0, 1, 2, 3, -1])
+    2
+    """
+    pieces: dict[int, int] = {}
+    for w in word_ids:
+        if w >= 0:
+            pieces[w] = pieces.get(w, 0) + 1
+    eligible = [i for i, w in enumerate(word_ids) if w >= 0]
+    if not eligible:
+        return None
+    middle = (eligible[0] + eligible[-1]) / 2
+
+    def bare(token: str) -> str:
+        return token[1:] if token[:1] in ("Ġ", "▁") and len(token) > 1 else token
+
+    def letters(i: int) -> bool:
+        return bare(tokens[i]).isalpha() and not tokens[i].startswith("##")
+
+    tiers = (
+        [i for i in eligible if pieces[word_ids[i]] == 1 and letters(i) and len(bare(tokens[i])) > 1
+         and bare(tokens[i]).lower() not in _FUNCTION_WORDS],
+        [i for i in eligible if letters(i)],
+        eligible,
+    )
+    for tier in tiers:
+        if tier:
+            return min(tier, key=lambda i: (abs(i - middle), -len(tokens[i]), i))
+    return None
+
+
+@torch.no_grad()
+def predict_typed_blanks(model, tokenizer, input_ids, attention_mask, positions: Sequence[int], *,
+                         k: int = 5) -> Predictions:
+    """Top-k at blanks a learner typed: there is no true token, so ``known_truth`` is False and the
+    true-token fields (p, rank, loss) are not meaningful (they refer to the mask token itself)."""
+    ids = torch.as_tensor(input_ids).reshape(1, -1)  # (1, T)
+    attention_mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(1, -1)
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[0, list(positions)] = tokenizer.mask_token_id  # any id: only the positions matter
+    decisions = torch.full_like(ids, int(Decision.NOT_SELECTED))
+    decisions[0, list(positions)] = int(Decision.MASK)
+    found = predict_masked(model, tokenizer, ids, attention_mask, labels, k=k, decisions=decisions)
+    return replace(found, known_truth=False)
+
+
+# --------------------------------------------------------------------------- a score that needs no random draw
+@dataclass(frozen=True)
+class PseudoLogLikelihood:
+    """A sentence's pseudo-log-likelihood: every token masked in turn (Salazar et al. 2020).
+
+    PLL(W) = Σ_t log P(w_t | W without w_t): one masked copy of the sentence per token, so it does not
+    depend on a random masking. ``mean_loss`` = −PLL / N is on the scale of the MLM loss, and
+    ``pseudo_perplexity`` = exp(mean_loss) (Salazar et al. 2020, "Masked Language Model Scoring", §2).
+    """
+
+    positions: tuple[int, ...]  # every non-special position, each masked once
+    tokens: tuple[str, ...]  # the true token there
+    log_probs: tuple[float, ...]  # log P(true token | the rest), in nats
+
+    @property
+    def total(self) -> float:
+        return sum(self.log_probs)
+
+    @property
+    def mean_loss(self) -> float:
+        return -self.total / len(self.log_probs) if self.log_probs else float("nan")
+
+    @property
+    def pseudo_perplexity(self) -> float:
+        return math.exp(self.mean_loss) if self.log_probs else float("nan")
+
+
+@torch.no_grad()
+def pseudo_log_likelihood(model, tokenizer, input_ids, attention_mask=None, *, batch_size: int = 32
+                          ) -> PseudoLogLikelihood:
+    """Mask each non-special token of one sentence (T,) in turn and score the true token there.
+
+    The N masked copies run through the gathered head in batches of ``batch_size`` rows, one
+    selected position per row.
+    """
+    ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
+    mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(-1)  # (T,)
+    special = set(int(i) for i in tokenizer.all_special_ids)
+    positions = [t for t in range(ids.shape[0])
+                 if int(ids[t]) not in special and (mask is None or int(mask[t]) == 1)]
+    log_probs: list[float] = []
+    for start in range(0, len(positions), max(1, int(batch_size))):
+        chunk = positions[start:start + batch_size]
+        rows = torch.arange(len(chunk))
+        copies = ids.repeat(len(chunk), 1)  # (N, T)
+        copies[rows, chunk] = tokenizer.mask_token_id
+        labels = torch.full_like(copies, IGNORE_INDEX)  # (N, T)
+        labels[rows, chunk] = ids[chunk]
+        masks = None if mask is None else mask.repeat(len(chunk), 1)
+        logits, targets = masked_lm_logits(model, copies, masks, labels)  # (N, V), row-major: one per row
+        scores = F.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None]).squeeze(1)  # (N,)
+        log_probs.extend(scores.cpu().tolist())
+    tokens = tuple(tokenizer.convert_ids_to_tokens([int(ids[t]) for t in positions]))
+    return PseudoLogLikelihood(tuple(positions), tokens, tuple(log_probs))
+
+
+def decision_comparison_text(summary: Sequence[dict[str, Any]], n_sentences: int) -> str:
+    """What a ``summarize_by_decision`` table shows, in one paragraph, with its uncertainty.
+
+    Two groups are called different only when their means are more than two standard errors of the
+    difference apart; otherwise the text says the sample cannot tell them apart.
+    """
+    names = {"MASK": "[MASK]", "RANDOM": "random", "UNCHANGED": "unchanged"}
+    rows = [r for r in summary if r["count"] > 0]
+    if not rows:
+        return "No selected positions to compare."
+    parts = [f"{names[r['decision']]} {r['mean_true_prob']:.2f} ± {r['sem_true_prob']:.2f} (n = {r['count']})"
+             if r["count"] > 1 else f"{names[r['decision']]} {r['mean_true_prob']:.2f} (n = 1)" for r in rows]
+    ranked = sorted(rows, key=lambda r: -r["mean_true_prob"])
+    findings = []
+    for a, b in zip(ranked, ranked[1:]):
+        se = math.sqrt((a["sem_true_prob"] if a["count"] > 1 else float("inf")) ** 2
+                       + (b["sem_true_prob"] if b["count"] > 1 else float("inf")) ** 2)
+        gap = a["mean_true_prob"] - b["mean_true_prob"]
+        if math.isfinite(se) and gap > 2 * se:
+            findings.append(f"the model is surer at **{names[a['decision']]}** than at **{names[b['decision']]}** "
+                            f"positions (difference {gap:.2f}, more than twice its standard error {se:.2f})")
+        else:
+            findings.append(f"**{names[a['decision']]}** and **{names[b['decision']]}** cannot be told apart on "
+                            f"this sample (difference {gap:.2f}, standard error {se:.2f})" if math.isfinite(se) else
+                            f"**{names[a['decision']]}** and **{names[b['decision']]}** cannot be compared "
+                            "(one of them has a single position)")
+    return (f"Mean p(true token) ± standard error over the selected positions of {n_sentences} sentences: "
+            + ", ".join(parts) + ". So " + "; ".join(findings) + ".")
+
+
+# --------------------------------------------------------------------------- filling several masks
+@dataclass(frozen=True)
+class FillStep:
+    """One filled position: which token went in, with what probability, and the sentence after it."""
+
+    position: int
+    token_id: int
+    token: str
+    prob: float  # p(token) when it was chosen
+    candidates: tuple[tuple[str, float], ...]  # the top-k at that moment
+    ids: tuple[int, ...]  # the whole sequence after this step
+
+
+@dataclass(frozen=True)
+class FillResult:
+    """Several masks filled: ``"independent"`` (one pass), ``"easy_first"`` (greedy, most confident
+    position first, never revised) or ``"mask_predict"`` (Ghazvininejad et al. 2019)."""
+
+    mode: str
+    order: tuple[int, ...]  # positions in the order they were (last) filled
+    steps: tuple[FillStep, ...]  # one per position: the token it ends with, and its probability then
+    ids: tuple[int, ...]  # the final sequence
+    tokens: tuple[str, ...]
+    text: str
+    rounds: tuple[tuple[int, ...], ...] = ()  # positions predicted in each model pass
+    round_tokens: tuple[tuple[str, ...], ...] = ()  # mask_predict: the tokens at the positions after each pass
+    round_probs: tuple[tuple[float, ...], ...] = ()  # mask_predict: their probabilities after each pass
+
+    @property
+    def log_prob(self) -> float:
+        """Sum of log p of the chosen tokens, each when it was chosen (higher = more confident)."""
+        return sum(math.log(max(s.prob, 1e-45)) for s in self.steps)
+
+
+FILL_MODES = ("independent", "easy_first", "mask_predict")
+FILL_LABELS = {
+    "independent": "independent (one pass)",
+    "easy_first": "greedy easy-first (one at a time)",
+    "mask_predict": "Mask-Predict (re-mask the least sure)",
+}
+MASK_PREDICT_ITERATIONS = 4  # Ghazvininejad et al. 2019 report T = 4 and T = 10 (Table 1)
+
+
+def mask_predict_schedule(n_masks: int, iterations: int) -> list[int]:
+    """How many of the N positions Mask-Predict re-masks at iterations t = 1 … T−1: ⌊N·(T−t)/T⌋.
+
+    (Ghazvininejad et al. 2019, §3.2: "the number of masks n is a function of the iteration t".)
+
+    >>> mask_predict_schedule(6, 3), mask_predict_schedule(3, 10)[:4]
+    ([4, 2], [2, 2, 2, 1])
+    """
+    return [n_masks * (iterations - t) // iterations for t in range(1, max(1, iterations))]
+
+
+@torch.no_grad()
+def fill_masks(model, tokenizer, input_ids, attention_mask, positions: Sequence[int], mode: str = "independent",
+               k: int = 5, iterations: int = MASK_PREDICT_ITERATIONS) -> FillResult:
+    """Put the mask token at ``positions`` of one sentence, then fill them with the model's first choices.
+
+    - ``independent``: one pass; every position takes its first choice from it (the choices cannot
+      see each other).
+    - ``easy_first``: greedy easy-first filling: fill the one position the model is most sure of,
+      run again with it filled in, repeat; a filled token is never revised.
+    - ``mask_predict``: Mask-Predict (Ghazvininejad et al. 2019, §3.2): predict every position at
+      once, then for t = 1 … T−1 re-mask the ⌊N·(T−t)/T⌋ positions with the lowest probability and
+      predict them again (the others keep their token and probability); T = ``iterations``.
+    Special tokens are never chosen; a position may already hold the mask token (a typed blank).
+    """
+    if mode not in FILL_MODES:
+        raise InputError(f"mode must be one of {', '.join(FILL_MODES)}; got {mode!r}.")
+    ids = torch.as_tensor(input_ids).reshape(-1).clone()  # (T,) never edit the caller's tensor
+    mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(1, -1)
+    width = ids.shape[0]
+    special = set(int(i) for i in tokenizer.all_special_ids)
+    remaining = sorted(set(int(p) for p in positions))
+    if not remaining:
+        raise InputError("Pick at least one token to mask.")
+    for p in remaining:
+        if not 0 <= p < width:
+            raise InputError(f"Position {p} is outside the sentence (it has {width} tokens).")
+        if int(ids[p]) in special and int(ids[p]) != tokenizer.mask_token_id:
+            raise InputError(f"Position {p} is the special token {tokenizer.convert_ids_to_tokens(int(ids[p]))}; "
+                             "pick a word piece instead.")
+    ids[remaining] = tokenizer.mask_token_id
+    banned = torch.tensor(sorted(special))  # (S,) ids that never go into a sentence
+
+    def probabilities(todo: list[int]) -> torch.Tensor:
+        labels = torch.full((1, width), IGNORE_INDEX)
+        labels[0, todo] = 0  # any id: only where labels are set matters here
+        logits, _ = masked_lm_logits(model, ids[None], mask, labels)  # (P, V), positions in order
+        logits = logits.float().cpu()
+        logits[:, banned[banned < logits.shape[-1]]] = float("-inf")
+        return logits.softmax(-1)  # (P, V)
+
+    steps: dict[int, FillStep] = {}
+    order: list[int] = []
+    rounds: list[tuple[int, ...]] = []
+    round_tokens: list[tuple[str, ...]] = []
+    round_probs: list[tuple[float, ...]] = []
+    targets = list(remaining)
+    if mode == "independent":
+        probs = probabilities(remaining)  # (P, V): one pass for all positions
+        rounds.append(tuple(remaining))
+        for i, p in enumerate(remaining):
+            steps[p] = _fill(ids, p, probs[i], tokenizer, k)
+            order.append(p)
+    elif mode == "easy_first":
+        while remaining:
+            probs = probabilities(remaining)  # (P, V) with the earlier choices filled in
+            best = int(probs.max(-1).values.argmax())  # the position the model is most sure of
+            p = remaining.pop(best)
+            rounds.append((p,))
+            steps[p] = _fill(ids, p, probs[best], tokenizer, k)
+            order.append(p)
+    else:
+        for t, n_masks in enumerate([len(targets)] + mask_predict_schedule(len(targets), iterations)):
+            if n_masks == 0:
+                break
+            if t == 0:  # iteration 0: every position is masked
+                todo = list(targets)
+            else:  # re-mask the n least confident (ties: the leftmost first)
+                todo = sorted(sorted(targets, key=lambda q: (steps[q].prob, q))[:n_masks])
+                ids[todo] = tokenizer.mask_token_id
+            probs = probabilities(todo)  # (n, V)
+            for i, p in enumerate(todo):
+                steps[p] = _fill(ids, p, probs[i], tokenizer, k)
+            rounds.append(tuple(todo))
+            round_tokens.append(tuple(steps[p].token for p in targets))
+            round_probs.append(tuple(steps[p].prob for p in targets))
+        order = sorted(targets, key=lambda q: max(r for r, done in enumerate(rounds) if q in done))
+    final = tuple(ids.tolist())
+    return FillResult(
+        mode=mode,
+        order=tuple(order),
+        steps=tuple(steps[p] for p in order),
+        ids=final,
+        tokens=tuple(tokenizer.convert_ids_to_tokens(list(final))),
+        text=tokenizer.decode(list(final), skip_special_tokens=True),
+        rounds=tuple(rounds),
+        round_tokens=tuple(round_tokens),
+        round_probs=tuple(round_probs),
+    )
+
+
+def _fill(ids: torch.Tensor, position: int, probs: torch.Tensor, tokenizer, k: int) -> FillStep:
+    """Write the most likely token at ``position`` of ``ids`` (in place: ``ids`` is our own copy)."""
+    top_probs, top_ids = probs.topk(max(1, min(k, probs.shape[-1])))  # (K,)
+    choice = int(top_ids[0])
+    ids[position] = choice
+    tokens = tokenizer.convert_ids_to_tokens(top_ids.tolist())
+    return FillStep(
+        position=position,
+        token_id=choice,
+        token=tokens[0],
+        prob=float(top_probs[0]),
+        candidates=tuple(zip(tokens, (float(q) for q in top_probs))),
+        ids=tuple(ids.tolist()),
+    )
