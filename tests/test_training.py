@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from mlm_core import training
+from mlm_core.training import loop
 from mlm_core.data import special_ids
 from mlm_core.errors import InputError
 from mlm_core.head import GatheredMaskedLM
@@ -138,7 +139,7 @@ def test_exact_count_masking_counts_each_rows_own_length(tok):
     batch = training.Chunks(*(torch.cat([getattr(long_row, f), getattr(short_row, f)])
                               for f in ("input_ids", "attention_mask", "special_tokens_mask", "word_ids")))
     config = MaskingConfig(strategy="exact_count", mlm_probability=0.15)
-    _, labels = training._mask_rows(batch, config, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+    _, labels = training.mask_rows(batch, config, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
                                     special_ids=tuple(tok.all_special_ids), seeds=[11, 12])
     lengths = batch.attention_mask.sum(1).tolist()
     assert lengths[1] == 9 and lengths[0] > 40
@@ -302,7 +303,7 @@ def test_evaluation_is_full_cross_entropy(tok, model):
     shown_mask = (labels != IGNORE_INDEX) & (torch.rand(labels.shape, generator=gen) < 0.8)  # the rest unchanged
     inputs = torch.where(shown_mask, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
     counts = training.token_counts(chunks, len(tok))
-    eval_set = training._EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 5,
+    eval_set = training.EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 5,
                                  mask_token_id=tok.mask_token_id)
     got = evaluate(model, eval_set)
     with torch.no_grad():
@@ -321,7 +322,7 @@ def test_evaluation_is_full_cross_entropy(tok, model):
 
 def test_sampled_training_still_evaluates_with_full_ce(tok, model, monkeypatch):
     in_eval, eval_widths = [], []
-    original_ce, original_eval = F.cross_entropy, training.evaluate
+    original_ce, original_eval = F.cross_entropy, loop.evaluate
 
     def ce_spy(logits, targets, *args, **kwargs):
         if in_eval:
@@ -336,7 +337,7 @@ def test_sampled_training_still_evaluates_with_full_ce(tok, model, monkeypatch):
             in_eval.clear()
 
     monkeypatch.setattr(F, "cross_entropy", ce_spy)
-    monkeypatch.setattr(training, "evaluate", eval_spy)
+    monkeypatch.setattr(loop, "evaluate", eval_spy)  # the name the loop calls
     result = train(model, tok, CORPUS, quick(steps=3, eval_every=3, loss="sampled", num_sampled=4))
     assert len(result.evals) == 2 and all(e["loss"] is not None for e in result.evals)
     assert eval_widths and all(v == len(tok) for v in eval_widths)  # every row scored against all V
@@ -363,7 +364,7 @@ def test_gradient_checkpointing_gives_the_same_losses(tok, model):
 def _step_gradients(monkeypatch):
     """Spy on the loop: every step's flattened gradient (before clipping) and each forward's masked count."""
     grads, masked = [], []
-    finish, forward = training._Optimizer.finish, GatheredMaskedLM.forward
+    finish, forward = training.Optimizer.finish, GatheredMaskedLM.forward
 
     def finish_spy(self, skip):
         grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
@@ -374,7 +375,7 @@ def _step_gradients(monkeypatch):
         masked.append(int((labels != IGNORE_INDEX).sum()))
         return forward(self, input_ids, attention_mask, labels)
 
-    monkeypatch.setattr(training._Optimizer, "finish", finish_spy)
+    monkeypatch.setattr(training.Optimizer, "finish", finish_spy)
     monkeypatch.setattr(GatheredMaskedLM, "forward", forward_spy)
     return grads, masked
 
@@ -403,7 +404,7 @@ def test_exact_count_masks_each_row_by_its_own_length(tok, model):
     lengths = chunks.attention_mask.sum(1)
     assert int(lengths.min()) < 48, "a short, padded row"
     masking = MaskingConfig(strategy="exact_count")
-    _, labels = training._mask_rows(chunks, masking, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+    _, labels = training.mask_rows(chunks, masking, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
                                     special_ids=special_ids(tok), seeds=range(len(chunks)))
     expected = [min(20, max(1, round(0.15 * int(n)))) for n in lengths]
     assert (labels != IGNORE_INDEX).sum(1).tolist() == expected
@@ -482,7 +483,7 @@ def test_smooth_is_tensorboards_debiased_average():
 def test_smooth_and_lr_schedule():
     assert training.smooth([2.0, None, 2.0], 0.5) == [2.0, None, 2.0]
     cfg = TrainConfig(steps=10, warmup_steps=2, learning_rate=1.0, schedule="linear")
-    lrs = [training._lr_at(cfg, s) for s in range(10)]
+    lrs = [training.lr_at(cfg, s) for s in range(10)]
     assert lrs[0] == 0.5 and lrs[1] == 1.0 and lrs[-1] < lrs[2]
 
 
@@ -603,9 +604,9 @@ def test_evaluation_scores_the_focus_words_on_their_own(tok, model):
     labels[chunks.special_tokens_mask.bool()] = IGNORE_INDEX
     inputs = torch.where(labels != IGNORE_INDEX, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
     counts = training.token_counts(chunks, len(tok))
-    focus = training._focus_ids(tok, ["cat", "river", "not-a-token-of-this-vocabulary"])
+    focus = training.focus_ids(tok, ["cat", "river", "not-a-token-of-this-vocabulary"])
     assert focus.tolist() == sorted(tok.convert_tokens_to_ids(["cat", "river"]))
-    eval_set = training._EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 3,
+    eval_set = training.EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 3,
                                  mask_token_id=tok.mask_token_id, focus_ids=focus)
     got = evaluate(model, eval_set)
     with torch.no_grad():
@@ -613,7 +614,7 @@ def test_evaluation_scores_the_focus_words_on_their_own(tok, model):
     at = (labels != IGNORE_INDEX) & torch.isin(labels, focus)
     assert 0 < got["focus_tokens"] == int(at.sum()) < got["masked_tokens"]
     assert got["focus_loss"] == pytest.approx(float(F.cross_entropy(logits[at], labels[at])), rel=1e-5)
-    plain = evaluate(model, training._EvalSet(inputs, chunks.attention_mask, labels,
+    plain = evaluate(model, training.EvalSet(inputs, chunks.attention_mask, labels,
                                               training.frequency_buckets(counts), 3))
     assert plain["focus_loss"] is None and plain["focus_tokens"] == 0 and plain["loss"] == got["loss"]
     result = train(model, tok, CORPUS, quick(steps=2, eval_focus_words=("the", "a", "in")))
