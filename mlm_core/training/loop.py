@@ -364,10 +364,7 @@ def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, Train
         v.result.wall_time_s = time.perf_counter() - started
         v.model.train(False)
         if v.cfg.gradient_checkpointing:
-            disable = getattr(v.model, "activation_checkpointing_disable", None) or \
-                getattr(v.model, "gradient_checkpointing_disable", None)
-            if disable is not None:
-                disable()
+            set_checkpointing(v.model, False)
         v.opt = None  # drop the optimizer state (and any DDP/DeepSpeed wrapper) now
         emit(TrainEvent("done", v.name, steps_done, first.steps, v.result.summary()))
     return {v.name: v.result for v in state}
