@@ -26,6 +26,8 @@ from mlm_core.training.optim import freeze_word_embeddings, param_groups
 
 @dataclass(frozen=True)
 class World:
+    """This process's place among the processes torchrun started: rank 0 of 1 when alone."""
+
     rank: int = 0
     size: int = 1
 
@@ -35,12 +37,14 @@ class World:
 
 
 def current_world() -> World:
+    """The initialised torch.distributed process group, or a world of one."""
     if dist.is_available() and dist.is_initialized():
         return World(dist.get_rank(), dist.get_world_size())
     return World()
 
 
 def all_reduce_sum(values: list[float], device: torch.device, world: World) -> list[float]:
+    """Each value summed over every rank (in float64); alone, the values as they are."""
     if not world.distributed:
         return values
     t = torch.tensor(values, dtype=torch.float64, device=device)
