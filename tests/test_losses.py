@@ -7,32 +7,34 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlm_core.losses import (
-    CORRECTIONS,
+from mlm_core.formatting import readable
+from mlm_core.lessons.loss_lab import (
     LOSS_SETTINGS,
-    SAMPLED_SOFTMAX,
-    LossOutput,
     LossSettings,
-    SampledSoftmaxConfig,
     batch_losses,
-    draw_negatives,
-    full_cross_entropy,
     gradient_rows,
-    logit_gradients,
-    loop_cross_entropy,
     loss_batch,
     loss_sentences,
     per_token_rows,
-    proposal_distribution,
-    proposal_mass_report,
-    readable,
     reaches_full_loss,
     sampled_softmax_check,
+    sweep_summary,
+)
+from mlm_core.losses import (
+    CORRECTIONS,
+    SAMPLED_SOFTMAX,
+    LossOutput,
+    SampledSoftmaxConfig,
+    draw_negatives,
+    full_cross_entropy,
+    logit_gradients,
+    loop_cross_entropy,
+    proposal_distribution,
+    proposal_mass_report,
     sampled_softmax_from_logits,
     sampled_softmax_loss,
     sampled_softmax_sweep,
     sweep_ks,
-    sweep_summary,
     token_counts,
     token_frequency_weights,
     weighted_cross_entropy,
@@ -517,7 +519,7 @@ def test_figures_build():
         per_token_figure,
         weights_figure,
     )
-    from mlm_core.losses import weight_curve_rows
+    from mlm_core.lessons.loss_lab import weight_curve_rows
 
     hidden, weight, bias, targets = _rows(M=6, V=300, H=8)
     logits = hidden @ weight.T + bias
@@ -551,7 +553,7 @@ def test_loss_bars_label_the_uniform_guess_for_a_learner():
     import math
 
     from mlm_core.figures.losses import loss_bars
-    from mlm_core.losses import uniform_guess_label
+    from mlm_core.lessons.loss_lab import uniform_guess_label
 
     fig = loss_bars({"full": 3.0, "weighted": 3.3, "sampled": 2.9}, vocab_size=30522)
     assert [a.text for a in fig.layout.annotations] == ["ln V = 10.33 (uniform guess over V = 30,522 tokens)"]

@@ -14,7 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mlm_core.losses import uniform_guess, uniform_guess_label
+from mlm_core.lessons.loss_lab import uniform_guess, uniform_guess_label
 from mlm_core.training import BUCKETS, smooth
 from mlm_core.training_lessons import percent_text
 
