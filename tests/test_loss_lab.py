@@ -1,10 +1,22 @@
-"""The Loss page's view-model (``mlm_core.lessons.loss_lab``): one encoder pass per batch, tables from numbers."""
+"""The Loss page's view-model (``mlm_core.lessons.loss_lab``): one encoder pass per batch, tables from numbers,
+the three losses and their sentences, the sampled-softmax target."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from mlm_core.formatting import significant
-from mlm_core.lessons.loss_lab import batch_losses, loss_batch, per_token_rows, per_token_table
+from mlm_core.bundled import workshop_sentences
+from mlm_core.formatting import readable, significant
+from mlm_core.lessons.loss_lab import (
+    LossSettings,
+    batch_losses,
+    loss_batch,
+    loss_sentences,
+    per_token_rows,
+    per_token_table,
+    sampled_softmax_check,
+)
+from mlm_core.losses import SAMPLED_SOFTMAX, SampledSoftmaxConfig
 from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig
 from mlm_core.models import load_masked_lm
 
@@ -54,3 +66,38 @@ def test_a_batch_without_a_model_still_names_its_rows(tokenizer):
     batch = loss_batch(None, tokenizer, TEXTS, MaskingConfig(), seed=2)
     assert batch.logits is None and len(batch.positions) == len(batch.target_tokens) == len(batch.decisions) > 0
     assert batch.target_tokens == tokenizer.convert_ids_to_tokens(batch.labels[batch.labels != IGNORE_INDEX].tolist())
+
+
+def test_batch_losses_and_sentences():
+    model, tokenizer = load_masked_lm("tiny-random", device="cpu")
+    texts = ["The cat sat on the warm mat by the kitchen door.", "Every morning I drink a cup of coffee."] * 4
+    batch = loss_batch(model, tokenizer, texts, seed=0)
+    assert torch.allclose(batch.logits, batch.logits_for(batch.labels)[0], atol=1e-4)  # one head, two ways
+    assert torch.equal(batch.original_ids, batch.encoded.input_ids) and torch.equal(batch.labels, batch.result.labels)
+    outputs = batch_losses(batch)
+    again = batch_losses(batch)
+    assert {k: float(v.loss) for k, v in outputs.items()} == {k: float(v.loss) for k, v in again.items()}
+    assert torch.allclose(outputs["full"].loss, F.cross_entropy(batch.logits, batch.targets))
+    d = outputs["weighted"].diagnostics
+    assert abs(d["mean_of_weighted"] - float((d["target_weights"] * d["unweighted_per_token"]).mean())) < 1e-6
+    s = outputs["sampled"].diagnostics
+    assert s["correction"] == "importance" and s["K"] == SAMPLED_SOFTMAX.num_sampled and not s["replacement"]
+    assert -1 <= s["grad_cosine"] <= 1
+    sentences = loss_sentences(outputs)
+    assert set(sentences) == {"full", "weighted", "sampled"}
+    assert readable(float(outputs["sampled"].loss)) in sentences["sampled"] and "estimate of the full loss" in sentences["sampled"]
+    tf = batch_losses(batch, LossSettings(sampled=SampledSoftmaxConfig(correction="tensorflow")))
+    assert "not an estimate of the full loss" in loss_sentences(tf)["sampled"]
+
+
+def test_sampled_softmax_check_on_a_tiny_model():
+    """The benchmark's target helper: the default is closer to the full loss than TensorFlow's defaults."""
+    model, tokenizer = load_masked_lm("tiny-random", device="cpu")
+    sentences = workshop_sentences()[:400]
+    after = sampled_softmax_check(model, tokenizer, sentences, num_sentences=16, draws=2)
+    before = sampled_softmax_check(model, tokenizer, sentences, num_sentences=16, draws=2,
+                                   config=SampledSoftmaxConfig(sampler="log_uniform", replacement=True,
+                                                               correction="tensorflow"))
+    assert after["M"] == before["M"] > 0 and after["full_loss"] == before["full_loss"]
+    assert abs(after["rel_error"]) < 0.10 and after["meets_target"] in (True, False)
+    assert abs(after["rel_error"]) < abs(before["rel_error"])
