@@ -623,17 +623,19 @@ def logit_gradients(
 
 
 def _loss_and_grad(fn, hidden, weight, bias):
-    """One forward + backward (to hidden, weight and bias): (loss, d loss / d hidden (flat), seconds)."""
+    """One forward + backward (to hidden, weight and bias) of ``fn(hidden, weight, bias)``, a ``LossOutput``
+    or a scalar tensor: (loss, d loss / d hidden (flat), seconds)."""
     h = hidden.detach().requires_grad_(True)
     w = weight.detach().requires_grad_(True)
     b = None if bias is None else bias.detach().requires_grad_(True)
     start = time.perf_counter()
     out = fn(h, w, b)
+    loss = out.loss if isinstance(out, LossOutput) else out
     params = [h, w] + ([] if b is None else [b])
-    grads = torch.autograd.grad(out.loss, params, allow_unused=True)
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
     seconds = time.perf_counter() - start
     grad_h = grads[0] if grads[0] is not None else torch.zeros_like(h)
-    return float(out.loss.detach()), grad_h.flatten(), seconds
+    return float(loss.detach()), grad_h.flatten(), seconds
 
 
 def _full_fn(targets):
@@ -649,8 +651,9 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def hidden_gradient_cosine(loss_fn, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                            targets: torch.Tensor) -> float:
-    """Cosine between the gradient of ``loss_fn(hidden, weight, bias)`` with respect to ``hidden`` (M, H)
-    and the full loss's: does a cheaper loss push the encoder the same way? NaN when M = 0.
+    """Cosine between the gradient of ``loss_fn(hidden, weight, bias)`` (a ``LossOutput`` or a scalar
+    tensor) with respect to ``hidden`` (M, H) and the full loss's: does a cheaper (or buggy) loss push
+    the encoder the same way? NaN when M = 0.
 
     >>> h, w = torch.randn(3, 4, generator=torch.Generator().manual_seed(0)), torch.eye(4)
     >>> full = lambda h, w, b: full_cross_entropy(h @ w.T, torch.tensor([0, 1, 2]))

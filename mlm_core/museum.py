@@ -25,7 +25,7 @@ from mlm_core.data import parse_json, read_csv, special_ids
 from mlm_core.errors import InputError
 from mlm_core.formatting import readable
 from mlm_core.lessons.loss_lab import LOSS_SETTINGS, LossBatch, batch_losses
-from mlm_core.losses import full_cross_entropy, token_frequency_weights
+from mlm_core.losses import full_cross_entropy, hidden_gradient_cosine, token_frequency_weights
 from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, mask_tokens
 
 REPEATS = 200  # copies of the batch for the exhibit that needs a share, not a single draw
@@ -75,17 +75,6 @@ def _full_loss(batch: LossBatch) -> float:
     return full_cross_entropy(batch.logits, batch.targets).loss.item()
 
 
-def _hidden_cosine(batch: LossBatch, loss_fn) -> float:
-    """Cosine between d loss_fn / d hidden and d full loss / d hidden (the direction the encoder is pushed)."""
-    if len(batch.targets) == 0:
-        return float("nan")
-    h = batch.hidden.detach().requires_grad_(True)
-    (wrong,) = torch.autograd.grad(loss_fn(h), h)
-    h = batch.hidden.detach().requires_grad_(True)
-    (full,) = torch.autograd.grad(F.cross_entropy(h @ batch.weight.T + batch.bias, batch.targets), h)
-    return float(F.cosine_similarity(wrong.flatten().double(), full.flatten().double(), dim=0))
-
-
 def _sampled_comparison(batch: LossBatch, wrong_fn, outputs) -> tuple[float, float, dict]:
     """(wrong value, right value, also) for a sampled-softmax exhibit: the buggy estimate, the Loss
     page's sampled estimate (``outputs = batch_losses(batch)``: same batch, same negatives), the full
@@ -96,7 +85,8 @@ def _sampled_comparison(batch: LossBatch, wrong_fn, outputs) -> tuple[float, flo
         wrong = float(wrong_fn(batch.hidden, negatives)) if len(batch.targets) else float("nan")
     also = {
         FULL_LOSS: float(outputs["full"].loss),
-        COSINE_BUGGY: _hidden_cosine(batch, lambda h: wrong_fn(h, negatives)),
+        COSINE_BUGGY: hidden_gradient_cosine(lambda h, w, b: wrong_fn(h, negatives), batch.hidden, batch.weight,
+                                             batch.bias, batch.targets),
         COSINE_CORRECT: sampled.diagnostics["grad_cosine"],
     }
     return wrong, float(sampled.loss), also
