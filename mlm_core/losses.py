@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 import torch
@@ -718,12 +718,10 @@ def sampled_softmax_sweep(
             negatives = draw_negatives(q, k, config.replacement, generator)
             draw_seconds = proposal_seconds + time.perf_counter() - start
             for correction in corrections:
-                logq, on_true = CORRECTIONS[correction]
+                kwargs = replace(config, correction=correction).loss_kwargs()  # drawing settings unused: negatives given
 
-                def fn(h, w, b, logq=logq, on_true=on_true):
-                    return sampled_softmax_loss(h, w, b, targets, sampler=config.sampler, negatives=negatives,
-                                                remove_accidental_hits=config.remove_accidental_hits,
-                                                logq_correction=logq, logq_on_true=on_true)
+                def fn(h, w, b, kwargs=kwargs):
+                    return sampled_softmax_loss(h, w, b, targets, negatives=negatives, **kwargs)
                 loss, grad, seconds = _loss_and_grad(fn, hidden, weight, bias)
                 losses_, cosines, times = measured[correction]
                 losses_.append(loss)
