@@ -499,6 +499,12 @@ def test_figures_draw_gaps_not_nans():
     assert [t.y for t in loss.data if t.name == "a (raw)"][0] == (2.0, None, None)
     grad = figs.grad_norm_figure(steps, clip={"a": 1.0, "b": 1.0})
     assert len(grad.layout.shapes) == 1  # one shared clipping line
+    # the log axis spans the norms and the threshold, not 1e25 (plotly reads a log axis's annotation
+    # y as log10(y): add_hline's own label at y = 25 once stretched the Training page's axis to 1e25)
+    healthy = figs.grad_norm_figure({"a": [{"step": s, "grad_norm": 6.0 + s} for s in range(1, 9)]}, clip={"a": 25.0})
+    low, high = healthy.layout.yaxis.range
+    assert 10 ** low <= 6.0 and 25.0 <= 10 ** high <= 1000
+    assert healthy.layout.annotations[0].text == "clip at 25" and healthy.layout.annotations[0].y == math.log10(25)
     evals = {"a": [{"step": 0, "loss": 3.0, "top1": 0.1, "top5": 0.3, "frequent_top1": 0.2, "frequent_tokens": 5,
                     "medium_top1": None, "medium_tokens": 0, "rare_top1": 0.0, "rare_tokens": 2}]}
     assert len(figs.eval_figure(evals).data) == 3
