@@ -64,7 +64,13 @@ def make_chunks(tokenizer, texts: Sequence[str], seq_len: int, overlap: int = 16
     of seq_len - 2 tokens, each starting `seq_len - 2 - overlap` tokens after the last, the final
     window aligned to the text's end.
 
-    >>> # make_chunks(tok, ["a b c"] * 100, seq_len=16).input_ids.shape  ->  (N, 16)
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> tok = load_default_tokenizer()
+    >>> chunks = make_chunks(tok, ["the cat sat on the mat."] * 10, seq_len=16, overlap=4)
+    >>> tuple(chunks.input_ids.shape)  # 7 tokens a sentence, two sentences to a 14-token room
+    (5, 16)
+    >>> " ".join(tok.convert_ids_to_tokens(chunks.input_ids[0].tolist()))
+    '[CLS] the cat sat on the mat . the cat sat on the mat . [SEP]'
     """
     texts = [t for t in (str(x).strip() for x in texts) if t]
     if not texts:
