@@ -80,8 +80,11 @@ def grad_norm_figure(steps: Mapping[str, Rows], *, clip: Mapping[str, float | No
             thresholds.setdefault(float(threshold), []).append(i)
     for threshold, owners in thresholds.items():  # one line per threshold, however many variants share it
         color = _color(owners[0]) if len(owners) == 1 else "#868e96"
-        fig.add_hline(y=threshold, line=dict(color=color, dash="dash", width=1),
-                      annotation_text=f"clip at {threshold:g}", annotation_position="bottom right")
+        fig.add_hline(y=threshold, line=dict(color=color, dash="dash", width=1))
+        # On a log axis an annotation's y is log10 of the value (a shape's is the value itself): add_hline's
+        # own annotation_text put "clip at 25" at 10^25 and stretched the axis up to it.
+        fig.add_annotation(x=1, xref="paper", y=math.log10(threshold), yref="y", text=f"clip at {threshold:g}",
+                           showarrow=False, xanchor="right", yanchor="top", font=dict(color=color))
     fig.update_layout(title="Gradient norm before clipping (dashed: the clipping threshold)", height=height,
                       xaxis=dict(title="step", rangemode="tozero"), yaxis=dict(title="‖g‖", type="log"),
                       legend=dict(orientation="h", y=-0.25), margin=dict(t=60, b=40))
