@@ -123,6 +123,16 @@ def test_inside_charts_are_room_sized_in_presenter_view(apptest):
     assert not any("green: the true token" in t for t in subtitles)  # every cell is green: the ✓ marks it
 
 
+def test_loss_charts_are_room_sized_in_presenter_view(apptest, monkeypatch):
+    """The Loss page's charts stayed 320-380 px tall in presenter view (the guide says at least 600)."""
+    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
+    at = _presenter(apptest("pages/losses.py", timeout=240))
+    at.run()
+    assert not at.exception
+    heights = [spec["layout"]["height"] for spec in _specs(at)]
+    assert heights and min(heights) >= ui.PRESENTER_CHART_HEIGHT, heights
+
+
 def test_museum_chart_is_room_sized_in_presenter_view(apptest, monkeypatch):
     monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
     at = _presenter(apptest("pages/bug_museum.py", timeout=240))
