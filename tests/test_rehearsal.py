@@ -133,6 +133,17 @@ def test_loss_charts_are_room_sized_in_presenter_view(apptest, monkeypatch):
     assert heights and min(heights) >= ui.PRESENTER_CHART_HEIGHT, heights
 
 
+def test_efficiency_chart_is_room_sized_in_presenter_view(apptest, monkeypatch):
+    """The Efficiency page's charts skipped ui.room_figure: 11 px ticks on the projector."""
+    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
+    at = _presenter(apptest("pages/efficiency.py"))
+    at.run()
+    assert not at.exception
+    layout = _specs(at)[0]["layout"]
+    assert layout["height"] >= ui.PRESENTER_CHART_HEIGHT
+    assert layout["yaxis"]["tickfont"]["size"] == ui.PRESENTER_CHART_FONT_PX
+
+
 def test_museum_chart_is_room_sized_in_presenter_view(apptest, monkeypatch):
     monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
     at = _presenter(apptest("pages/bug_museum.py", timeout=240))
