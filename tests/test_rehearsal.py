@@ -235,3 +235,21 @@ def test_the_guides_z_scores(tokenizer):
     z = {seed: masking_statistics(tokenizer, workshop_sentences(), MaskingConfig(), target_tokens=10_000,
                                   seed=seed).selection.z for seed in (144, 3)}
     assert f"{z[144]:+.2f}" == "-0.00" and f"{z[3]:+.2f}" == "+3.24"
+
+
+def test_home_lists_every_lesson_page_in_the_sidebars_order(apptest):
+    """Home's "walk the pages in order" list left out Inside the model."""
+    import ast
+    from pathlib import Path
+
+    app = ast.parse((Path(__file__).resolve().parent.parent / "app.py").read_text())
+    pages = next(ast.literal_eval(node.value) for node in app.body
+                 if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "PAGES")
+    titles = [title for _, title, _ in pages if title != "Home"]
+    at = apptest("pages/home.py")
+    at.run()
+    assert not at.exception
+    listing = next(m.value for m in at.markdown if "Walk the pages in order" in m.value)
+    found = [t for t in titles if f"**{t}**" in listing]
+    assert found == titles, found
+    assert sorted(titles, key=lambda t: listing.index(f"**{t}**")) == titles
