@@ -502,6 +502,8 @@ def test_figures_draw_gaps_not_nans():
     clipped = figs.grad_norm_figure({"a": [{"step": 1, "grad_norm": 3.0}]}, clip={"a": 25.0})
     assert [(a.text, a.y) for a in clipped.layout.annotations] == [("clip at 25", math.log10(25.0))]
     assert clipped.layout.shapes[0].y0 == 25.0  # a shape's y is the value itself
+    # the chart sits in two thirds of the page: at presenter size a 62-character title ran off its edge
+    assert len(clipped.layout.title.text) <= 40
     evals = {"a": [{"step": 0, "loss": 3.0, "top1": 0.1, "top5": 0.3, "frequent_top1": 0.2, "frequent_tokens": 5,
                     "medium_top1": None, "medium_tokens": 0, "rare_top1": 0.0, "rare_tokens": 2}]}
     assert len(figs.eval_figure(evals).data) == 3

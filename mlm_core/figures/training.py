@@ -85,7 +85,7 @@ def grad_norm_figure(steps: Mapping[str, Rows], *, clip: Mapping[str, float | No
         # own annotation_text put "clip at 25" at 10^25 and stretched the axis up to it.
         fig.add_annotation(x=1, xref="paper", y=math.log10(threshold), yref="y", text=f"clip at {threshold:g}",
                            showarrow=False, xanchor="right", yanchor="top", font=dict(color=color))
-    fig.update_layout(title="Gradient norm before clipping (dashed: the clipping threshold)", height=height,
+    fig.update_layout(title="Gradient norm ‖g‖ before clipping", height=height,  # the dashed line is labelled
                       xaxis=dict(title="step", rangemode="tozero"), yaxis=dict(title="‖g‖", type="log"),
                       legend=dict(orientation="h", y=-0.25), margin=dict(t=60, b=40))
     return fig
