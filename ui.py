@@ -359,7 +359,7 @@ def batch_sentences_controls(prefix: str, seed: int, *, n: int = 8, max_chars: i
     """The batch a lesson page computes on: n workshop sentences chosen by the seed, or the learner's own."""
     from mlm_core.bundled import workshop_sentences
     from mlm_core.data import clip_text, split_sentences
-    from mlm_core.losses import pick_sentences
+    from mlm_core.lessons.loss_lab import pick_sentences
 
     source = st.radio("Batch", BATCH_SOURCES, horizontal=True, key=f"{prefix}_source",
                       help=f"The workshop batch is {n} consecutive corpus sentences, chosen by the seed.")
@@ -799,7 +799,7 @@ def readable_frame(data, percent: tuple[str, ...] = ()) -> pd.DataFrame:
     >>> readable_frame([{"loss": 3.3185198307037354, "top-1": 0.4512, "n": 30522}], percent=("top-1",)).iloc[0].tolist()
     ['3.319', '45.1%', '30,522']
     """
-    from mlm_core.losses import readable
+    from mlm_core.formatting import readable
 
     frame = pd.DataFrame(data).reset_index(drop=True)
     for column in frame.columns:

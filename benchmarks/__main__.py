@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import subprocess
 import sys
 import time
@@ -152,6 +153,19 @@ def _other_runs() -> dict[str, Result]:
     return out
 
 
+def _p7_picture() -> list[str]:
+    """The Training page at the end of the default run (`python -m benchmarks.p7_screenshot`), if taken."""
+    record = RESULTS_MD.parent / "results" / "p7_training_page.json"
+    if not record.exists():
+        return []
+    shot = json.loads(record.read_text(encoding="utf-8"))
+    return [f"- The page at the end of the default run, in Chromium ({shot['taken']}, load average "
+            f"{tuple(shot['load_average'])}): \"{shot['status']}\" {shot['seconds_click_to_done']} s after the click "
+            "on Start (the page draws its live charts in the same process as the run, so on a busy 2-core "
+            "machine this is longer than the run alone above). `python -m benchmarks.p7_screenshot` retakes it.",
+            "", "![Training page at the end of the default run](results/p7_training_page.png)", ""]
+
+
 def write_results(results: dict[str, Result | None], errors: dict[str, str], p6: str, quick: bool,
                   started: str, load_before, load_after, seconds: float) -> None:
     others = _other_runs()
@@ -204,6 +218,8 @@ def write_results(results: dict[str, Result | None], errors: dict[str, str], p6:
                   f"Finished {result.finished}" + (f", load average {tuple(load)}" if load else "") + ". Settings: " + ", ".join(f"{k} = {v}" for k, v in result.config.items()) + ".", "",
                   table(result.rows, result.columns, markdown=True), ""]
         lines += [f"- {note}" for note in result.notes]
+        if key == "p7":
+            lines += _p7_picture()
         lines += [f"- {target_line(t)}" for t in result.targets]
         lines += [f"- {result.seconds:.0f} s; JSON: `benchmarks/results/{result.name}.json`", ""]
     lines += ["## P6 — GPU (optional, reported separately)", "", p6, ""]

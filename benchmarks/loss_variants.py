@@ -20,13 +20,12 @@ import time
 import torch
 
 from mlm_core.bundled import workshop_sentences
+from mlm_core.lessons.loss_lab import loss_batch, pick_sentences
 from mlm_core.losses import (
     CORRECTIONS,
     SampledSoftmaxConfig,
     full_cross_entropy,
     loop_cross_entropy,
-    loss_batch,
-    pick_sentences,
     sampled_softmax_loss,
     sampled_softmax_sweep,
     token_counts,

@@ -4,7 +4,7 @@
 model, a batch of 32 corpus sentences (one per row, ≤ 128 tokens), masked with BERT's rule,
 K = 256, counts for the unigram proposal from the corpus being trained on, mean over 5 draws:
 the sampled loss within 10% of the full loss and the gradient cosine (with respect to the hidden
-states) ≥ 0.9. ``losses.sampled_softmax_check`` measures it, on every bundled training corpus;
+states) ≥ 0.9. ``loss_lab.sampled_softmax_check`` measures it, on every bundled training corpus;
 the same check with TensorFlow's defaults (log-uniform ids, 256 draws with replacement, log Q on
 every logit: the Training page's configuration before) is printed beside it.
 
@@ -63,10 +63,10 @@ def _grads(loss_fn, hidden, weight, bias):
 
 
 def run(quick: bool = False, repeats: int = 3, batch_size: int = 32, seq_len: int = 128, draws: int = 5) -> Result:
+    from mlm_core.lessons.loss_lab import sampled_softmax_check
     from mlm_core.losses import (
         SAMPLED_SOFTMAX,
         full_cross_entropy,
-        sampled_softmax_check,
         sampled_softmax_loss,
         token_counts,
     )
@@ -157,7 +157,7 @@ def run(quick: bool = False, repeats: int = 3, batch_size: int = 32, seq_len: in
         columns=["part", "config", "K", "M", "full_loss", "sampled_loss", "full_ms", "sampled_ms", "speedup_x",
                  "rel_loss_err", "cos_grad_hidden", "cos_grad_weight"],
         targets=targets_,
-        notes=["target rows: losses.sampled_softmax_check (counts from the whole corpus, mean over draws); "
+        notes=["target rows: loss_lab.sampled_softmax_check (counts from the whole corpus, mean over draws); "
                "'before' is TensorFlow's defaults (log-uniform ids, with replacement, log Q on every logit)",
                "speed rows: forward + backward to hidden, weight and bias; speedup_x = median over rounds of "
                "full/sampled; the bert-base-sized head has random weights, so only its timing means anything"],

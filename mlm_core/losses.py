@@ -8,8 +8,8 @@ Shapes: M = selected (masked) positions, V = vocabulary, H = hidden size, K = sa
 with ``logits == hidden @ weight.T + bias``.
 
 Sampled softmax's defaults live in ``SAMPLED_SOFTMAX`` (``SampledSoftmaxConfig``): the Loss page,
-the Bug museum and ``training.TrainConfig`` all read them there. ``LossBatch`` is the one batch
-type of the Loss page and the Bug museum, and ``batch_losses`` the numbers both show.
+the Bug museum and ``training.TrainConfig`` all read them there. The math only: the Loss page's
+batch, tables and sentences are ``lessons.loss_lab``'s.
 
 A batch in which nothing was selected (M = 0) gives a loss of exactly 0 (still connected to the
 graph, so ``backward()`` works) and ``diagnostics["empty"] = True``: ``F.cross_entropy`` would give
@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from mlm_core.data import Encoded, encode, mask_batch, run_tokenizer
-from mlm_core.errors import InputError
-from mlm_core.head import masked_lm_hidden, masked_lm_logits
-from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, MaskingResult
+from mlm_core.data import run_tokenizer, special_ids
 
 SCHEMES = ("inverse", "inverse_sqrt", "log", "none")
 SAMPLERS = ("uniform", "unigram", "log_uniform", "softmax")
@@ -215,13 +212,6 @@ def weighted_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, class_we
 # --------------------------------------------------------------------------------------------
 # Sampled softmax
 # --------------------------------------------------------------------------------------------
-
-
-
-
-# --------------------------------------------------------------------------------------------
-# Sampled softmax
-# --------------------------------------------------------------------------------------------
 #
 # Row i with target y has the full loss log Z - s_y, Z = sum_v exp(s_v) over all V classes.
 # Sampled softmax computes the logits of y and of K sampled classes only, and uses them in one of
@@ -250,8 +240,6 @@ CORRECTION_LABELS = {
     "tensorflow": "TensorFlow (log Q on every logit)",
     "none": "no correction",
 }
-CORRECTION_SHORT = {"importance": "importance sampling", "tensorflow": "TensorFlow (log Q on every logit)",
-                    "none": "no correction"}  # for narrow widgets
 
 
 def correction_name(logq_correction: bool, logq_on_true: bool) -> str:
@@ -568,8 +556,6 @@ def proposal_mass_report(q: torch.Tensor, tokenizer, counts: torch.Tensor | None
     >>> r["unused"] > 0.5
     True
     """
-    from mlm_core.data import special_ids
-
     V = q.shape[0]
     names = tokenizer.convert_ids_to_tokens(list(range(min(V, len(tokenizer)))))
     unused = torch.tensor([n.startswith("[unused") for n in names] + [False] * (V - len(names)))
@@ -637,17 +623,19 @@ def logit_gradients(
 
 
 def _loss_and_grad(fn, hidden, weight, bias):
-    """One forward + backward (to hidden, weight and bias): (loss, d loss / d hidden (flat), seconds)."""
+    """One forward + backward (to hidden, weight and bias) of ``fn(hidden, weight, bias)``, a ``LossOutput``
+    or a scalar tensor: (loss, d loss / d hidden (flat), seconds)."""
     h = hidden.detach().requires_grad_(True)
     w = weight.detach().requires_grad_(True)
     b = None if bias is None else bias.detach().requires_grad_(True)
     start = time.perf_counter()
     out = fn(h, w, b)
+    loss = out.loss if isinstance(out, LossOutput) else out
     params = [h, w] + ([] if b is None else [b])
-    grads = torch.autograd.grad(out.loss, params, allow_unused=True)
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
     seconds = time.perf_counter() - start
     grad_h = grads[0] if grads[0] is not None else torch.zeros_like(h)
-    return float(out.loss.detach()), grad_h.flatten(), seconds
+    return float(loss.detach()), grad_h.flatten(), seconds
 
 
 def _full_fn(targets):
@@ -659,6 +647,24 @@ def _full_fn(targets):
 
 def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(F.cosine_similarity(a.double(), b.double(), dim=0))
+
+
+def hidden_gradient_cosine(loss_fn, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                           targets: torch.Tensor) -> float:
+    """Cosine between the gradient of ``loss_fn(hidden, weight, bias)`` (a ``LossOutput`` or a scalar
+    tensor) with respect to ``hidden`` (M, H) and the full loss's: does a cheaper (or buggy) loss push
+    the encoder the same way? NaN when M = 0.
+
+    >>> h, w = torch.randn(3, 4, generator=torch.Generator().manual_seed(0)), torch.eye(4)
+    >>> full = lambda h, w, b: full_cross_entropy(h @ w.T, torch.tensor([0, 1, 2]))
+    >>> round(hidden_gradient_cosine(full, h, w, None, torch.tensor([0, 1, 2])), 6)
+    1.0
+    """
+    if len(targets) == 0:
+        return float("nan")
+    _, full_grad, _ = _loss_and_grad(_full_fn(targets), hidden, weight, bias)
+    _, grad, _ = _loss_and_grad(loss_fn, hidden, weight, bias)
+    return _cosine(grad, full_grad)
 
 
 def sweep_ks(vocab_size: int, ks: Sequence[int] = (16, 64, 256, 1024, 4096)) -> list[int]:
@@ -712,12 +718,10 @@ def sampled_softmax_sweep(
             negatives = draw_negatives(q, k, config.replacement, generator)
             draw_seconds = proposal_seconds + time.perf_counter() - start
             for correction in corrections:
-                logq, on_true = CORRECTIONS[correction]
+                kwargs = replace(config, correction=correction).loss_kwargs()  # drawing settings unused: negatives given
 
-                def fn(h, w, b, logq=logq, on_true=on_true):
-                    return sampled_softmax_loss(h, w, b, targets, sampler=config.sampler, negatives=negatives,
-                                                remove_accidental_hits=config.remove_accidental_hits,
-                                                logq_correction=logq, logq_on_true=on_true)
+                def fn(h, w, b, kwargs=kwargs):
+                    return sampled_softmax_loss(h, w, b, targets, negatives=negatives, **kwargs)
                 loss, grad, seconds = _loss_and_grad(fn, hidden, weight, bias)
                 losses_, cosines, times = measured[correction]
                 losses_.append(loss)
@@ -741,427 +745,3 @@ def sampled_softmax_sweep(
                 "time_ratio": time_ms / full_ms if full_ms > 0 else float("nan"),
             })
     return rows
-
-
-def sweep_table(rows: Sequence[dict]) -> list[dict]:
-    """The sweep as a table for people: one row per (K, correction), 4 significant digits."""
-    return [{"K": r["K"], "correction": CORRECTION_SHORT[r["correction"]], "loss": significant(r["loss"]),
-             "± std": significant(r["loss_std"], 3), "full": significant(r["full_loss"]),
-             "bias %": significant(100 * r["rel_bias"], 3), "grad cosine": significant(r["grad_cosine"]),
-             "ms": significant(r["time_ms"], 3), "× full time": significant(r["time_ratio"], 3)} for r in rows]
-
-
-def reaches_full_loss(row: dict, tolerance: float = 1e-4) -> bool:
-    """True when a sweep row equals the full loss (every draw within ``tolerance`` relative, cosine 1)."""
-    scale = max(1.0, abs(row["full_loss"]))
-    return row["abs_bias"] <= tolerance * scale and row["grad_cosine"] >= 1 - tolerance
-
-
-def sweep_summary(rows: Sequence[dict], vocab_size: int | None = None) -> list[str]:
-    """One sentence per correction saying what the sweep measured at its largest K (markdown).
-
-    Whether a correction "reaches the full loss" is read from the numbers (``reaches_full_loss``),
-    never assumed: with replacement none of them is exact at K = V.
-    """
-    sentences = []
-    for correction in dict.fromkeys(r["correction"] for r in rows):
-        mine = sorted((r for r in rows if r["correction"] == correction), key=lambda r: r["K"])
-        first, last = mine[0], mine[-1]
-        at = "K = V" if vocab_size is not None and last["K"] == vocab_size else f"K = {last['K']:,}"
-        how = "with" if last["replacement"] else "without"
-        text = (f"**{CORRECTION_LABELS[correction]}**: at K = {first['K']:,}, {readable(first['loss'])} against the "
-                f"full {readable(first['full_loss'])} (bias {signed(first['rel_bias'], '.1%')}, gradient cosine "
-                f"{readable(first['grad_cosine'], 3)}); at {at} ({last['K']:,} draws {how} replacement), ")
-        if reaches_full_loss(last):
-            text += "exactly the full loss: every class is a candidate, each expected once (π = 1)."
-        elif abs(last["rel_bias"]) < 0.01 and last["grad_cosine"] > 0.99:
-            text += (f"{readable(last['loss'])} (bias {signed(last['rel_bias'], '.1%')}, gradient cosine "
-                     f"{readable(last['grad_cosine'], 3)}): close to the full loss, not equal to it.")
-        else:
-            text += (f"{readable(last['loss'])} (bias {signed(last['rel_bias'], '.1%')}, gradient cosine "
-                     f"{readable(last['grad_cosine'], 3)}): not the full loss.")
-        sentences.append(text)
-    return sentences
-
-
-# --------------------------------------------------------------------------------------------
-# Rows for the Loss page's tables and figures
-# --------------------------------------------------------------------------------------------
-
-
-def per_token_rows(outputs: dict[str, LossOutput], tokens: Sequence[str]) -> list[dict]:
-    """One dict per (position, variant): ``position``, ``token``, ``variant``, ``loss``."""
-    rows = []
-    for variant, out in outputs.items():
-        for i, value in enumerate(out.per_token.detach().tolist()):
-            rows.append({"position": i, "token": tokens[i] if i < len(tokens) else str(i),
-                         "variant": variant, "loss": value})
-    return rows
-
-
-def gradient_rows(
-    grads: dict[str, torch.Tensor], target: int | torch.Tensor, *, top: int = 12, tokenizer=None
-) -> list[dict]:
-    """The classes with the largest gradients (the target always included), one dict per (class, variant)."""
-    target = int(target)
-    stacked = torch.stack([g.abs() for g in grads.values()]).amax(0)  # (V,)
-    stacked[target] = float("inf")
-    ids = stacked.topk(min(top, stacked.numel())).indices.tolist()
-    names = tokenizer.convert_ids_to_tokens(ids) if tokenizer is not None else [str(i) for i in ids]
-    return [{"token_id": i, "token": name, "variant": variant, "gradient": float(g[i]), "is_target": i == target}
-            for variant, g in grads.items() for i, name in zip(ids, names)]
-
-
-def weight_curve_rows(
-    counts: torch.Tensor, schemes: Sequence[str] = ("inverse", "inverse_sqrt", "log"), smoothing: float = 1.0
-) -> list[dict]:
-    """Weight against corpus count, one dict per (scheme, distinct count): ``scheme``, ``count``,
-    ``smoothed_count`` (what the log axis shows), ``weight`` and ``n_tokens`` (ids with that count)."""
-    counts = torch.as_tensor(counts).long()
-    values, n_ids = torch.unique(counts, return_counts=True)
-    rows = []
-    for scheme in schemes:
-        w = token_frequency_weights(counts, scheme=scheme, smoothing=smoothing)
-        first = {}
-        for i, c in enumerate(counts.tolist()):
-            first.setdefault(c, i)
-            if len(first) == len(values):
-                break
-        for value, n in zip(values.tolist(), n_ids.tolist()):
-            rows.append({"scheme": scheme, "count": value, "smoothed_count": value + smoothing,
-                         "weight": float(w[first[value]]), "n_tokens": n})
-    return rows
-
-
-
-# --------------------------------------------------------------------------------------------
-# One batch for the Loss page and the Bug museum, and everything they show about it
-# --------------------------------------------------------------------------------------------
-
-NEGATIVES_PURPOSE = 3  # LossBatch.generator(...) for the sampled negatives: one draw for both pages
-SWEEP_PURPOSE = 4  # ... for the K sweep and the sampled-softmax check
-
-
-@dataclass
-class LossBatch:
-    """One masked batch through a model: what the Loss page and the Bug museum both compute on.
-
-    One vocabulary on both pages and in the batch audit (Hugging Face's names): ``original_ids``
-    (B, T) the tokens before masking, ``input_ids`` (B, T) what the model sees, ``labels`` (B, T)
-    the original id where a token was selected and -100 elsewhere. ``logits (M, V)``,
-    ``targets (M,)``, ``hidden (M, H)``, ``weight (V, H)`` and ``bias (V,)`` are the model's head on
-    the M selected rows (row-major), detached, with ``logits == hidden @ weight.T + bias``; all None
-    without a model. ``counts`` (V,) are the corpus' token counts (class weights, unigram proposal).
-    ``tokens`` names each selected row ("2:5 cat"), ``decisions`` gives its decision.
-    """
-
-    tokenizer: Any
-    texts: list[str]
-    config: MaskingConfig
-    seed: int
-    encoded: Encoded
-    result: MaskingResult
-    counts: torch.Tensor
-    model: Any = None
-    logits: torch.Tensor | None = None
-    targets: torch.Tensor | None = None
-    hidden: torch.Tensor | None = None
-    weight: torch.Tensor | None = None
-    bias: torch.Tensor | None = None
-    tokens: list[str] = field(default_factory=list)
-    decisions: list[str] = field(default_factory=list)
-
-    @property
-    def original_ids(self) -> torch.Tensor:
-        return self.encoded.input_ids
-
-    @property
-    def input_ids(self) -> torch.Tensor:
-        return self.result.input_ids
-
-    @property
-    def labels(self) -> torch.Tensor:
-        return self.result.labels
-
-    @property
-    def attention_mask(self) -> torch.Tensor:
-        return self.encoded.attention_mask
-
-    @property
-    def mask_id(self) -> int:
-        return int(self.tokenizer.mask_token_id)
-
-    @property
-    def vocab_size(self) -> int:
-        """The tokenizer's size: where random replacements come from."""
-        return len(self.tokenizer)
-
-    def generator(self, purpose: int) -> torch.Generator:
-        """A generator for one use of this batch (the negatives, an exhibit's draws): the seed, offset by ``purpose``."""
-        return torch.Generator().manual_seed(int(self.seed) * 1_000 + int(purpose))
-
-    def logits_for(self, labels: torch.Tensor, input_ids: torch.Tensor | None = None):
-        """``(logits (M', V), targets (M',))`` of the model where ``labels`` are set, on ``input_ids``
-        (default: what the model sees). For the museum's other label sets."""
-        if self.model is None:
-            raise InputError("This exhibit needs a model's logits; load a model first.")
-        ids = self.input_ids if input_ids is None else input_ids
-        with torch.no_grad():
-            logits, targets = masked_lm_logits(self.model, ids, self.attention_mask, labels)
-        return logits.float().cpu(), targets.cpu()
-
-
-def loss_batch(model, tokenizer, texts: Sequence[str], config: MaskingConfig | None = None, *, seed: int,
-               max_length: int = 64, counts: torch.Tensor | None = None) -> LossBatch:
-    """Encode ``texts``, mask them with the rule ``config`` and ``seed`` (the Masking page's generator),
-    and run ``model``'s encoder once and its head on the selected rows only (no model: masks only).
-
-    ``counts`` default to the token counts of ``texts``; pages pass the corpus' counts.
-    """
-    config = config or MaskingConfig()
-    texts = [t for t in texts if t and t.strip()]
-    encoded = encode(tokenizer, texts, max_length=max_length)
-    result = mask_batch(tokenizer, encoded, config, torch.Generator().manual_seed(int(seed)))
-    selected = result.labels != IGNORE_INDEX  # (B, T)
-    where = selected.nonzero().tolist()  # row-major, as masked_lm_hidden orders its rows
-    decisions = [Decision(int(result.decisions[r, p])).name for r, p in where]
-    names = tokenizer.convert_ids_to_tokens(result.labels[selected].tolist())
-    tokens = [f"{r}:{p} {name}" for (r, p), name in zip(where, names)]
-    if model is None:
-        V = len(tokenizer)
-        counts = token_counts(tokenizer, texts, V) if counts is None else counts
-        return LossBatch(tokenizer, texts, config, int(seed), encoded, result, counts, tokens=tokens,
-                         decisions=decisions)
-    with torch.no_grad():
-        hidden, weight, bias, targets = masked_lm_hidden(model, result.input_ids, encoded.attention_mask, result.labels)
-        hidden, weight, bias = hidden.float().cpu(), weight.detach().float().cpu(), bias.detach().float().cpu()
-        logits = hidden @ weight.T + bias  # (M, V): the head's output on the selected rows
-    counts = token_counts(tokenizer, texts, weight.shape[0]) if counts is None else counts
-    return LossBatch(tokenizer, texts, config, int(seed), encoded, result, counts, model, logits, targets.cpu(),
-                     hidden, weight, bias, tokens, decisions)
-
-
-@dataclass(frozen=True)
-class LossSettings:
-    """The Loss page's settings; the Bug museum computes its "correct" values with the defaults."""
-
-    scheme: str = "inverse"  # weighted loss: 1 / count, so each token type counts equally in expectation
-    smoothing: float = 1.0  # weighted loss: added to every count, so unseen tokens get a finite weight
-    sampled: SampledSoftmaxConfig = SAMPLED_SOFTMAX
-
-
-LOSS_SETTINGS = LossSettings()
-
-
-def batch_losses(batch: LossBatch, settings: LossSettings = LOSS_SETTINGS) -> dict[str, LossOutput]:
-    """Full, weighted and sampled losses on the batch's selected rows: the numbers both pages show.
-
-    The sampled negatives come from ``batch.generator(NEGATIVES_PURPOSE)``, so the same batch and
-    settings give the same draw on every page. The sampled output's diagnostics add
-    ``grad_cosine``: the cosine between its gradient with respect to the hidden states and the
-    full loss's, on this draw.
-    """
-    if batch.logits is None:
-        raise InputError("The losses need a model; load a model first.")
-    weights = token_frequency_weights(batch.counts, scheme=settings.scheme, smoothing=settings.smoothing)
-    cfg = settings.sampled
-    V = batch.weight.shape[0]
-    q = proposal_distribution(cfg.sampler, V, counts=batch.counts, power=cfg.power, smoothing=cfg.smoothing,
-                              hidden=batch.hidden, weight=batch.weight, bias=batch.bias)
-    negatives = draw_negatives(q, cfg.num_sampled, cfg.replacement, batch.generator(NEGATIVES_PURPOSE))
-
-    def sampled_fn(h, w, b):
-        return sampled_softmax_loss(h, w, b, batch.targets, sampler=cfg.sampler, negatives=negatives,
-                                    remove_accidental_hits=cfg.remove_accidental_hits,
-                                    logq_correction=cfg.logq_correction, logq_on_true=cfg.logq_on_true)
-
-    with torch.no_grad():
-        outputs = {
-            "full": full_cross_entropy(batch.logits, batch.targets),
-            "weighted": weighted_cross_entropy(batch.logits, batch.targets, weights),
-            "sampled": sampled_fn(batch.hidden, batch.weight, batch.bias),
-        }
-    cosine = float("nan")
-    if len(batch.targets):
-        _, full_grad, _ = _loss_and_grad(_full_fn(batch.targets), batch.hidden, batch.weight, batch.bias)
-        _, sampled_grad, _ = _loss_and_grad(sampled_fn, batch.hidden, batch.weight, batch.bias)
-        cosine = _cosine(sampled_grad, full_grad)
-    s = outputs["sampled"]
-    outputs["sampled"] = LossOutput(s.loss, s.per_token, {**s.diagnostics, "grad_cosine": cosine})
-    return outputs
-
-
-SAMPLER_WORDS = {
-    "uniform": "every id equally likely",
-    "unigram": "the corpus' token frequencies",
-    "log_uniform": "Zipf's law by token id (TensorFlow's default)",
-    "softmax": "the model's own predictions",
-}
-
-
-def loss_sentences(outputs: dict[str, LossOutput], settings: LossSettings = LOSS_SETTINGS) -> dict[str, str]:
-    """One sentence per variant, at its number: what the value estimates, with this batch's numbers."""
-    full = float(outputs["full"].loss)
-    M = outputs["full"].diagnostics.get("M", 0)
-    sentences = {"full": f"**Full softmax {readable(full)}**: the MLM loss itself, the mean over the {M} selected "
-                         "tokens of −log p(true token), p a softmax over the whole vocabulary."}
-    if "weighted" in outputs:
-        w = outputs["weighted"]
-        d = w.diagnostics
-        mean_w = float(d["target_weights"].mean()) if "target_weights" in d else float("nan")
-        sentences["weighted"] = (
-            f"**Weighted {readable(float(w.loss))}**: the same cross-entropies averaged with weight w[y] "
-            f"({settings.scheme} of the corpus count: rare tokens count more), Σ w·CE / Σ w as "
-            f"`F.cross_entropy(weight=w)`. The other convention, (w·CE).mean(), gives "
-            f"{readable(d.get('mean_of_weighted', float('nan')))}: with weights that average 1 over the corpus "
-            f"both estimate the weighted risk E[w·CE], and they differ by this batch's mean weight, "
-            f"{readable(mean_w)}.")
-    if "sampled" in outputs:
-        s = outputs["sampled"]
-        d = s.diagnostics
-        value, cos = float(s.loss), d.get("grad_cosine", float("nan"))
-        how = (f"K = {d['K']:,} classes drawn {'with' if d['replacement'] else 'without'} replacement from "
-               f"{SAMPLER_WORDS.get(d['sampler'], d['sampler'])}")
-        off = f"{signed((value - full) / full, '.1%')} against the full loss" if full else ""
-        if d["correction"] == "importance":
-            sentences["sampled"] = (
-                f"**Sampled {readable(value)}**: an estimate of the full loss from the true token and {how}, "
-                f"each weighted by 1 / its expected count (importance sampling): {off} on this draw, and its "
-                f"gradient points along the full one with cosine {readable(cos, 3)}.")
-        elif d["correction"] == "tensorflow":
-            sentences["sampled"] = (
-                f"**Sampled {readable(value)}** (TensorFlow's correction): not an estimate of the full loss but "
-                f"the loss of picking the true token out of its 1 + K candidates, with the true token and {how}; "
-                f"{off}, gradient cosine {readable(cos, 3)} with the full loss's.")
-        else:
-            sentences["sampled"] = (
-                f"**Sampled {readable(value)}** (no correction): the loss of picking the true token among "
-                f"the true token and {how}, counting each drawn class as often as it was drawn; {off}, "
-                f"gradient cosine {readable(cos, 3)} with the full loss's.")
-    return sentences
-
-
-def sampled_softmax_check(model, tokenizer, sentences: Sequence[str], *, num_sentences: int = 32,
-                          max_length: int = 128, draws: int = 5, seed: int = 0,
-                          config: SampledSoftmaxConfig = SAMPLED_SOFTMAX, masking: MaskingConfig | None = None,
-                          max_rel_error: float = 0.10, min_cosine: float = 0.9) -> dict:
-    """The sampled-softmax target on one corpus: is the default within 10% of the full loss, cosine ≥ 0.9?
-
-    ``num_sentences`` sentences of ``sentences`` (chosen by ``seed``; at most ``max_length`` tokens
-    each), masked with ``masking`` (BERT's rule) and ``seed``; counts for the proposal from all of
-    ``sentences`` (the corpus being trained on); ``draws`` draws of K negatives. Returns ``M``,
-    ``K``, ``draws``, ``full_loss``, ``loss`` (mean over draws), ``rel_error`` ((loss − full) / full),
-    ``grad_cosine`` (mean, with respect to the hidden states) and ``meets_target``.
-    """
-    texts = pick_sentences(sentences, num_sentences, seed)
-    V = model.get_output_embeddings().weight.shape[0]
-    counts = token_counts(tokenizer, sentences, V)
-    batch = loss_batch(model, tokenizer, texts, masking, seed=seed, max_length=max_length, counts=counts)
-    rows = sampled_softmax_sweep(batch.hidden, batch.weight, batch.bias, batch.targets, ks=[config.num_sampled],
-                                 config=config, counts=counts, corrections=[config.correction], repeats=draws,
-                                 generator=batch.generator(SWEEP_PURPOSE))
-    if not rows:
-        raise InputError("Nothing was selected in this batch: use more sentences or another seed.")
-    row = rows[0]
-    return {"M": int(batch.targets.numel()), "K": config.num_sampled, "draws": draws, "correction": config.correction,
-            "sampler": config.sampler, "replacement": config.replacement, "full_loss": row["full_loss"],
-            "loss": row["loss"], "rel_error": row["rel_bias"], "grad_cosine": row["grad_cosine"],
-            "meets_target": abs(row["rel_bias"]) <= max_rel_error and row["grad_cosine"] >= min_cosine}
-
-
-def significant(value: float, digits: int = 4) -> float:
-    """``value`` rounded to ``digits`` significant digits, still a number (for tables that sort).
-
-    >>> significant(3.3185198307037354), significant(0.000123456)
-    (3.319, 0.0001235)
-    """
-    x = float(value)
-    return x if not math.isfinite(x) or x == 0 else float(f"{x:.{digits}g}")
-
-
-def readable(value, digits: int = 4) -> str:
-    """A number for people: ``digits`` significant digits, thousands separators, NaN as "NaN".
-
-    >>> readable(3.3185198307037354), readable(0.076341), readable(30522), readable(123456.7), readable(float("nan"))
-    ('3.319', '0.07634', '30,522', '123,457', 'NaN')
-    """
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    x = float(value)
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "∞" if x > 0 else "−∞"
-    if abs(x) >= 10 ** digits:
-        return f"{x:,.0f}"
-    return f"{x:.{digits}g}"
-
-
-def uniform_guess(vocab_size: int) -> float:
-    """ln V: the cross-entropy of a guess spread evenly over the V tokens (where an untrained model starts).
-
-    >>> round(uniform_guess(30522), 3)
-    10.326
-    """
-    return math.log(int(vocab_size))
-
-
-def uniform_guess_label(vocab_size: int) -> str:
-    """The uniform-guess baseline as a learner reads it, with the number and what it is.
-
-    >>> uniform_guess_label(30522)
-    'ln V = 10.33 (uniform guess over V = 30,522 tokens)'
-    """
-    return f"ln V = {uniform_guess(vocab_size):.2f} (uniform guess over V = {int(vocab_size):,} tokens)"
-
-
-def signed(value: float, spec: str = ".2f") -> str:
-    """A signed number for people: "+1.24" or "−1.24" (a true minus sign); what rounds to zero reads "0.00", never "−0.00".
-
-    ``spec`` is a format spec without the sign (".2f", ".3g", ".1%").
-
-    >>> signed(1.2449), signed(-1.2449), signed(-0.004), signed(0.0), signed(-0.0004, ".1%"), signed(0.031, ".0%")
-    ('+1.24', '−1.24', '0.00', '0.00', '0.0%', '+3%')
-    """
-    x = float(value)
-    text = format(abs(x), spec)
-    if math.isnan(x):
-        return "NaN"
-    if not any(c in "123456789" for c in text.split("e")[0]) and math.isfinite(x):
-        return text  # rounds to zero: no sign
-    return ("+" if x > 0 else "−") + text
-
-
-def metric_delta(value: float, spec: str = ".2f") -> str:
-    """``signed`` for ``st.metric``'s delta: an ASCII "-", which Streamlit reads to point its arrow down.
-
-    >>> metric_delta(-0.139, ".3g"), metric_delta(-0.0001), metric_delta(0.25, ".0%")
-    ('-0.139', '0.00', '+25%')
-    """
-    return signed(value, spec).replace("−", "-")
-
-
-def pick_sentences(sentences: Sequence[str], n: int, seed: int) -> list[str]:
-    """``n`` consecutive sentences starting at a place chosen by ``seed`` (the same seed, the same batch)."""
-    sentences = [s for s in sentences if s and s.strip()]
-    if len(sentences) <= n:
-        return list(sentences)
-    start = int(torch.randint(len(sentences) - n + 1, (1,), generator=torch.Generator().manual_seed(int(seed))))
-    return list(sentences[start:start + n])
-
-
-def per_token_table(outputs: dict[str, LossOutput], tokens: Sequence[str], decisions: Sequence[str]) -> list[dict]:
-    """One dict per selected position: ``position``, ``token``, ``decision`` and one column per variant."""
-    rows = [{"position": t.split(" ", 1)[0], "token": t.split(" ", 1)[-1], "decision": d}
-            for t, d in zip(tokens, decisions)]
-    for variant, out in outputs.items():
-        for row, value in zip(rows, out.per_token.detach().tolist()):
-            row[variant] = significant(value)
-    return rows
-
-
-def target_smoothed_counts(counts: torch.Tensor, targets: torch.Tensor, smoothing: float = 1.0) -> list[float]:
-    """Corpus count + smoothing of each target (M floats): where this batch sits on the weights plot."""
-    return [float(c) + smoothing for c in torch.as_tensor(counts)[targets.cpu()].tolist()]

@@ -1,8 +1,8 @@
 """The bug museum: ten common MLM mistakes, each run for real on the current batch.
 
-Every exhibit runs the buggy code and the correct code on the same batch (``losses.LossBatch``,
+Every exhibit runs the buggy code and the correct code on the same batch (``lessons.loss_lab.LossBatch``,
 the Loss page's batch type) and returns both numbers, with one sentence on why they differ. Its
-"correct" numbers are the Loss page's: ``losses.batch_losses`` with the default ``LossSettings``.
+"correct" numbers are the Loss page's: ``loss_lab.batch_losses`` with the default ``LossSettings``.
 One vocabulary throughout, as in the batch audit: ``original_ids`` (before masking),
 ``input_ids`` (what the model sees), ``labels`` (original id where selected, -100 elsewhere).
 ``audit_batch`` checks a batch from someone's own pipeline for the same mistakes, and
@@ -23,14 +23,9 @@ import torch.nn.functional as F
 
 from mlm_core.data import parse_json, read_csv, special_ids
 from mlm_core.errors import InputError
-from mlm_core.losses import (
-    LOSS_SETTINGS,
-    LossBatch,
-    batch_losses,
-    full_cross_entropy,
-    readable,
-    token_frequency_weights,
-)
+from mlm_core.formatting import readable
+from mlm_core.lessons.loss_lab import LOSS_SETTINGS, LossBatch, batch_losses
+from mlm_core.losses import full_cross_entropy, hidden_gradient_cosine, token_frequency_weights
 from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, mask_tokens
 
 REPEATS = 200  # copies of the batch for the exhibit that needs a share, not a single draw
@@ -80,17 +75,6 @@ def _full_loss(batch: LossBatch) -> float:
     return full_cross_entropy(batch.logits, batch.targets).loss.item()
 
 
-def _hidden_cosine(batch: LossBatch, loss_fn) -> float:
-    """Cosine between d loss_fn / d hidden and d full loss / d hidden (the direction the encoder is pushed)."""
-    if len(batch.targets) == 0:
-        return float("nan")
-    h = batch.hidden.detach().requires_grad_(True)
-    (wrong,) = torch.autograd.grad(loss_fn(h), h)
-    h = batch.hidden.detach().requires_grad_(True)
-    (full,) = torch.autograd.grad(F.cross_entropy(h @ batch.weight.T + batch.bias, batch.targets), h)
-    return float(F.cosine_similarity(wrong.flatten().double(), full.flatten().double(), dim=0))
-
-
 def _sampled_comparison(batch: LossBatch, wrong_fn, outputs) -> tuple[float, float, dict]:
     """(wrong value, right value, also) for a sampled-softmax exhibit: the buggy estimate, the Loss
     page's sampled estimate (``outputs = batch_losses(batch)``: same batch, same negatives), the full
@@ -101,7 +85,8 @@ def _sampled_comparison(batch: LossBatch, wrong_fn, outputs) -> tuple[float, flo
         wrong = float(wrong_fn(batch.hidden, negatives)) if len(batch.targets) else float("nan")
     also = {
         FULL_LOSS: float(outputs["full"].loss),
-        COSINE_BUGGY: _hidden_cosine(batch, lambda h: wrong_fn(h, negatives)),
+        COSINE_BUGGY: hidden_gradient_cosine(lambda h, w, b: wrong_fn(h, negatives), batch.hidden, batch.weight,
+                                             batch.bias, batch.targets),
         COSINE_CORRECT: sampled.diagnostics["grad_cosine"],
     }
     return wrong, float(sampled.loss), also
@@ -447,7 +432,7 @@ def run_exhibits(batch: LossBatch, keys: Sequence[str] | None = None) -> list[Ex
 
 
 def exhibit_rows(exhibit: Exhibit) -> list[dict]:
-    """The exhibit's details as table rows, numbers formatted for people (``losses.readable``)."""
+    """The exhibit's details as table rows, numbers formatted for people (``formatting.readable``)."""
     return [{"what": k, "value": v if isinstance(v, str) else readable(v)} for k, v in exhibit.details.items()]
 
 

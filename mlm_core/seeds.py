@@ -4,9 +4,10 @@ numpy's ``SeedSequence`` does the mixing: the learner's seed is its entropy and 
 its spawn key, numpy's own idiom for independent child streams, so nearby seeds, purposes and
 indices give unrelated draws. A purpose is a short name ("order", "mask") or a small integer.
 
-Not every stream of the app comes from this rule yet: ``training`` and ``classroom`` keep their
-splitmix64 mixers, because switching them would change the curves and quiz sentences a seed
-already gives (``tests/test_golden.py``, docs/workshop.md). New code uses this rule.
+Not every stream of the app comes from this rule yet: ``training`` (``training.config.run_seed``)
+and ``classroom`` keep their splitmix64 mixers, because switching them would change the curves and
+quiz sentences a seed already gives (``tests/test_golden.py``, docs/workshop.md). New code uses
+this rule.
 """
 
 from __future__ import annotations

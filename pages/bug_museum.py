@@ -6,7 +6,9 @@ import streamlit as st
 import ui
 from mlm_core import MLMLabError
 from mlm_core.figures.losses import museum_figure
-from mlm_core.losses import CORRECTION_LABELS, LOSS_SETTINGS, SAMPLED_SOFTMAX, loss_batch, readable
+from mlm_core.formatting import readable
+from mlm_core.lessons.loss_lab import LOSS_SETTINGS, loss_batch
+from mlm_core.losses import CORRECTION_LABELS, SAMPLED_SOFTMAX
 from mlm_core.museum import (
     BATCH_FORMAT,
     audit_batch,

@@ -10,7 +10,7 @@ from mlm_core.errors import MLMLabError
 from mlm_core.figures.efficiency import (logits_size_figure, loop_sweep_figure, loss_paths_figure,
                                          step_breakdown_figure, step_settings_figure)
 from mlm_core.models import model_description
-from mlm_core.losses import signed
+from mlm_core.formatting import signed
 from mlm_core.precision import auto_amp
 
 VOCABS = [1_000, 8_000, 30_522, 50_265, 128_000, 250_002]  # toy, small, BERT, RoBERTa, Llama 3, XLM-R

@@ -43,7 +43,7 @@ from mlm_core.inside import (
     special_positions,
 )
 from mlm_core.head import head_parts
-from mlm_core.losses import signed
+from mlm_core.formatting import signed
 from mlm_core.predict import mask_positions
 from mlm_core.session_models import same_vocabulary
 

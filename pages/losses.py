@@ -17,38 +17,39 @@ from mlm_core.figures.losses import (
     weights_figure,
 )
 from mlm_core.figures.masking import DECISION_WORDS
-from mlm_core.losses import (
-    CORRECTION_LABELS,
+from mlm_core.formatting import metric_delta, readable
+from mlm_core.lessons.loss_lab import (
     CORRECTION_SHORT,
-    CORRECTIONS,
     LOSS_SETTINGS,
-    SAMPLED_SOFTMAX,
     SAMPLER_WORDS,
-    SAMPLERS,
-    SCHEMES,
     SWEEP_PURPOSE,
     LossSettings,
-    SampledSoftmaxConfig,
     batch_losses,
     gradient_rows,
-    logit_gradients,
-    loop_cross_entropy,
     loss_batch,
     loss_sentences,
-    metric_delta,
     per_token_rows,
     per_token_table,
-    proposal_distribution,
-    proposal_mass_report,
-    readable,
-    sampled_softmax_sweep,
-    sweep_ks,
     sweep_summary,
     sweep_table,
     target_smoothed_counts,
-    token_frequency_weights,
     uniform_guess_label,
     weight_curve_rows,
+)
+from mlm_core.losses import (
+    CORRECTION_LABELS,
+    CORRECTIONS,
+    SAMPLED_SOFTMAX,
+    SAMPLERS,
+    SCHEMES,
+    SampledSoftmaxConfig,
+    logit_gradients,
+    loop_cross_entropy,
+    proposal_distribution,
+    proposal_mass_report,
+    sampled_softmax_sweep,
+    sweep_ks,
+    token_frequency_weights,
 )
 from mlm_core.nsp import AFTER_BERT as NSP_AFTER_BERT
 from mlm_core.nsp import combined_loss_on_pairs, is_next_probabilities, train_nsp_head
@@ -171,7 +172,7 @@ st.caption(f"The per-position Python loop gives {float(loop.loss):.6f}, the vect
 
 st.subheader("Per token")
 st.plotly_chart(ui.room_figure(per_token_figure(per_token_rows(outputs, batch.tokens))), key="loss_per_token_fig")
-per_token = pd.DataFrame(per_token_table(outputs, batch.tokens, batch.decisions))
+per_token = pd.DataFrame(per_token_table(outputs, batch))
 if "decision" in per_token:
     per_token["decision"] = per_token["decision"].map(lambda d: DECISION_WORDS.get(d, d))  # the legend's words
 ui.table(per_token)
@@ -277,7 +278,7 @@ lesson = dict(
     settings=masking_settings(seed=settings.seed, model=settings.model_name, config=rule, scheme=options.scheme,
                               smoothing=options.smoothing, sampled_softmax=options.sampled),
     losses=[{"variant": name, "loss": value} for name, value in values.items()],
-    tables={"per token": per_token_table(outputs, batch.tokens, batch.decisions)},
+    tables={"per token": per_token_table(outputs, batch)},
     link=share,
 )
 st.download_button("⬇ Lesson export (zip: losses, per-token table, charts, settings)",

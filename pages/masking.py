@@ -11,7 +11,7 @@ from mlm_core.export import lesson_zip, masking_settings
 from mlm_core.figures.masking import (
     convergence_figure, decision_counts_figure, per_sentence_histogram, span_length_figure,
 )
-from mlm_core.losses import signed
+from mlm_core.formatting import signed
 from mlm_core.masking import SPAN_REPLACEMENTS
 from mlm_core.masking_stats import (
     DEFAULT_HUB_TOKENIZER, collator_snippet, masking_statistics, mlm_lab_snippet, running_counts, token_trace,

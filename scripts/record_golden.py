@@ -30,8 +30,9 @@ import torch  # noqa: E402
 from mlm_core import build_default  # noqa: E402
 from mlm_core.bundled import load_default_tokenizer, workshop_sentences  # noqa: E402
 from mlm_core.data import encode, mask_batch  # noqa: E402
+from mlm_core.lessons.loss_lab import loss_batch  # noqa: E402
 from mlm_core.losses import (  # noqa: E402
-    CORRECTIONS, SAMPLERS, SCHEMES, full_cross_entropy, loop_cross_entropy, loss_batch, sampled_softmax_loss,
+    CORRECTIONS, SAMPLERS, SCHEMES, full_cross_entropy, loop_cross_entropy, sampled_softmax_loss,
     token_frequency_weights, weighted_cross_entropy,
 )
 from mlm_core.masking import SPAN_REPLACEMENTS, STRATEGIES, MaskingConfig  # noqa: E402

@@ -42,17 +42,15 @@ from mlm_core.bundled import gazetteer, workshop_sentences  # noqa: E402
 from mlm_core.data import mask_batch  # noqa: E402
 from mlm_core.default_model import read_build_record  # noqa: E402
 from mlm_core.inside import agreement_over_texts, lens_profile_on_texts, measure_head_patterns  # noqa: E402
-from mlm_core.losses import (  # noqa: E402
+from mlm_core.formatting import signed as signed_number  # noqa: E402
+from mlm_core.lessons.loss_lab import (  # noqa: E402
     SWEEP_PURPOSE,
-    SampledSoftmaxConfig,
     batch_losses,
     loss_batch,
     pick_sentences,
     sampled_softmax_check,
-    sampled_softmax_sweep,
-    token_counts,
 )
-from mlm_core.losses import signed as signed_number  # noqa: E402
+from mlm_core.losses import SampledSoftmaxConfig, sampled_softmax_sweep, token_counts  # noqa: E402
 from mlm_core.masking import MaskingConfig  # noqa: E402
 from mlm_core.masking_stats import masking_statistics  # noqa: E402
 from mlm_core.museum import COSINE_BUGGY, labels_never_ignored, run_exhibits  # noqa: E402
@@ -74,7 +72,7 @@ def fixed(digits: int) -> Callable[[float], str]:
 
 
 def signed(digits: int) -> Callable[[float], str]:
-    """A z-score as the Masking page writes it (``losses.signed``): +3.24, −1.24, and 0.00, never −0.00."""
+    """A z-score as the Masking page writes it (``formatting.signed``): +3.24, −1.24, and 0.00, never −0.00."""
     return lambda v: signed_number(v, f".{digits}f")
 
 

@@ -7,32 +7,22 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from mlm_core.lessons.loss_lab import LOSS_SETTINGS, gradient_rows, per_token_rows, reaches_full_loss, sweep_summary
 from mlm_core.losses import (
     CORRECTIONS,
-    LOSS_SETTINGS,
     SAMPLED_SOFTMAX,
     LossOutput,
-    LossSettings,
     SampledSoftmaxConfig,
-    batch_losses,
     draw_negatives,
     full_cross_entropy,
-    gradient_rows,
     logit_gradients,
     loop_cross_entropy,
-    loss_batch,
-    loss_sentences,
-    per_token_rows,
     proposal_distribution,
     proposal_mass_report,
-    readable,
-    reaches_full_loss,
-    sampled_softmax_check,
     sampled_softmax_from_logits,
     sampled_softmax_loss,
     sampled_softmax_sweep,
     sweep_ks,
-    sweep_summary,
     token_counts,
     token_frequency_weights,
     weighted_cross_entropy,
@@ -459,52 +449,6 @@ def test_sweep_reaches_v_and_says_what_it_measured():
     assert any("not the full loss" in s for s in sweep_summary(rows, 300))
 
 
-def test_batch_losses_and_sentences():
-    from mlm_core.models import load_masked_lm
-
-    model, tokenizer = load_masked_lm("tiny-random", device="cpu")
-    texts = ["The cat sat on the warm mat by the kitchen door.", "Every morning I drink a cup of coffee."] * 4
-    batch = loss_batch(model, tokenizer, texts, seed=0)
-    assert torch.allclose(batch.logits, batch.logits_for(batch.labels)[0], atol=1e-4)  # one head, two ways
-    assert torch.equal(batch.original_ids, batch.encoded.input_ids) and torch.equal(batch.labels, batch.result.labels)
-    outputs = batch_losses(batch)
-    again = batch_losses(batch)
-    assert {k: float(v.loss) for k, v in outputs.items()} == {k: float(v.loss) for k, v in again.items()}
-    assert torch.allclose(outputs["full"].loss, F.cross_entropy(batch.logits, batch.targets))
-    d = outputs["weighted"].diagnostics
-    assert abs(d["mean_of_weighted"] - float((d["target_weights"] * d["unweighted_per_token"]).mean())) < 1e-6
-    s = outputs["sampled"].diagnostics
-    assert s["correction"] == "importance" and s["K"] == SAMPLED_SOFTMAX.num_sampled and not s["replacement"]
-    assert -1 <= s["grad_cosine"] <= 1
-    sentences = loss_sentences(outputs)
-    assert set(sentences) == {"full", "weighted", "sampled"}
-    assert readable(float(outputs["sampled"].loss)) in sentences["sampled"] and "estimate of the full loss" in sentences["sampled"]
-    tf = batch_losses(batch, LossSettings(sampled=SampledSoftmaxConfig(correction="tensorflow")))
-    assert "not an estimate of the full loss" in loss_sentences(tf)["sampled"]
-
-
-def test_sampled_softmax_check_on_a_tiny_model():
-    """The benchmark's target helper: the default is closer to the full loss than TensorFlow's defaults."""
-    from mlm_core.bundled import workshop_sentences
-    from mlm_core.models import load_masked_lm
-
-    model, tokenizer = load_masked_lm("tiny-random", device="cpu")
-    sentences = workshop_sentences()[:400]
-    after = sampled_softmax_check(model, tokenizer, sentences, num_sentences=16, draws=2)
-    before = sampled_softmax_check(model, tokenizer, sentences, num_sentences=16, draws=2,
-                                   config=SampledSoftmaxConfig(sampler="log_uniform", replacement=True,
-                                                               correction="tensorflow"))
-    assert after["M"] == before["M"] > 0 and after["full_loss"] == before["full_loss"]
-    assert abs(after["rel_error"]) < 0.10 and after["meets_target"] in (True, False)
-    assert abs(after["rel_error"]) < abs(before["rel_error"])
-
-
-def test_readable_numbers():
-    assert readable(3.3185198307037354) == "3.319"
-    assert readable(0.07634123) == "0.07634" and readable(30522) == "30,522" and readable(float("nan")) == "NaN"
-    assert readable(12.0) == "12" and readable(-1.23456) == "-1.235" and readable(True) == "yes"
-
-
 def test_figures_build():
     import plotly.graph_objects as go
 
@@ -517,7 +461,7 @@ def test_figures_build():
         per_token_figure,
         weights_figure,
     )
-    from mlm_core.losses import weight_curve_rows
+    from mlm_core.lessons.loss_lab import weight_curve_rows
 
     hidden, weight, bias, targets = _rows(M=6, V=300, H=8)
     logits = hidden @ weight.T + bias
@@ -551,7 +495,7 @@ def test_loss_bars_label_the_uniform_guess_for_a_learner():
     import math
 
     from mlm_core.figures.losses import loss_bars
-    from mlm_core.losses import uniform_guess_label
+    from mlm_core.lessons.loss_lab import uniform_guess_label
 
     fig = loss_bars({"full": 3.0, "weighted": 3.3, "sampled": 2.9}, vocab_size=30522)
     assert [a.text for a in fig.layout.annotations] == ["ln V = 10.33 (uniform guess over V = 30,522 tokens)"]

@@ -11,14 +11,13 @@ import torch.nn.functional as F
 
 from mlm_core.data import encode, mask_batch
 from mlm_core.errors import InputError
-from mlm_core.losses import (
+from mlm_core.lessons.loss_lab import (
     LOSS_SETTINGS,
     LossBatch,
     batch_losses,
     loss_batch,
-    token_counts,
-    token_frequency_weights,
 )
+from mlm_core.losses import token_counts, token_frequency_weights
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig
 from mlm_core.museum import (
     COSINE_BUGGY,
@@ -120,7 +119,7 @@ def test_hard_coded_special_ids_expose_cls_and_sep_under_every_rule(tokenizer, s
     draw used the tokenizer's word ids, where [CLS]/[SEP] have none (-1), so it never selected one (0 in 20
     seeds): the exhibit's own numbers contradicted its text. At p = 0.5, over 10 seeds, some are selected."""
     from mlm_core.bundled import workshop_sentences
-    from mlm_core.losses import pick_sentences
+    from mlm_core.lessons.loss_lab import pick_sentences
 
     selected = 0
     for seed in range(10):

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from mlm_core import training
+from mlm_core.training import loop
 from mlm_core.data import special_ids
 from mlm_core.errors import InputError
 from mlm_core.head import GatheredMaskedLM
@@ -138,7 +139,7 @@ def test_exact_count_masking_counts_each_rows_own_length(tok):
     batch = training.Chunks(*(torch.cat([getattr(long_row, f), getattr(short_row, f)])
                               for f in ("input_ids", "attention_mask", "special_tokens_mask", "word_ids")))
     config = MaskingConfig(strategy="exact_count", mlm_probability=0.15)
-    _, labels = training._mask_rows(batch, config, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+    _, labels = training.mask_rows(batch, config, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
                                     special_ids=tuple(tok.all_special_ids), seeds=[11, 12])
     lengths = batch.attention_mask.sum(1).tolist()
     assert lengths[1] == 9 and lengths[0] > 40
@@ -302,7 +303,7 @@ def test_evaluation_is_full_cross_entropy(tok, model):
     shown_mask = (labels != IGNORE_INDEX) & (torch.rand(labels.shape, generator=gen) < 0.8)  # the rest unchanged
     inputs = torch.where(shown_mask, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
     counts = training.token_counts(chunks, len(tok))
-    eval_set = training._EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 5,
+    eval_set = training.EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 5,
                                  mask_token_id=tok.mask_token_id)
     got = evaluate(model, eval_set)
     with torch.no_grad():
@@ -321,7 +322,7 @@ def test_evaluation_is_full_cross_entropy(tok, model):
 
 def test_sampled_training_still_evaluates_with_full_ce(tok, model, monkeypatch):
     in_eval, eval_widths = [], []
-    original_ce, original_eval = F.cross_entropy, training.evaluate
+    original_ce, original_eval = F.cross_entropy, loop.evaluate
 
     def ce_spy(logits, targets, *args, **kwargs):
         if in_eval:
@@ -336,7 +337,7 @@ def test_sampled_training_still_evaluates_with_full_ce(tok, model, monkeypatch):
             in_eval.clear()
 
     monkeypatch.setattr(F, "cross_entropy", ce_spy)
-    monkeypatch.setattr(training, "evaluate", eval_spy)
+    monkeypatch.setattr(loop, "evaluate", eval_spy)  # the name the loop calls
     result = train(model, tok, CORPUS, quick(steps=3, eval_every=3, loss="sampled", num_sampled=4))
     assert len(result.evals) == 2 and all(e["loss"] is not None for e in result.evals)
     assert eval_widths and all(v == len(tok) for v in eval_widths)  # every row scored against all V
@@ -363,7 +364,7 @@ def test_gradient_checkpointing_gives_the_same_losses(tok, model):
 def _step_gradients(monkeypatch):
     """Spy on the loop: every step's flattened gradient (before clipping) and each forward's masked count."""
     grads, masked = [], []
-    finish, forward = training._Optimizer.finish, GatheredMaskedLM.forward
+    finish, forward = training.Optimizer.finish, GatheredMaskedLM.forward
 
     def finish_spy(self, skip):
         grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
@@ -374,7 +375,7 @@ def _step_gradients(monkeypatch):
         masked.append(int((labels != IGNORE_INDEX).sum()))
         return forward(self, input_ids, attention_mask, labels)
 
-    monkeypatch.setattr(training._Optimizer, "finish", finish_spy)
+    monkeypatch.setattr(training.Optimizer, "finish", finish_spy)
     monkeypatch.setattr(GatheredMaskedLM, "forward", forward_spy)
     return grads, masked
 
@@ -403,7 +404,7 @@ def test_exact_count_masks_each_row_by_its_own_length(tok, model):
     lengths = chunks.attention_mask.sum(1)
     assert int(lengths.min()) < 48, "a short, padded row"
     masking = MaskingConfig(strategy="exact_count")
-    _, labels = training._mask_rows(chunks, masking, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+    _, labels = training.mask_rows(chunks, masking, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
                                     special_ids=special_ids(tok), seeds=range(len(chunks)))
     expected = [min(20, max(1, round(0.15 * int(n)))) for n in lengths]
     assert (labels != IGNORE_INDEX).sum(1).tolist() == expected
@@ -482,7 +483,7 @@ def test_smooth_is_tensorboards_debiased_average():
 def test_smooth_and_lr_schedule():
     assert training.smooth([2.0, None, 2.0], 0.5) == [2.0, None, 2.0]
     cfg = TrainConfig(steps=10, warmup_steps=2, learning_rate=1.0, schedule="linear")
-    lrs = [training._lr_at(cfg, s) for s in range(10)]
+    lrs = [training.lr_at(cfg, s) for s in range(10)]
     assert lrs[0] == 0.5 and lrs[1] == 1.0 and lrs[-1] < lrs[2]
 
 
@@ -498,12 +499,14 @@ def test_figures_draw_gaps_not_nans():
     assert [t.y for t in loss.data if t.name == "a (raw)"][0] == (2.0, None, None)
     grad = figs.grad_norm_figure(steps, clip={"a": 1.0, "b": 1.0})
     assert len(grad.layout.shapes) == 1  # one shared clipping line
-    # the label sits on the line: a log axis takes log10 of an annotation's y (y=25 stretched the axis to 10^25)
-    clipped = figs.grad_norm_figure({"a": [{"step": 1, "grad_norm": 3.0}]}, clip={"a": 25.0})
-    assert [(a.text, a.y) for a in clipped.layout.annotations] == [("clip at 25", math.log10(25.0))]
-    assert clipped.layout.shapes[0].y0 == 25.0  # a shape's y is the value itself
+    # the log axis spans the norms and the threshold, not 1e25 (plotly reads a log axis's annotation
+    # y as log10(y): add_hline's own label at y = 25 once stretched the Training page's axis to 1e25)
+    healthy = figs.grad_norm_figure({"a": [{"step": s, "grad_norm": 6.0 + s} for s in range(1, 9)]}, clip={"a": 25.0})
+    low, high = healthy.layout.yaxis.range
+    assert 10 ** low <= 6.0 and 25.0 <= 10 ** high <= 1000
+    assert healthy.layout.annotations[0].text == "clip at 25" and healthy.layout.annotations[0].y == math.log10(25)
     # the chart sits in two thirds of the page: at presenter size a 62-character title ran off its edge
-    assert len(clipped.layout.title.text) <= 40
+    assert len(healthy.layout.title.text) <= 40
     evals = {"a": [{"step": 0, "loss": 3.0, "top1": 0.1, "top5": 0.3, "frequent_top1": 0.2, "frequent_tokens": 5,
                     "medium_top1": None, "medium_tokens": 0, "rare_top1": 0.0, "rare_tokens": 2}]}
     assert len(figs.eval_figure(evals).data) == 3
@@ -609,9 +612,9 @@ def test_evaluation_scores_the_focus_words_on_their_own(tok, model):
     labels[chunks.special_tokens_mask.bool()] = IGNORE_INDEX
     inputs = torch.where(labels != IGNORE_INDEX, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
     counts = training.token_counts(chunks, len(tok))
-    focus = training._focus_ids(tok, ["cat", "river", "not-a-token-of-this-vocabulary"])
+    focus = training.focus_ids(tok, ["cat", "river", "not-a-token-of-this-vocabulary"])
     assert focus.tolist() == sorted(tok.convert_tokens_to_ids(["cat", "river"]))
-    eval_set = training._EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 3,
+    eval_set = training.EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 3,
                                  mask_token_id=tok.mask_token_id, focus_ids=focus)
     got = evaluate(model, eval_set)
     with torch.no_grad():
@@ -619,7 +622,7 @@ def test_evaluation_scores_the_focus_words_on_their_own(tok, model):
     at = (labels != IGNORE_INDEX) & torch.isin(labels, focus)
     assert 0 < got["focus_tokens"] == int(at.sum()) < got["masked_tokens"]
     assert got["focus_loss"] == pytest.approx(float(F.cross_entropy(logits[at], labels[at])), rel=1e-5)
-    plain = evaluate(model, training._EvalSet(inputs, chunks.attention_mask, labels,
+    plain = evaluate(model, training.EvalSet(inputs, chunks.attention_mask, labels,
                                               training.frequency_buckets(counts), 3))
     assert plain["focus_loss"] is None and plain["focus_tokens"] == 0 and plain["loss"] == got["loss"]
     result = train(model, tok, CORPUS, quick(steps=2, eval_focus_words=("the", "a", "in")))

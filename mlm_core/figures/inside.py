@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from mlm_core.inside import (AgreementSummary, HeadPatterns, LensProfile, LogitLens, ModelComparison,
                              PositionAttention, Saliency, layer_agreement)
-from mlm_core.losses import signed
+from mlm_core.formatting import signed
 
 ATTENTION_SCALE = "Blues"
 PROB_SCALE = "Greens"

@@ -9,7 +9,8 @@ import html
 import math
 from typing import Sequence
 
-from mlm_core.losses import readable, uniform_guess, uniform_guess_label
+from mlm_core.formatting import readable
+from mlm_core.lessons.loss_lab import uniform_guess, uniform_guess_label
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -58,7 +59,7 @@ def loss_bars(losses: dict[str, float], *, notes: dict[str, str] | None = None,
 def per_token_figure(rows: Sequence[dict]) -> go.Figure:
     """Per-token loss for each variant: grouped bars, one group per selected position.
 
-    ``rows``: dicts with ``token``, ``variant`` and ``loss`` (``losses.per_token_rows``).
+    ``rows``: dicts with ``token``, ``variant`` and ``loss`` (``loss_lab.per_token_rows``).
     """
     if not rows:
         return _empty("Nothing was selected in this batch, so there are no per-token losses.")
@@ -75,7 +76,7 @@ def per_token_figure(rows: Sequence[dict]) -> go.Figure:
 def gradient_figure(rows: Sequence[dict], *, title: str = "") -> go.Figure:
     """d loss / d logits for one position, per variant, on the classes with the largest gradients.
 
-    ``rows``: dicts with ``token``, ``variant``, ``gradient`` and ``is_target`` (``losses.gradient_rows``).
+    ``rows``: dicts with ``token``, ``variant``, ``gradient`` and ``is_target`` (``loss_lab.gradient_rows``).
     The target's bar is negative (its probability should rise), the others positive.
     """
     if not rows:
@@ -98,7 +99,7 @@ def weights_figure(rows: Sequence[dict], *, batch_counts: Sequence[float] | None
     """Class weight against corpus frequency (both on log axes), one line per scheme.
 
     ``rows``: dicts with ``scheme``, ``smoothed_count``, ``weight``, ``n_tokens``
-    (``losses.weight_curve_rows``). ``batch_counts``: smoothed counts of this batch's targets, drawn as
+    (``loss_lab.weight_curve_rows``). ``batch_counts``: smoothed counts of this batch's targets, drawn as
     ticks on the x axis.
     """
     if not rows:

@@ -14,7 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mlm_core.losses import uniform_guess, uniform_guess_label
+from mlm_core.lessons.loss_lab import uniform_guess, uniform_guess_label
 from mlm_core.training import BUCKETS, smooth
 from mlm_core.training_lessons import percent_text
 
@@ -80,13 +80,18 @@ def grad_norm_figure(steps: Mapping[str, Rows], *, clip: Mapping[str, float | No
             thresholds.setdefault(float(threshold), []).append(i)
     for threshold, owners in thresholds.items():  # one line per threshold, however many variants share it
         color = _color(owners[0]) if len(owners) == 1 else "#868e96"
+        # The label is placed by hand: on a log axis plotly reads an annotation's y as log10(y), so
+        # add_hline's own annotation at y = 25 stretched the axis to 1e25.
         fig.add_hline(y=threshold, line=dict(color=color, dash="dash", width=1))
-        # On a log axis an annotation's y is log10 of the value (a shape's is the value itself): add_hline's
-        # own annotation_text put "clip at 25" at 10^25 and stretched the axis up to it.
-        fig.add_annotation(x=1, xref="paper", y=math.log10(threshold), yref="y", text=f"clip at {threshold:g}",
-                           showarrow=False, xanchor="right", yanchor="top", font=dict(color=color))
-    fig.update_layout(title="Gradient norm ‖g‖ before clipping", height=height,  # the dashed line is labelled
-                      xaxis=dict(title="step", rangemode="tozero"), yaxis=dict(title="‖g‖", type="log"),
+        fig.add_annotation(x=1, xref="x domain", xanchor="right", y=math.log10(threshold), yanchor="top",
+                           text=f"clip at {threshold:g}", showarrow=False)
+    values = [v for trace in fig.data for v in trace.y if v is not None and math.isfinite(v) and v > 0]
+    values += list(thresholds)
+    yaxis = dict(title="‖g‖", type="log")
+    if values:  # a decade of room around what is drawn: the norms and the thresholds
+        yaxis["range"] = [math.floor(math.log10(min(values))) - 0.2, math.ceil(math.log10(max(values))) + 0.2]
+    fig.update_layout(title="Gradient norm ‖g‖ before clipping", height=height,
+                      xaxis=dict(title="step", rangemode="tozero"), yaxis=yaxis,
                       legend=dict(orientation="h", y=-0.25), margin=dict(t=60, b=40))
     return fig
 

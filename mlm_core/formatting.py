@@ -1,0 +1,67 @@
+"""Numbers for people: every page writes a loss, a difference or a share the same way.
+
+``significant`` keeps a number (for tables that sort), ``readable`` and ``signed`` make text, and
+``metric_delta`` is ``signed`` for ``st.metric``'s delta (an ASCII minus, which points its arrow down).
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def significant(value: float, digits: int = 4) -> float:
+    """``value`` rounded to ``digits`` significant digits, still a number (for tables that sort).
+
+    >>> significant(3.3185198307037354), significant(0.000123456)
+    (3.319, 0.0001235)
+    """
+    x = float(value)
+    return x if not math.isfinite(x) or x == 0 else float(f"{x:.{digits}g}")
+
+
+def readable(value, digits: int = 4) -> str:
+    """A number for people: ``digits`` significant digits, thousands separators, NaN as "NaN".
+
+    >>> readable(3.3185198307037354), readable(0.076341), readable(30522), readable(123456.7), readable(float("nan"))
+    ('3.319', '0.07634', '30,522', '123,457', 'NaN')
+    """
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    x = float(value)
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    if abs(x) >= 10 ** digits:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+
+def signed(value: float, spec: str = ".2f") -> str:
+    """A signed number for people: "+1.24" or "−1.24" (a true minus sign); what rounds to zero reads "0.00", never "−0.00".
+
+    ``spec`` is a format spec without the sign (".2f", ".3g", ".1%").
+
+    >>> signed(1.2449), signed(-1.2449), signed(-0.004), signed(0.0), signed(-0.0004, ".1%"), signed(0.031, ".0%")
+    ('+1.24', '−1.24', '0.00', '0.00', '0.0%', '+3%')
+    """
+    x = float(value)
+    text = format(abs(x), spec)
+    if math.isnan(x):
+        return "NaN"
+    if not any(c in "123456789" for c in text.split("e")[0]) and math.isfinite(x):
+        return text  # rounds to zero: no sign
+    return ("+" if x > 0 else "−") + text
+
+
+def metric_delta(value: float, spec: str = ".2f") -> str:
+    """``signed`` for ``st.metric``'s delta: an ASCII "-", which Streamlit reads to point its arrow down.
+
+    >>> metric_delta(-0.139, ".3g"), metric_delta(-0.0001), metric_delta(0.25, ".0%")
+    ('-0.139', '0.00', '+25%')
+    """
+    return signed(value, spec).replace("−", "-")
+

@@ -1,0 +1,420 @@
+"""The Loss page's view-model: one batch through a model, its three losses, and the rows and
+sentences the page (and the Bug museum) show about them.
+
+The math lives in ``losses``; this module turns it into a lesson. ``LossBatch`` is the one batch
+type of the Loss page and the Bug museum, and ``batch_losses`` gives the numbers both show.
+
+Shapes: B = batch, T = sequence length, V = vocabulary, H = hidden size, M = selected positions,
+K = sampled classes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from mlm_core.data import Encoded, encode, mask_batch
+from mlm_core.errors import InputError
+from mlm_core.formatting import readable, signed, significant
+from mlm_core.head import masked_lm_hidden, masked_lm_logits
+from mlm_core.losses import (
+    CORRECTION_LABELS,
+    SAMPLED_SOFTMAX,
+    LossOutput,
+    SampledSoftmaxConfig,
+    draw_negatives,
+    full_cross_entropy,
+    hidden_gradient_cosine,
+    proposal_distribution,
+    sampled_softmax_loss,
+    sampled_softmax_sweep,
+    token_counts,
+    token_frequency_weights,
+    weighted_cross_entropy,
+)
+from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, MaskingResult
+
+
+
+# --------------------------------------------------------------------------------------------
+# One batch for the Loss page and the Bug museum
+# --------------------------------------------------------------------------------------------
+
+
+NEGATIVES_PURPOSE = 3  # LossBatch.generator(...) for the sampled negatives: one draw for both pages
+SWEEP_PURPOSE = 4  # ... for the K sweep and the sampled-softmax check
+
+CORRECTION_SHORT = {"importance": "importance sampling", "tensorflow": "TensorFlow (log Q on every logit)",
+                    "none": "no correction"}  # for narrow widgets
+
+
+@dataclass
+class LossBatch:
+    """One masked batch through a model: what the Loss page and the Bug museum both compute on.
+
+    One vocabulary on both pages and in the batch audit (Hugging Face's names): ``original_ids``
+    (B, T) the tokens before masking, ``input_ids`` (B, T) what the model sees, ``labels`` (B, T)
+    the original id where a token was selected and -100 elsewhere. ``logits (M, V)``,
+    ``targets (M,)``, ``hidden (M, H)``, ``weight (V, H)`` and ``bias (V,)`` are the model's head on
+    the M selected rows (row-major), detached, with ``logits == hidden @ weight.T + bias``; all None
+    without a model. ``counts`` (V,) are the corpus' token counts (class weights, unigram proposal).
+    Each selected row, in the same order: ``positions`` its (row, position) in the batch,
+    ``target_tokens`` its original token, ``decisions`` its decision; ``tokens`` names it for
+    people ("2:5 cat").
+    """
+
+    tokenizer: Any
+    texts: list[str]
+    config: MaskingConfig
+    seed: int
+    encoded: Encoded
+    result: MaskingResult
+    counts: torch.Tensor
+    model: Any = None
+    logits: torch.Tensor | None = None
+    targets: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None
+    weight: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
+    positions: list[tuple[int, int]] = field(default_factory=list)
+    target_tokens: list[str] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> list[str]:
+        """Each selected row as people read it: "row:position token"."""
+        return [f"{r}:{p} {token}" for (r, p), token in zip(self.positions, self.target_tokens)]
+
+    @property
+    def original_ids(self) -> torch.Tensor:
+        return self.encoded.input_ids
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return self.result.input_ids
+
+    @property
+    def labels(self) -> torch.Tensor:
+        return self.result.labels
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return self.encoded.attention_mask
+
+    @property
+    def mask_id(self) -> int:
+        return int(self.tokenizer.mask_token_id)
+
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's size: where random replacements come from."""
+        return len(self.tokenizer)
+
+    def generator(self, purpose: int) -> torch.Generator:
+        """A generator for one use of this batch (the negatives, an exhibit's draws): the seed, offset by ``purpose``."""
+        return torch.Generator().manual_seed(int(self.seed) * 1_000 + int(purpose))
+
+    def logits_for(self, labels: torch.Tensor, input_ids: torch.Tensor | None = None):
+        """``(logits (M', V), targets (M',))`` of the model where ``labels`` are set, on ``input_ids``
+        (default: what the model sees). For the museum's other label sets."""
+        if self.model is None:
+            raise InputError("This exhibit needs a model's logits; load a model first.")
+        ids = self.input_ids if input_ids is None else input_ids
+        with torch.no_grad():
+            logits, targets = masked_lm_logits(self.model, ids, self.attention_mask, labels)
+        return logits.float().cpu(), targets.cpu()
+
+
+def loss_batch(model, tokenizer, texts: Sequence[str], config: MaskingConfig | None = None, *, seed: int,
+               max_length: int = 64, counts: torch.Tensor | None = None) -> LossBatch:
+    """Encode ``texts``, mask them with the rule ``config`` and ``seed`` (the Masking page's generator),
+    and run ``model``'s encoder once and its head on the selected rows only (no model: masks only).
+
+    ``counts`` default to the token counts of ``texts``; pages pass the corpus' counts.
+    """
+    config = config or MaskingConfig()
+    texts = [t for t in texts if t and t.strip()]
+    encoded = encode(tokenizer, texts, max_length=max_length)
+    result = mask_batch(tokenizer, encoded, config, torch.Generator().manual_seed(int(seed)))
+    selected = result.labels != IGNORE_INDEX  # (B, T)
+    positions = [(r, p) for r, p in selected.nonzero().tolist()]  # row-major, as masked_lm_hidden orders its rows
+    rows = dict(positions=positions, target_tokens=tokenizer.convert_ids_to_tokens(result.labels[selected].tolist()),
+                decisions=[Decision(int(result.decisions[r, p])).name for r, p in positions])
+    if model is None:
+        V = len(tokenizer)
+        counts = token_counts(tokenizer, texts, V) if counts is None else counts
+        return LossBatch(tokenizer, texts, config, int(seed), encoded, result, counts, **rows)
+    with torch.no_grad():
+        hidden, weight, bias, targets = masked_lm_hidden(model, result.input_ids, encoded.attention_mask, result.labels)
+        hidden, weight, bias = hidden.float().cpu(), weight.detach().float().cpu(), bias.detach().float().cpu()
+        logits = hidden @ weight.T + bias  # (M, V): the head's output on the selected rows
+    counts = token_counts(tokenizer, texts, weight.shape[0]) if counts is None else counts
+    return LossBatch(tokenizer, texts, config, int(seed), encoded, result, counts, model=model, logits=logits,
+                     targets=targets.cpu(), hidden=hidden, weight=weight, bias=bias, **rows)
+
+
+def pick_sentences(sentences: Sequence[str], n: int, seed: int) -> list[str]:
+    """``n`` consecutive sentences starting at a place chosen by ``seed`` (the same seed, the same batch)."""
+    sentences = [s for s in sentences if s and s.strip()]
+    if len(sentences) <= n:
+        return list(sentences)
+    start = int(torch.randint(len(sentences) - n + 1, (1,), generator=torch.Generator().manual_seed(int(seed))))
+    return list(sentences[start:start + n])
+
+
+# --------------------------------------------------------------------------------------------
+# The three losses on it, and one sentence each
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The Loss page's settings; the Bug museum computes its "correct" values with the defaults."""
+
+    scheme: str = "inverse"  # weighted loss: 1 / count, so each token type counts equally in expectation
+    smoothing: float = 1.0  # weighted loss: added to every count, so unseen tokens get a finite weight
+    sampled: SampledSoftmaxConfig = SAMPLED_SOFTMAX
+
+
+LOSS_SETTINGS = LossSettings()
+
+
+def batch_losses(batch: LossBatch, settings: LossSettings = LOSS_SETTINGS) -> dict[str, LossOutput]:
+    """Full, weighted and sampled losses on the batch's selected rows: the numbers both pages show.
+
+    The sampled negatives come from ``batch.generator(NEGATIVES_PURPOSE)``, so the same batch and
+    settings give the same draw on every page. The sampled output's diagnostics add
+    ``grad_cosine``: the cosine between its gradient with respect to the hidden states and the
+    full loss's, on this draw.
+    """
+    if batch.logits is None:
+        raise InputError("The losses need a model; load a model first.")
+    weights = token_frequency_weights(batch.counts, scheme=settings.scheme, smoothing=settings.smoothing)
+    cfg = settings.sampled
+    V = batch.weight.shape[0]
+    q = proposal_distribution(cfg.sampler, V, counts=batch.counts, power=cfg.power, smoothing=cfg.smoothing,
+                              hidden=batch.hidden, weight=batch.weight, bias=batch.bias)
+    negatives = draw_negatives(q, cfg.num_sampled, cfg.replacement, batch.generator(NEGATIVES_PURPOSE))
+
+    def sampled_fn(h, w, b):  # the drawing settings in loss_kwargs go unused: the negatives are given
+        return sampled_softmax_loss(h, w, b, batch.targets, negatives=negatives, **cfg.loss_kwargs())
+
+    with torch.no_grad():
+        outputs = {
+            "full": full_cross_entropy(batch.logits, batch.targets),
+            "weighted": weighted_cross_entropy(batch.logits, batch.targets, weights),
+            "sampled": sampled_fn(batch.hidden, batch.weight, batch.bias),
+        }
+    cosine = hidden_gradient_cosine(sampled_fn, batch.hidden, batch.weight, batch.bias, batch.targets)
+    s = outputs["sampled"]
+    outputs["sampled"] = LossOutput(s.loss, s.per_token, {**s.diagnostics, "grad_cosine": cosine})
+    return outputs
+
+
+SAMPLER_WORDS = {
+    "uniform": "every id equally likely",
+    "unigram": "the corpus' token frequencies",
+    "log_uniform": "Zipf's law by token id (TensorFlow's default)",
+    "softmax": "the model's own predictions",
+}
+
+
+def loss_sentences(outputs: dict[str, LossOutput], settings: LossSettings = LOSS_SETTINGS) -> dict[str, str]:
+    """One sentence per variant, at its number: what the value estimates, with this batch's numbers."""
+    full = float(outputs["full"].loss)
+    M = outputs["full"].diagnostics.get("M", 0)
+    sentences = {"full": f"**Full softmax {readable(full)}**: the MLM loss itself, the mean over the {M} selected "
+                         "tokens of −log p(true token), p a softmax over the whole vocabulary."}
+    if "weighted" in outputs:
+        w = outputs["weighted"]
+        d = w.diagnostics
+        mean_w = float(d["target_weights"].mean()) if "target_weights" in d else float("nan")
+        sentences["weighted"] = (
+            f"**Weighted {readable(float(w.loss))}**: the same cross-entropies averaged with weight w[y] "
+            f"({settings.scheme} of the corpus count: rare tokens count more), Σ w·CE / Σ w as "
+            f"`F.cross_entropy(weight=w)`. The other convention, (w·CE).mean(), gives "
+            f"{readable(d.get('mean_of_weighted', float('nan')))}: with weights that average 1 over the corpus "
+            f"both estimate the weighted risk E[w·CE], and they differ by this batch's mean weight, "
+            f"{readable(mean_w)}.")
+    if "sampled" in outputs:
+        s = outputs["sampled"]
+        d = s.diagnostics
+        value, cos = float(s.loss), d.get("grad_cosine", float("nan"))
+        how = (f"K = {d['K']:,} classes drawn {'with' if d['replacement'] else 'without'} replacement from "
+               f"{SAMPLER_WORDS.get(d['sampler'], d['sampler'])}")
+        off = f"{signed((value - full) / full, '.1%')} against the full loss" if full else ""
+        if d["correction"] == "importance":
+            sentences["sampled"] = (
+                f"**Sampled {readable(value)}**: an estimate of the full loss from the true token and {how}, "
+                f"each weighted by 1 / its expected count (importance sampling): {off} on this draw, and its "
+                f"gradient points along the full one with cosine {readable(cos, 3)}.")
+        elif d["correction"] == "tensorflow":
+            sentences["sampled"] = (
+                f"**Sampled {readable(value)}** (TensorFlow's correction): not an estimate of the full loss but "
+                f"the loss of picking the true token out of its 1 + K candidates, with the true token and {how}; "
+                f"{off}, gradient cosine {readable(cos, 3)} with the full loss's.")
+        else:
+            sentences["sampled"] = (
+                f"**Sampled {readable(value)}** (no correction): the loss of picking the true token among "
+                f"the true token and {how}, counting each drawn class as often as it was drawn; {off}, "
+                f"gradient cosine {readable(cos, 3)} with the full loss's.")
+    return sentences
+
+
+def uniform_guess(vocab_size: int) -> float:
+    """ln V: the cross-entropy of a guess spread evenly over the V tokens (where an untrained model starts).
+
+    >>> round(uniform_guess(30522), 3)
+    10.326
+    """
+    return math.log(int(vocab_size))
+
+
+def uniform_guess_label(vocab_size: int) -> str:
+    """The uniform-guess baseline as a learner reads it, with the number and what it is.
+
+    >>> uniform_guess_label(30522)
+    'ln V = 10.33 (uniform guess over V = 30,522 tokens)'
+    """
+    return f"ln V = {uniform_guess(vocab_size):.2f} (uniform guess over V = {int(vocab_size):,} tokens)"
+
+
+# --------------------------------------------------------------------------------------------
+# Rows for the Loss page's tables and figures
+# --------------------------------------------------------------------------------------------
+
+
+def per_token_table(outputs: dict[str, LossOutput], batch: LossBatch) -> list[dict]:
+    """One dict per selected position: ``position`` ("row:position"), ``token``, ``decision`` and one column per variant."""
+    rows = [{"position": f"{r}:{p}", "token": token, "decision": d}
+            for (r, p), token, d in zip(batch.positions, batch.target_tokens, batch.decisions)]
+    for variant, out in outputs.items():
+        for row, value in zip(rows, out.per_token.detach().tolist()):
+            row[variant] = significant(value)
+    return rows
+
+
+def per_token_rows(outputs: dict[str, LossOutput], tokens: Sequence[str]) -> list[dict]:
+    """One dict per (position, variant): ``position``, ``token``, ``variant``, ``loss``."""
+    rows = []
+    for variant, out in outputs.items():
+        for i, value in enumerate(out.per_token.detach().tolist()):
+            rows.append({"position": i, "token": tokens[i] if i < len(tokens) else str(i),
+                         "variant": variant, "loss": value})
+    return rows
+
+
+def gradient_rows(
+    grads: dict[str, torch.Tensor], target: int | torch.Tensor, *, top: int = 12, tokenizer=None
+) -> list[dict]:
+    """The classes with the largest gradients (the target always included), one dict per (class, variant)."""
+    target = int(target)
+    stacked = torch.stack([g.abs() for g in grads.values()]).amax(0)  # (V,)
+    stacked[target] = float("inf")
+    ids = stacked.topk(min(top, stacked.numel())).indices.tolist()
+    names = tokenizer.convert_ids_to_tokens(ids) if tokenizer is not None else [str(i) for i in ids]
+    return [{"token_id": i, "token": name, "variant": variant, "gradient": float(g[i]), "is_target": i == target}
+            for variant, g in grads.items() for i, name in zip(ids, names)]
+
+
+def weight_curve_rows(
+    counts: torch.Tensor, schemes: Sequence[str] = ("inverse", "inverse_sqrt", "log"), smoothing: float = 1.0
+) -> list[dict]:
+    """Weight against corpus count, one dict per (scheme, distinct count): ``scheme``, ``count``,
+    ``smoothed_count`` (what the log axis shows), ``weight`` and ``n_tokens`` (ids with that count)."""
+    counts = torch.as_tensor(counts).long()
+    values, n_ids = torch.unique(counts, return_counts=True)
+    rows = []
+    for scheme in schemes:
+        w = token_frequency_weights(counts, scheme=scheme, smoothing=smoothing)
+        first = {}
+        for i, c in enumerate(counts.tolist()):
+            first.setdefault(c, i)
+            if len(first) == len(values):
+                break
+        for value, n in zip(values.tolist(), n_ids.tolist()):
+            rows.append({"scheme": scheme, "count": value, "smoothed_count": value + smoothing,
+                         "weight": float(w[first[value]]), "n_tokens": n})
+    return rows
+
+
+def target_smoothed_counts(counts: torch.Tensor, targets: torch.Tensor, smoothing: float = 1.0) -> list[float]:
+    """Corpus count + smoothing of each target (M floats): where this batch sits on the weights plot."""
+    return [float(c) + smoothing for c in torch.as_tensor(counts)[targets.cpu()].tolist()]
+
+
+# --------------------------------------------------------------------------------------------
+# The K sweep and the sampled-softmax target, for people
+# --------------------------------------------------------------------------------------------
+
+
+def sweep_table(rows: Sequence[dict]) -> list[dict]:
+    """The sweep as a table for people: one row per (K, correction), 4 significant digits."""
+    return [{"K": r["K"], "correction": CORRECTION_SHORT[r["correction"]], "loss": significant(r["loss"]),
+             "± std": significant(r["loss_std"], 3), "full": significant(r["full_loss"]),
+             "bias %": significant(100 * r["rel_bias"], 3), "grad cosine": significant(r["grad_cosine"]),
+             "ms": significant(r["time_ms"], 3), "× full time": significant(r["time_ratio"], 3)} for r in rows]
+
+
+def reaches_full_loss(row: dict, tolerance: float = 1e-4) -> bool:
+    """True when a sweep row equals the full loss (every draw within ``tolerance`` relative, cosine 1)."""
+    scale = max(1.0, abs(row["full_loss"]))
+    return row["abs_bias"] <= tolerance * scale and row["grad_cosine"] >= 1 - tolerance
+
+
+def sweep_summary(rows: Sequence[dict], vocab_size: int | None = None) -> list[str]:
+    """One sentence per correction saying what the sweep measured at its largest K (markdown).
+
+    Whether a correction "reaches the full loss" is read from the numbers (``reaches_full_loss``),
+    never assumed: with replacement none of them is exact at K = V.
+    """
+    sentences = []
+    for correction in dict.fromkeys(r["correction"] for r in rows):
+        mine = sorted((r for r in rows if r["correction"] == correction), key=lambda r: r["K"])
+        first, last = mine[0], mine[-1]
+        at = "K = V" if vocab_size is not None and last["K"] == vocab_size else f"K = {last['K']:,}"
+        how = "with" if last["replacement"] else "without"
+        text = (f"**{CORRECTION_LABELS[correction]}**: at K = {first['K']:,}, {readable(first['loss'])} against the "
+                f"full {readable(first['full_loss'])} (bias {signed(first['rel_bias'], '.1%')}, gradient cosine "
+                f"{readable(first['grad_cosine'], 3)}); at {at} ({last['K']:,} draws {how} replacement), ")
+        if reaches_full_loss(last):
+            text += "exactly the full loss: every class is a candidate, each expected once (π = 1)."
+        elif abs(last["rel_bias"]) < 0.01 and last["grad_cosine"] > 0.99:
+            text += (f"{readable(last['loss'])} (bias {signed(last['rel_bias'], '.1%')}, gradient cosine "
+                     f"{readable(last['grad_cosine'], 3)}): close to the full loss, not equal to it.")
+        else:
+            text += (f"{readable(last['loss'])} (bias {signed(last['rel_bias'], '.1%')}, gradient cosine "
+                     f"{readable(last['grad_cosine'], 3)}): not the full loss.")
+        sentences.append(text)
+    return sentences
+
+
+def sampled_softmax_check(model, tokenizer, sentences: Sequence[str], *, num_sentences: int = 32,
+                          max_length: int = 128, draws: int = 5, seed: int = 0,
+                          config: SampledSoftmaxConfig = SAMPLED_SOFTMAX, masking: MaskingConfig | None = None,
+                          max_rel_error: float = 0.10, min_cosine: float = 0.9) -> dict:
+    """The sampled-softmax target on one corpus: is the default within 10% of the full loss, cosine ≥ 0.9?
+
+    ``num_sentences`` sentences of ``sentences`` (chosen by ``seed``; at most ``max_length`` tokens
+    each), masked with ``masking`` (BERT's rule) and ``seed``; counts for the proposal from all of
+    ``sentences`` (the corpus being trained on); ``draws`` draws of K negatives. Returns ``M``,
+    ``K``, ``draws``, ``full_loss``, ``loss`` (mean over draws), ``rel_error`` ((loss − full) / full),
+    ``grad_cosine`` (mean, with respect to the hidden states) and ``meets_target``.
+    """
+    texts = pick_sentences(sentences, num_sentences, seed)
+    V = model.get_output_embeddings().weight.shape[0]
+    counts = token_counts(tokenizer, sentences, V)
+    batch = loss_batch(model, tokenizer, texts, masking, seed=seed, max_length=max_length, counts=counts)
+    rows = sampled_softmax_sweep(batch.hidden, batch.weight, batch.bias, batch.targets, ks=[config.num_sampled],
+                                 config=config, counts=counts, corrections=[config.correction], repeats=draws,
+                                 generator=batch.generator(SWEEP_PURPOSE))
+    if not rows:
+        raise InputError("Nothing was selected in this batch: use more sentences or another seed.")
+    row = rows[0]
+    return {"M": int(batch.targets.numel()), "K": config.num_sampled, "draws": draws, "correction": config.correction,
+            "sampler": config.sampler, "replacement": config.replacement, "full_loss": row["full_loss"],
+            "loss": row["loss"], "rel_error": row["rel_bias"], "grad_cosine": row["grad_cosine"],
+            "meets_target": abs(row["rel_bias"]) <= max_rel_error and row["grad_cosine"] >= min_cosine}

@@ -1,0 +1,34 @@
+"""Masked-LM training: one loop that reports through a callback, read in the order of a run.
+
+- ``config``: ``TrainConfig`` (what defines a run, with its checks) and the seed rule of its streams.
+- ``batches``: texts packed into token chunks, the held-out split, each step's masked micro-batches.
+- ``optim``: learning-rate schedule, AdamW, mixed precision, gradient checkpointing, one variant's update.
+- ``distributed``: torchrun ranks, sums over them, an agreed stop, the DeepSpeed back-end.
+- ``evaluate``: held-out metrics (full cross-entropy), frequency buckets, focus words, probes.
+- ``events``: ``TrainEvent``s as they happen, ``TrainResult`` at the end, curve helpers.
+- ``loop``: ``train_variants`` (1-4 variants racing on identical batches), ``train``, ``TrainStep``.
+
+The names below are the package's public face: ``from mlm_core.training import TrainConfig, train``.
+"""
+
+from mlm_core.training.batches import Batches, Chunks, frequency_buckets, make_chunks, mask_rows, split_chunks, token_counts
+from mlm_core.training.config import (AMP_MODES, BUCKET_MASS, BUCKETS, DATA_FIELDS, LOSSES, MAX_VARIANTS, SCHEDULES,
+                                      Stream, TrainConfig, check_variants, run_generator, run_seed)
+from mlm_core.training.distributed import DeepSpeedOptimizer, World, current_world, deepspeed_config
+from mlm_core.training.evaluate import (EVAL_MASKINGS, EvalSet, Probe, evaluate, focus_ids, make_eval_set, make_probes,
+                                        probe_predictions)
+from mlm_core.training.events import EVENT_KINDS, TrainEvent, TrainResult, curves_table, smooth
+from mlm_core.training.loop import TrainStep, train, train_variants
+from mlm_core.training.optim import (ADAM_BETAS, ADAM_EPS, Optimizer, adamw, autocast, check_amp, freeze_word_embeddings,
+                                     lr_at, param_groups, set_checkpointing, uncorrected_adam_step_ratio)
+
+__all__ = [
+    "ADAM_BETAS", "ADAM_EPS", "AMP_MODES", "BUCKETS", "BUCKET_MASS", "DATA_FIELDS", "EVAL_MASKINGS", "EVENT_KINDS",
+    "LOSSES", "MAX_VARIANTS", "SCHEDULES",
+    "Batches", "Chunks", "DeepSpeedOptimizer", "EvalSet", "Optimizer", "Probe", "Stream", "TrainConfig", "TrainEvent",
+    "TrainResult", "TrainStep", "World",
+    "adamw", "autocast", "check_amp", "check_variants", "current_world", "curves_table", "deepspeed_config", "evaluate",
+    "focus_ids", "freeze_word_embeddings", "frequency_buckets", "lr_at", "make_chunks", "make_eval_set", "make_probes",
+    "mask_rows", "param_groups", "probe_predictions", "run_generator", "run_seed", "set_checkpointing", "smooth",
+    "split_chunks", "token_counts", "train", "train_variants", "uncorrected_adam_step_ratio",
+]

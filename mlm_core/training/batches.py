@@ -1,0 +1,273 @@
+"""The training data: texts packed into token chunks, and each step's masked micro-batches.
+
+    texts ─▶ make_chunks ─▶ Chunks (N, T) ─▶ Batches: seeded order, mask_rows ─▶ (B, T) per micro-batch
+
+Every chunk a step sees and every mask it gets is a function of the run's seed and the sample's
+global number, never of the number of processes or accumulation steps.
+
+Shape legend: N = chunks, B = batch, T = sequence length, V = vocabulary.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from mlm_core.data import run_tokenizer, special_ids
+from mlm_core.errors import InputError
+from mlm_core.masking import MaskingConfig, mask_tokens
+from mlm_core.training.config import BUCKET_MASS, Stream, TrainConfig, run_generator, run_seed
+from mlm_core.training.distributed import World
+
+# --------------------------------------------------------------------------------------------
+# Texts to chunks
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class Chunks:
+    """Token chunks of one length, ready to mask: every tensor is (N, T)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    special_tokens_mask: torch.Tensor
+    word_ids: torch.Tensor  # -1 on special tokens and padding
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def take(self, index: torch.Tensor | Sequence[int]) -> Chunks:
+        index = torch.as_tensor(index, dtype=torch.long)
+        return Chunks(self.input_ids[index], self.attention_mask[index],
+                      self.special_tokens_mask[index], self.word_ids[index])
+
+
+def _boundary_ids(tokenizer) -> tuple[int, int, int]:
+    """The ids that open, close and pad a sequence (BERT: [CLS] [SEP] [PAD]; RoBERTa: <s> </s> <pad>)."""
+    start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+    end = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id
+    if start is None or end is None or pad is None or tokenizer.mask_token_id is None:
+        raise InputError("This tokenizer lacks a start, end, padding or mask token, so it cannot "
+                         "be used for masked-language-model training.")
+    return int(start), int(end), int(pad)
+
+
+def make_chunks(tokenizer, texts: Sequence[str], seq_len: int, overlap: int = 16) -> Chunks:
+    """Tokenize texts and pack them into (N, seq_len) chunks, never cutting text off.
+
+    Short texts (sentences) are packed together, in order, up to seq_len - 2 tokens, as BERT's
+    pre-training data packs consecutive sentences. A text longer than that is split into windows
+    of seq_len - 2 tokens, each starting `seq_len - 2 - overlap` tokens after the last, the final
+    window aligned to the text's end.
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> tok = load_default_tokenizer()
+    >>> chunks = make_chunks(tok, ["the cat sat on the mat."] * 10, seq_len=16, overlap=4)
+    >>> tuple(chunks.input_ids.shape)  # 7 tokens a sentence, two sentences to a 14-token room
+    (5, 16)
+    >>> " ".join(tok.convert_ids_to_tokens(chunks.input_ids[0].tolist()))
+    '[CLS] the cat sat on the mat . the cat sat on the mat . [SEP]'
+    """
+    texts = [t for t in (str(x).strip() for x in texts) if t]
+    if not texts:
+        raise InputError("The corpus is empty: give at least one sentence of text.")
+    start, end, pad = _boundary_ids(tokenizer)
+    room = seq_len - 2
+    step = room - overlap
+    enc = run_tokenizer(tokenizer, list(texts), add_special_tokens=False)
+    segments: list[tuple[list[int], list[int]]] = []
+    for i, ids in enumerate(enc["input_ids"]):
+        try:
+            words = [-1 if w is None else int(w) for w in enc.word_ids(i)]
+        except (ValueError, AttributeError):  # slow tokenizers have no word ids: one word per token
+            words = list(range(len(ids)))
+        if not ids:
+            continue
+        if len(ids) <= room:
+            segments.append((list(ids), words))
+            continue
+        starts = list(range(0, len(ids) - room, step)) + [len(ids) - room]
+        for s in dict.fromkeys(starts):  # ordered, without a repeated last window
+            segments.append((list(ids[s:s + room]), words[s:s + room]))
+    if not segments:
+        raise InputError("The corpus has no tokens after tokenization.")
+
+    rows: list[tuple[list[int], list[int]]] = []
+    cur_ids: list[int] = []
+    cur_words: list[int] = []
+    for ids, words in segments:
+        if cur_ids and len(cur_ids) + len(ids) > room:
+            rows.append((cur_ids, cur_words))
+            cur_ids, cur_words = [], []
+        offset = (max(cur_words) + 1) if cur_words else 0  # keep words of packed texts apart
+        cur_ids = cur_ids + ids
+        cur_words = cur_words + [w + offset if w >= 0 else -1 for w in words]
+    rows.append((cur_ids, cur_words))
+
+    n = len(rows)
+    input_ids = torch.full((n, seq_len), pad, dtype=torch.long)  # (N, T)
+    word_ids = torch.full((n, seq_len), -1, dtype=torch.long)  # (N, T)
+    attention_mask = torch.zeros((n, seq_len), dtype=torch.long)  # (N, T)
+    for r, (ids, words) in enumerate(rows):
+        length = len(ids) + 2
+        input_ids[r, :length] = torch.tensor([start, *ids, end])
+        word_ids[r, 1:length - 1] = torch.tensor(words)
+        attention_mask[r, :length] = 1
+    specials = torch.tensor(sorted({*special_ids(tokenizer), start, end, pad}), dtype=torch.long)
+    special_tokens_mask = (torch.isin(input_ids, specials) | (attention_mask == 0)).long()
+    word_ids[special_tokens_mask.bool()] = -1
+    return Chunks(input_ids, attention_mask, special_tokens_mask, word_ids)
+
+
+def split_chunks(tokenizer, texts: Sequence[str], cfg: TrainConfig,
+                 eval_texts: Sequence[str] | None = None) -> tuple[Chunks, Chunks, bool]:
+    """The training chunks, the held-out chunks, and whether the held-out ones are training chunks too.
+
+    `eval_texts`, when it has any text, is the held-out text (every chunk of `texts` then trains);
+    otherwise a seeded `eval_fraction` of the chunks of `texts` is held out, or, when the corpus is
+    too small to spare any, up to `eval_max_chunks` training chunks are evaluated on.
+    """
+    chunks = make_chunks(tokenizer, texts, cfg.seq_len, cfg.chunk_overlap)
+    n = len(chunks)
+    if eval_texts is not None and any(str(t).strip() for t in eval_texts):  # a held-out text of its own
+        held = make_chunks(tokenizer, eval_texts, cfg.seq_len, cfg.chunk_overlap)
+        return chunks, held.take(range(min(len(held), cfg.eval_max_chunks))), False
+    n_eval = 0
+    if cfg.eval_fraction > 0 and n >= 4:
+        n_eval = max(1, min(cfg.eval_max_chunks, round(n * cfg.eval_fraction)))
+    order = torch.randperm(n, generator=run_generator(cfg.seed, Stream.SPLIT))
+    if n_eval == 0:  # too little text to hold any out: evaluate on (some of) the training chunks
+        return chunks, chunks.take(order[:cfg.eval_max_chunks]), True
+    return chunks.take(order[n_eval:]), chunks.take(order[:n_eval]), False
+
+
+def token_counts(chunks: Chunks, vocab_size: int) -> torch.Tensor:
+    """How often each token id occurs in the chunks, special tokens and padding left out: (V,)."""
+    ids = chunks.input_ids[chunks.special_tokens_mask == 0]
+    ids = ids[ids < vocab_size]
+    return torch.bincount(ids, minlength=vocab_size).to(torch.float64)
+
+
+def frequency_buckets(counts: torch.Tensor) -> torch.Tensor:
+    """Bucket per token id (0 frequent, 1 medium, 2 rare) by share of the corpus: (V,) long."""
+    order = torch.argsort(counts, descending=True, stable=True)
+    share = torch.cumsum(counts[order], 0) / counts.sum().clamp_min(1.0)
+    before = share - counts[order] / counts.sum().clamp_min(1.0)  # share before this type
+    bucket_sorted = torch.full_like(order, 2)
+    bucket_sorted[before < BUCKET_MASS[1]] = 1
+    bucket_sorted[before < BUCKET_MASS[0]] = 0
+    bucket_sorted[counts[order] == 0] = 2
+    buckets = torch.empty_like(order)
+    buckets[order] = bucket_sorted
+    return buckets
+
+
+# --------------------------------------------------------------------------------------------
+# Masking: one generator per example, seeded by its global index
+# --------------------------------------------------------------------------------------------
+
+
+def mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, vocab_size: int,
+               special_ids: tuple[int, ...], seeds: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mask each row with its own generator, so a row's mask depends on its seed only.
+
+    That makes one process with gradient accumulation and N processes under torchrun mask the
+    same example the same way. Each row's attention mask goes along: it gives the row's length, which
+    Google's exact count needs (a short padded row gets round(p · its length), not round(p · T)).
+    Returns (input_ids, labels), both (B, T).
+    """
+    inputs, labels = [], []
+    for r, s in enumerate(seeds):
+        # The attention mask gives each row its own length: exact-count masking counts real tokens,
+        # never the padding a short row carries up to seq_len.
+        result = mask_tokens(chunks.input_ids[r], chunks.special_tokens_mask[r], masking,
+                             mask_token_id=mask_token_id, vocab_size=vocab_size,
+                             generator=torch.Generator().manual_seed(s),
+                             word_ids=chunks.word_ids[r], special_ids=special_ids,
+                             attention_mask=chunks.attention_mask[r], trace=False)
+        inputs.append(result.input_ids)
+        labels.append(result.labels)
+    return torch.stack(inputs), torch.stack(labels)
+
+
+class Batches:
+    """Each step's micro-batches for this rank, masked, prepared one or two steps ahead in a thread.
+
+    Global sample number s = step * batch_size + position; its chunk comes from a seeded
+    permutation of the training chunks per epoch, its mask from a generator seeded by s (dynamic
+    masking), or, for static masking with k copies, by (chunk, epoch mod k). Neither depends on
+    the number of processes or accumulation steps. This rank's micro-batches are the global micro
+    indices j = rank * A + a (a < A), holding samples [j * micro, (j + 1) * micro). Masking one
+    example at a time costs a few ms per batch, so a thread does it while the model computes (on
+    a GPU the step would otherwise wait for it). A step is {mask_copies: micro-batches}, one
+    entry per masking scheme the variants use, all on the same chunks.
+    """
+
+    def __init__(self, chunks: Chunks, cfg: TrainConfig, world: World, micro: int, *, mask_token_id: int,
+                 vocab_size: int, special_ids: tuple[int, ...], mask_copies: Sequence[int] = (0,),
+                 prefetch: int = 2):
+        self.chunks, self.cfg, self.world, self.micro = chunks, cfg, world, micro
+        self.mask_copies = tuple(dict.fromkeys(mask_copies))
+        self.mask_kwargs = dict(mask_token_id=mask_token_id, vocab_size=vocab_size, special_ids=special_ids)
+        self.perm: dict[int, torch.Tensor] = {}
+        self.queue: queue.Queue = queue.Queue(maxsize=prefetch)
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._fill, name="mlmlab-batches", daemon=True)
+        self.thread.start()
+
+    def _chunk_index(self, sample: int) -> int:
+        epoch, k = divmod(sample, len(self.chunks))
+        if epoch not in self.perm:
+            self.perm.clear()
+            self.perm[epoch] = torch.randperm(len(self.chunks), generator=run_generator(self.cfg.seed, Stream.ORDER, epoch))
+        return int(self.perm[epoch][k])
+
+    def _mask_seed(self, sample: int, chunk: int, copies: int) -> int:
+        if copies == 0:  # dynamic: every draw of a chunk gets a new mask
+            return run_seed(self.cfg.seed, Stream.MASK, sample)
+        epoch = sample // len(self.chunks)  # static: copy epoch mod k of this chunk's k masks
+        return run_seed(self.cfg.seed, Stream.STATIC_MASK, chunk, epoch % copies)
+
+    def make(self, step: int) -> dict[int, list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]]:
+        cfg = self.cfg
+        out: dict[int, list] = {k: [] for k in self.mask_copies}
+        for a in range(cfg.grad_accum_steps):
+            j = self.world.rank * cfg.grad_accum_steps + a
+            samples = [step * cfg.batch_size + j * self.micro + i for i in range(self.micro)]
+            index = [self._chunk_index(s) for s in samples]
+            batch = self.chunks.take(index)
+            for copies in self.mask_copies:
+                seeds = [self._mask_seed(s, c, copies) for s, c in zip(samples, index)]
+                inputs, labels = mask_rows(batch, cfg.masking, seeds=seeds, **self.mask_kwargs)
+                out[copies].append((j, inputs, batch.attention_mask, labels))
+        return out
+
+    def _fill(self) -> None:
+        for step in range(self.cfg.steps):
+            try:
+                item = (step, self.make(step))
+            except BaseException as exc:  # handed to the training loop, which raises it
+                item = (step, exc)
+            while not self.closed.is_set():
+                try:
+                    self.queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if self.closed.is_set() or isinstance(item[1], BaseException):
+                return
+
+    def get(self, step: int):
+        got, batch = self.queue.get()
+        if isinstance(batch, BaseException):
+            raise batch
+        assert got == step, (got, step)
+        return batch
+
+    def close(self) -> None:
+        self.closed.set()
+        self.thread.join(timeout=5)

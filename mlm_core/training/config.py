@@ -1,0 +1,300 @@
+"""What defines a training run: `TrainConfig` and its checks, the settings variants must share,
+and the rule that turns the run's seed into every random stream it uses.
+
+A config is a frozen dataclass (nanoGPT's GPTConfig): defaults carry a comment that says why, and
+`__post_init__` refuses impossible values with a message a workshop participant can act on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from mlm_core.errors import InputError
+from mlm_core.losses import SAMPLED_SOFTMAX, SAMPLERS, SCHEMES
+from mlm_core.masking import MaskingConfig
+
+# The choices a learner can make, named once so the page, the CLI and the messages agree.
+LOSSES = ("full", "weighted", "sampled")
+AMP_MODES = ("auto", "off", "bf16", "fp16")
+SCHEDULES = ("linear", "cosine", "constant")
+BUCKETS = ("frequent", "medium", "rare")
+# Token-frequency buckets by share of all corpus tokens, most common types first: the types that
+# make up the first half of the corpus are "frequent", the next 40% "medium", the last 10% (and
+# anything never seen in training) "rare". Shares of mass, not of types, so every bucket has
+# enough evaluation tokens to be measured.
+BUCKET_MASS = (0.5, 0.9)
+MAX_VARIANTS = 4
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a run; the same config and corpus give the same curves.
+
+    >>> TrainConfig(steps=20, learning_rate=1e-4).steps
+    20
+    """
+
+    steps: int = 60  # a few minutes on a laptop CPU with the default model
+    batch_size: int = 8  # sequences per optimizer step (the global batch, over all processes)
+    seq_len: int = 64  # tokens per chunk, [CLS] and [SEP] included
+    chunk_overlap: int | None = None  # tokens shared by consecutive windows of a long text; None: min(16, seq_len // 4)
+    learning_rate: float = 5e-5  # 1e-5 to 5e-5 fine-tunes a trained model; from scratch, 1e-4 to 1e-3
+    warmup_steps: int = 5  # linear warm-up from 0, as in BERT: Adam's early moments are noisy
+    schedule: str = "linear"  # after warm-up: "linear" decay to 0, "cosine" decay to 0, or "constant"
+    weight_decay: float = 0.01  # BERT's value; never applied to biases and LayerNorm weights
+    max_grad_norm: float | None = 1.0  # clip the global gradient norm; None or 0 turns clipping off
+    amp: str = "auto"  # "auto": bf16 autocast where it is measured faster (precision.auto_amp), else fp32;
+    # or "off" (fp32), "bf16" (CUDA or CPU autocast), "fp16" (CUDA only, with a GradScaler)
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% slower
+    grad_accum_steps: int = 1  # micro-batches per optimizer step; the loss is one mean over all their masked tokens
+    loss: str = "full"  # "full", "weighted" (by token frequency) or "sampled" (sampled softmax)
+    weight_scheme: str = "inverse_sqrt"  # weighted loss: how a token's count becomes its weight
+    weight_smoothing: float = 1.0  # weighted loss: added to every count, so unseen tokens stay finite
+    num_sampled: int = SAMPLED_SOFTMAX.num_sampled  # sampled softmax: K classes per step (losses.SAMPLED_SOFTMAX)
+    sampler: str = SAMPLED_SOFTMAX.sampler  # sampled softmax: "unigram" = the training corpus' token counts
+    logq_correction: bool = SAMPLED_SOFTMAX.logq_correction  # sampled softmax: importance-sampling estimate of the full loss
+    masking: MaskingConfig = field(default_factory=MaskingConfig)  # BERT's 15% with 80/10/10
+    # 0: dynamic masking, a fresh mask every time a chunk is drawn (RoBERTa, section 4.1). k >= 1:
+    # static masking, k masks made once per chunk and reused in turn, epoch after epoch (BERT's
+    # create_pretraining_data.py makes dupe_factor = 10 masked copies of its data up front).
+    mask_copies: int = 0
+    eval_every: int = 10  # steps between evaluations (one at step 0 and one at the end too)
+    eval_fraction: float = 0.1  # share of the chunks held out for evaluation
+    eval_max_chunks: int = 64  # cap on held-out chunks, so an evaluation stays a second or two
+    probe_sentences: tuple[str, ...] = ()  # sentences with [MASK]; empty: a few held-out sentences
+    probe_answers: tuple[str, ...] = ()  # the hidden word of each probe sentence ("" if unknown)
+    probe_top_k: int = 5
+    # Words whose held-out positions also get a loss of their own (`focus_loss`): a lesson's facts. The
+    # held-out loss over every position can fall for other reasons (the Veldoria lesson's drop is mostly
+    # the model learning to spell the invented name), so the facts' own loss says what was learned.
+    eval_focus_words: tuple[str, ...] = ()
+    dropout: bool = True  # False sets the model to eval mode while training (exact comparisons)
+    seed: int = 0  # data order, masks, dropout and sampled classes all come from this
+    # Fine-tuning: keep the word embeddings fixed. In BERT they are tied to the output projection, so the
+    # decoder's weight stays fixed too (its bias still trains): the (V, H) matrix, half the default model's
+    # weights, needs no gradient, no AdamW update and no weight-gradient matmul: a faster step.
+    freeze_word_embeddings: bool = False
+
+    def __post_init__(self) -> None:
+        def fail(message: str) -> None:
+            raise InputError(message)
+
+        def whole(name: str, value: Any, low: int, high: int, hint: str = "") -> None:
+            if isinstance(value, bool) or not isinstance(value, int):
+                fail(f"{name} must be a whole number, got {value!r}.")
+            if not low <= value <= high:
+                fail(f"{name} must be between {low} and {high}, got {value}. {hint}".strip())
+
+        def number(name: str, value: Any, low: float, high: float, hint: str = "") -> float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                fail(f"{name} must be a number, got {value!r}.")
+            if not low <= value <= high:
+                fail(f"{name} must be between {low:g} and {high:g}, got {value:g}. {hint}".strip())
+            return float(value)
+
+        def choice(name: str, value: Any, options: Sequence[str]) -> None:
+            if value not in options:
+                fail(f"{name} must be one of {', '.join(map(repr, options))}, got {value!r}.")
+
+        whole("steps", self.steps, 1, 1_000_000, "A workshop run needs 20 to 200 steps.")
+        whole("batch_size", self.batch_size, 1, 65_536, "8 to 32 sequences is typical on a CPU.")
+        whole("seq_len", self.seq_len, 8, 8192, "64 or 128 tokens suits sentences.")
+        if self.chunk_overlap is None:
+            object.__setattr__(self, "chunk_overlap", min(16, self.seq_len // 4))
+        whole("chunk_overlap", self.chunk_overlap, 0, self.seq_len - 3,
+              "The overlap must leave room for new tokens in every window; 16 is typical.")
+        number("learning_rate", self.learning_rate, 1e-8, 1.0,
+               "Typical: 1e-5 to 5e-5 to fine-tune a trained model, 1e-4 to 1e-3 from scratch.")
+        if self.learning_rate <= 0:
+            fail("learning_rate must be above 0.")
+        whole("warmup_steps", self.warmup_steps, 0, 1_000_000)
+        choice("schedule", self.schedule, SCHEDULES)
+        number("weight_decay", self.weight_decay, 0.0, 1.0, "0.01 is BERT's value.")
+        if self.max_grad_norm is not None:
+            number("max_grad_norm", self.max_grad_norm, 0.0, 1e6,
+                   "1.0 is the usual clip; use 0 or None to turn clipping off.")
+        choice("amp", self.amp, AMP_MODES)
+        if not isinstance(self.freeze_word_embeddings, bool):
+            fail("freeze_word_embeddings must be True or False.")
+        if not isinstance(self.gradient_checkpointing, bool):
+            fail("gradient_checkpointing must be True or False.")
+        whole("grad_accum_steps", self.grad_accum_steps, 1, 4096)
+        if self.batch_size % self.grad_accum_steps:
+            fail(f"batch_size ({self.batch_size}) must be a multiple of grad_accum_steps "
+                 f"({self.grad_accum_steps}): each accumulation step takes an equal share.")
+        choice("loss", self.loss, LOSSES)
+        choice("weight_scheme", self.weight_scheme, SCHEMES)
+        number("weight_smoothing", self.weight_smoothing, 0.0, 1e9,
+               "Smoothing is added to every token count; 1 is typical.")
+        if self.weight_smoothing == 0 and self.weight_scheme != "none":
+            fail("weight_smoothing must be above 0, so tokens never seen in the corpus get a finite weight.")
+        whole("num_sampled", self.num_sampled, 1, 10_000_000,
+              "Sampled softmax draws K classes; 64 to 4096 is typical.")
+        choice("sampler", self.sampler, SAMPLERS)
+        if not isinstance(self.logq_correction, bool):
+            fail("logq_correction must be True or False.")
+        if not isinstance(self.masking, MaskingConfig):
+            fail("masking must be a MaskingConfig.")
+        whole("mask_copies", self.mask_copies, 0, 1000,
+              "0 masks every chunk afresh each time (dynamic); BERT made 10 static copies.")
+        whole("eval_every", self.eval_every, 1, 1_000_000)
+        number("eval_fraction", self.eval_fraction, 0.0, 0.5,
+               "Hold out 5% to 20% of the chunks for evaluation.")
+        whole("eval_max_chunks", self.eval_max_chunks, 1, 100_000)
+        if isinstance(self.probe_sentences, str) or not all(
+            isinstance(s, str) for s in self.probe_sentences
+        ):
+            fail("probe_sentences must be a list of sentences.")
+        object.__setattr__(self, "probe_sentences", tuple(self.probe_sentences))
+        if isinstance(self.probe_answers, str) or not all(isinstance(a, str) for a in self.probe_answers):
+            fail("probe_answers must be a list of words.")
+        object.__setattr__(self, "probe_answers", tuple(self.probe_answers))
+        if self.probe_answers and len(self.probe_answers) != len(self.probe_sentences):
+            fail(f"probe_answers has {len(self.probe_answers)} words for {len(self.probe_sentences)} "
+                 "probe sentences: give one answer per sentence (\"\" where it is unknown).")
+        whole("probe_top_k", self.probe_top_k, 1, 50)
+        if isinstance(self.eval_focus_words, str) or not all(isinstance(w, str) for w in self.eval_focus_words):
+            fail("eval_focus_words must be a list of words.")
+        object.__setattr__(self, "eval_focus_words", tuple(self.eval_focus_words))
+        if not isinstance(self.dropout, bool):
+            fail("dropout must be True or False.")
+        whole("seed", self.seed, 0, 2**63 - 1, "Any whole number from 0 up works as a seed.")
+        if self.max_grad_norm is not None:
+            object.__setattr__(self, "max_grad_norm", float(self.max_grad_norm))
+        object.__setattr__(self, "learning_rate", float(self.learning_rate))
+        object.__setattr__(self, "weight_decay", float(self.weight_decay))
+
+    @property
+    def clipping(self) -> bool:
+        return bool(self.max_grad_norm)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values only, for JSON, YAML and CSV."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["masking"] = dataclasses.asdict(self.masking)
+        out["probe_sentences"] = list(self.probe_sentences)
+        out["probe_answers"] = list(self.probe_answers)
+        out["eval_focus_words"] = list(self.eval_focus_words)
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
+        """Build a config from plain values (a JSON/YAML file, CLI flags); unknown keys are an error.
+
+        >>> TrainConfig.from_dict({"steps": 5, "masking": {"mlm_probability": 0.2}}).masking.mlm_probability
+        0.2
+        """
+        if not isinstance(values, Mapping):
+            raise InputError("A training config must be a mapping of option names to values.")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise InputError(f"Unknown training option(s): {', '.join(unknown)}. "
+                             f"Known options: {', '.join(sorted(names))}.")
+        kwargs = dict(values)
+        masking = kwargs.get("masking")
+        if isinstance(masking, Mapping):
+            mnames = {f.name for f in dataclasses.fields(MaskingConfig)}
+            bad = sorted(set(masking) - mnames)
+            if bad:
+                raise InputError(f"Unknown masking option(s): {', '.join(bad)}. "
+                                 f"Known: {', '.join(sorted(mnames))}.")
+            try:
+                kwargs["masking"] = MaskingConfig(**masking)
+            except InputError:
+                raise
+            except (TypeError, ValueError) as exc:
+                raise InputError(f"Bad masking settings: {exc}") from None
+        for key in ("probe_sentences", "probe_answers", "eval_focus_words"):
+            if key in kwargs and isinstance(kwargs[key], list):
+                kwargs[key] = tuple(kwargs[key])
+        try:
+            return cls(**kwargs)
+        except InputError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"Bad training settings: {exc}") from None
+
+
+# Settings that decide which tokens a step sees: variants compared side by side must share them.
+# (mask_copies is not one: static and dynamic masking race on the same chunks in the same order.)
+DATA_FIELDS = ("steps", "batch_size", "seq_len", "chunk_overlap", "grad_accum_steps", "masking",
+               "eval_every", "eval_fraction", "eval_max_chunks", "probe_sentences", "probe_answers",
+               "probe_top_k", "eval_focus_words", "seed")
+
+
+def check_variants(variants: Mapping[str, TrainConfig]) -> None:
+    """Variants compared side by side must see the same data: same steps, batches, masks and seed."""
+    if not isinstance(variants, Mapping) or not variants:
+        raise InputError("Choose at least one variant to train.")
+    if len(variants) > MAX_VARIANTS:
+        raise InputError(f"At most {MAX_VARIANTS} variants can train side by side "
+                         "(each holds its own copy of the model).")
+    for name, cfg in variants.items():
+        if not isinstance(name, str) or not name.strip():
+            raise InputError("Every variant needs a name.")
+        if not isinstance(cfg, TrainConfig):
+            raise InputError(f"Variant {name!r} needs a TrainConfig.")
+    first = next(iter(variants.values()))
+    for name, cfg in variants.items():
+        differ = [f for f in DATA_FIELDS if getattr(cfg, f) != getattr(first, f)]
+        if differ:
+            raise InputError(f"Variant {name!r} differs in {', '.join(differ)}: variants must share "
+                             "these settings so they see identical batches and masks.")
+
+
+# --------------------------------------------------------------------------------------------
+# Seeds: every random choice is a function of (seed, what, when, which)
+# --------------------------------------------------------------------------------------------
+
+_SEED_MASK = (1 << 63) - 1
+
+
+def run_seed(*parts: int) -> int:
+    """A 63-bit seed from integers (splitmix64 rounds), cheap enough to make one per example.
+
+    Not ``seeds.generator``: that rule would give every seed other curves (tests/test_golden.py).
+    """
+    h = 0x9E3779B97F4A7C15
+    for p in parts:
+        h = (h ^ (int(p) & 0xFFFFFFFFFFFFFFFF)) & 0xFFFFFFFFFFFFFFFF
+        h = (h * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 31
+        h = (h * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 29
+    return h & _SEED_MASK
+
+
+def run_generator(*parts: int) -> torch.Generator:
+    """A CPU generator seeded with ``run_seed(*parts)``.
+
+    >>> torch.equal(torch.rand(2, generator=run_generator(0, Stream.ORDER, 1)),
+    ...             torch.rand(2, generator=run_generator(0, Stream.ORDER, 1)))
+    True
+    """
+    return torch.Generator().manual_seed(run_seed(*parts))
+
+
+class Stream(enum.IntEnum):
+    """What a stream is for, the second part of every seed, so streams never collide."""
+
+    ORDER = 1  # the order of the training chunks, per epoch
+    MASK = 2  # dynamic masking: one mask per drawn sample
+    EVAL_MASK = 3  # the held-out chunks' masks, made once
+    SPLIT = 4  # which chunks are held out
+    DROPOUT = 5  # dropout, per step and micro-batch
+    SAMPLED = 6  # the sampled softmax's classes, per step and micro-batch
+    PROBE = 7  # which corpus sentences become probes
+    STATIC_MASK = 8  # static masking: copy k of a chunk's masks

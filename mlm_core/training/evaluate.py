@@ -1,0 +1,224 @@
+"""How a run is measured: held-out masked-token metrics (always full cross-entropy, whatever the
+training loss), per frequency bucket and at the focus words, and probe sentences with [MASK].
+
+Shape legend: N = held-out rows, T = sequence length, V = vocabulary, M = masked positions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from mlm_core.data import run_tokenizer, special_ids
+from mlm_core.errors import InputError
+from mlm_core.head import masked_lm_logits
+from mlm_core.masking import IGNORE_INDEX
+from mlm_core.training.batches import Chunks, mask_rows
+from mlm_core.training.config import BUCKETS, Stream, TrainConfig, run_generator, run_seed
+from mlm_core.training.optim import autocast
+
+# A small held-out text is scored under this many different masks (capped at eval_max_chunks rows),
+# so its loss measures more than the few tokens one mask happens to select.
+EVAL_MASKINGS = 4
+
+
+@dataclass
+class EvalSet:
+    input_ids: torch.Tensor  # (N, T) masked
+    attention_mask: torch.Tensor  # (N, T)
+    labels: torch.Tensor  # (N, T), IGNORE_INDEX where not selected
+    buckets: torch.Tensor  # (V,) bucket per token id
+    micro_batch: int
+    mask_token_id: int | None = None  # to score the positions replaced by [MASK] on their own
+    focus_ids: torch.Tensor | None = None  # (F,) token ids whose positions get a loss of their own
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, eval_set: EvalSet, *, amp: str = "off") -> dict[str, Any]:
+    """Held-out masked-token metrics with full cross-entropy: loss, MLM perplexity, top-1/top-5, per bucket.
+
+    `loss` averages over every selected position, the positions Hugging Face's run_mlm.py scores
+    too (its perplexity is exp of the Trainer's eval_loss, which averages per-batch means weighted
+    by sequences, not by selected positions; here every position counts once, whatever
+    `micro_batch` is); 10% of those positions show the model the true token and
+    another 10% a random one, so `mask_loss`, over the [MASK] positions alone, is the harder number.
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total = torch.zeros(3, dtype=torch.float64)  # sum CE, top1 hits, top5 hits
+    at_mask = torch.zeros(2, dtype=torch.float64)  # [MASK] positions, sum CE there
+    at_focus = torch.zeros(2, dtype=torch.float64)  # positions hiding a focus word, sum CE there
+    per_bucket = torch.zeros(len(BUCKETS), 4, dtype=torch.float64)  # n, sum CE, top1, top5
+    try:
+        for s in range(0, eval_set.input_ids.shape[0], eval_set.micro_batch):
+            sl = slice(s, s + eval_set.micro_batch)
+            labels = eval_set.labels[sl].to(device)
+            if not bool((labels != IGNORE_INDEX).any()):
+                continue
+            with autocast(device, amp):
+                logits, targets = masked_lm_logits(model, eval_set.input_ids[sl].to(device),
+                                                   eval_set.attention_mask[sl].to(device), labels)
+            logits = logits.float()  # (M, V)
+            ce = nn.functional.cross_entropy(logits, targets, reduction="none")  # (M,)
+            if eval_set.mask_token_id is not None:  # rows come row-major, as the selected positions
+                shown = eval_set.input_ids[sl].reshape(-1)[eval_set.labels[sl].reshape(-1) != IGNORE_INDEX]
+                is_mask = (shown == eval_set.mask_token_id).to(device)  # (M,)
+                at_mask += torch.stack([is_mask.double().sum(), ce.double()[is_mask].sum()]).cpu()
+            if eval_set.focus_ids is not None:
+                focus = torch.isin(targets, eval_set.focus_ids.to(device))  # (M,)
+                at_focus += torch.stack([focus.double().sum(), ce.double()[focus].sum()]).cpu()
+            top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices  # (M, 5)
+            hit1 = (top5[:, 0] == targets).double()
+            hit5 = (top5 == targets[:, None]).any(-1).double()
+            total += torch.stack([ce.double().sum(), hit1.sum(), hit5.sum()]).cpu()
+            b = eval_set.buckets.to(device)[targets.clamp_max(eval_set.buckets.numel() - 1)]
+            for k in range(len(BUCKETS)):
+                sel = b == k
+                per_bucket[k] += torch.stack([sel.double().sum(), ce.double()[sel].sum(),
+                                              hit1[sel].sum(), hit5[sel].sum()]).cpu()
+    finally:
+        model.train(was_training)
+    n = float(per_bucket[:, 0].sum())
+    out: dict[str, Any] = {"masked_tokens": int(n), "mask_tokens": int(at_mask[0]),
+                           "mask_loss": float(at_mask[1] / at_mask[0]) if at_mask[0] else None,
+                           "focus_tokens": int(at_focus[0]),
+                           "focus_loss": float(at_focus[1] / at_focus[0]) if at_focus[0] else None}
+    if n == 0:
+        out.update(loss=None, mlm_perplexity=None, top1=None, top5=None)
+    else:
+        loss = float(total[0]) / n
+        out.update(loss=loss, mlm_perplexity=math.exp(min(loss, 700.0)), top1=float(total[1]) / n,
+                   top5=float(total[2]) / n)
+    for k, name in enumerate(BUCKETS):
+        nk = float(per_bucket[k, 0])
+        out[f"{name}_tokens"] = int(nk)
+        out[f"{name}_loss"] = float(per_bucket[k, 1]) / nk if nk else None
+        out[f"{name}_top1"] = float(per_bucket[k, 2]) / nk if nk else None
+        out[f"{name}_top5"] = float(per_bucket[k, 3]) / nk if nk else None
+    return out
+
+
+def focus_ids(tokenizer, words: Sequence[str]) -> torch.Tensor | None:
+    """The token ids of the words that are one token of this vocabulary (others cannot be scored alone)."""
+    ids = sorted({int(tokenizer.convert_tokens_to_ids(pieces[0])) for w in words
+                  if len(pieces := tokenizer.tokenize(w)) == 1})
+    return torch.tensor(ids, dtype=torch.long) if ids else None
+
+
+def make_eval_set(eval_chunks: Chunks, cfg: TrainConfig, tokenizer, *, buckets: torch.Tensor, micro_batch: int,
+                  vocab_size: int) -> EvalSet:
+    """The held-out chunks, masked once from the seed: each under up to EVAL_MASKINGS different masks,
+    at most eval_max_chunks rows. `vocab_size` bounds the random replacements (real tokenizer tokens)."""
+    copies = max(1, min(EVAL_MASKINGS, cfg.eval_max_chunks // max(1, len(eval_chunks))))
+    eval_chunks = eval_chunks.take([i for _ in range(copies) for i in range(len(eval_chunks))])
+    seeds = [run_seed(cfg.seed, Stream.EVAL_MASK, r) for r in range(len(eval_chunks))]
+    inputs, labels = mask_rows(eval_chunks, cfg.masking, mask_token_id=tokenizer.mask_token_id,
+                               vocab_size=vocab_size, special_ids=special_ids(tokenizer), seeds=seeds)
+    return EvalSet(inputs, eval_chunks.attention_mask, labels, buckets, micro_batch,
+                   mask_token_id=tokenizer.mask_token_id, focus_ids=focus_ids(tokenizer, cfg.eval_focus_words))
+
+
+@dataclass
+class Probe:
+    text: str  # as shown to the learner, with the mask token
+    input_ids: torch.Tensor  # (T,)
+    positions: list[int]  # where the mask tokens are
+    answers: list[str | None]  # the hidden token at each position, when known
+
+
+def make_probes(tokenizer, texts: Sequence[str], cfg: TrainConfig) -> list[Probe]:
+    """Probe sentences: the config's (with [MASK]), or one word masked in a few corpus sentences."""
+    mask_id = tokenizer.mask_token_id
+    mask_tok = tokenizer.mask_token
+    probes: list[Probe] = []
+    if cfg.probe_sentences:
+        answers = cfg.probe_answers or ("",) * len(cfg.probe_sentences)
+        for text, answer in zip(cfg.probe_sentences, answers):
+            shown = text.replace("[MASK]", mask_tok) if mask_tok != "[MASK]" else text
+            ids = run_tokenizer(tokenizer, shown, truncation=True, max_length=cfg.seq_len, return_tensors="pt")["input_ids"][0]
+            positions = (ids == mask_id).nonzero().flatten().tolist()
+            if not positions:
+                raise InputError(f"The probe sentence {text!r} has no [MASK] token: put [MASK] where "
+                                 "the model should guess a word.")
+            known: str | None = None
+            if answer:
+                pieces = tokenizer.tokenize(answer)
+                if len(pieces) != 1 or len(positions) != 1:
+                    raise InputError(f"The answer {answer!r} of the probe {text!r} must be one token of this "
+                                     f"vocabulary at one [MASK] (it is {len(pieces)} token(s): {' '.join(pieces)}).")
+                known = pieces[0]
+            probes.append(Probe(shown, ids, positions, [known] * len(positions)))
+        return probes
+    # No probes given: mask the middle whole-word token of up to 3 distinct short corpus sentences.
+    seen: set[str] = set()
+    candidates = []
+    for t in texts:
+        t = str(t).strip()
+        if t and t not in seen and 4 <= len(t.split()) <= 25:
+            seen.add(t)
+            candidates.append(t)
+        if len(candidates) >= 200:
+            break
+    if not candidates:
+        return probes
+    order = torch.randperm(len(candidates), generator=run_generator(cfg.seed, Stream.PROBE)).tolist()
+    for i in order:
+        enc = run_tokenizer(tokenizer, candidates[i], truncation=True, max_length=cfg.seq_len, return_tensors="pt")
+        ids = enc["input_ids"][0].clone()
+        tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
+        words = enc.word_ids(0) if hasattr(enc, "word_ids") else [None] * len(tokens)
+        # whole words of one alphabetic piece, 3+ letters, nearest the middle
+        ok = [p for p in range(len(tokens)) if words[p] is not None and tokens[p].isalpha()
+              and len(tokens[p]) >= 3 and words.count(words[p]) == 1]
+        if not ok:
+            continue
+        mid = len(tokens) / 2
+        p = min(ok, key=lambda q: abs(q - mid))
+        answer = tokens[p]
+        ids[p] = mask_id
+        probes.append(Probe(tokenizer.decode(ids[1:-1]), ids, [p], [answer]))
+        if len(probes) == 3:
+            break
+    return probes
+
+
+@torch.no_grad()
+def probe_predictions(model: nn.Module, tokenizer, probes: list[Probe], top_k: int) -> list[dict[str, Any]]:
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out = []
+    try:
+        for probe in probes:
+            ids = probe.input_ids[None].to(device)  # (1, T)
+            labels = torch.full_like(ids, IGNORE_INDEX)
+            labels[0, probe.positions] = probe.input_ids[probe.positions].to(device)
+            logits, _ = masked_lm_logits(model, ids, torch.ones_like(ids), labels)  # (M, V)
+            probs = logits.float().softmax(-1)
+            top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+            rows = []
+            for j, pos in enumerate(probe.positions):
+                row = {
+                    "position": pos,
+                    "answer": probe.answers[j],
+                    "tokens": tokenizer.convert_ids_to_tokens(top.indices[j].tolist()),
+                    "probs": [float(x) for x in top.values[j]],
+                    "answer_prob": None,
+                    "answer_rank": None,  # 1 = the model's first guess
+                }
+                answer_id = tokenizer.convert_tokens_to_ids(probe.answers[j]) if probe.answers[j] else None
+                if answer_id is not None and 0 <= answer_id < probs.shape[-1]:
+                    p = probs[j, answer_id]
+                    row["answer_prob"] = float(p)
+                    row["answer_rank"] = int((probs[j] > p).sum()) + 1
+                rows.append(row)
+            out.append({"text": probe.text, "predictions": rows})
+    finally:
+        model.train(was_training)
+    return out

@@ -1,0 +1,114 @@
+"""What a run reports: `TrainEvent`s as they happen, a `TrainResult` at the end, and the helpers
+that turn recorded curves into smoothed lines and CSV rows."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from torch import nn
+
+from mlm_core.errors import InputError
+from mlm_core.training.config import TrainConfig
+
+EVENT_KINDS = ("step", "eval", "probe", "done", "error")
+
+
+@dataclass(frozen=True)
+class TrainEvent:
+    """One thing that happened in a run, sent to `on_event` as it happens.
+
+    kind "step": values has loss, grad_norm, lr, tokens_per_s, masked_tokens, tokens, elapsed_s.
+    kind "eval": loss, mlm_perplexity (exp(loss): over every selected position, as Hugging Face's
+    run_mlm.py reports perplexity), mask_loss (at the [MASK] positions alone), focus_loss (at the
+    positions whose hidden word is one of `eval_focus_words`; None without them), top1, top5,
+    masked_tokens, and per bucket `<bucket>_top1` etc.
+    kind "probe": values["probes"], one dict per probe sentence (text, positions with top-k, and the
+    hidden word's probability and rank when it is known).
+    kind "done": the variant's summary; kind "error": values["message"].
+    """
+
+    kind: str
+    variant: str
+    step: int
+    total_steps: int
+    values: dict[str, Any]
+    time: float = field(default_factory=time.time)
+
+
+@dataclass
+class TrainResult:
+    """What a run recorded, kept even when it was stopped early."""
+
+    name: str
+    config: TrainConfig
+    steps: list[dict[str, Any]] = field(default_factory=list)  # one row per optimizer step
+    evals: list[dict[str, Any]] = field(default_factory=list)  # one row per evaluation
+    probes: list[dict[str, Any]] = field(default_factory=list)  # {"step", "probes": [...]}
+    steps_done: int = 0
+    stopped: bool = False
+    wall_time_s: float = 0.0
+    train_time_s: float = 0.0  # time in training steps only, without evaluation
+    tokens_seen: int = 0
+    eval_on_train: bool = False  # True when the corpus was too small to hold any chunk out
+    model: nn.Module | None = None  # the trained copy (the base model is never touched)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_seen / self.train_time_s if self.train_time_s > 0 else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """One row for the results table."""
+        last_step = next((r for r in reversed(self.steps) if r.get("loss") is not None), {})
+        last_eval = self.evals[-1] if self.evals else {}
+        return {
+            "variant": self.name,
+            "steps": self.steps_done,
+            "stopped": self.stopped,
+            "final_loss": last_step.get("loss"),
+            "eval_loss": last_eval.get("loss"),
+            "eval_mlm_perplexity": last_eval.get("mlm_perplexity"),
+            "eval_mask_loss": last_eval.get("mask_loss"),
+            "eval_focus_loss": last_eval.get("focus_loss"),
+            "eval_top1": last_eval.get("top1"),
+            "eval_top5": last_eval.get("top5"),
+            "tokens_per_s": self.tokens_per_s,
+            "wall_time_s": self.wall_time_s,
+        }
+
+
+def smooth(values: Sequence[float | None], weight: float = 0.8) -> list[float | None]:
+    """Exponential moving average with TensorBoard's debiasing; gaps (None, NaN, inf) stay gaps.
+
+    TensorBoard's ``avg = weight * avg + (1 - weight) * v``, divided by ``1 - weight ** n``, is
+    pandas' ``ewm(alpha=1 - weight, adjust=True).mean()`` over the finite values: the weighted mean
+    of the values so far, the latest weighing 1, the one before ``weight``, and so on.
+
+    >>> [None if v is None else round(v, 4) for v in smooth([1.0, 3.0, None, 5.0], weight=0.5)]
+    [1.0, 2.3333, None, 3.8571]
+    """
+    if not 0.0 <= weight < 1.0:
+        raise InputError("The smoothing weight must be at least 0 and below 1.")
+    finite = [i for i, v in enumerate(values) if v is not None and math.isfinite(v)]
+    out: list[float | None] = [None] * len(values)
+    if finite:
+        averaged = pd.Series([float(values[i]) for i in finite]).ewm(alpha=1.0 - weight, adjust=True).mean()
+        for i, v in zip(finite, averaged.tolist()):
+            out[i] = v
+    return out
+
+
+def curves_table(results: Mapping[str, TrainResult] | Sequence[TrainResult]) -> list[dict[str, Any]]:
+    """Every curve of every variant as flat rows (variant, kind, step, metric columns), for CSV."""
+    items = results.values() if isinstance(results, Mapping) else results
+    rows: list[dict[str, Any]] = []
+    for res in items:
+        for r in res.steps:
+            rows.append({"variant": res.name, "kind": "step", **r})
+        for r in res.evals:
+            rows.append({"variant": res.name, "kind": "eval", **r})
+    return rows

@@ -1,0 +1,370 @@
+"""The loop: `train_variants` steps 1-4 variants of a run through the same batches, masks and
+dropout, step by step, so their curves race; `train` is one variant. `TrainStep` is one step of
+the same loop on a batch you give it, for the Efficiency page and the benchmarks.
+
+Nothing in this package knows about Streamlit or about one model family (minGPT's trainer:
+"nothing in this file really has anything to do with GPT"). One step reads left to right:
+
+    texts ─▶ token chunks ─▶ masking.mask_tokens ─▶ encoder + head on the masked rows
+          ─▶ losses.full / weighted / sampled ─▶ backward ─▶ clip ─▶ AdamW
+
+The same loop runs headless (`python -m mlm_core train`) and under torchrun: when a
+`torch.distributed` process group is up, every rank takes its share of each global batch and
+the gradients are averaged by DistributedDataParallel.
+
+Shape legend: B = batch, T = sequence length, V = vocabulary, H = hidden size,
+M = masked (selected) positions.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from mlm_core import losses
+from mlm_core.data import special_ids
+from mlm_core.errors import InputError
+from mlm_core.masking import IGNORE_INDEX
+from mlm_core.training.batches import Batches, frequency_buckets, split_chunks, token_counts
+from mlm_core.training.config import Stream, TrainConfig, check_variants, run_generator, run_seed
+from mlm_core.training.distributed import (DeepSpeedOptimizer, World, all_reduce_sum, current_world,
+                                           deepspeed_config, stop_requested)
+from mlm_core.training.evaluate import evaluate, make_eval_set, make_probes, probe_predictions
+from mlm_core.training.events import TrainEvent, TrainResult
+from mlm_core.training.optim import Optimizer, check_amp, freeze_word_embeddings, lr_at, set_checkpointing
+
+# --------------------------------------------------------------------------------------------
+# One step: encoder once, head on the masked rows only, then the loss
+# --------------------------------------------------------------------------------------------
+
+
+def _loss_value(cfg: TrainConfig, outputs, *, class_weights, counts, generator) -> tuple[torch.Tensor, int]:
+    """The chosen loss for one micro-batch, and its number of masked rows M."""
+    if cfg.loss == "sampled":
+        hidden, weight, bias, targets = outputs  # (M, H), (V, H), (V,), (M,)
+        m = int(targets.numel())
+        if m == 0:  # nothing selected: a zero that still reaches every parameter (no NaN, DDP happy)
+            return hidden.sum() * 0.0 + weight.sum() * 0.0 + (bias.sum() * 0.0 if bias is not None else 0.0), 0
+        out = losses.sampled_softmax_loss(
+            hidden.float(), weight, bias, targets, num_sampled=cfg.num_sampled, sampler=cfg.sampler,
+            counts=counts, logq_correction=cfg.logq_correction, generator=generator)
+        return out.loss, m
+    logits, targets = outputs  # (M, V), (M,)
+    m = int(targets.numel())
+    if m == 0:
+        return logits.sum() * 0.0, 0
+    logits = logits.float()
+    if cfg.loss == "weighted":
+        return losses.weighted_cross_entropy(logits, targets, class_weights).loss, m
+    return losses.full_cross_entropy(logits, targets).loss, m
+
+
+def _normaliser(cfg: TrainConfig, labels: torch.Tensor, class_weights: torch.Tensor | None) -> float:
+    """What a micro-batch's mean loss is an average over: its masked tokens M, or for the weighted
+    loss its sum of target weights Σw (the normalisation of F.cross_entropy(weight=w))."""
+    targets = labels[labels != IGNORE_INDEX]  # (M,)
+    if cfg.loss == "weighted" and class_weights is not None:
+        return float(class_weights[targets.to(class_weights.device)].double().sum()) if targets.numel() else 0.0
+    return float(targets.numel())
+
+
+def _seed_dropout(seed: int, device: torch.device) -> None:
+    """Seed the global RNG that dropout draws from (inside `fork_rng`, so the caller's state returns)."""
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        torch.cuda.default_generators[device.index if device.index is not None
+                                      else torch.cuda.current_device()].manual_seed(seed)
+
+
+class TrainStep:
+    """One optimizer step of `train`'s loop on a batch you give it: for measuring steps, not for training.
+
+    It takes the loop's own path (`Optimizer`: autocast, the chosen loss, backward, clipping,
+    AdamW; dropout seeded per step as the loop seeds it), so the Efficiency page and the benchmarks
+    time the step a run takes. ``model`` is trained in place: pass a private copy. ``configure``
+    switches autocast, checkpointing and frozen word embeddings between steps without rebuilding
+    the optimizer, so several set-ups can be timed round-robin on one copy.
+
+    >>> # step = TrainStep(copy.deepcopy(model), TrainConfig(amp="off"))
+    >>> # loss = step(input_ids, attention_mask, labels, seed=0)
+    """
+
+    def __init__(self, model: nn.Module, cfg: TrainConfig, device: str | torch.device | None = None):
+        if cfg.loss == "sampled":
+            raise InputError("TrainStep measures the full and weighted losses; the sampled softmax needs "
+                             "token counts from a corpus: use train() for it.")
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        check_amp(self.device, cfg.amp)
+        self.model = model.to(self.device).train(cfg.dropout)
+        set_checkpointing(model, cfg.gradient_checkpointing)
+        # Built with the word embeddings trainable, so that `configure` can freeze and unfreeze them.
+        self.opt = Optimizer(model, dataclasses.replace(cfg, freeze_word_embeddings=False), self.device)
+        self.cfg = self.opt.cfg = cfg
+        if cfg.freeze_word_embeddings:
+            freeze_word_embeddings(model)
+            self.opt.params = [p for p in model.parameters() if p.requires_grad]
+        self.class_weights = None
+        if cfg.loss == "weighted":  # no corpus here: every token weighs the same
+            self.class_weights = torch.ones(model.get_output_embeddings().weight.shape[0], device=self.device)
+
+    def configure(self, *, amp: str | None = None, gradient_checkpointing: bool | None = None,
+                  freeze: bool | None = None) -> None:
+        """Change the set-up for the next steps (None leaves a setting as it is)."""
+        changes: dict[str, Any] = {}
+        if amp is not None:
+            check_amp(self.device, amp)
+            changes["amp"] = amp
+        if gradient_checkpointing is not None:
+            set_checkpointing(self.model, gradient_checkpointing)
+            changes["gradient_checkpointing"] = gradient_checkpointing
+        if freeze is not None:
+            freeze_word_embeddings(self.model, freeze)
+            self.opt.params = [p for p in self.model.parameters() if p.requires_grad]
+            changes["freeze_word_embeddings"] = freeze
+        if changes:
+            self.cfg = dataclasses.replace(self.cfg, **changes)
+            self.opt.cfg = self.cfg
+
+    def release_gradients(self) -> None:
+        """Free the last step's gradients now (the next step would free them first thing)."""
+        self.opt.optimizer.zero_grad(set_to_none=True)
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor, *,
+                 lr: float | None = None, seed: int = 0) -> float:
+        """Forward, backward, clip and AdamW on one (B, T) batch; returns the loss before the update."""
+        ids, attention, labels = (t.to(self.device) for t in (input_ids, attention_mask, labels))
+        fork = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=fork):
+            _seed_dropout(run_seed(self.cfg.seed, Stream.DROPOUT, seed), self.device)
+            self.opt.begin(self.cfg.learning_rate if lr is None else lr)
+
+            def loss_fn(outputs):
+                return _loss_value(self.cfg, outputs, class_weights=self.class_weights, counts=None,
+                                   generator=None)
+
+            empty = not bool((labels != IGNORE_INDEX).any())
+            # One batch is the whole step: its share of the step's normaliser is 1.
+            loss = self.opt.micro_step(ids, attention, labels, True, loss_fn, share=1.0, world_size=1)
+            self.opt.finish(empty)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return loss
+
+
+# --------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Variant:
+    name: str
+    cfg: TrainConfig
+    model: nn.Module  # the trained copy
+    opt: Any  # Optimizer or DeepSpeedOptimizer
+    result: TrainResult
+    class_weights: torch.Tensor | None = None
+
+
+def _train_step(state: list[_Variant], micro_batches, step: int, first: TrainConfig, world: World,
+                device: torch.device, counts_dev: torch.Tensor, started: float, emit) -> int:
+    """One optimizer step of every variant on the same micro-batches; returns the steps done.
+
+    The step's loss is one average over every masked token of the global batch (all micro-batches,
+    all ranks), exactly what one big batch would give: micro-batch a adds (its mean) x (its share
+    n_a / N of the global normaliser N), where N (masked tokens, or Σw for the weighted loss) is
+    all-reduced before any forward pass. A mean of micro-batch means would weight a micro-batch
+    with 5 masked tokens as much as one with 10.
+    """
+    mine = [micro_batches[v.cfg.mask_copies] for v in state]  # each variant's masks (static or dynamic)
+    local_tokens = sum(int(b[2].sum()) for b in mine[0])
+    norms = [[_normaliser(v.cfg, b[3], v.class_weights) for b in batches] for v, batches in zip(state, mine)]
+    masked = [float(sum(int((b[3] != IGNORE_INDEX).sum()) for b in batches)) for batches in mine]
+    reduced = all_reduce_sum([sum(n) for n in norms] + masked + [float(local_tokens)], device, world)
+    totals, masked_counts, tokens_all = reduced[:len(state)], reduced[len(state):-1], reduced[-1]
+    for v, batches, v_norms, total, masked_all in zip(state, mine, norms, totals, masked_counts):
+        t0 = time.perf_counter()
+        lr = lr_at(v.cfg, step)
+        v.opt.begin(lr)
+        loss_sum = 0.0
+        # Nothing selected anywhere: no loss to learn from, so no update (and no NaN in the curve).
+        skip = masked_all == 0 or total <= 0
+        for a, (j, inputs, attention, labels) in enumerate(batches):
+            _seed_dropout(run_seed(first.seed, Stream.DROPOUT, step, j), device)  # same dropout for every variant
+
+            def loss_fn(outputs, v=v, j=j):
+                return _loss_value(v.cfg, outputs, class_weights=v.class_weights, counts=counts_dev,
+                                   generator=run_generator(first.seed, Stream.SAMPLED, step, j))
+
+            share = v_norms[a] / total if total > 0 else 0.0  # n_a / N
+            value = v.opt.micro_step(inputs, attention, labels, a == len(batches) - 1, loss_fn,
+                                     share=share, world_size=world.size)
+            loss_sum += value * share
+        (loss_sum,) = all_reduce_sum([loss_sum], device, world)
+        record: dict[str, Any] = {"step": step + 1, "lr": lr, "masked_tokens": int(masked_all),
+                                  "tokens": int(tokens_all)}
+        grad_norm = v.opt.finish(skip)
+        record.update(loss=None if skip else loss_sum, grad_norm=grad_norm, skipped=skip)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dt = time.perf_counter() - t0
+        v.result.train_time_s += dt
+        v.result.tokens_seen += int(tokens_all)
+        record["tokens_per_s"] = tokens_all / dt if dt > 0 else None
+        record["elapsed_s"] = time.perf_counter() - started
+        v.result.steps.append(record)
+        v.result.steps_done = step + 1
+        emit(TrainEvent("step", v.name, step + 1, first.steps, record))
+    return step + 1
+
+
+def train(model: nn.Module, tokenizer, texts: Sequence[str], config: TrainConfig, *,
+          on_event: Callable[[TrainEvent], None] | None = None,
+          stop: threading.Event | None = None,
+          eval_texts: Sequence[str] | None = None) -> TrainResult:
+    """Train a copy of `model` on `texts`; the base model and the caller's RNG stay untouched.
+
+    >>> # result = train(model, tok, ["the cat sat on the mat."] * 64, TrainConfig(steps=50))
+    >>> # result.steps[-1]["loss"] < result.steps[0]["loss"]
+    """
+    return train_variants(model, tokenizer, texts, {"run": config}, on_event=on_event, stop=stop,
+                          eval_texts=eval_texts)["run"]
+
+
+def train_variants(model: nn.Module, tokenizer, texts: Sequence[str],
+                   variants: Mapping[str, TrainConfig], *,
+                   on_event: Callable[[TrainEvent], None] | None = None,
+                   stop: threading.Event | None = None,
+                   device: str | torch.device | None = None,
+                   deepspeed: Mapping[str, Any] | None = None,
+                   eval_texts: Sequence[str] | None = None) -> dict[str, TrainResult]:
+    """Train 1-4 variants from the same initial weights on identical batches and masks, step by step.
+
+    `eval_texts`, when given, is the held-out text (every chunk of `texts` is then trained on);
+    otherwise `eval_fraction` of the chunks of `texts` is held out.
+
+    Each variant trains its own deep copy of `model` (in fp32; AMP handles low precision). Under an
+    initialised torch.distributed process group the global batch is split over the ranks, a stop
+    on any rank stops all of them, and evaluation and probes run on rank 0 only. `deepspeed` is a
+    DeepSpeed config (see `deepspeed_config`), used instead of DDP + AdamW when given.
+
+    Randomness: dropout draws from torch's global RNG, which is seeded per step and restored
+    afterwards (`fork_rng`); two runs training at once in one process share that RNG, so only
+    their dropout masks (never their data or masks) may then differ from a lone run.
+    """
+    check_variants(variants)
+    emit = on_event or (lambda event: None)
+    stop = stop or threading.Event()
+    first = next(iter(variants.values()))
+    try:
+        dev = torch.device(device) if device is not None else next(model.parameters()).device
+        fork_devices = [dev.index if dev.index is not None else torch.cuda.current_device()] \
+            if dev.type == "cuda" else []
+        with torch.random.fork_rng(devices=fork_devices):
+            return _train_variants(model, tokenizer, texts, dict(variants), first, emit, stop, dev, deepspeed,
+                                   eval_texts)
+    except Exception as exc:
+        message = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
+        for name in variants:
+            emit(TrainEvent("error", name, 0, first.steps, {"message": message}))
+        raise
+
+
+def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, TrainConfig],
+                    first: TrainConfig, emit, stop: threading.Event, device: torch.device,
+                    ds_template: Mapping[str, Any] | None, eval_texts: Sequence[str] | None = None):
+    world = current_world()
+    started = time.perf_counter()
+    for cfg in variants.values():
+        check_amp(device, cfg.amp)
+    max_pos = getattr(getattr(base, "config", None), "max_position_embeddings", None)
+    if max_pos is not None and first.seq_len > max_pos:
+        raise InputError(f"seq_len {first.seq_len} is longer than this model's {max_pos} positions.")
+    per_rank = first.batch_size // first.grad_accum_steps
+    if per_rank % world.size:
+        raise InputError(f"batch_size / grad_accum_steps ({per_rank}) must be a multiple of the "
+                         f"number of processes ({world.size}).")
+    micro = per_rank // world.size  # examples in one forward pass on one rank
+    out_emb = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    vocab_size = int(out_emb.weight.shape[0]) if out_emb is not None else len(tokenizer)
+    mask_vocab = min(len(tokenizer), vocab_size)  # random replacements are real tokenizer tokens
+    special = special_ids(tokenizer)
+
+    # Data: chunks, a held-out split, token counts, eval masks and probes: all from the seed.
+    train_chunks, eval_chunks, eval_on_train = split_chunks(tokenizer, texts, first, eval_texts)
+    counts = token_counts(train_chunks, vocab_size)
+    buckets = frequency_buckets(counts)
+    eval_set = make_eval_set(eval_chunks, first, tokenizer, buckets=buckets, micro_batch=max(1, micro),
+                             vocab_size=mask_vocab)
+    probes = make_probes(tokenizer, texts, first)
+
+    # Variants: a deep copy each (fp32 master weights), its own optimizer.
+    state: list[_Variant] = []
+    for name, cfg in variants.items():
+        m = copy.deepcopy(base).to(device=device, dtype=torch.float32)
+        m.train(cfg.dropout)
+        if cfg.gradient_checkpointing:
+            set_checkpointing(m, True)
+        if ds_template is not None:
+            opt = DeepSpeedOptimizer(m, cfg, device, world, deepspeed_config(ds_template, cfg, world.size))
+        else:
+            opt = Optimizer(m, cfg, device, distributed=world.distributed)
+        class_weights = None
+        if cfg.loss == "weighted":
+            class_weights = losses.token_frequency_weights(
+                counts.float(), scheme=cfg.weight_scheme, smoothing=cfg.weight_smoothing).to(device)
+        result = TrainResult(name=name, config=cfg, eval_on_train=eval_on_train, model=m)
+        state.append(_Variant(name, cfg, m, opt, result, class_weights))
+
+    def do_eval(step: int) -> None:
+        if world.rank != 0:
+            return
+        for v in state:
+            t0 = time.perf_counter()
+            values = evaluate(v.model, eval_set, amp=v.cfg.amp)
+            values["eval_s"] = time.perf_counter() - t0
+            values["eval_on_train"] = eval_on_train
+            v.result.evals.append({"step": step, **values})
+            emit(TrainEvent("eval", v.name, step, first.steps, values))
+            if probes:
+                preds = probe_predictions(v.model, tokenizer, probes, first.probe_top_k)
+                v.result.probes.append({"step": step, "probes": preds})
+                emit(TrainEvent("probe", v.name, step, first.steps, {"probes": preds}))
+
+    do_eval(0)
+    counts_dev = counts.float().to(device)
+    batches = Batches(train_chunks, first, world, micro, mask_token_id=tokenizer.mask_token_id,
+                       vocab_size=mask_vocab, special_ids=special,
+                       mask_copies=[cfg.mask_copies for cfg in variants.values()])
+    steps_done = 0
+    try:
+        for step in range(first.steps):
+            if stop_requested(stop, device, world):
+                break
+            micro_batches = {copies: [(j, inputs.to(device), attention.to(device), labels.to(device))
+                                      for j, inputs, attention, labels in group]
+                             for copies, group in batches.get(step).items()}
+            steps_done = _train_step(state, micro_batches, step, first, world, device, counts_dev, started, emit)
+            if not stop.is_set() and (steps_done % first.eval_every == 0 or steps_done == first.steps):
+                do_eval(steps_done)
+    finally:
+        batches.close()
+
+    stopped = steps_done < first.steps
+    for v in state:
+        v.result.stopped = stopped
+        v.result.wall_time_s = time.perf_counter() - started
+        v.model.train(False)
+        if v.cfg.gradient_checkpointing:
+            set_checkpointing(v.model, False)
+        v.opt = None  # drop the optimizer state (and any DDP/DeepSpeed wrapper) now
+        emit(TrainEvent("done", v.name, steps_done, first.steps, v.result.summary()))
+    return {v.name: v.result for v in state}

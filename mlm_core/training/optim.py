@@ -1,0 +1,197 @@
+"""How the weights move: the learning-rate schedule, AdamW and its parameter groups, mixed precision,
+gradient checkpointing, frozen word embeddings, and `Optimizer`, one variant's update.
+
+Nothing here knows where the batches come from; `loop.py` calls `Optimizer.begin`, one
+`micro_step` per micro-batch, then `finish`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from mlm_core.errors import InputError
+from mlm_core.head import GatheredMaskedLM
+from mlm_core.precision import resolve_amp
+from mlm_core.training.config import TrainConfig
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """Learning rate for optimizer step `step` (0-based): linear warm-up, then the schedule.
+
+    >>> [lr_at(TrainConfig(steps=4, warmup_steps=2, learning_rate=1.0), s) for s in range(4)]
+    [0.5, 1.0, 1.0, 0.5]
+    """
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return cfg.learning_rate * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.learning_rate
+    span = max(1, cfg.steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    if cfg.schedule == "cosine":
+        return cfg.learning_rate * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return cfg.learning_rate * (1.0 - progress)
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: no decay on biases and normalisation weights (BERT's optimizer does the same)."""
+    decay, no_decay, seen = [], [], set()
+    for name, p in model.named_parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        lname = name.lower()
+        if p.ndim < 2 or "norm" in lname or lname.endswith("bias"):
+            no_decay.append(p)
+        else:
+            decay.append(p)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+# BERT's optimizer (google-research/bert optimization.py, AdamWeightDecayOptimizer) uses betas
+# (0.9, 0.999) and eps 1e-6 *without* bias correction; RoBERTa (Appendix, Table 9) keeps eps 1e-6.
+# PyTorch's AdamW always corrects the bias of its moment estimates, and its default eps is 1e-8.
+# We take BERT's betas and eps and PyTorch's bias correction: without the correction the early
+# steps are several times larger (`uncorrected_adam_step_ratio`), which BERT's 10,000 warm-up steps
+# hide but a 100-step run would not; eps 1e-6 keeps parameters whose gradient is only rounding
+# noise (e.g. attention key biases, whose exact gradient is 0) still.
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-6
+
+
+def uncorrected_adam_step_ratio(step: int, betas: tuple[float, float] = ADAM_BETAS) -> float:
+    """How much larger Adam's step t (1-based) is without bias correction, as in BERT's optimizer:
+    (1 - beta1^t) / sqrt(1 - beta2^t) (eps aside), for the same gradients.
+
+    >>> round(uncorrected_adam_step_ratio(1), 2)  # 0.1 / sqrt(0.001)
+    3.16
+    >>> round(max(uncorrected_adam_step_ratio(t) for t in range(1, 1001)), 2), round(uncorrected_adam_step_ratio(1000), 2)
+    (6.57, 1.26)
+    """
+    b1, b2 = betas
+    return (1.0 - b1 ** step) / math.sqrt(1.0 - b2 ** step)
+
+
+def adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.Optimizer:
+    """AdamW (bias-corrected) with BERT's betas and eps; the fused kernel where the device has one."""
+    try:
+        return torch.optim.AdamW(groups, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, fused=True)
+    except (RuntimeError, ValueError, TypeError):
+        return torch.optim.AdamW(groups, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, foreach=True)
+
+
+def set_checkpointing(model: nn.Module, on: bool) -> None:
+    """Turn gradient checkpointing on (as `train` does) or off; a model that cannot do it gets an InputError."""
+    if on:
+        _enable_checkpointing(model)
+        return
+    disable = getattr(model, "activation_checkpointing_disable", None) or \
+        getattr(model, "gradient_checkpointing_disable", None)
+    if disable is not None:
+        disable()
+    if hasattr(model, "disable_input_require_grads"):  # the hook enabling added to the embeddings
+        model.disable_input_require_grads()
+
+
+def freeze_word_embeddings(model: nn.Module, frozen: bool = True) -> int:
+    """Stop (or restart) training the word embeddings, and with them a tied output projection.
+
+    Returns how many weights that concerns. The optimizer needs no rebuilding: a parameter whose
+    ``requires_grad`` is off gets no ``.grad``, and AdamW and clipping skip parameters without one.
+    """
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if embeddings is None or not hasattr(embeddings, "weight"):
+        raise InputError(f"{type(model).__name__} has no word-embedding matrix to freeze.")
+    embeddings.weight.requires_grad_(not frozen)
+    return embeddings.weight.numel()
+
+
+def _enable_checkpointing(model: nn.Module) -> None:
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    try:
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        elif hasattr(model, "gradient_checkpointing_enable"):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            raise ValueError
+    except ValueError:
+        raise InputError(f"{type(model).__name__} does not support gradient checkpointing; "
+                         "turn it off for this model.") from None
+
+
+def autocast(device: torch.device, amp: str):
+    """The autocast context of a mode; "auto" is resolved by `precision.auto_amp` (measured once per process)."""
+    amp = resolve_amp(amp, device)
+    if amp == "off":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def check_amp(device: torch.device, amp: str) -> None:
+    amp = resolve_amp(amp, device)
+    if amp == "fp16" and device.type != "cuda":
+        raise InputError("fp16 mixed precision needs a CUDA GPU (it relies on a gradient scaler). "
+                         "On this device choose 'bf16' or 'off'.")
+    if amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise InputError("This GPU has no bf16 support: choose 'fp16' (with a gradient scaler) or 'off'.")
+
+
+class Optimizer:
+    """One variant's weights update: AdamW with optional clipping and fp16 gradient scaling; under
+    torchrun the model is wrapped in DistributedDataParallel, which averages gradients over ranks."""
+
+    def __init__(self, model: nn.Module, cfg: TrainConfig, device: torch.device, *, distributed: bool = False):
+        self.cfg = cfg
+        self.device = device
+        if cfg.freeze_word_embeddings:  # before DDP wraps the model: it registers what needs gradients
+            freeze_word_embeddings(model)
+        self.module: nn.Module = GatheredMaskedLM(model, hidden=cfg.loss == "sampled")
+        if distributed:
+            ids = [device.index if device.index is not None else torch.cuda.current_device()] \
+                if device.type == "cuda" else None
+            self.module = DistributedDataParallel(self.module, device_ids=ids)
+        self.distributed = distributed
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = adamw(param_groups(model, cfg.weight_decay), cfg.learning_rate)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp == "fp16")
+
+    def begin(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def micro_step(self, inputs, attention, labels, last: bool, loss_fn, *, share: float,
+                   world_size: int) -> float:
+        """Forward and backward of one micro-batch; gradients are synchronised on the last one only.
+
+        `share` is this micro-batch's part of the global normaliser (n_a / N); DDP averages the
+        gradients over the ranks, so each rank's loss is multiplied by the world size W to make the
+        average a sum. Returns the micro-batch's own mean loss.
+        """
+        sync = contextlib.nullcontext() if (last or not self.distributed) else self.module.no_sync()
+        with sync:
+            with autocast(self.device, self.cfg.amp):
+                outputs = self.module(inputs, attention, labels)
+            loss, _ = loss_fn(outputs)
+            self.scaler.scale(loss * (share * world_size)).backward()
+        return float(loss.detach())
+
+    def finish(self, skip: bool) -> float | None:
+        """Clip and update; returns the gradient norm before clipping (None when skipped or not finite)."""
+        if skip:
+            self.optimizer.zero_grad(set_to_none=True)
+            return None
+        self.scaler.unscale_(self.optimizer)
+        max_norm = self.cfg.max_grad_norm if self.cfg.clipping else float("inf")
+        norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        self.scaler.step(self.optimizer)  # skipped by the scaler if fp16 gradients overflowed
+        self.scaler.update()
+        return norm if math.isfinite(norm) else None
