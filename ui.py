@@ -737,7 +737,8 @@ def wrap_title(text: str, width: int = PRESENTER_TITLE_CHARS) -> str:
 
 
 def room_figure(fig):
-    """``fig`` with fonts a room can read in presenter view (every tick, label and title), else as it is.
+    """``fig`` with fonts a room can read in presenter view (every tick, label and title) and at least
+    ``PRESENTER_CHART_HEIGHT`` tall, else as it is.
 
     ``st.plotly_chart(ui.room_figure(fig), ...)``: the figure builders stay free of UI settings. A long
     title is wrapped onto two lines (with room above the plot for it) instead of running off the chart.
@@ -753,6 +754,8 @@ def room_figure(fig):
                 fig.update_layout(title=dict(text=wrapped, yref="container", y=1, yanchor="top",
                                              pad=dict(t=PRESENTER_CHART_TITLE_PX + 14)),  # the first line's height
                                   margin=dict(t=top + (lines - 1) * (PRESENTER_CHART_TITLE_PX + 8) + 12))
+        # the workshop guide promises charts at least 600 px tall in presenter view: the Loss page's were 320-380
+        fig.update_layout(height=max(int(fig.layout.height or 450), PRESENTER_CHART_HEIGHT))
         fig.update_layout(font=dict(size=size), title=dict(font=dict(size=PRESENTER_CHART_TITLE_PX)),
                           legend=dict(font=dict(size=size)), hoverlabel=dict(font=dict(size=size)))
         fig.update_xaxes(automargin=True, title_font=dict(size=size), tickfont=dict(size=size))

@@ -41,7 +41,7 @@ def size_controls() -> tuple[int, int, int, str]:
 
 b, t, v, dtype = size_controls()
 size = logits_size(b, t, v, dtype=dtype)
-st.plotly_chart(logits_size_figure(size, height=height), key="eff_size_fig")
+st.plotly_chart(ui.room_figure(logits_size_figure(size, height=height)), key="eff_size_fig")
 st.caption(
     f"**What it teaches:** the full logits hold B × T × V = {size['full_values']:,} scores "
     f"({human_bytes(size['full_bytes'])}), but only the M ≈ 15% selected rows enter the loss: "
@@ -87,7 +87,7 @@ if paths is not None:
     measured_for, rows = paths
     if measured_for != here:
         st.caption("The model, sizes or seed changed since this was measured: press the button again.")
-    st.plotly_chart(loss_paths_figure(rows, height=height), key="eff_paths_fig")
+    st.plotly_chart(ui.room_figure(loss_paths_figure(rows, height=height)), key="eff_paths_fig")
     by = {r["path"]: r for r in rows}
     if "loop" not in by:
         st.caption(f"The loop was left out: with more than {LOOP_MAX_ROWS} selected rows it takes minutes, because "
@@ -133,7 +133,7 @@ if st.button("⏱ Measure the loop against one call", key="eff_sweep_run"):
 sweep = state.get("eff_sweep")
 if sweep is not None:
     _, rows = sweep
-    st.plotly_chart(loop_sweep_figure(rows, height=height), key="eff_sweep_fig")
+    st.plotly_chart(ui.room_figure(loop_sweep_figure(rows, height=height)), key="eff_sweep_fig")
     low = min(rows, key=lambda r: (r["rows"], r["vocab"]))
     high = max(rows, key=lambda r: (r["rows"], r["vocab"]))
     st.caption(
@@ -175,7 +175,7 @@ if steps is not None:
     measured_for, rows = steps
     if measured_for != here:
         st.caption("The model, sizes or seed changed since this was measured: press the button again.")
-    st.plotly_chart(step_settings_figure(rows, height=height), key="eff_steps_fig")
+    st.plotly_chart(ui.room_figure(step_settings_figure(rows, height=height)), key="eff_steps_fig")
     st.caption("Blue: fp32; purple: bf16 autocast; hatched: gradient checkpointing; dotted: word embeddings frozen.")
     base = rows[0]
     ckpt = next((r for r in rows if r["checkpointing"] and r["amp"] == "off"), None)
@@ -222,7 +222,7 @@ if profiled is not None:
     measured_for, breakdowns = profiled
     if measured_for != here:
         st.caption("The model, sizes or seed changed since this was measured: press the button again.")
-    st.plotly_chart(step_breakdown_figure(breakdowns, height=height), key="eff_profile_fig")
+    st.plotly_chart(ui.room_figure(step_breakdown_figure(breakdowns, height=height)), key="eff_profile_fig")
     share = {name: next(r["share"] for r in rows if r["category"] == "matrix multiplies")
              for name, rows in breakdowns.items()}
     other = {name: next(r for r in rows if r["category"] != "matrix multiplies") for name, rows in breakdowns.items()}

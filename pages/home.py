@@ -22,11 +22,12 @@ st.markdown(
 Walk the pages in order, from the sidebar:
 1. **Masking** — which tokens are selected and what replaces them, decision by decision.
 2. **Predictions** — what the model guesses at each selected position, and how sure it is.
-3. **Loss** and **Bug museum** — full, weighted and sampled-softmax losses, and the classic mistakes.
-4. **Tokenizer** — how the vocabulary decides what a token is, and what the head costs.
-5. **Training** — fine-tune live and watch the loss fall, variants side by side.
-6. **Efficiency** — why scoring only the masked rows is faster, measured on your machine.
-7. **Quiz** — guess the masked token, spot the random one, and keep score.
+3. **Inside the model** — where [MASK] looks, which layer knows the answer, and what the guess depends on.
+4. **Loss** and **Bug museum** — full, weighted and sampled-softmax losses, and the classic mistakes.
+5. **Tokenizer** — how the vocabulary decides what a token is, and what the head costs.
+6. **Training** — fine-tune live and watch the loss fall, variants side by side.
+7. **Efficiency** — why scoring only the masked rows is faster, measured on your machine.
+8. **Quiz** — guess the masked token, spot the random one, and keep score.
 
 Every page is reproducible from the **seed** in the sidebar.
 """

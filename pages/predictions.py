@@ -233,6 +233,10 @@ def fill_lesson(tokens, original_ids, attention_mask, fill_positions) -> None:
         "and predict those again, so an early mistake can still be corrected.\n\n"
         "Special tokens are never chosen."
     )
+    n = len(fill_positions)
+    st.caption(f"Here the {n} position{'s' if n != 1 else ''} scored above ([MASK], random and unchanged alike) "
+               "all start as [MASK] in the original sentence, so an unchanged or random token is hidden too "
+               "and its fill can differ from the guess above.")
     if len(fill_positions) == MAX_FILL:
         st.caption(f"Only the first {MAX_FILL} positions are filled.")
     c1, c2 = st.columns([3, 1])

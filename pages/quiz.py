@@ -266,10 +266,12 @@ def random_quiz() -> None:
     masks = question.blanks
     st.subheader("Which tokens were replaced by a random token? Which were left unchanged?")
     ui.token_chips(list(question.shown), neutral(question.decisions))
+    hidden = len(selected) - len(masks)
     st.markdown(
-        f"BERT selected **{len(selected)}** tokens of this sentence. You can see **{len(masks)}** `[MASK]`s, so "
-        f"**{len(selected) - len(masks)}** selected token(s) are hiding in plain sight: swapped for a random "
-        "token, or left exactly as they were."
+        f"BERT selected **{len(selected)}** token{'s' if len(selected) != 1 else ''} of this sentence. You can see "
+        f"**{len(masks)}** `[MASK]`{'s' if len(masks) != 1 else ''}, so **{hidden}** selected "
+        f"token{'s are' if hidden != 1 else ' is'} hiding in plain sight: swapped for a random token, or left "
+        "exactly as they were."
     )
     st.caption("The masks are the Masking page's for this seed. Questions are only asked on masks whose random "
                "replacements look like ordinary whole words (no word pieces, symbols or [unused] entries), so "

@@ -209,7 +209,7 @@ if not sentence:
 for family, label, tokenizer, _, _ in vocabs:
     words = tokenize_words(tokenizer, sentence)
     pieces = [p for w in words for p in w]
-    st.markdown(f"**{label}** — {len(pieces)} tokens for {len(words)} words")
+    st.markdown(f"**{label}** — {len(pieces)} tokens for {len(words)} words and punctuation marks")
     ui.token_chips(pieces, titles=[str(i) for i in tokenizer.convert_tokens_to_ids(pieces)])
 st.markdown(
     "Each scheme writes its pieces in its own notation. **WordPiece** (BERT) marks a piece that *continues* a "

@@ -293,7 +293,7 @@ def draw(snap) -> None:
         return
     vocab_size = len(tokenizer) if from_scratch else None  # ln V, the uniform guess, drawn for scale
     if any(evals.values()):
-        st.plotly_chart(eval_figure(evals), key="training_eval_chart")
+        st.plotly_chart(ui.room_figure(eval_figure(evals)), key="training_eval_chart")
         st.caption("Held-out loss: the mean cross-entropy over every selected position, the positions Hugging "
                    "Face's run_mlm.py scores too (its perplexity is exp of its eval loss, a mean of per-batch means: "
                    "the same number up to how the batches split the positions); \"MLM perplexity\" is exp of this "
@@ -312,17 +312,17 @@ def draw(snap) -> None:
                           "learned about Veldoria."))
     draw_probes(snap)
     if any(steps.values()):
-        st.plotly_chart(loss_figure(steps, vocab_size=vocab_size), key="training_loss_chart")
+        st.plotly_chart(ui.room_figure(loss_figure(steps, vocab_size=vocab_size)), key="training_loss_chart")
     if any((cfg or {}).get("loss") == "sampled" for cfg in (snap.configs or {}).values()):
         st.caption("The sampled-softmax training loss is an estimate of the full loss from the true word and K "
                    "sampled words: compare the variants on the held-out chart, which scores every variant with "
                    "the full cross-entropy.")
     c1, c2 = st.columns([2, 1])
     clips = {name: cfg.get("max_grad_norm") for name, cfg in (snap.configs or {}).items()}
-    c1.plotly_chart(grad_norm_figure(steps, clip=clips), key="training_grad_chart")
-    c2.plotly_chart(lr_figure(steps), key="training_lr_chart")
+    c1.plotly_chart(ui.room_figure(grad_norm_figure(steps, clip=clips)), key="training_grad_chart")
+    c2.plotly_chart(ui.room_figure(lr_figure(steps)), key="training_lr_chart")
     if any(evals.values()):
-        st.plotly_chart(bucket_figure(evals), key="training_bucket_chart")
+        st.plotly_chart(ui.room_figure(bucket_figure(evals)), key="training_bucket_chart")
     rows = []
     for name, v in snap.variants.items():
         last = next((r for r in reversed(v.steps) if r.get("loss") is not None), {})

@@ -74,6 +74,8 @@ def test_sentence_from_the_masking_page_and_corpus_comparison(apptest):
     page.run()
     assert not page.exception
     assert any("From the Masking page" in c.value for c in page.caption)
+    # the fill lesson says that it hides every scored position, unchanged and random ones too
+    assert any("all start as [MASK] in the original sentence" in c.value for c in page.caption)
 
     page.select_slider(key="pred_corpus_n").set_value(32)
     page.button(key="pred_corpus_run").click().run()

@@ -78,6 +78,10 @@ def test_random_and_loss_quizzes(quiz, tokenizer):
     assert at.radio(key="quiz_kind").value == "random"
     question = page_question(tokenizer, "random", seed=2)
     random_positions, unchanged = question.positions("RANDOM"), question.positions("UNCHANGED")
+    counts = next(m.value for m in at.markdown if m.value.startswith("BERT selected"))
+    n_masks, n_hidden = len(question.blanks), len(question.in_loss) - len(question.blanks)
+    assert f"You can see **{n_masks}** `[MASK]`{'' if n_masks == 1 else 's'}, so **{n_hidden}** selected " in counts
+    assert "(s)" not in counts and ("1** `[MASK]`s" not in counts)  # "1 [MASK]s" read wrong on the projector
     assert random_positions and all(classroom.word_shaped(question.shown[i]) for i in random_positions)
     at.button_group(key=f"quiz_random_{question.qid}").set_value(list(random_positions))
     at.button_group(key=f"quiz_unchanged_{question.qid}").set_value([])

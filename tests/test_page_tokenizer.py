@@ -45,6 +45,9 @@ def test_page_trains_compares_and_hands_over(app):
     assert any("supports at most" in i.value and "Only sizes it can fill are offered" in i.value for i in at.info)
     assert len(at.get("plotly_chart")) == 3
     assert [m.value for m in at.metric][1] == "0%"  # whole-word masking never leaves part of a word visible
+    # "12 words" for a sentence of 10 words: the count includes its comma and full stop, and says so
+    at.text_input(key="tokenizer_sentence").input("Unbelievably, the cat sat.").run()
+    assert any("tokens for 6 words and punctuation marks" in m.value for m in at.markdown)
 
     at.button(key="tokenizer_use").click().run()
     handed = at.session_state["trained_tokenizer"]

@@ -115,6 +115,30 @@ def test_start_progress_probes_curves_stop():
     assert at.button(key="training_start").disabled is False
 
 
+def test_presenter_view_enlarges_the_curves():
+    """At a 1280x720 projector the Training curves kept 11 px ticks: they skipped ui.room_figure."""
+    import ui
+
+    at = page(**{ui.KEYS.presenter: True})
+    at.slider(key="training_steps_facts_1").set_value(4)
+    at.select_slider(key="training_batch").set_value(2)
+    at.select_slider(key="training_seq_len").set_value(32)
+    at.number_input(key="training_eval_every_facts_1").set_value(2)
+    at.run()
+    at.button(key="training_start").click().run()
+    run = at.session_state["training_run"]
+    assert run.wait(120)
+    at.run()
+    assert not at.exception
+    specs = [s for s in charts(at).values() if "Probe" not in json.dumps(s.get("layout", {}).get("title", ""))]
+    curves = [s for s in specs if any(w in json.dumps(s["layout"].get("title", "")) for w in
+                                      ("Training loss", "Gradient norm", "Learning rate", "by token frequency"))]
+    assert len(curves) == 4, [s["layout"].get("title") for s in specs]
+    for spec in curves:
+        assert spec["layout"]["height"] >= ui.PRESENTER_CHART_HEIGHT
+        assert spec["layout"]["xaxis"]["tickfont"]["size"] == ui.PRESENTER_CHART_FONT_PX
+
+
 def test_lr_lesson_races_clipping_off_on_and_a_sensible_rate():
     at = page()
     at.radio(key="training_lesson").set_value("lr_too_high").run()

@@ -123,6 +123,27 @@ def test_inside_charts_are_room_sized_in_presenter_view(apptest):
     assert not any("green: the true token" in t for t in subtitles)  # every cell is green: the ✓ marks it
 
 
+def test_loss_charts_are_room_sized_in_presenter_view(apptest, monkeypatch):
+    """The Loss page's charts stayed 320-380 px tall in presenter view (the guide says at least 600)."""
+    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
+    at = _presenter(apptest("pages/losses.py", timeout=240))
+    at.run()
+    assert not at.exception
+    heights = [spec["layout"]["height"] for spec in _specs(at)]
+    assert heights and min(heights) >= ui.PRESENTER_CHART_HEIGHT, heights
+
+
+def test_efficiency_chart_is_room_sized_in_presenter_view(apptest, monkeypatch):
+    """The Efficiency page's charts skipped ui.room_figure: 11 px ticks on the projector."""
+    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
+    at = _presenter(apptest("pages/efficiency.py"))
+    at.run()
+    assert not at.exception
+    layout = _specs(at)[0]["layout"]
+    assert layout["height"] >= ui.PRESENTER_CHART_HEIGHT
+    assert layout["yaxis"]["tickfont"]["size"] == ui.PRESENTER_CHART_FONT_PX
+
+
 def test_museum_chart_is_room_sized_in_presenter_view(apptest, monkeypatch):
     monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
     at = _presenter(apptest("pages/bug_museum.py", timeout=240))
@@ -214,3 +235,21 @@ def test_the_guides_z_scores(tokenizer):
     z = {seed: masking_statistics(tokenizer, workshop_sentences(), MaskingConfig(), target_tokens=10_000,
                                   seed=seed).selection.z for seed in (144, 3)}
     assert f"{z[144]:+.2f}" == "-0.00" and f"{z[3]:+.2f}" == "+3.24"
+
+
+def test_home_lists_every_lesson_page_in_the_sidebars_order(apptest):
+    """Home's "walk the pages in order" list left out Inside the model."""
+    import ast
+    from pathlib import Path
+
+    app = ast.parse((Path(__file__).resolve().parent.parent / "app.py").read_text())
+    pages = next(ast.literal_eval(node.value) for node in app.body
+                 if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "PAGES")
+    titles = [title for _, title, _ in pages if title != "Home"]
+    at = apptest("pages/home.py")
+    at.run()
+    assert not at.exception
+    listing = next(m.value for m in at.markdown if "Walk the pages in order" in m.value)
+    found = [t for t in titles if f"**{t}**" in listing]
+    assert found == titles, found
+    assert sorted(titles, key=lambda t: listing.index(f"**{t}**")) == titles

@@ -505,6 +505,8 @@ def test_figures_draw_gaps_not_nans():
     low, high = healthy.layout.yaxis.range
     assert 10 ** low <= 6.0 and 25.0 <= 10 ** high <= 1000
     assert healthy.layout.annotations[0].text == "clip at 25" and healthy.layout.annotations[0].y == math.log10(25)
+    # the chart sits in two thirds of the page: at presenter size a 62-character title ran off its edge
+    assert len(healthy.layout.title.text) <= 40
     evals = {"a": [{"step": 0, "loss": 3.0, "top1": 0.1, "top5": 0.3, "frequent_top1": 0.2, "frequent_tokens": 5,
                     "medium_top1": None, "medium_tokens": 0, "rare_top1": 0.0, "rare_tokens": 2}]}
     assert len(figs.eval_figure(evals).data) == 3

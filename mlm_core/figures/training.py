@@ -90,7 +90,7 @@ def grad_norm_figure(steps: Mapping[str, Rows], *, clip: Mapping[str, float | No
     yaxis = dict(title="‖g‖", type="log")
     if values:  # a decade of room around what is drawn: the norms and the thresholds
         yaxis["range"] = [math.floor(math.log10(min(values))) - 0.2, math.ceil(math.log10(max(values))) + 0.2]
-    fig.update_layout(title="Gradient norm before clipping (dashed: the clipping threshold)", height=height,
+    fig.update_layout(title="Gradient norm ‖g‖ before clipping", height=height,
                       xaxis=dict(title="step", rangemode="tozero"), yaxis=yaxis,
                       legend=dict(orientation="h", y=-0.25), margin=dict(t=60, b=40))
     return fig
