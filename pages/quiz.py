@@ -8,7 +8,7 @@ from mlm_core import MLMLabError, classroom
 from mlm_core.bundled import workshop_sentences
 from mlm_core.export import lesson_json
 from mlm_core.figures.masking import DECISION_WORDS
-from mlm_core.figures.predictions import topk_figure
+from mlm_core.figures.predictions import probability_text, topk_figure
 from mlm_core.masking import RANDOM_REPLACEMENT_SOURCE
 from mlm_core.models import model_description
 from mlm_core.predict import predict_masked
@@ -240,11 +240,11 @@ def guess_quiz() -> None:
             "answer": r.answer,
             "your guess": r.guess or "—",
             "right?": "✅" if r.correct else "❌",
-            f"model's top {TOP_K}": ", ".join(f"{t} {q:.0%}" for t, q in zip(top.top_tokens, top.top_probs)),
+            f"model's top {TOP_K}": ", ".join(f"{t} {probability_text(q)}" for t, q in zip(top.top_tokens, top.top_probs)),
             "your guess: rank": f"{r.guess_rank:,} of {vocab:,}" if r.guess_rank else "not one token",
-            "your guess: p": f"{r.guess_prob:.2%}" if r.guess_prob is not None else "—",
+            "your guess: p": probability_text(r.guess_prob) if r.guess_prob is not None else "—",
             "answer: rank": f"{r.answer_rank:,}",
-            "answer: p": f"{r.answer_prob:.2%}",
+            "answer: p": probability_text(r.answer_prob),  # the chart's format: one probability, one text
         })
     ui.table(pd.DataFrame(rows))
     st.caption("Rank 1 is the model's first choice. A guess that the vocabulary splits into several pieces "

@@ -4,6 +4,7 @@ legend's words instead of enum names, and numbers that agree with the text besid
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,37 @@ def test_home_lists_every_lesson_page_in_the_sidebars_order(apptest):
     found = [t for t in titles if f"**{t}**" in listing]
     assert found == titles, found
     assert sorted(titles, key=lambda t: listing.index(f"**{t}**")) == titles
+
+
+# --------------------------------------------------------------------------- second rehearsal: small defects
+PROBABILITY = re.compile(r"\d+\.\d%|\d\.\de-\d\d")  # figures.predictions.probability_text's two forms
+
+
+def _frames(at) -> list:
+    """Every table on the page, sortable or static, as a frame."""
+    return [d.value for d in at.dataframe] + [t.value for t in at.table]
+
+
+def _frame(at, column):
+    return next(f for f in _frames(at) if column in f.columns)
+
+
+def test_quiz_reveal_writes_each_probability_as_the_chart_does(apptest):
+    """Quiz reveal: one probability read "school 12%", "12.06%" and "12.1%" in the table and the chart."""
+    from mlm_core.figures.predictions import probability_text
+
+    at = apptest("pages/quiz.py")
+    at.context["url"] = "http://localhost:8501/quiz"
+    at.query_params.update({"seed": "5"})
+    at.run()
+    at.button(key=next(b.key for b in at.button if b.key and b.key.startswith("quiz_reveal_"))).click().run()
+    assert not at.exception
+    table = _frame(at, "answer: p")
+    chart = json.loads(at.get("plotly_chart")[0].proto.spec)
+    texts = {t.split(" · ")[0] for trace in chart["data"] for t in trace.get("text") or []}
+    for p in table["answer: p"]:
+        assert PROBABILITY.fullmatch(p) and p in texts, (p, texts)  # the chart's bar says the same
+    for cell in list(table["model's top 5"]) + [p for p in table["your guess: p"] if p != "—"]:
+        for item in cell.split(", "):
+            assert PROBABILITY.fullmatch(item.rsplit(" ", 1)[-1]), cell
+    assert probability_text(0.1206) == "12.1%"
