@@ -1,7 +1,7 @@
 """Numbers for people: every page writes a loss, a difference or a share the same way.
 
-``significant`` keeps a number (for tables that sort), ``readable`` and ``signed`` make text, and
-``metric_delta`` is ``signed`` for ``st.metric``'s delta (an ASCII minus, which points its arrow down).
+``significant`` keeps a number (for tables that sort), ``readable`` and ``signed`` make text,
+``row_decimals`` gives a row of numbers shown side by side one precision, and ``metric_delta`` is ``signed`` for ``st.metric``'s delta (an ASCII minus, which points its arrow down).
 """
 
 from __future__ import annotations
@@ -38,6 +38,23 @@ def readable(value, digits: int = 4) -> str:
         return f"{x:,.0f}"
     return f"{x:.{digits}g}"
 
+
+def row_decimals(values, digits: int = 4) -> int:
+    """Decimals for a row of numbers shown side by side: the largest gets ``digits`` significant digits, all get its decimals.
+
+    ``readable`` per number mixes precisions in a row ("2.24" beside "4.523": trailing zeros dropped,
+    a different count of digits before the point); ``f"{x:.{row_decimals(row)}f}"`` writes them alike.
+
+    >>> row_decimals([2.2400, 4.5231, 2.0901]), row_decimals([10.33, 0.873]), row_decimals([0.25, 0.5]), row_decimals([])
+    (3, 2, 3, 3)
+    >>> [f"{x:.{row_decimals([2.24, 4.5231, 2.09])}f}" for x in (2.24, 4.5231, 2.09)]
+    ['2.240', '4.523', '2.090']
+    """
+    finite = [abs(float(v)) for v in values if math.isfinite(float(v)) and float(v) != 0]
+    if not finite:
+        return digits - 1
+    before_point = max(1, math.floor(math.log10(max(finite))) + 1)
+    return max(0, digits - before_point)
 
 
 def signed(value: float, spec: str = ".2f") -> str:

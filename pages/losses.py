@@ -17,7 +17,7 @@ from mlm_core.figures.losses import (
     weights_figure,
 )
 from mlm_core.figures.masking import DECISION_WORDS
-from mlm_core.formatting import metric_delta, readable
+from mlm_core.formatting import metric_delta, row_decimals
 from mlm_core.lessons.loss_lab import (
     CORRECTION_SHORT,
     LOSS_SETTINGS,
@@ -153,12 +153,13 @@ sampled_diag = outputs["sampled"].diagnostics
 st.plotly_chart(ui.room_figure(loss_bars(values, notes={"sampled": f"K = {sampled_diag['K']}, {options.sampled.sampler}"},
                                          vocab_size=vocab_size)), key="loss_bars_fig")
 c1, c2, c3, c4 = st.columns(4)
-c1.metric("full softmax", readable(values["full"]), help="mean over the selected tokens of −log p(true token)")
-c2.metric("weighted", readable(values["weighted"]), metric_delta(values['weighted'] - values['full'], '.3g') + " vs full",
+row = f".{row_decimals(values.values())}f"  # one precision for the row (and the bars above, the sentences below)
+c1.metric("full softmax", format(values["full"], row), help="mean over the selected tokens of −log p(true token)")
+c2.metric("weighted", format(values["weighted"], row), metric_delta(values['weighted'] - values['full'], row) + " vs full",
           delta_color="off", help="Σ w[y]·loss / Σ w[y], as F.cross_entropy(weight=w)")
-c3.metric("sampled", readable(values["sampled"]), metric_delta(values['sampled'] - values['full'], '.3g') + " vs full",
+c3.metric("sampled", format(values["sampled"], row), metric_delta(values['sampled'] - values['full'], row) + " vs full",
           delta_color="off", help=CORRECTION_LABELS[options.sampled.correction])
-c4.metric("gradient cosine", readable(sampled_diag["grad_cosine"], 3),
+c4.metric("gradient cosine", format(sampled_diag["grad_cosine"], row),
           help="Sampled vs full: the cosine between the two gradients with respect to the hidden states: the direction the encoder "
                f"is pushed. {sampled_diag['num_hits']} accidental hits removed; {sampled_diag['unique_sampled']} "
                f"distinct ids among the K = {sampled_diag['K']} draws.")
@@ -265,9 +266,10 @@ if nsp and nsp["signature"] == nsp_signature:
                                       generator=torch.Generator().manual_seed(settings.seed),
                                       mlm_weight=mlm_weight, nsp_weight=nsp_weight)
     c1, c2, c3 = st.columns(3)
-    c1.metric("MLM loss", readable(combined["mlm_loss"]), help=f"over {combined['selected']} selected tokens")
-    c2.metric("NSP loss", readable(combined["nsp_loss"]))
-    c3.metric("total", readable(combined["total"]), help="MLM weight × MLM + NSP weight × NSP (BERT: 1 and 1)")
+    nsp_row = f".{row_decimals([combined['mlm_loss'], combined['nsp_loss'], combined['total']])}f"
+    c1.metric("MLM loss", format(combined["mlm_loss"], nsp_row), help=f"over {combined['selected']} selected tokens")
+    c2.metric("NSP loss", format(combined["nsp_loss"], nsp_row))
+    c3.metric("total", format(combined["total"], nsp_row), help="MLM weight × MLM + NSP weight × NSP (BERT: 1 and 1)")
 else:
     st.caption("Press the button: a few dozen steps on workshop-corpus pairs, accuracy rising from chance.")
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from mlm_core.bundled import workshop_sentences
-from mlm_core.formatting import readable, significant
+from mlm_core.formatting import row_decimals, significant
 from mlm_core.lessons.loss_lab import (
     LossSettings,
     batch_losses,
@@ -85,7 +85,8 @@ def test_batch_losses_and_sentences():
     assert -1 <= s["grad_cosine"] <= 1
     sentences = loss_sentences(outputs)
     assert set(sentences) == {"full", "weighted", "sampled"}
-    assert readable(float(outputs["sampled"].loss)) in sentences["sampled"] and "estimate of the full loss" in sentences["sampled"]
+    row = row_decimals([float(o.loss) for o in outputs.values()])  # the page's row of numbers: one precision
+    assert f"**Sampled {float(outputs['sampled'].loss):.{row}f}**" in sentences["sampled"] and "estimate of the full loss" in sentences["sampled"]
     tf = batch_losses(batch, LossSettings(sampled=SampledSoftmaxConfig(correction="tensorflow")))
     assert "not an estimate of the full loss" in loss_sentences(tf)["sampled"]
 

@@ -288,3 +288,23 @@ def test_quiz_reveal_writes_each_probability_as_the_chart_does(apptest):
         for item in cell.split(", "):
             assert PROBABILITY.fullmatch(item.rsplit(" ", 1)[-1]), cell
     assert probability_text(0.1206) == "12.1%"
+
+
+def _decimals(text: str) -> int:
+    number = text.replace("−", "-").replace("+", "").split(" ")[0]
+    return len(number.split(".")[1]) if "." in number else 0
+
+
+def test_loss_number_row_has_one_precision(apptest, monkeypatch):
+    """Loss: the row read full 2.24, sampled 2.09 next to weighted 4.523 (and cosine 0.873 beside 10.33)."""
+    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
+    at = apptest("pages/losses.py", timeout=240)
+    at.run()
+    assert not at.exception
+    row = {m.label: m for m in at.metric if m.label in ("full softmax", "weighted", "sampled", "gradient cosine")}
+    assert len(row) == 4
+    places = {label: _decimals(m.value) for label, m in row.items()}
+    places.update({f"{label} delta": _decimals(m.proto.delta) for label, m in row.items() if m.proto.delta})
+    assert len(set(places.values())) == 1, {label: m.value for label, m in row.items()}
+    bars = next(s for s in _specs(at) if s["layout"].get("yaxis", {}).get("title", {}).get("text") == "loss (nats)")
+    assert sorted(bars["data"][0]["text"]) == sorted(row[n].value for n in ("full softmax", "weighted", "sampled"))

@@ -9,7 +9,7 @@ import html
 import math
 from typing import Sequence
 
-from mlm_core.formatting import readable
+from mlm_core.formatting import readable, row_decimals
 from mlm_core.lessons.loss_lab import uniform_guess, uniform_guess_label
 
 import plotly.graph_objects as go
@@ -42,10 +42,11 @@ def loss_bars(losses: dict[str, float], *, notes: dict[str, str] | None = None,
     if not losses:
         return _empty("No losses to show.")
     names = list(losses)
+    decimals = row_decimals(losses.values())  # the bars read like the Loss page's row of numbers under them
     fig = go.Figure(go.Bar(
         x=[_e(n) for n in names], y=[losses[n] for n in names],
         marker_color=[VARIANT_COLORS.get(n, "#495057") for n in names],
-        text=[readable(losses[n]) for n in names], textposition="outside",
+        text=[f"{losses[n]:.{decimals}f}" for n in names], textposition="outside",
         hovertext=[_e((notes or {}).get(n, "")) for n in names],
     ))
     fig.update_layout(yaxis_title="loss (nats)", height=320, margin=dict(t=30, b=40), showlegend=False)

@@ -18,7 +18,7 @@ import torch
 
 from mlm_core.data import Encoded, encode, mask_batch
 from mlm_core.errors import InputError
-from mlm_core.formatting import readable, signed, significant
+from mlm_core.formatting import readable, row_decimals, signed, significant
 from mlm_core.head import masked_lm_hidden, masked_lm_logits
 from mlm_core.losses import (
     CORRECTION_LABELS,
@@ -226,14 +226,19 @@ def loss_sentences(outputs: dict[str, LossOutput], settings: LossSettings = LOSS
     """One sentence per variant, at its number: what the value estimates, with this batch's numbers."""
     full = float(outputs["full"].loss)
     M = outputs["full"].diagnostics.get("M", 0)
-    sentences = {"full": f"**Full softmax {readable(full)}**: the MLM loss itself, the mean over the {M} selected "
+    decimals = row_decimals([float(o.loss) for o in outputs.values()])  # the page's row of numbers: one precision
+
+    def number(x: float) -> str:
+        return f"{x:.{decimals}f}"
+
+    sentences = {"full": f"**Full softmax {number(full)}**: the MLM loss itself, the mean over the {M} selected "
                          "tokens of −log p(true token), p a softmax over the whole vocabulary."}
     if "weighted" in outputs:
         w = outputs["weighted"]
         d = w.diagnostics
         mean_w = float(d["target_weights"].mean()) if "target_weights" in d else float("nan")
         sentences["weighted"] = (
-            f"**Weighted {readable(float(w.loss))}**: the same cross-entropies averaged with weight w[y] "
+            f"**Weighted {number(float(w.loss))}**: the same cross-entropies averaged with weight w[y] "
             f"({settings.scheme} of the corpus count: rare tokens count more), Σ w·CE / Σ w as "
             f"`F.cross_entropy(weight=w)`. The other convention, (w·CE).mean(), gives "
             f"{readable(d.get('mean_of_weighted', float('nan')))}: with weights that average 1 over the corpus "
@@ -248,19 +253,19 @@ def loss_sentences(outputs: dict[str, LossOutput], settings: LossSettings = LOSS
         off = f"{signed((value - full) / full, '.1%')} against the full loss" if full else ""
         if d["correction"] == "importance":
             sentences["sampled"] = (
-                f"**Sampled {readable(value)}**: an estimate of the full loss from the true token and {how}, "
+                f"**Sampled {number(value)}**: an estimate of the full loss from the true token and {how}, "
                 f"each weighted by 1 / its expected count (importance sampling): {off} on this draw, and its "
-                f"gradient points along the full one with cosine {readable(cos, 3)}.")
+                f"gradient points along the full one with cosine {number(cos)}.")
         elif d["correction"] == "tensorflow":
             sentences["sampled"] = (
-                f"**Sampled {readable(value)}** (TensorFlow's correction): not an estimate of the full loss but "
+                f"**Sampled {number(value)}** (TensorFlow's correction): not an estimate of the full loss but "
                 f"the loss of picking the true token out of its 1 + K candidates, with the true token and {how}; "
-                f"{off}, gradient cosine {readable(cos, 3)} with the full loss's.")
+                f"{off}, gradient cosine {number(cos)} with the full loss's.")
         else:
             sentences["sampled"] = (
-                f"**Sampled {readable(value)}** (no correction): the loss of picking the true token among "
+                f"**Sampled {number(value)}** (no correction): the loss of picking the true token among "
                 f"the true token and {how}, counting each drawn class as often as it was drawn; {off}, "
-                f"gradient cosine {readable(cos, 3)} with the full loss's.")
+                f"gradient cosine {number(cos)} with the full loss's.")
     return sentences
 
 
