@@ -308,3 +308,16 @@ def test_loss_number_row_has_one_precision(apptest, monkeypatch):
     assert len(set(places.values())) == 1, {label: m.value for label, m in row.items()}
     bars = next(s for s in _specs(at) if s["layout"].get("yaxis", {}).get("title", {}).get("text") == "loss (nats)")
     assert sorted(bars["data"][0]["text"]) == sorted(row[n].value for n in ("full softmax", "weighted", "sampled"))
+
+
+def test_frequency_legend_says_the_count_leaves_the_special_tokens_out():
+    """Tokenizer: "WordPiece 500 (53 of 495 entries unused)": the 5 missing entries are the special tokens."""
+    from mlm_core.figures.vocab import frequency_profile_figure
+    from mlm_core.vocab import SPECIAL_TOKENS, frequency_profile, wordpiece_from_vocab
+
+    tok = wordpiece_from_vocab(["the", "cat", "##s"])
+    profile = frequency_profile(tok, ["the cat the"])
+    assert len(profile.counts) + len(SPECIAL_TOKENS) == len(tok) == 8
+    assert set(tok.all_special_tokens) == set(SPECIAL_TOKENS) and not set(profile.tokens) & set(SPECIAL_TOKENS)
+    fig = frequency_profile_figure([("wordpiece", "WordPiece 8", profile)])
+    assert fig.data[0].name == "WordPiece 8 (1 of 3 non-special entries unused)"

@@ -192,13 +192,15 @@ def frequency_profile_figure(profiles: Sequence[tuple[str, str, FrequencyProfile
     """Rank against count of every vocabulary entry on the text (log-log, Zipf's plot).
 
     ``profiles``: (family, label, FrequencyProfile). Entries never seen cannot sit on a log axis;
-    the legend says how many there are.
+    the legend says how many there are among the non-special entries (the profile leaves special tokens out).
     """
     fig = go.Figure()
     for index, (family, label, profile) in enumerate(profiles):
         used = [c for c in profile.counts if c > 0]
         ranks = _log_spaced_ranks(len(used))
-        name = f"{label} ({profile.n_unused:,} of {len(profile.counts):,} entries unused)"
+        # frequency_profile leaves the special tokens out ([PAD], [UNK], [CLS], [SEP], [MASK]): say so, or a
+        # "WordPiece 500" with "of 495 entries" looks five entries short
+        name = f"{label} ({profile.n_unused:,} of {len(profile.counts):,} non-special entries unused)"
         fig.add_trace(
             go.Scatter(
                 x=[r + 1 for r in ranks],
