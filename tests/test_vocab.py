@@ -344,7 +344,7 @@ def test_figures_are_built_from_plain_results():
     assert len(markers) == 6 and markers[-1].y == (pytest.approx(math.log(30522)),)
 
     fig = frequency_profile_figure([("WordPiece", "hand", frequency_profile(tok, HAND_TEXTS))])
-    assert fig.data[0].y == (2, 2, 1, 1, 1, 1, 1, 1, 1) and "1 of 10 entries unused" in fig.data[0].name
+    assert fig.data[0].y == (2, 2, 1, 1, 1, 1, 1, 1, 1) and "1 of 10 non-special entries unused" in fig.data[0].name
 
 
 # --- issue 17: sizes the corpus can reach, each scheme's notation, a linear cost axis ----------
