@@ -266,7 +266,14 @@ def decode(params: Mapping[str, Any], fields: Sequence[Field] = FIELDS,
 
 def from_values(current: Mapping[str, Any], fields: Sequence[Field] = FIELDS,
                 base: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Values from the session (widgets), each made valid; invalid or missing ones keep ``base``'s."""
+    """Values from the session (widgets), each made valid; invalid or missing ones keep ``base``'s.
+
+    A cleared sentence resets the sentence and the step to their defaults: a link cannot hold an empty sentence.
+
+    >>> values = from_values({"sentence": "  ", "step": 16}, base={"sentence": "The cat sat.", "step": 3})
+    >>> values["sentence"] == defaults()["sentence"], values["step"]
+    (True, None)
+    """
     base = {**defaults(fields), **(base or {})}
     values = {f.name: base[f.name] for f in fields}
     given: set[str] = set()
@@ -277,6 +284,12 @@ def from_values(current: Mapping[str, Any], fields: Sequence[Field] = FIELDS,
                 given.add(f.name)
             except (ValueError, TypeError):
                 pass
+    names = {f.name for f in fields}
+    if {"sentence", "step"} <= names and "sentence" in current and not str(current["sentence"] or "").strip():
+        # A cleared sentence: the link carries no sentence (an empty one cannot travel) and so no step
+        # either: "step=16" of nothing would open the default sentence part-way through.
+        values["sentence"] = next(f.default for f in fields if f.name == "sentence")
+        values["step"] = next(f.default for f in fields if f.name == "step")
     _check_rates(values, base, given, [])
     return values
 
