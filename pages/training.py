@@ -274,8 +274,10 @@ def draw_probes(snap) -> None:
                       delta=f"{right - first_right:+d} since step {entries[0]['step']}")
         ui.table(pd.DataFrame(probe_rows(entries)), key=f"training_probe_table_{name}",
                      percent=("answer's probability now",), column_config={"answer's probability now": st.column_config.NumberColumn(format="percent")})
-        st.plotly_chart(probe_figure(entries[-1]["probes"], title=f"{name}: step {at}"),
-                        key=f"training_probe_{name}")
+        # presenter view: room-sized fonts, and panels tall enough that plotly labels all 5 candidates
+        probe = probe_figure(entries[-1]["probes"], title=f"{name}: step {at}",
+                             label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None)
+        st.plotly_chart(ui.room_figure(probe), key=f"training_probe_{name}")
 
 
 def draw(snap) -> None:

@@ -338,3 +338,30 @@ def test_clearing_the_sentence_drops_the_step_from_the_link(apptest):
     assert at.query_params["seed"] in ("3", ["3"])  # the rest of the link stays
     at.text_area(key=ui.KEYS.sentence).set_value("A dog ran.").run()  # a new sentence: the step comes back
     assert at.query_params["sentence"] in ("A dog ran.", ["A dog ran."])
+
+
+def _probe_panels_label_every_candidate(layout: dict, k: int, font_px: int) -> list[float]:
+    """Each probe panel's height in px; plotly labels every one of k categories when it is >= k · 1.2 · font."""
+    from mlm_core.figures.training import probe_label_row_px
+
+    plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+    panels = [(layout[name]["domain"][1] - layout[name]["domain"][0]) * plot_px
+              for name in layout if name.startswith("yaxis")]
+    assert panels and all(p >= k * probe_label_row_px(font_px) for p in panels), panels
+    return panels
+
+
+def test_probe_panels_label_every_candidate_at_room_size():
+    """Training: at 20 px the probe panels (190 px each, gaps included) showed every other candidate."""
+    from mlm_core.figures.training import probe_figure
+
+    probes = [{"text": f"Veldoria sentence {i} with its [MASK] word.",
+               "predictions": [{"position": 5, "answer": "c", "tokens": ["a", "b", "c", "d", "e"],
+                                "probs": [0.3, 0.2, 0.1, 0.05, 0.01], "answer_prob": 0.1, "answer_rank": 3}]}
+              for i in range(5)]
+    fig = probe_figure(probes, title="facts: step 40", label_px=ui.PRESENTER_CHART_FONT_PX)
+    layout = fig.to_plotly_json()["layout"]
+    _probe_panels_label_every_candidate(layout, 5, ui.PRESENTER_CHART_FONT_PX)
+    assert all(a["font"]["size"] == ui.PRESENTER_CHART_FONT_PX for a in layout["annotations"])  # panel titles
+    assert all(t.textfont.size == ui.PRESENTER_CHART_FONT_PX for t in fig.data)  # bar labels
+    assert probe_figure(probes).layout.height == 140 + 190 * 5  # the screen layout is kept

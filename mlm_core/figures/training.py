@@ -174,15 +174,33 @@ def probability_tickformat(top: float) -> str:
     return ".2%" if top >= 5e-4 else ".1e"
 
 
-def probe_figure(probes: Sequence[Mapping[str, Any]], title: str = "", height: int | None = None) -> go.Figure:
+def probe_figure(probes: Sequence[Mapping[str, Any]], title: str = "", height: int | None = None,
+                 label_px: int | None = None) -> go.Figure:
     """Top-k predictions at each [MASK] of the probe sentences at one step, with their real probabilities
     (the axis fits the largest, so an untrained model's tiny ones stay visible); the hidden word in
-    green, and its rank among all V tokens in the panel title."""
+    green, and its rank among all V tokens in the panel title.
+
+    ``label_px``: the font size the chart is drawn at (presenter view: ``ui.PRESENTER_CHART_FONT_PX``).
+    Each panel then gets the height its candidates need at that size: plotly labels a category axis
+    every ceil(k · 1.2 · font / panel height) rows, so at 20 px the 190-px panels lost every other
+    candidate. Without it the screen layout (13 px bar labels, 190 px a panel) is kept.
+    """
     # Token text goes through html.escape: plotly reads <b>, <a href=…> and entities in labels.
     panels = [(html.escape(p["text"]), pred) for p in probes for pred in p["predictions"]]
     n = max(1, len(panels))
+    if label_px is None:
+        spacing, margin_t = min(0.12, 0.6 / n), 80
+        height = height or 140 + 190 * n
+    else:
+        k = max((len(pred["tokens"]) for _, pred in panels), default=1)
+        panel_px = math.ceil(1.5 * probe_label_row_px(label_px) * k)  # every candidate labelled, with room
+        gap_px = 5 * label_px + 10  # the x ticks of the panel above, then this panel's two-line title
+        margin_t = 60 + 3 * label_px  # the chart title, then the first panel's two-line title
+        plot_px = n * panel_px + (n - 1) * gap_px
+        spacing = gap_px / plot_px if n > 1 else 0.0
+        height = height or margin_t + 30 + plot_px
     fig = make_subplots(rows=n, cols=1, subplot_titles=[_probe_title(text, pred) for text, pred in panels] or [""],
-                        vertical_spacing=min(0.12, 0.6 / n))
+                        vertical_spacing=spacing)
     for r, (_, pred) in enumerate(panels, 1):
         raw = list(pred["tokens"])[::-1]
         probs = list(pred["probs"])[::-1]
@@ -190,13 +208,24 @@ def probe_figure(probes: Sequence[Mapping[str, Any]], title: str = "", height: i
         tokens = [html.escape(t) for t in raw]
         fig.add_trace(go.Bar(x=probs, y=tokens, orientation="h", marker_color=colors, showlegend=False,
                              text=[percent_text(p) for p in probs], textposition="outside",
-                             textfont=dict(size=13), cliponaxis=False), row=r, col=1)
+                             textfont=dict(size=label_px or 13), cliponaxis=False), row=r, col=1)
         top = max(probs, default=1.0)
         fig.update_xaxes(range=[0, min(1.15, top * 1.3) if top > 0 else 1.0],
                          tickformat=probability_tickformat(top), row=r, col=1)
-    fig.update_layout(title=title or "What the model guesses at [MASK]", height=height or 140 + 190 * n,
-                      margin=dict(t=80, b=30, l=110))
+    if label_px is not None:  # subplot titles are annotations: a room-sized layout font does not reach them
+        fig.update_annotations(font_size=label_px)
+    fig.update_layout(title=title or "What the model guesses at [MASK]", height=height,
+                      margin=dict(t=margin_t, b=30, l=110))
     return fig
+
+
+def probe_label_row_px(label_px: int) -> int:
+    """The pixels plotly wants per category label of ``label_px`` (plotly.js Lib.bigFont: 1.2 × the font).
+
+    >>> probe_label_row_px(20), probe_label_row_px(12)
+    (24, 14)
+    """
+    return round(1.2 * label_px)
 
 
 def _short(text: str, limit: int = 70) -> str:
