@@ -794,19 +794,26 @@ def table(data, *, key: str | None = None, column_config: dict | None = None, pe
 
 
 def readable_frame(data, percent: tuple[str, ...] = ()) -> pd.DataFrame:
-    """``data`` as a frame of text for a static table: floats to 4 significant digits, ``percent`` columns as "45%".
+    """``data`` as a frame of text for a static table: floats to 4 significant digits, ``percent`` columns as "45%",
+    a missing value (None, NaN) as "—" (what a dataframe leaves blank).
 
     >>> readable_frame([{"loss": 3.3185198307037354, "top-1": 0.4512, "n": 30522}], percent=("top-1",)).iloc[0].tolist()
     ['3.319', '45.1%', '30,522']
+    >>> readable_frame([{"loss": 2.5, "top-1": 0.25}, {"loss": None, "top-1": None}], percent=("top-1",))["loss"].tolist()
+    ['2.5', '—']
     """
     from mlm_core.formatting import readable
 
     frame = pd.DataFrame(data).reset_index(drop=True)
     for column in frame.columns:
+        missing = frame[column].isna().tolist()
         if column in percent:
-            frame[column] = [v if not isinstance(v, (int, float)) else f"{100 * v:.3g}%" for v in frame[column]]
+            texts = [v if not isinstance(v, (int, float)) else f"{100 * v:.3g}%" for v in frame[column]]
         elif frame[column].dtype.kind in "fiu":
-            frame[column] = [readable(v.item() if hasattr(v, "item") else v) for v in frame[column]]
+            texts = [readable(v.item() if hasattr(v, "item") else v) for v in frame[column]]
+        else:
+            texts = list(frame[column])
+        frame[column] = ["—" if gone else text for gone, text in zip(missing, texts)]
     return frame
 
 

@@ -246,7 +246,7 @@ def guess_quiz() -> None:
             "answer: rank": f"{r.answer_rank:,}",
             "answer: p": probability_text(r.answer_prob),  # the chart's format: one probability, one text
         })
-    ui.table(pd.DataFrame(rows))
+    ui.table(pd.DataFrame(rows), static=True)  # HTML, it wraps: a dataframe cut "answer: p…" at 1400 px
     st.caption("Rank 1 is the model's first choice. A guess that the vocabulary splits into several pieces "
                "cannot fill one blank, so it has no rank.")
     if about.get("trained") is False:

@@ -282,7 +282,7 @@ table = pd.DataFrame([
     }
     for r, (_, _, c) in zip(rows, costs)
 ])
-ui.table(table)
+ui.table(table, static=True)  # HTML, its headers wrap: at 1400 px the dataframe cut "logits M…" at the right edge
 
 st.subheader("Frequency profile: how often each entry is used")
 profiles = [

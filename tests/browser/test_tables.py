@@ -68,3 +68,17 @@ def test_presenter_tables_are_large_and_whole(browser, server):
         assert page.evaluate(DATAFRAMES) == 0
     finally:
         context.close()
+
+
+def test_tokenizer_cost_table_is_whole_at_1400(page, server):
+    """Second rehearsal: at 1400x900 in normal view the cost table's dataframe cut "logits M…" at the right edge."""
+    page.set_viewport_size({"width": 1400, "height": 900})
+    open_page(page, server, "tokenizer")
+    expect(page.locator("h1").first).to_contain_text("Tokenizer", timeout=SLOW)
+    expect(page.get_by_text("head GFLOPs (masked only)").first).to_be_visible(timeout=SLOW)
+    wait_idle(page)
+    tables = [t for t in page.evaluate(TABLES_WITH_HEADERS) if "logits MiB (every position)" in t["headers"]]
+    assert_full_tables(tables, 1)
+
+
+TABLES_WITH_HEADERS = TABLES.replace("return {font:", "return {headers: Array.from(t.querySelectorAll('th')).map(c => c.textContent), font:")
