@@ -1,7 +1,8 @@
 """Numbers for people: every page writes a loss, a difference or a share the same way.
 
 ``significant`` keeps a number (for tables that sort), ``readable`` and ``signed`` make text,
-``row_decimals`` gives a row of numbers shown side by side one precision, and ``metric_delta`` is ``signed`` for ``st.metric``'s delta (an ASCII minus, which points its arrow down).
+``row_decimals`` gives numbers shown side by side one precision, and ``metric_delta`` is ``signed``
+for ``st.metric``'s delta (an ASCII minus, which points its arrow down).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def readable(value, digits: int = 4) -> str:
 
 
 def row_decimals(values, digits: int = 4) -> int:
-    """Decimals for a row of numbers shown side by side: the largest gets ``digits`` significant digits, all get its decimals.
+    """Decimals for numbers shown side by side: the largest gets ``digits`` significant digits, all get its decimals.
 
     ``readable`` per number mixes precisions in a row ("2.24" beside "4.523": trailing zeros dropped,
     a different count of digits before the point); ``f"{x:.{row_decimals(row)}f}"`` writes them alike.
