@@ -268,11 +268,11 @@ def from_values(current: Mapping[str, Any], fields: Sequence[Field] = FIELDS,
                 base: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Values from the session (widgets), each made valid; invalid or missing ones keep ``base``'s.
 
-    A cleared sentence resets the sentence and the step to their defaults: a link cannot hold an empty sentence.
+    A cleared sentence drops the step (back to its default, "show all"): a step of no sentence means nothing.
 
     >>> values = from_values({"sentence": "  ", "step": 16}, base={"sentence": "The cat sat.", "step": 3})
-    >>> values["sentence"] == defaults()["sentence"], values["step"]
-    (True, None)
+    >>> values["sentence"], values["step"]
+    ('The cat sat.', None)
     """
     base = {**defaults(fields), **(base or {})}
     values = {f.name: base[f.name] for f in fields}
@@ -286,9 +286,8 @@ def from_values(current: Mapping[str, Any], fields: Sequence[Field] = FIELDS,
                 pass
     names = {f.name for f in fields}
     if {"sentence", "step"} <= names and "sentence" in current and not str(current["sentence"] or "").strip():
-        # A cleared sentence: the link carries no sentence (an empty one cannot travel) and so no step
-        # either: "step=16" of nothing would open the default sentence part-way through.
-        values["sentence"] = next(f.default for f in fields if f.name == "sentence")
+        # A cleared sentence cannot travel in a link (the last valid one stays), and its step must not
+        # either: "step=16" of nothing opened the default sentence part-way through.
         values["step"] = next(f.default for f in fields if f.name == "step")
     _check_rates(values, base, given, [])
     return values
