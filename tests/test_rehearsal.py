@@ -331,10 +331,10 @@ def test_clearing_the_sentence_drops_the_step_from_the_link(apptest):
     at.button(key="masking_first").click().run()
     at.button(key="masking_next").click().run()
     at.button(key="masking_next").click().run()
-    assert at.query_params["step"] in ("2", ["2"]) and "sentence" not in at.query_params  # the default sentence
+    assert at.query_params["step"] in ("2", ["2"])
     at.text_area(key=ui.KEYS.sentence).set_value("").run()
     assert not at.exception
-    assert "sentence" not in at.query_params and "step" not in at.query_params, dict(at.query_params)
+    assert "step" not in at.query_params, dict(at.query_params)
     assert at.query_params["seed"] in ("3", ["3"])  # the rest of the link stays
     at.text_area(key=ui.KEYS.sentence).set_value("A dog ran.").run()  # a new sentence: the step comes back
     assert at.query_params["sentence"] in ("A dog ran.", ["A dog ran."])
