@@ -81,4 +81,15 @@ def test_tokenizer_cost_table_is_whole_at_1400(page, server):
     assert_full_tables(tables, 1)
 
 
+def test_quiz_answers_are_whole_at_1400(page, server):
+    """Second rehearsal: at 1400x900 the Quiz answers' dataframe cut "answer: p…" at the right edge."""
+    page.set_viewport_size({"width": 1400, "height": 900})
+    open_page(page, server, "quiz")
+    page.get_by_role("button", name=re.compile("Reveal the answers")).click()
+    expect(page.get_by_text("answer: p", exact=True).first).to_be_visible(timeout=SLOW)
+    wait_idle(page)
+    tables = [t for t in page.evaluate(TABLES_WITH_HEADERS) if "answer: p" in t["headers"]]
+    assert_full_tables(tables, 1)
+
+
 TABLES_WITH_HEADERS = TABLES.replace("return {font:", "return {headers: Array.from(t.querySelectorAll('th')).map(c => c.textContent), font:")
