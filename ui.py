@@ -402,6 +402,29 @@ def show_error(exc: BaseException) -> None:
         st.error(f"Something went wrong: {type(exc).__name__}: {exc}")
 
 
+STALE_MEASUREMENT = "The model, sizes or seed changed since this was measured: press the button again."
+
+
+def on_demand(label: str, key: str, spinner: str, inputs, compute):
+    """A button that runs ``compute()`` and keeps its result in the session with the ``inputs`` it
+    was computed for; returns the kept result (or None), with a note when the inputs have changed
+    since. A problem we can explain is shown and the last result stays."""
+    state = st.session_state
+    if st.button(label, key=f"{key}_run"):
+        with st.spinner(spinner):
+            try:
+                state[key] = (inputs, compute())
+            except MLMLabError as exc:
+                show_error(exc)
+    kept = state.get(key)
+    if kept is None:
+        return None
+    measured_for, result = kept
+    if measured_for != inputs:
+        st.caption(STALE_MEASUREMENT)
+    return result
+
+
 def chip_html(token: str, decision: str = "NOT_SELECTED", original: str | None = None,
               highlight: bool = False, title: str | None = None) -> str:
     """One token as an escaped HTML chip; ``##`` pieces are drawn joined to the chip before them."""

@@ -161,8 +161,9 @@ def _p7_picture() -> list[str]:
     shot = json.loads(record.read_text(encoding="utf-8"))
     return [f"- The page at the end of the default run, in Chromium ({shot['taken']}, load average "
             f"{tuple(shot['load_average'])}): \"{shot['status']}\" {shot['seconds_click_to_done']} s after the click "
-            "on Start (the page draws its live charts in the same process as the run, so on a busy 2-core "
-            "machine this is longer than the run alone above). `python -m benchmarks.p7_screenshot` retakes it.",
+            "on Start. That is longer than the run alone above: the server redraws the page's live charts every "
+            "second in the run's process, and Chromium draws them on the same 2 cores. "
+            "`python -m benchmarks.p7_screenshot` retakes it.",
             "", "![Training page at the end of the default run](results/p7_training_page.png)", ""]
 
 
@@ -200,7 +201,7 @@ def write_results(results: dict[str, Result | None], errors: dict[str, str], p6:
             o = other.get(_plain(t.name))
             o_text = f"{fmt(o.value)}{o.unit if o.unit in ('×', 's') else ''} {'✅' if o.met else '❌'}" if o else ""
             line = target_line(t)
-            measured = line.split(": ", 1)[1].split(" (target ")[0]
+            measured = line.split(f"{t.name}: ", 1)[1].split(" (target ")[0]  # names may hold ": "
             lines.append(f"| {t.name} | {measured}{' — ' + t.note if t.note else ''} | {t.op} {t.bound:g}"
                          f"{t.unit if t.unit in ('×', 's') else ''} | {'✅ met' if t.met else '❌ missed'} | {o_text} |")
     missed = [key for key, r in results.items() if r and any(not t.met for t in r.targets)]

@@ -165,16 +165,7 @@ async def timed(page, stats: Stats, name: str, action, timeout: float = 180.0) -
         stats.latency[name].append(seconds)
         log(f"{name}: {seconds:.2f} s")
     except Exception as exc:  # noqa: BLE001 - reported, never raised: the others go on
-        stats.failed[name] += 1
-        stats.problems.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]}")
-        log(f"{name}: FAILED {type(exc).__name__}: {str(exc)[:1000]}")
-        if SHOTS is not None:
-            try:
-                shot = SHOTS / f"failed_{len(stats.problems):03d}_{re.sub(r'[^a-z]+', '_', name)}.png"
-                await page.screenshot(path=str(shot), full_page=True)
-                log(f"screenshot: {shot}")
-            except Exception:  # noqa: BLE001 - the page may be gone
-                pass
+        await problem(page, stats, name, f"{type(exc).__name__}: {exc}")
         return
     exceptions = await page.locator('[data-testid="stException"]').count()
     if exceptions:

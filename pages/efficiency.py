@@ -6,7 +6,6 @@ import streamlit as st
 import ui
 from mlm_core.efficiency import (LOOP_MAX_ROWS, LOOP_SWEEP_ROWS, amp_and_checkpointing, human_bytes, logits_size,
                                  loop_vs_vectorised, loss_paths, step_time_breakdown)
-from mlm_core.errors import MLMLabError
 from mlm_core.figures.efficiency import (logits_size_figure, loop_sweep_figure, loss_paths_figure,
                                          step_breakdown_figure, step_settings_figure)
 from mlm_core.models import model_description
@@ -62,7 +61,6 @@ mb = c1.select_slider("Batch size", [1, 2, 4, 8, 16], value=4, key="eff_batch")
 mt = c2.select_slider("Sequence length", [16, 32, 64, 128], value=64, key="eff_seq")
 repeats = c3.select_slider("Timed repeats", [1, 2, 3, 5], value=3, key="eff_repeats",
                            help="Each time is the median of this many runs, after one warm-up run.")
-state = st.session_state
 here = (settings.model_name, mb, mt, repeats, settings.seed)
 
 # --------------------------------------------------------------------------- 3. three loss paths
@@ -75,18 +73,9 @@ st.markdown(
     "`RobertaLMHead` with `masked_tokens`; NVIDIA's MLPerf BERT with `--dense_seq_output`).\n\n"
     "The encoder runs once, outside the clock; each path runs the head and the loss, forward and backward."
 )
-if st.button("⏱ Measure the three loss paths", key="eff_paths_run"):
-    with st.spinner("Running the head and the loss three ways…"):
-        try:
-            state["eff_paths"] = (here, loss_paths(model, tokenizer, batch_size=mb, seq_len=mt, repeats=repeats,
-                                                   seed=settings.seed))
-        except MLMLabError as exc:
-            ui.show_error(exc)
-paths = state.get("eff_paths")
-if paths is not None:
-    measured_for, rows = paths
-    if measured_for != here:
-        st.caption("The model, sizes or seed changed since this was measured: press the button again.")
+rows = ui.on_demand("⏱ Measure the three loss paths", "eff_paths", "Running the head and the loss three ways…", here,
+                    lambda: loss_paths(model, tokenizer, batch_size=mb, seq_len=mt, repeats=repeats, seed=settings.seed))
+if rows is not None:
     st.plotly_chart(ui.room_figure(loss_paths_figure(rows, height=height)), key="eff_paths_fig")
     by = {r["path"]: r for r in rows}
     if "loop" not in by:
@@ -123,16 +112,10 @@ st.markdown(
     "and **M² · V** in the backward pass (indexing `logits[i]` hands each row's gradient back as a full (M, V) "
     "tensor of zeros with one row filled). Both grow with M; the second also with V."
 )
-if st.button("⏱ Measure the loop against one call", key="eff_sweep_run"):
-    with st.spinner("Timing the loss alone, two ways, six sizes…"):
-        try:
-            state["eff_sweep"] = ((sweep_vocabs, repeats), loop_vs_vectorised(vocab_sizes=sweep_vocabs,
-                                                                               repeats=repeats, seed=settings.seed))
-        except MLMLabError as exc:
-            ui.show_error(exc)
-sweep = state.get("eff_sweep")
-if sweep is not None:
-    _, rows = sweep
+rows = ui.on_demand("⏱ Measure the loop against one call", "eff_sweep", "Timing the loss alone, two ways, six sizes…",
+                    (sweep_vocabs, repeats, settings.seed),
+                    lambda: loop_vs_vectorised(vocab_sizes=sweep_vocabs, repeats=repeats, seed=settings.seed))
+if rows is not None:
     st.plotly_chart(ui.room_figure(loop_sweep_figure(rows, height=height)), key="eff_sweep_fig")
     low = min(rows, key=lambda r: (r["rows"], r["vocab"]))
     high = max(rows, key=lambda r: (r["rows"], r["vocab"]))
@@ -163,18 +146,11 @@ st.markdown(
     "round after round. **Share of matmul speed**: the step's matrix multiplies, timed alone in the same run, "
     "against the whole step (a CPU \"MFU\"; the rest is softmax, dropout, layer norms, AdamW and Python)."
 )
-if st.button("⏱ Measure the training step five ways", key="eff_steps_run"):
-    with st.spinner("Training a copy of the model, one step at a time, five ways…"):
-        try:
-            state["eff_steps"] = (here, amp_and_checkpointing(model, tokenizer, batch_size=mb, seq_len=mt,
-                                                              repeats=repeats, seed=settings.seed))
-        except MLMLabError as exc:
-            ui.show_error(exc)
-steps = state.get("eff_steps")
-if steps is not None:
-    measured_for, rows = steps
-    if measured_for != here:
-        st.caption("The model, sizes or seed changed since this was measured: press the button again.")
+rows = ui.on_demand("⏱ Measure the training step five ways", "eff_steps",
+                    "Training a copy of the model, one step at a time, five ways…", here,
+                    lambda: amp_and_checkpointing(model, tokenizer, batch_size=mb, seq_len=mt, repeats=repeats,
+                                                  seed=settings.seed))
+if rows is not None:
     st.plotly_chart(ui.room_figure(step_settings_figure(rows, height=height)), key="eff_steps_fig")
     st.caption("Blue: fp32; purple: bf16 autocast; hatched: gradient checkpointing; dotted: word embeddings frozen.")
     base = rows[0]
@@ -209,19 +185,11 @@ st.markdown(
     "The same step once under `torch.profiler`, in fp32 and in bf16: every operation's own time, grouped. "
     "Whatever is not a matrix multiply is time the machine's fastest units sit idle."
 )
-if st.button("⏱ Profile one step", key="eff_profile_run"):
-    with st.spinner("Profiling one step in fp32 and one in bf16…"):
-        try:
-            state["eff_profile"] = (here, {
-                label: step_time_breakdown(model, tokenizer, amp=amp, batch_size=mb, seq_len=mt, seed=settings.seed)
-                for label, amp in (("fp32", "off"), ("bf16", "bf16"))})
-        except MLMLabError as exc:
-            ui.show_error(exc)
-profiled = state.get("eff_profile")
-if profiled is not None:
-    measured_for, breakdowns = profiled
-    if measured_for != here:
-        st.caption("The model, sizes or seed changed since this was measured: press the button again.")
+breakdowns = ui.on_demand(
+    "⏱ Profile one step", "eff_profile", "Profiling one step in fp32 and one in bf16…", here,
+    lambda: {label: step_time_breakdown(model, tokenizer, amp=amp, batch_size=mb, seq_len=mt, seed=settings.seed)
+             for label, amp in (("fp32", "off"), ("bf16", "bf16"))})
+if breakdowns is not None:
     st.plotly_chart(ui.room_figure(step_breakdown_figure(breakdowns, height=height)), key="eff_profile_fig")
     share = {name: next(r["share"] for r in rows if r["category"] == "matrix multiplies")
              for name, rows in breakdowns.items()}
