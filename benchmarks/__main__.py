@@ -162,7 +162,7 @@ def _p7_picture() -> list[str]:
     return [f"- The page at the end of the default run, in Chromium ({shot['taken']}, load average "
             f"{tuple(shot['load_average'])}): \"{shot['status']}\" {shot['seconds_click_to_done']} s after the click "
             "on Start. That is longer than the run alone above: the server redraws the page's live charts every "
-            "second in the run's process, and Chromium draws them on the same 2 cores. "
+            "2 s in the run's process, and Chromium draws them on the same 2 cores (80 s when it redrew every second). "
             "`python -m benchmarks.p7_screenshot` retakes it.",
             "", "![Training page at the end of the default run](results/p7_training_page.png)", ""]
 

@@ -1,7 +1,7 @@
 """Training runs for a UI: a background thread per run, a snapshot to draw, caps on what runs.
 
 A page never starts threads. It asks the global `RunManager` for a `Run`, keeps that handle in its
-session, and redraws from `run.snapshot()` every second. The run's thread calls
+session, and redraws from `run.snapshot()` every 2 seconds. The run's thread calls
 `training.train_variants` and writes its events into the run under a lock; `snapshot()` hands out
 a copy, so drawing never races the training thread.
 
