@@ -108,6 +108,10 @@ class TrainConfig:
             if value not in options:
                 fail(f"{name} must be one of {', '.join(map(repr, options))}, got {value!r}.")
 
+        def flag(name: str, value: Any) -> None:
+            if not isinstance(value, bool):
+                fail(f"{name} must be True or False.")
+
         whole("steps", self.steps, 1, 1_000_000, "A workshop run needs 20 to 200 steps.")
         whole("batch_size", self.batch_size, 1, 65_536, "8 to 32 sequences is typical on a CPU.")
         whole("seq_len", self.seq_len, 8, 8192, "64 or 128 tokens suits sentences.")
@@ -126,10 +130,8 @@ class TrainConfig:
             number("max_grad_norm", self.max_grad_norm, 0.0, 1e6,
                    "1.0 is the usual clip; use 0 or None to turn clipping off.")
         choice("amp", self.amp, AMP_MODES)
-        if not isinstance(self.freeze_word_embeddings, bool):
-            fail("freeze_word_embeddings must be True or False.")
-        if not isinstance(self.gradient_checkpointing, bool):
-            fail("gradient_checkpointing must be True or False.")
+        flag("freeze_word_embeddings", self.freeze_word_embeddings)
+        flag("gradient_checkpointing", self.gradient_checkpointing)
         whole("grad_accum_steps", self.grad_accum_steps, 1, 4096)
         if self.batch_size % self.grad_accum_steps:
             fail(f"batch_size ({self.batch_size}) must be a multiple of grad_accum_steps "
@@ -143,8 +145,7 @@ class TrainConfig:
         whole("num_sampled", self.num_sampled, 1, 10_000_000,
               "Sampled softmax draws K classes; 64 to 4096 is typical.")
         choice("sampler", self.sampler, SAMPLERS)
-        if not isinstance(self.logq_correction, bool):
-            fail("logq_correction must be True or False.")
+        flag("logq_correction", self.logq_correction)
         if not isinstance(self.masking, MaskingConfig):
             fail("masking must be a MaskingConfig.")
         whole("mask_copies", self.mask_copies, 0, 1000,
@@ -168,8 +169,7 @@ class TrainConfig:
         if isinstance(self.eval_focus_words, str) or not all(isinstance(w, str) for w in self.eval_focus_words):
             fail("eval_focus_words must be a list of words.")
         object.__setattr__(self, "eval_focus_words", tuple(self.eval_focus_words))
-        if not isinstance(self.dropout, bool):
-            fail("dropout must be True or False.")
+        flag("dropout", self.dropout)
         whole("seed", self.seed, 0, 2**63 - 1, "Any whole number from 0 up works as a seed.")
         if self.max_grad_norm is not None:
             object.__setattr__(self, "max_grad_norm", float(self.max_grad_norm))
