@@ -35,9 +35,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlm_core.bundled import workshop_sentences
+from mlm_core.data import encode, mask_batch
 from mlm_core.errors import InputError, MLMLabError
 from mlm_core.head import encoder_states, head_parts
-from mlm_core.masking import IGNORE_INDEX
+from mlm_core.losses import full_cross_entropy, loop_cross_entropy
+from mlm_core.masking import IGNORE_INDEX, MaskingConfig
+from mlm_core.training import TrainConfig, TrainStep
 
 BYTES_PER_VALUE = {"fp32": 4, "bf16": 2, "fp16": 2}
 MASK_RATE = 0.15  # BERT's selection probability: the share of positions the loss needs
@@ -292,7 +296,6 @@ def loss_path_functions(transform: Callable, decoder: nn.Module, states: torch.T
     With a ``grads`` dict, each path stores its gradients there under its name: ``[d states, d param...]``
     (None for a parameter the loss does not reach), so a test can compare them.
     """
-    from mlm_core.losses import full_cross_entropy, loop_cross_entropy
 
     B, T, H = states.shape
     flat_labels = labels.reshape(-1).to(states.device)  # (B·T,)
@@ -331,9 +334,6 @@ def loss_path_functions(transform: Callable, decoder: nn.Module, states: torch.T
 
 def _batch(tokenizer, batch_size: int, seq_len: int, seed: int, mask_rate: float = MASK_RATE):
     """A (B, T) batch of workshop sentences, masked as BERT does: (input_ids, attention_mask, labels)."""
-    from mlm_core.bundled import workshop_sentences
-    from mlm_core.data import encode, mask_batch
-    from mlm_core.masking import MaskingConfig
 
     sentences = workshop_sentences()
     text = [" ".join(sentences[(i * 7 + j) % len(sentences)] for j in range(8)) for i in range(batch_size)]
@@ -418,7 +418,6 @@ def loop_vs_vectorised(*, rows: Sequence[int] = LOOP_SWEEP_ROWS, vocab_sizes: Se
     >>> [r["rows"] for r in loop_vs_vectorised(rows=(2, 4), vocab_sizes=(10,), repeats=1)]
     [2, 4]
     """
-    from mlm_core.losses import full_cross_entropy, loop_cross_entropy
 
     if not 1 <= repeats <= 50:
         raise InputError(f"Repeats must be between 1 and 50, got {repeats}.")
@@ -517,7 +516,6 @@ def amp_and_checkpointing(model: nn.Module, tokenizer, *, batch_size: int = 4, s
     ``cpu_time_ms``, ``cpu_time_x`` and ``cpu_mfu`` are the same from the process's CPU time, which a
     busy machine disturbs far less than wall time (meaningful with one torch thread).
     """
-    from mlm_core.training import TrainConfig, TrainStep
 
     _check_sizes(batch_size, seq_len, repeats)
     chosen = [_setting(s) for s in settings]
@@ -613,8 +611,6 @@ def step_time_breakdown(model: nn.Module, tokenizer, *, amp: str = "off", batch_
     The profiler adds some overhead of its own, mostly to the many small operators.
     """
     from torch.profiler import ProfilerActivity, profile
-
-    from mlm_core.training import TrainConfig, TrainStep
 
     _check_sizes(batch_size, seq_len, 1)
     amp, _, frozen = _setting((amp, False, frozen))
