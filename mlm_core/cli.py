@@ -18,6 +18,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import math
 import os
 import signal
 import sys
@@ -26,7 +27,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mlm_core import build_default, models
+from mlm_core.bundled import workshop_sentences
+from mlm_core.data import read_text_upload
 from mlm_core.errors import InputError, MLMLabError
+from mlm_core.losses import SAMPLERS, SCHEMES
+from mlm_core.masking import STRATEGIES
+from mlm_core.training import AMP_MODES, LOSSES, SCHEDULES, TrainConfig, curves_table, train_variants
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_CORPUS_BYTES = 512 * 1024 * 1024  # a CLI may read far more than the page's upload limit
@@ -94,9 +101,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mlm_core.losses import SAMPLERS, SCHEMES
-    from mlm_core.masking import STRATEGIES
-    from mlm_core.training import AMP_MODES, LOSSES, SCHEDULES, TrainConfig
 
     parser = _Parser(prog="python -m mlm_core", description="MLM Lab from the command line.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -195,7 +199,6 @@ def _read_config_file(path: str) -> dict[str, Any]:
 
 def resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """(TrainConfig, run options) from defaults, the config file and the flags, in that order."""
-    from mlm_core.training import TrainConfig
 
     values = _read_config_file(args.config) if args.config else {}
     run = {k: values.pop(k) for k in RUN_KEYS if k in values}
@@ -228,12 +231,10 @@ def resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 
 def read_corpus(paths: Sequence[str]) -> list[str]:
     """Texts from files (one per non-empty line) or the bundled workshop corpus."""
-    from mlm_core.data import read_text_upload
 
     texts: list[str] = []
     for path in paths:
         if str(path).strip().lower() == "workshop":
-            from mlm_core.bundled import workshop_sentences
 
             texts.extend(workshop_sentences())
             continue
@@ -310,7 +311,6 @@ def _distributed_setup(device_arg: str | None, use_deepspeed: bool):
 
 
 def _write_outputs(out: Path, result, tokenizer, config, run: dict[str, Any], world: int) -> None:
-    from mlm_core.training import curves_table
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps({"train": config.to_dict(), "run": run, "world_size": world},
@@ -334,7 +334,6 @@ def _write_outputs(out: Path, result, tokenizer, config, run: dict[str, Any], wo
 
 def _json_safe(node):
     """Strict JSON: a diverged loss (inf, NaN) becomes null; anything exotic becomes its string."""
-    import math
 
     if isinstance(node, float):
         return node if math.isfinite(node) else None
@@ -403,8 +402,6 @@ def run_train(args: argparse.Namespace) -> int:
             raise UsageError(f"DeepSpeed config not found: {path}")
         ds_template = json.loads(path.read_text(encoding="utf-8"))
 
-    from mlm_core.models import load_masked_lm
-    from mlm_core.training import train_variants
 
     device, rank, world, initialised = _distributed_setup(run.get("device"), ds_template is not None)
     stop = threading.Event()
@@ -423,7 +420,7 @@ def run_train(args: argparse.Namespace) -> int:
     close = lambda: None  # noqa: E731
     try:
         name = None if run["model"] in ("default", "", None) else run["model"]
-        model, tokenizer = load_masked_lm(name, device=device)
+        model, tokenizer = models.load_masked_lm(name, device=device)
         on_event, close = _progress(rank, config.steps, not args.no_progress)
         results = train_variants(model, tokenizer, texts, {"run": config}, on_event=on_event, stop=stop,
                                  device=device, deepspeed=ds_template)
@@ -456,7 +453,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         if argv[:1] == ["build-default"]:
-            from mlm_core import build_default
 
             return int(build_default.main(argv[1:]) or 0)
         args = parser.parse_args(argv)
