@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from mlm_core import seeds
 from mlm_core.data import mask_sentence, token_pieces
 from mlm_core.errors import InputError
 from mlm_core.head import masked_lm_logits
@@ -357,15 +358,6 @@ class Question:
         return self.positions("NOT_SELECTED", "RANDOM", "UNCHANGED")
 
 
-def _mix(*parts: int) -> int:
-    """A 63-bit seed from several integers (splitmix64-style), so nearby seeds give unrelated draws."""
-    x = 0x9E3779B97F4A7C15
-    for part in parts:
-        x = (x ^ (int(part) & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
-        x ^= x >> 31
-    return x & ((1 << 63) - 1)
-
-
 def _question_id(kind: str, source: str, seed: int, round: int, config: MaskingConfig, tokenizer) -> str:
     # Built from where the sentence came from (a corpus index, a teacher's bank id), never from
     # its words: the id is shown on the page and must not help anyone recover a hidden word.
@@ -479,7 +471,7 @@ def corpus_question_sentence(sentences: Sequence[str], seed: int, round: int) ->
     """(index, sentence): the corpus sentence of question ``round`` for ``seed``, the same for everyone."""
     if not sentences:
         raise InputError("There is no corpus to take quiz sentences from.")
-    index = _mix(seed, round) % len(sentences)
+    index = int(torch.randint(len(sentences), (1,), generator=seeds.generator(seed, "quiz_sentence", round)))
     return index, sentences[index]
 
 

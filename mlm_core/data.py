@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mlm_core import seeds
 from mlm_core.errors import InputError
 from mlm_core.masking import MaskingConfig, MaskingResult, decision_names, mask_tokens
 
@@ -187,7 +188,8 @@ class MaskedSentence:
 def mask_sentence(tokenizer, sentence: str, config: MaskingConfig, seed: int, *, max_length: int = 128) -> MaskedSentence:
     """Mask one sentence the way every page does: one seed gives one selection and one decision per token.
 
-    The generator is ``torch.Generator().manual_seed(seed)``, used for this sentence only, so the
+    The generator is ``seeds.generator(seed)``, the learner's own stream: exactly
+    ``torch.Generator().manual_seed(seed)``, used for this sentence only, so the
     Masking page, the Quiz and the Predictions page show the same masks for the same seed.
     Raises ``InputError`` for empty text or a tokenizer without a mask token.
 
@@ -197,7 +199,7 @@ def mask_sentence(tokenizer, sentence: str, config: MaskingConfig, seed: int, *,
     (['[CLS]', 'the', 'cat'], True, 'SPECIAL')
     """
     encoded = encode(tokenizer, sentence, max_length=max_length)
-    result = mask_batch(tokenizer, encoded, config, torch.Generator().manual_seed(int(seed)))
+    result = mask_batch(tokenizer, encoded, config, seeds.generator(int(seed)))
     return MaskedSentence(sentence, encoded, result, config, int(seed))
 
 

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlm_core import seeds
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import encode, mask_batch
 from mlm_core.errors import InputError, MLMLabError
@@ -339,7 +340,7 @@ def _batch(tokenizer, batch_size: int, seq_len: int, seed: int, mask_rate: float
     text = [" ".join(sentences[(i * 7 + j) % len(sentences)] for j in range(8)) for i in range(batch_size)]
     encoded = encode(tokenizer, text, max_length=seq_len)
     result = mask_batch(tokenizer, encoded, MaskingConfig(mlm_probability=mask_rate),
-                        torch.Generator().manual_seed(seed))
+                        seeds.generator(seed))  # the Loss page's stream: this seed's masks
     return result.input_ids, encoded.attention_mask, result.labels
 
 
@@ -433,7 +434,7 @@ def loop_vs_vectorised(*, rows: Sequence[int] = LOOP_SWEEP_ROWS, vocab_sizes: Se
     with exclusive_measurement():
         for v in vocab_sizes:
             for m in rows:
-                gen = torch.Generator().manual_seed(seed)
+                gen = seeds.generator(seed, "loop_sweep", m, v)
                 logits = torch.randn(m, v, generator=gen).requires_grad_(True)  # (M, V)
                 targets = torch.randint(0, v, (m,), generator=gen)  # (M,)
                 losses: dict[str, float] = {}
@@ -820,7 +821,7 @@ def gemm_timer(gemms: Sequence[Gemm], dtype: torch.dtype = torch.float32, *,
     speed on exactly this step's shapes and dtype: the denominator of a step's MFU.
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
-    gen = torch.Generator().manual_seed(0)
+    gen = seeds.generator(0, "matmul_operands")
 
     def operand(rows: int, cols: int, batch: int, transposed: bool) -> torch.Tensor:
         shape = (batch, cols, rows) if transposed else (batch, rows, cols)

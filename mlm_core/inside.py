@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from mlm_core import seeds
 from mlm_core.data import encode, mask_batch
 from mlm_core.errors import InputError
 from mlm_core.head import head_parts, masked_lm_logits
@@ -496,7 +497,7 @@ def lens_profile_on_texts(model: nn.Module, tokenizer, texts: Sequence[str], *, 
     at a random one it holds a wrong word, so neither says when the answer *forms*.
     """
     batch = encode(tokenizer, list(texts), max_length=max_length)
-    masked = mask_batch(tokenizer, batch, config or MaskingConfig(), torch.Generator().manual_seed(seed), trace=False)
+    masked = mask_batch(tokenizer, batch, config or MaskingConfig(), seeds.generator(seed), trace=False)
     labels = torch.where(masked.decisions == int(Decision.MASK), masked.labels, IGNORE_INDEX)  # (B, T)
     return lens_profile(model, masked.input_ids, batch.attention_mask, labels)
 

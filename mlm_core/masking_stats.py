@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from scipy import stats
 
+from mlm_core import seeds
 from mlm_core.data import Encoded, encode, mask_batch
 from mlm_core.masking import Decision, MaskingConfig
 
@@ -200,7 +201,7 @@ def masking_statistics(
     if not sentences:
         raise ValueError("masking_statistics needs at least one sentence")
     encoded = encode(tokenizer, sentences, max_length=max_length)
-    generator = torch.Generator().manual_seed(seed)
+    generator = seeds.generator(seed)
     span = config.strategy == "span"
     per_span = span and config.span_replacement == "per_span"
     lengths = encoded.attention_mask.sum(1)  # (N,) real tokens, [CLS] and [SEP] included

@@ -112,7 +112,8 @@ def special_ids_hardcoded(batch: LossBatch) -> Exhibit:
     words = batch.encoded.word_ids.clone()
     words[exposed] = words.max() + 1 + torch.arange(exposed_wrong)
     buggy = mask_tokens(ids, buggy_mask.long(), batch.config, mask_token_id=batch.mask_id,
-                        vocab_size=batch.vocab_size, generator=batch.generator(1), word_ids=words,
+                        vocab_size=batch.vocab_size, generator=batch.generator("special_ids_hardcoded"),
+                        word_ids=words,
                         attention_mask=batch.attention_mask, trace=False)
     exposed_tokens = sorted(set(batch.tokenizer.convert_ids_to_tokens(ids[special & ~buggy_mask].tolist())))
     return Exhibit(
@@ -288,7 +289,7 @@ def random_overwritten(batch: LossBatch) -> Exhibit:
     r, m = cfg.random_replace_prob, cfg.mask_replace_prob
     ids = batch.original_ids.repeat(REPEATS, 1)  # (R*B, T): many draws of the same batch
     special = batch.encoded.special_tokens_mask.repeat(REPEATS, 1).bool()
-    g = batch.generator(7)
+    g = batch.generator("random_overwritten")
     selected = ~special & (torch.rand(ids.shape, generator=g) < cfg.mlm_probability)
     u1, u2 = torch.rand(ids.shape, generator=g), torch.rand(ids.shape, generator=g)
     random_ids = torch.randint(batch.vocab_size, ids.shape, generator=g)
@@ -364,7 +365,8 @@ def in_place_masking(batch: LossBatch) -> Exhibit:
     mask_labels = int((labels_after == batch.mask_id).sum())
     kept = original.clone()
     mask_tokens(kept, batch.encoded.special_tokens_mask, batch.config, mask_token_id=batch.mask_id,
-                vocab_size=batch.vocab_size, generator=batch.generator(9), special_ids=special_ids(batch.tokenizer),
+                vocab_size=batch.vocab_size, generator=batch.generator("in_place_masking"),
+                special_ids=special_ids(batch.tokenizer),
                 word_ids=batch.encoded.word_ids, attention_mask=batch.attention_mask, trace=False)
     return Exhibit(
         "Masking that edits the caller's original_ids", corrupted, int((kept != original).sum()),
@@ -387,7 +389,8 @@ def negatives_over_positions(batch: LossBatch) -> Exhibit:
     outputs = batch_losses(batch)
     k = outputs["sampled"].diagnostics["K"]
     # The bug: a distribution over positions 0..T-1 (here the attention mask), used as vocabulary ids.
-    position_ids = torch.multinomial(batch.attention_mask[0].float(), k, replacement=True, generator=batch.generator(10))
+    position_ids = torch.multinomial(batch.attention_mask[0].float(), k, replacement=True,
+                                     generator=batch.generator("negatives_over_positions"))
 
     def wrong_fn(h, negatives):  # the Loss page's negatives are ignored: the bug draws its own
         true_logit = (h * batch.weight[batch.targets]).sum(-1) + batch.bias[batch.targets]  # (M,)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mlm_core import seeds
+
 AMP_ENV = "MLMLAB_AMP"  # "off" or "bf16": overrides the measured choice (the tests set "off")
 BF16_MIN_SPEEDUP = 1.3  # "clearly faster": below this the casts autocast adds eat most of the gain
 # One feed-forward matmul of the bundled model on 256 tokens: (256 × 384) @ (384 × 1536), 0.3 GFLOP,
@@ -75,7 +77,7 @@ def matmul_rates(shape: tuple[int, int, int] = BENCH_SHAPE, rounds: int = BENCH_
     """
     m, k, n = shape
     device = torch.device(device)
-    gen = torch.Generator().manual_seed(0)
+    gen = seeds.generator(0, "matmul_operands")
     a32 = torch.randn(m, k, generator=gen).to(device)
     b32 = torch.randn(k, n, generator=gen).to(device)
     pairs = {"fp32": (a32, b32), "bf16": (a32.bfloat16(), b32.bfloat16())}

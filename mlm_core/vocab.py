@@ -42,6 +42,7 @@ from typing import Callable, Sequence
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from mlm_core import seeds
 from mlm_core.data import plain_encodings
 from mlm_core.errors import InputError
 
@@ -648,7 +649,7 @@ def whole_word_demo(
 
     examples, hit_share, partial_share = {}, {}, {}
     for offset, strategy in enumerate(("token", "whole_word")):
-        generator = torch.Generator().manual_seed(seed * 2 + offset)
+        generator = seeds.generator(seed, "whole_word_demo", offset)
         result = mask_tokens(
             input_ids,
             special,

@@ -5,7 +5,7 @@ import streamlit as st
 import torch
 
 import ui
-from mlm_core import MLMLabError, classroom, encode
+from mlm_core import MLMLabError, classroom, encode, seeds
 from mlm_core.bundled import workshop_sentences
 from mlm_core.classroom import DEFAULT_SENTENCE
 from mlm_core.data import clip_text
@@ -174,7 +174,7 @@ hidden = mask_controls(tokens, [bool(s) for s in encoded.special_tokens_mask[0].
 if not hidden:
     st.info("Click at least one token above to hide it from the model.")
     st.stop()
-masked = mask_positions(tokenizer, original_ids, hidden, generator=torch.Generator().manual_seed(settings.seed))
+masked = mask_positions(tokenizer, original_ids, hidden, generator=seeds.generator(settings.seed))
 seen_ids, labels = masked.input_ids, masked.labels  # (T,), (T,): every hidden token became [MASK]
 seen_tokens = tokenizer.convert_ids_to_tokens(seen_ids.tolist())
 ids_key = tuple(seen_ids.tolist())

@@ -2,10 +2,9 @@
 
 import pandas as pd
 import streamlit as st
-import torch
 
 import ui
-from mlm_core import MLMLabError, decision_names
+from mlm_core import MLMLabError, decision_names, seeds
 from mlm_core.bundled import workshop_documents
 from mlm_core.export import lesson_zip, masking_settings
 from mlm_core.figures.losses import (
@@ -236,7 +235,7 @@ if st.button(f"Train the NSP head ({NSP_STEPS} steps)", key="loss_nsp_button"):
     progress = st.progress(0.0, text="Starting…")
     try:
         result = train_nsp_head(model, tokenizer, workshop_documents(), steps=NSP_STEPS,
-                                generator=torch.Generator().manual_seed(settings.seed),
+                                generator=seeds.generator(settings.seed, "nsp_head"),
                                 on_progress=lambda f, text: progress.progress(min(1.0, f), text=text))
         st.session_state["loss_nsp"] = {"signature": nsp_signature, "result": result}
     except MLMLabError as exc:
@@ -261,7 +260,7 @@ if nsp and nsp["signature"] == nsp_signature:
     mlm_weight = c1.number_input("MLM weight", 0.0, 10.0, 1.0, 0.1, key="loss_mlm_weight")
     nsp_weight = c2.number_input("NSP weight", 0.0, 10.0, 1.0, 0.1, key="loss_nsp_weight")
     combined = combined_loss_on_pairs(result.model, tokenizer, pairs, rule,
-                                      generator=torch.Generator().manual_seed(settings.seed),
+                                      generator=seeds.generator(settings.seed),  # the masks of this seed
                                       mlm_weight=mlm_weight, nsp_weight=nsp_weight)
     c1, c2, c3 = st.columns(3)
     nsp_row = f".{row_decimals([combined['mlm_loss'], combined['nsp_loss'], combined['total']])}f"

@@ -2,10 +2,9 @@
 
 import pandas as pd
 import streamlit as st
-import torch
 
 import ui
-from mlm_core import MLMLabError, classroom, decision_names, encode, mask_batch
+from mlm_core import MLMLabError, classroom, decision_names, encode, mask_batch, seeds
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import clip_text, mask_sentence
 from mlm_core.figures.masking import DECISION_WORDS
@@ -315,7 +314,7 @@ if picked is None:
         st.stop()
     masked = mask_positions(tokenizer, encoded.input_ids[0], positions, mask_replace_prob=mask_share,
                             random_replace_prob=random_share,
-                            generator=torch.Generator().manual_seed(settings.seed))
+                            generator=seeds.generator(settings.seed))
     picked = (tokens, encoded.input_ids[0], masked.input_ids, masked.labels, masked.decisions,
               encoded.attention_mask[0], encoded.special_tokens_mask[0])
 tokens, original_ids, seen_ids, labels, decisions, attention_mask, special = picked
@@ -419,7 +418,7 @@ if st.button(f"📊 Compare on many sentences ({rule.describe()})", key="pred_co
         try:
             batch = encode(tokenizer, sentences, max_length=64)
             corpus_masked = mask_batch(tokenizer, batch, rule,
-                                       torch.Generator().manual_seed(settings.seed), trace=False)
+                                       seeds.generator(settings.seed), trace=False)
             st.session_state["pred_corpus"] = (*corpus_key, predict_masked(
                 model, tokenizer, corpus_masked.input_ids, batch.attention_mask, corpus_masked.labels, k=1,
                 decisions=corpus_masked.decisions))

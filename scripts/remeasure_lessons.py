@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file: import the project's mlm_core
     sys.path.insert(0, str(ROOT))
 
-from mlm_core import encode, load_masked_lm  # noqa: E402
+from mlm_core import encode, load_masked_lm, seeds  # noqa: E402
 from mlm_core.bundled import gazetteer, workshop_sentences  # noqa: E402
 from mlm_core.data import mask_batch  # noqa: E402
 from mlm_core.default_model import read_build_record  # noqa: E402
@@ -315,7 +315,7 @@ def measure_predictions(ctx: Context) -> dict:
 
     # the Predictions page's "Compare on many sentences" with 256 sentences and seed 0
     batch = encode(ctx.tokenizer, ctx.texts[:256], max_length=64)
-    masked = mask_batch(ctx.tokenizer, batch, MaskingConfig(), torch.Generator().manual_seed(0), trace=False)
+    masked = mask_batch(ctx.tokenizer, batch, MaskingConfig(), seeds.generator(0), trace=False)
     pred = predict_masked(ctx.model, ctx.tokenizer, masked.input_ids, batch.attention_mask, masked.labels, k=1,
                           decisions=masked.decisions)
     rows = {r["decision"]: r for r in summarize_by_decision(pred)}

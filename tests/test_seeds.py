@@ -42,3 +42,30 @@ def test_bad_parts_are_refused():
     for bad in (1.5, None, True):
         with pytest.raises(TypeError):
             seed_for(0, bad)
+
+
+def test_without_a_purpose_it_is_the_learners_own_stream_plain_torch():
+    """generator(seed) is torch.Generator().manual_seed(seed): a notebook reproduces the Masking page's masks."""
+    for seed in (0, 144, 2**31 - 1):
+        assert torch.equal(torch.rand(8, generator=generator(seed)),
+                           torch.rand(8, generator=torch.Generator().manual_seed(seed)))
+    assert not torch.equal(torch.rand(8, generator=generator(0)), torch.rand(8, generator=generator(0, "mask")))
+    with pytest.raises(TypeError):
+        generator(0, None, 1)  # an index without a purpose names no stream
+
+
+def test_the_masking_pages_masks_are_plain_torchs(tokenizer):
+    from mlm_core import MaskingConfig, encode, mask_batch
+    from mlm_core.data import mask_sentence
+
+    masked = mask_sentence(tokenizer, "The cat sat on the mat.", MaskingConfig(mlm_probability=0.5), seed=144)
+    encoded = encode(tokenizer, "The cat sat on the mat.", max_length=128)
+    plain = mask_batch(tokenizer, encoded, MaskingConfig(mlm_probability=0.5), torch.Generator().manual_seed(144))
+    assert torch.equal(masked.result.input_ids, plain.input_ids) and torch.equal(masked.result.labels, plain.labels)
+
+
+def test_training_streams_are_named_purposes_of_the_one_rule():
+    from mlm_core.training import Stream
+
+    assert seed_for(3, Stream.ORDER, 1) == seed_for(3, "train_order", 1)  # a Stream is its name
+    assert len({seed_for(3, s, 0) for s in Stream}) == len(Stream)

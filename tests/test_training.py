@@ -140,7 +140,7 @@ def test_exact_count_masking_counts_each_rows_own_length(tok):
                               for f in ("input_ids", "attention_mask", "special_tokens_mask", "word_ids")))
     config = MaskingConfig(strategy="exact_count", mlm_probability=0.15)
     _, labels = training.mask_rows(batch, config, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
-                                    special_ids=tuple(tok.all_special_ids), seeds=[11, 12])
+                                    special_ids=tuple(tok.all_special_ids), row_seeds=[11, 12])
     lengths = batch.attention_mask.sum(1).tolist()
     assert lengths[1] == 9 and lengths[0] > 40
     for row, n in enumerate(lengths):
@@ -405,7 +405,7 @@ def test_exact_count_masks_each_row_by_its_own_length(tok, model):
     assert int(lengths.min()) < 48, "a short, padded row"
     masking = MaskingConfig(strategy="exact_count")
     _, labels = training.mask_rows(chunks, masking, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
-                                    special_ids=special_ids(tok), seeds=range(len(chunks)))
+                                    special_ids=special_ids(tok), row_seeds=range(len(chunks)))
     expected = [min(20, max(1, round(0.15 * int(n)))) for n in lengths]
     assert (labels != IGNORE_INDEX).sum(1).tolist() == expected
     result = train(model, tok, CORPUS, quick(steps=2, masking=masking))

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
+from mlm_core import seeds
 from mlm_core.data import Encoded, encode, mask_batch
 from mlm_core.errors import InputError
 from mlm_core.formatting import readable, row_decimals, signed, significant
@@ -44,8 +45,8 @@ from mlm_core.masking import IGNORE_INDEX, MaskingConfig, MaskingResult, decisio
 # --------------------------------------------------------------------------------------------
 
 
-NEGATIVES_PURPOSE = 3  # LossBatch.generator(...) for the sampled negatives: one draw for both pages
-SWEEP_PURPOSE = 4  # ... for the K sweep and the sampled-softmax check
+NEGATIVES_PURPOSE = "negatives"  # LossBatch.generator(...) for the sampled negatives: one draw for both pages
+SWEEP_PURPOSE = "sampled_sweep"  # ... for the K sweep and the sampled-softmax check
 
 CORRECTION_SHORT = {"importance": "importance sampling", "tensorflow": "TensorFlow (log Q on every logit)",
                     "none": "no correction"}  # for narrow widgets
@@ -113,9 +114,9 @@ class LossBatch:
         """The tokenizer's size: where random replacements come from."""
         return len(self.tokenizer)
 
-    def generator(self, purpose: int) -> torch.Generator:
-        """A generator for one use of this batch (the negatives, an exhibit's draws): the seed, offset by ``purpose``."""
-        return torch.Generator().manual_seed(int(self.seed) * 1_000 + int(purpose))
+    def generator(self, purpose: str) -> torch.Generator:
+        """A generator for one use of this batch (the negatives, an exhibit's draws): ``seeds.generator``'s rule."""
+        return seeds.generator(self.seed, purpose)
 
     def logits_for(self, labels: torch.Tensor, input_ids: torch.Tensor | None = None):
         """``(logits (M', V), targets (M',))`` of the model where ``labels`` are set, on ``input_ids``
@@ -138,7 +139,7 @@ def loss_batch(model, tokenizer, texts: Sequence[str], config: MaskingConfig | N
     config = config or MaskingConfig()
     texts = [t for t in texts if t and t.strip()]
     encoded = encode(tokenizer, texts, max_length=max_length)
-    result = mask_batch(tokenizer, encoded, config, torch.Generator().manual_seed(int(seed)))
+    result = mask_batch(tokenizer, encoded, config, seeds.generator(int(seed)))  # the Masking page's stream
     selected = result.labels != IGNORE_INDEX  # (B, T)
     positions = [(r, p) for r, p in selected.nonzero().tolist()]  # row-major, as masked_lm_hidden orders its rows
     names = [decision_names(result, r) for r in range(result.decisions.shape[0])]
@@ -162,7 +163,7 @@ def pick_sentences(sentences: Sequence[str], n: int, seed: int) -> list[str]:
     sentences = [s for s in sentences if s and s.strip()]
     if len(sentences) <= n:
         return list(sentences)
-    start = int(torch.randint(len(sentences) - n + 1, (1,), generator=torch.Generator().manual_seed(int(seed))))
+    start = int(torch.randint(len(sentences) - n + 1, (1,), generator=seeds.generator(int(seed), "batch_start")))
     return list(sentences[start:start + n])
 
 

@@ -13,7 +13,7 @@ The names below are the package's public face: ``from mlm_core.training import T
 
 from mlm_core.training.batches import Batches, Chunks, frequency_buckets, make_chunks, mask_rows, split_chunks, token_counts
 from mlm_core.training.config import (AMP_MODES, BUCKET_MASS, BUCKETS, DATA_FIELDS, LOSSES, MAX_VARIANTS, SCHEDULES,
-                                      Stream, TrainConfig, check_variants, run_generator, run_seed)
+                                      Stream, TrainConfig, check_variants)
 from mlm_core.training.distributed import DeepSpeedOptimizer, World, current_world, deepspeed_config
 from mlm_core.training.evaluate import (EVAL_MASKINGS, EvalSet, Probe, evaluate, focus_ids, make_eval_set, make_probes,
                                         probe_predictions)
@@ -29,6 +29,6 @@ __all__ = [
     "TrainResult", "TrainStep", "World",
     "adamw", "autocast", "check_amp", "check_variants", "current_world", "curves_table", "deepspeed_config", "evaluate",
     "focus_ids", "freeze_word_embeddings", "frequency_buckets", "lr_at", "make_chunks", "make_eval_set", "make_probes",
-    "mask_rows", "param_groups", "probe_predictions", "run_generator", "run_seed", "set_checkpointing", "smooth",
+    "mask_rows", "param_groups", "probe_predictions", "set_checkpointing", "smooth",
     "split_chunks", "token_counts", "train", "train_variants", "uncorrected_adam_step_ratio",
 ]

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import torch
 
+from mlm_core import seeds
 from mlm_core.data import run_tokenizer, special_ids
 from mlm_core.errors import InputError
 from mlm_core.masking import MaskingConfig, mask_tokens
-from mlm_core.training.config import BUCKET_MASS, Stream, TrainConfig, run_generator, run_seed
+from mlm_core.training.config import BUCKET_MASS, Stream, TrainConfig
 from mlm_core.training.distributed import World
 
 # --------------------------------------------------------------------------------------------
@@ -139,7 +140,7 @@ def split_chunks(tokenizer, texts: Sequence[str], cfg: TrainConfig,
     n_eval = 0
     if cfg.eval_fraction > 0 and n >= 4:
         n_eval = max(1, min(cfg.eval_max_chunks, round(n * cfg.eval_fraction)))
-    order = torch.randperm(n, generator=run_generator(cfg.seed, Stream.SPLIT))
+    order = torch.randperm(n, generator=seeds.generator(cfg.seed, Stream.SPLIT))
     if n_eval == 0:  # too little text to hold any out: evaluate on (some of) the training chunks
         return chunks, chunks.take(order[:cfg.eval_max_chunks]), True
     return chunks.take(order[n_eval:]), chunks.take(order[:n_eval]), False
@@ -172,8 +173,9 @@ def frequency_buckets(counts: torch.Tensor) -> torch.Tensor:
 
 
 def mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, vocab_size: int,
-               special_ids: tuple[int, ...], seeds: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mask each row with its own generator, so a row's mask depends on its seed only.
+               special_ids: tuple[int, ...], row_seeds: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mask each row with its own generator, so a row's mask depends on its seed only (``row_seeds``: one
+    ``seeds.seed_for(cfg.seed, Stream.X, ...)`` value per row).
 
     That makes one process with gradient accumulation and N processes under torchrun mask the
     same example the same way. Each row's attention mask goes along: it gives the row's length, which
@@ -181,7 +183,7 @@ def mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, voc
     Returns (input_ids, labels), both (B, T).
     """
     inputs, labels = [], []
-    for r, s in enumerate(seeds):
+    for r, s in enumerate(row_seeds):
         # The attention mask gives each row its own length: exact-count masking counts real tokens,
         # never the padding a short row carries up to seq_len.
         result = mask_tokens(chunks.input_ids[r], chunks.special_tokens_mask[r], masking,
@@ -223,14 +225,14 @@ class Batches:
         epoch, k = divmod(sample, len(self.chunks))
         if epoch not in self.perm:
             self.perm.clear()
-            self.perm[epoch] = torch.randperm(len(self.chunks), generator=run_generator(self.cfg.seed, Stream.ORDER, epoch))
+            self.perm[epoch] = torch.randperm(len(self.chunks), generator=seeds.generator(self.cfg.seed, Stream.ORDER, epoch))
         return int(self.perm[epoch][k])
 
     def _mask_seed(self, sample: int, chunk: int, copies: int) -> int:
         if copies == 0:  # dynamic: every draw of a chunk gets a new mask
-            return run_seed(self.cfg.seed, Stream.MASK, sample)
+            return seeds.seed_for(self.cfg.seed, Stream.MASK, sample)
         epoch = sample // len(self.chunks)  # static: copy epoch mod k of this chunk's k masks
-        return run_seed(self.cfg.seed, Stream.STATIC_MASK, chunk, epoch % copies)
+        return seeds.seed_for(self.cfg.seed, Stream.STATIC_MASK, chunk, epoch % copies)
 
     def make(self, step: int) -> dict[int, list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]]:
         cfg = self.cfg
@@ -241,8 +243,8 @@ class Batches:
             index = [self._chunk_index(s) for s in samples]
             batch = self.chunks.take(index)
             for copies in self.mask_copies:
-                seeds = [self._mask_seed(s, c, copies) for s, c in zip(samples, index)]
-                inputs, labels = mask_rows(batch, cfg.masking, seeds=seeds, **self.mask_kwargs)
+                row_seeds = [self._mask_seed(s, c, copies) for s, c in zip(samples, index)]
+                inputs, labels = mask_rows(batch, cfg.masking, row_seeds=row_seeds, **self.mask_kwargs)
                 out[copies].append((j, inputs, batch.attention_mask, labels))
         return out
 

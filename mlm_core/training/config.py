@@ -256,45 +256,17 @@ def check_variants(variants: Mapping[str, TrainConfig]) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Seeds: every random choice is a function of (seed, what, when, which)
+# Seeds: every random choice is seeds.generator(seed, Stream.X, *when): (seed, what, when, which)
 # --------------------------------------------------------------------------------------------
 
-_SEED_MASK = (1 << 63) - 1
+class Stream(str, enum.Enum):
+    """A training run's derived streams: the purpose of ``seeds.generator(seed, purpose, *index)``."""
 
-
-def run_seed(*parts: int) -> int:
-    """A 63-bit seed from integers (splitmix64 rounds), cheap enough to make one per example.
-
-    Not ``seeds.generator``: that rule would give every seed other curves (tests/test_golden.py).
-    """
-    h = 0x9E3779B97F4A7C15
-    for p in parts:
-        h = (h ^ (int(p) & 0xFFFFFFFFFFFFFFFF)) & 0xFFFFFFFFFFFFFFFF
-        h = (h * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-        h ^= h >> 31
-        h = (h * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-        h ^= h >> 29
-    return h & _SEED_MASK
-
-
-def run_generator(*parts: int) -> torch.Generator:
-    """A CPU generator seeded with ``run_seed(*parts)``.
-
-    >>> torch.equal(torch.rand(2, generator=run_generator(0, Stream.ORDER, 1)),
-    ...             torch.rand(2, generator=run_generator(0, Stream.ORDER, 1)))
-    True
-    """
-    return torch.Generator().manual_seed(run_seed(*parts))
-
-
-class Stream(enum.IntEnum):
-    """What a stream is for, the second part of every seed, so streams never collide."""
-
-    ORDER = 1  # the order of the training chunks, per epoch
-    MASK = 2  # dynamic masking: one mask per drawn sample
-    EVAL_MASK = 3  # the held-out chunks' masks, made once
-    SPLIT = 4  # which chunks are held out
-    DROPOUT = 5  # dropout, per step and micro-batch
-    SAMPLED = 6  # the sampled softmax's classes, per step and micro-batch
-    PROBE = 7  # which corpus sentences become probes
-    STATIC_MASK = 8  # static masking: copy k of a chunk's masks
+    ORDER = "train_order"  # the order of the training chunks, per epoch
+    MASK = "train_mask"  # dynamic masking: one mask per drawn sample
+    EVAL_MASK = "eval_mask"  # the held-out chunks' masks, made once
+    SPLIT = "train_split"  # which chunks are held out
+    DROPOUT = "dropout"  # dropout, per step and micro-batch
+    SAMPLED = "train_sampled"  # the sampled softmax's classes, per step and micro-batch
+    PROBE = "probe"  # which corpus sentences become probes
+    STATIC_MASK = "static_mask"  # static masking: copy k of a chunk's masks

@@ -14,12 +14,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from mlm_core import seeds
 from mlm_core.data import run_tokenizer, special_ids
 from mlm_core.errors import InputError
 from mlm_core.head import masked_lm_logits
 from mlm_core.masking import IGNORE_INDEX
 from mlm_core.training.batches import Chunks, mask_rows
-from mlm_core.training.config import BUCKETS, Stream, TrainConfig, run_generator, run_seed
+from mlm_core.training.config import BUCKETS, Stream, TrainConfig
 from mlm_core.training.optim import autocast
 
 # A small held-out text is scored under this many different masks (capped at eval_max_chunks rows),
@@ -117,9 +118,9 @@ def make_eval_set(eval_chunks: Chunks, cfg: TrainConfig, tokenizer, *, buckets: 
     at most eval_max_chunks rows. `vocab_size` bounds the random replacements (real tokenizer tokens)."""
     copies = max(1, min(EVAL_MASKINGS, cfg.eval_max_chunks // max(1, len(eval_chunks))))
     eval_chunks = eval_chunks.take([i for _ in range(copies) for i in range(len(eval_chunks))])
-    seeds = [run_seed(cfg.seed, Stream.EVAL_MASK, r) for r in range(len(eval_chunks))]
+    row_seeds = [seeds.seed_for(cfg.seed, Stream.EVAL_MASK, r) for r in range(len(eval_chunks))]
     inputs, labels = mask_rows(eval_chunks, cfg.masking, mask_token_id=tokenizer.mask_token_id,
-                               vocab_size=vocab_size, special_ids=special_ids(tokenizer), seeds=seeds)
+                               vocab_size=vocab_size, special_ids=special_ids(tokenizer), row_seeds=row_seeds)
     return EvalSet(inputs, eval_chunks.attention_mask, labels, buckets, micro_batch,
                    mask_token_id=tokenizer.mask_token_id, focus_ids=focus_ids(tokenizer, cfg.eval_focus_words))
 
@@ -167,7 +168,7 @@ def make_probes(tokenizer, texts: Sequence[str], cfg: TrainConfig) -> list[Probe
             break
     if not candidates:
         return probes
-    order = torch.randperm(len(candidates), generator=run_generator(cfg.seed, Stream.PROBE)).tolist()
+    order = torch.randperm(len(candidates), generator=seeds.generator(cfg.seed, Stream.PROBE)).tolist()
     for i in order:
         enc = run_tokenizer(tokenizer, candidates[i], truncation=True, max_length=cfg.seq_len, return_tensors="pt")
         ids = enc["input_ids"][0].clone()

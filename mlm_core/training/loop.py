@@ -29,12 +29,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlm_core import losses
+from mlm_core import losses, seeds
 from mlm_core.data import special_ids
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX
 from mlm_core.training.batches import Batches, frequency_buckets, split_chunks, token_counts
-from mlm_core.training.config import Stream, TrainConfig, check_variants, run_generator, run_seed
+from mlm_core.training.config import Stream, TrainConfig, check_variants
 from mlm_core.training.distributed import (DeepSpeedOptimizer, World, all_reduce_sum, current_world,
                                            deepspeed_config, stop_requested)
 from mlm_core.training.evaluate import evaluate, make_eval_set, make_probes, probe_predictions
@@ -143,7 +143,7 @@ class TrainStep:
         ids, attention, labels = (t.to(self.device) for t in (input_ids, attention_mask, labels))
         fork = [self.device.index or 0] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=fork):
-            _seed_dropout(run_seed(self.cfg.seed, Stream.DROPOUT, seed), self.device)
+            _seed_dropout(seeds.seed_for(self.cfg.seed, Stream.DROPOUT, seed), self.device)
             self.opt.begin(self.cfg.learning_rate if lr is None else lr)
 
             def loss_fn(outputs):
@@ -198,11 +198,11 @@ def _train_step(state: list[_Variant], micro_batches, step: int, first: TrainCon
         # Nothing selected anywhere: no loss to learn from, so no update (and no NaN in the curve).
         skip = masked_all == 0 or total <= 0
         for a, (j, inputs, attention, labels) in enumerate(batches):
-            _seed_dropout(run_seed(first.seed, Stream.DROPOUT, step, j), device)  # same dropout for every variant
+            _seed_dropout(seeds.seed_for(first.seed, Stream.DROPOUT, step, j), device)  # same dropout for every variant
 
             def loss_fn(outputs, v=v, j=j):
                 return _loss_value(v.cfg, outputs, class_weights=v.class_weights, counts=counts_dev,
-                                   generator=run_generator(first.seed, Stream.SAMPLED, step, j))
+                                   generator=seeds.generator(first.seed, Stream.SAMPLED, step, j))
 
             share = v_norms[a] / total if total > 0 else 0.0  # n_a / N
             value = v.opt.micro_step(inputs, attention, labels, a == len(batches) - 1, loss_fn,
