@@ -56,7 +56,7 @@ def test_a_second_session_measuring_at_once_is_told_to_wait(page, monkeypatch):
     """Two students pressing Measure at the same moment: the second gets a message, not a crash."""
     import threading
 
-    from mlm_core.efficiency import exclusive_measurement
+    from mlm_core.measure import exclusive_measurement
 
     at = page
     at.select_slider(key="eff_batch").set_value(1)

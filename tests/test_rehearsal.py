@@ -313,7 +313,8 @@ def test_loss_number_row_has_one_precision(apptest, monkeypatch):
 def test_frequency_legend_says_the_count_leaves_the_special_tokens_out():
     """Tokenizer: "WordPiece 500 (53 of 495 entries unused)": the 5 missing entries are the special tokens."""
     from mlm_core.figures.vocab import frequency_profile_figure
-    from mlm_core.vocab import SPECIAL_TOKENS, frequency_profile, wordpiece_from_vocab
+    from mlm_core.lessons.vocab import frequency_profile
+    from mlm_core.vocab import SPECIAL_TOKENS, wordpiece_from_vocab
 
     tok = wordpiece_from_vocab(["the", "cat", "##s"])
     profile = frequency_profile(tok, ["the cat the"])
