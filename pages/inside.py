@@ -31,17 +31,13 @@ from mlm_core.inside import (
     LensUnavailable,
     Saliency,
     attention_from,
-    agreement_over_texts,
-    compare_models,
     gradient_saliency,
-    last_word,
     layer_agreement,
     leave_one_out,
-    lens_profile_on_texts,
     logit_lens,
-    measure_head_patterns,
     special_positions,
 )
+from mlm_core.lessons.inside import agreement_over_texts, compare_models, last_word, lens_profile_on_texts, measure_head_patterns
 from mlm_core.head import head_parts
 from mlm_core.formatting import signed
 from mlm_core.predict import mask_positions
