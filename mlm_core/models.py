@@ -101,16 +101,17 @@ def _resolve_dtype(dtype) -> torch.dtype:
 
 # --------------------------------------------------------------------------- loading
 def _resolve_transformers_names() -> None:
-    """Load, once and in one thread, the transformers classes other modules take inside functions.
+    """Resolve, once and in one thread, the transformers classes that are looked up by name at call time.
 
     transformers loads its classes lazily, on first use; two threads that first use the same class
     at once can get "cannot import name 'AutoTokenizer' from 'transformers'" (a fresh server whose
-    first students open pages together). This module's own names are imported at the top, which
-    resolves them while ``mlm_core`` is imported (import runs in one thread at a time); the bundled
-    model and tokenizer (``default_model``, ``bundled``) still take theirs inside functions that
-    Streamlit's threads call, so those classes are resolved here, at import, too.
+    first students open pages together). The names MLM Lab imports at the top of its modules are
+    resolved while ``mlm_core`` is imported (import runs in one thread at a time). The class an
+    Auto class picks is not: ``AutoTokenizer.from_pretrained`` (``bundled.load_default_tokenizer``,
+    called from Streamlit's threads) finds ``BertTokenizerFast`` by name when it runs, so it is
+    resolved here, at import, too. Other families' model classes are resolved under ``_LOAD_LOCK``.
     """
-    for name in ("BertForMaskedLM", "BertTokenizerFast", "PreTrainedTokenizerFast"):
+    for name in ("BertTokenizerFast",):
         getattr(transformers, name)
 
 
