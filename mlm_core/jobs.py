@@ -34,6 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from mlm_core.errors import InputError
 from mlm_core.training import TrainConfig, TrainEvent, TrainResult, check_variants, train_variants
 
@@ -55,8 +57,6 @@ class BusyError(InputError):
 
 def _cuda_available() -> bool:
     try:
-        import torch
-
         return torch.cuda.is_available()
     except Exception:  # pragma: no cover
         return False
@@ -109,8 +109,6 @@ def cap_threads(threads: int | None = None) -> int:
     """Set torch's intra-op thread count. With OpenMP it applies to the calling thread and to every
     thread started afterwards (Streamlit starts one per script run), so setting it once in the
     server caps the pages, and each run sets it again in its own thread."""
-    import torch
-
     n = int(threads if threads is not None else default_threads())
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
@@ -393,8 +391,6 @@ class Run:
 def _free_memory() -> None:
     gc.collect()
     if _cuda_available():
-        import torch
-
         torch.cuda.empty_cache()
 
 
