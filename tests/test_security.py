@@ -71,15 +71,12 @@ def test_files_that_write_html_escape_text(path):
     assert "html.escape" in path.read_text(encoding="utf-8") or "escape(" in path.read_text(encoding="utf-8")
 
 
-def test_masking_page_shows_angle_brackets_once_escaped(apptest):
+def test_masking_page_shows_angle_brackets_once_escaped(run_page):
     """The token ``<`` reads ``<`` in the step-through line and in its chip, never ``&lt;`` (issue 16, item 12)."""
     import ui
 
-    at = apptest("pages/masking.py")
-    at.session_state[ui.KEYS.sentence] = "if a < b and c > d then stop"
-    at.session_state["masking_step"] = 4  # [CLS] if a < : the fourth token is "<"
-    at.run()
-    assert not at.exception
+    # [CLS] if a < : the fourth token is "<"
+    at = run_page("pages/masking.py", state={ui.KEYS.sentence: "if a < b and c > d then stop", "masking_step": 4})
     line = next(m.value for m in at.markdown if m.value.startswith("**Token 4 of"))
     assert "`<`" in line and "&lt;" not in line and "&amp;" not in line
     chips = next(m.value for m in at.markdown if 'class="mlm-chips"' in m.value and "if" in m.value)
@@ -151,13 +148,10 @@ def loads(monkeypatch):
     return asked
 
 
-def test_student_cannot_make_the_server_load_an_arbitrary_model(apptest, student, loads):
+def test_student_cannot_make_the_server_load_an_arbitrary_model(student, loads, run_page):
     import ui
 
-    at = apptest("pages/predictions.py")
-    at.session_state[ui.KEYS.custom_model] = "student/bomb"
-    at.run()
-    assert not at.exception
+    at = run_page("pages/predictions.py", state={ui.KEYS.custom_model: "student/bomb"})
     assert any("not available on this shared server" in e.value for e in at.error)
     assert "student/bomb" not in loads
     labels = at.selectbox(key=ui.KEYS.model).options
@@ -179,13 +173,10 @@ def test_a_link_never_loads_a_model_the_server_does_not_offer(apptest, loads):
 
 @pytest.mark.parametrize("name", ["x" * 300, "~nosuchuser_mlmlab/x"])
 @pytest.mark.parametrize("page", ["pages/predictions.py", "pages/quiz.py"])
-def test_hostile_model_names_show_a_message_not_a_traceback(apptest, page, name):
+def test_hostile_model_names_show_a_message_not_a_traceback(page, name, run_page):
     import ui
 
-    at = apptest(page)
-    at.session_state[ui.KEYS.custom_model] = name
-    at.run()
-    assert not at.exception
+    at = run_page(page, state={ui.KEYS.custom_model: name})
     assert any("not a model" in e.value for e in at.error)
     assert at.text_input(key=ui.KEYS.custom_model).max_chars == ui.MAX_MODEL_NAME_CHARS
 
@@ -202,7 +193,6 @@ def test_malformed_uploads_show_a_clear_message(apptest, page, state, uploader, 
     import ui
 
     at = apptest(page)
-    at.session_state[ui.KEYS.model] = "tiny-random"
     for key, value in state.items():
         at.session_state[key] = value
     at.run()
