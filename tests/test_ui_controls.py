@@ -1,5 +1,6 @@
-"""ui.on_demand: a button's result is kept with the inputs it was computed for; changed inputs get a
-note, an explainable failure shows its message and keeps the last result."""
+"""ui.controls: on_demand keeps a button's result with the inputs it was computed for (changed inputs get a
+note, an explainable failure shows its message and keeps the last result); the batch picker returns the
+seed's workshop sentences or the learner's own, clipped."""
 
 from streamlit.testing.v1 import AppTest
 
@@ -45,3 +46,27 @@ def test_a_failure_is_shown_and_the_last_result_stays():
     at.button(key="demo_run").click().run()
     assert [e.value for e in at.error] == ["negative inputs"]
     assert "result=10" in _texts(at) and not at.exception
+
+
+def batch_app():
+    import streamlit as st
+
+    import ui
+
+    st.session_state["batch"] = ui.batch_sentences_controls("demo", st.session_state.get("seed_for_test", 0), n=3,
+                                                            max_chars=40)
+
+
+def test_the_batch_is_the_seeds_workshop_sentences_or_the_learners_own_clipped():
+    from mlm_core.bundled import workshop_sentences
+    from mlm_core.lessons.loss_lab import pick_sentences
+
+    at = AppTest.from_function(batch_app, default_timeout=60).run()
+    assert at.session_state["batch"] == pick_sentences(workshop_sentences(), 3, 0)
+    at.session_state["seed_for_test"] = 5
+    at.run()
+    assert at.session_state["batch"] == pick_sentences(workshop_sentences(), 3, 5)
+    at.radio(key="demo_source").set_value("Your text").run()
+    at.text_area(key="demo_text").input("The cat sat. A dog ran. Birds sing at dawn, and the sun is up.").run()
+    assert at.session_state["batch"] == ["The cat sat.", "A dog ran.", "Birds sing at"]  # cut at a word, <= 40
+    assert any("first 40 characters" in i.value for i in at.info)
