@@ -38,7 +38,7 @@ import torch
 from mlm_core.data import mask_sentence, token_pieces
 from mlm_core.errors import InputError
 from mlm_core.head import masked_lm_logits
-from mlm_core.masking import IGNORE_INDEX, SPAN_REPLACEMENTS, STRATEGIES, Decision, MaskingConfig
+from mlm_core.masking import IGNORE_INDEX, SPAN_REPLACEMENTS, STRATEGIES, MaskingConfig, decision_names
 
 # The Masking page's first example: a link without a sentence shows it, as the page does.
 DEFAULT_SENTENCE = "The cat sat on the mat and watched the birds in the garden."
@@ -395,9 +395,7 @@ def word_shaped(token: str) -> bool:
 def _build(kind, tokenizer, encoded, result, sentence, qid, config, source, seed) -> Question:
     tokens = tuple(encoded.tokens[0])
     length = len(tokens)
-    special = encoded.special_tokens_mask[0].tolist()
-    codes = result.decisions[0].tolist()
-    decisions = tuple("SPECIAL" if special[i] else Decision(codes[i]).name for i in range(length))
+    decisions = tuple(decision_names(result, 0, special_tokens_mask=encoded.special_tokens_mask, length=length))
     shown = tuple(tokenizer.convert_ids_to_tokens(result.input_ids[0, :length].tolist()))
     words = encoded.word_ids[0, :length].tolist()
     pieces: dict[int, int] = {}

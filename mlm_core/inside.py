@@ -488,14 +488,15 @@ def lens_profile(model: nn.Module, input_ids, attention_mask, labels) -> LensPro
 
 
 def lens_profile_on_texts(model: nn.Module, tokenizer, texts: Sequence[str], *, seed: int = 0,
-                          max_length: int = 64) -> LensProfile:
-    """``lens_profile`` at the [MASK] positions of ``texts`` masked by BERT's rule (15%, 80/10/10) from ``seed``.
+                          config: MaskingConfig | None = None, max_length: int = 64) -> LensProfile:
+    """``lens_profile`` at the [MASK] positions of ``texts`` masked by ``config`` (default BERT's: 15%,
+    80/10/10) from ``seed``.
 
     Only [MASK] positions count: at an unchanged token the embedding already holds the answer, and
     at a random one it holds a wrong word, so neither says when the answer *forms*.
     """
     batch = encode(tokenizer, list(texts), max_length=max_length)
-    masked = mask_batch(tokenizer, batch, MaskingConfig(), torch.Generator().manual_seed(seed), trace=False)
+    masked = mask_batch(tokenizer, batch, config or MaskingConfig(), torch.Generator().manual_seed(seed), trace=False)
     labels = torch.where(masked.decisions == int(Decision.MASK), masked.labels, IGNORE_INDEX)  # (B, T)
     return lens_profile(model, masked.input_ids, batch.attention_mask, labels)
 

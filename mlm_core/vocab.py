@@ -589,7 +589,7 @@ class MaskingExample:
     draw: int  # which of the draws this is
     tokens: list[str]  # what the model sees after masking
     originals: list[str]  # the tokens before masking
-    decisions: list[str]  # masking.Decision names per position ("MASK", "NOT_SELECTED", ...)
+    decisions: list[str]  # masking.decision_names: "MASK", "NOT_SELECTED", ..., "SPECIAL" on [CLS] and [SEP]
     special: list[bool]  # [CLS], [SEP]: never selected
     word_hidden: int  # how many pieces of the watched word were selected in this draw
 
@@ -624,7 +624,7 @@ def whole_word_demo(
     generator, so the same seed always shows the same example.
     """
     from mlm_core.data import encode, special_ids
-    from mlm_core.masking import Decision, MaskingConfig, mask_tokens
+    from mlm_core.masking import Decision, MaskingConfig, decision_names, mask_tokens
 
     if n_draws < 1:
         raise InputError("n_draws must be at least 1.")
@@ -674,7 +674,7 @@ def whole_word_demo(
             draw=row,
             tokens=tokenizer.convert_ids_to_tokens(result.input_ids[row].tolist()),
             originals=list(originals),
-            decisions=[Decision(d).name for d in result.decisions[row].tolist()],
+            decisions=decision_names(result, row, special_tokens_mask=special),
             special=[bool(x) for x in encoded.special_tokens_mask[0].tolist()],
             word_hidden=int(n_hit[row]),
         )

@@ -119,8 +119,8 @@ def cached_patterns(key: str, n: int, _model, _tokenizer):
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading the lens on the workshop sentences (once per model)…")
-def cached_lens_profile(key: str, n: int, seed: int, _model, _tokenizer):
-    return lens_profile_on_texts(_model, _tokenizer, workshop_sentences()[:n], seed=seed)
+def cached_lens_profile(key: str, n: int, seed: int, config, _model, _tokenizer):
+    return lens_profile_on_texts(_model, _tokenizer, workshop_sentences()[:n], seed=seed, config=config)
 
 
 @st.cache_data(max_entries=16, show_spinner="Leave-one-out on the workshop sentences (once per model)…")
@@ -305,9 +305,13 @@ def lens_view() -> None:
                    f"(rank {last_rank:,}).")
     with st.expander("Every depth as a table"):
         ui.table(pd.DataFrame(lens.records()))
-    st.markdown("**One sentence is an anecdote.** The same lens on many sentences, masked by BERT's rule "
-                f"(seed {PROFILE_SEED}):")
-    profile = cached_lens_profile(model_key, PROFILE_SENTENCES, PROFILE_SEED, model, tokenizer)
+    rule = ui.shared_masking_config()
+    st.markdown("**One sentence is an anecdote.** The same lens on many sentences, at the [MASK]s of the rule "
+                f"set on the Masking page ({rule.describe()}; seed {PROFILE_SEED}):")
+    profile = cached_lens_profile(model_key, PROFILE_SENTENCES, PROFILE_SEED, rule, model, tokenizer)
+    if profile.positions == 0:
+        st.info("This rule puts no [MASK] in these sentences: raise p or the [MASK] share on the Masking page.")
+        return
     show(lens_profile_figure(profile, height=ui.chart_height(340)), "inside_lens_profile_fig")
 
 
@@ -411,7 +415,8 @@ def lesson_bytes() -> bytes:
     lens = profile = None
     if head_parts(model) is not None:
         lens = cached_lens(model_key, ids_key, position, true_id, 5, model, tokenizer)
-        profile = cached_lens_profile(model_key, PROFILE_SENTENCES, PROFILE_SEED, model, tokenizer)
+        profile = cached_lens_profile(model_key, PROFILE_SENTENCES, PROFILE_SEED, ui.shared_masking_config(),
+                                      model, tokenizer)
     layer, head = (n - 1 for n in st.session_state.get("inside_head_kept", (1, 1)))
     tables = {"head_patterns": patterns.records(), "saliency": result.records()}
     if lens is not None:

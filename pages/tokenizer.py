@@ -318,11 +318,10 @@ if demo is not None:
     ui.decision_legend()
     for strategy, title in (("token", "Token masking (BERT's original)"), ("whole_word", "Whole-word masking")):
         example = demo.examples[strategy]
-        decisions = ["SPECIAL" if s else d for s, d in zip(example.special, example.decisions)]
         originals = [o if o != t else None for t, o in zip(example.tokens, example.originals)]
         st.markdown(f"**{title}** — draw {example.draw + 1} of {demo.n_draws}: {example.word_hidden} of the "
                     f"{n_pieces} pieces of '{demo.word}' selected")
-        ui.token_chips(example.tokens, decisions, originals)
+        ui.token_chips(example.tokens, example.decisions, originals)
     c1, c2 = st.columns(2)
     c1.metric("token masking: word only partly hidden", f"{demo.partial_share['token']:.0%}",
               help="Of the draws that selected any piece of the word.")

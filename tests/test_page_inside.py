@@ -119,3 +119,19 @@ def test_a_link_carries_the_view(apptest):
     assert at.query_params.get("view") in ("saliency", ["saliency"])
     at.segmented_control(key="inside_view").set_value("attention").run()
     assert "view" not in at.query_params  # the default is left out of the link
+
+
+def test_the_lens_profile_masks_with_the_learners_rule(apptest):
+    """The logit lens over many sentences reads the [MASK]s of the rule the link sets, not BERT's 15%."""
+    at = apptest("pages/inside.py")
+    at.session_state[ui.KEYS.model] = "tiny-random"
+    at.query_params.update({"p": "0.5", "strategy": "whole_word", "view": "lens"})
+    at.run()
+    assert not at.exception
+    assert "the rule set on the Masking page (whole word masking, p = 50%" in _markdown(at)
+    nothing = apptest("pages/inside.py")  # a link whose rule masks nothing
+    nothing.session_state[ui.KEYS.model] = "tiny-random"
+    nothing.query_params.update({"p": "0", "view": "lens"})
+    nothing.run()
+    assert not nothing.exception
+    assert any("puts no [MASK]" in i.value for i in nothing.info)

@@ -69,9 +69,37 @@ def test_sentence_from_the_masking_page_and_corpus_comparison(run_page):
     page.select_slider(key="pred_corpus_n").set_value(32)
     page.button(key="pred_corpus_run").click().run()
     assert not page.exception
-    assert page.session_state["pred_corpus"][3].positions
+    assert page.session_state["pred_corpus"][4].positions
     text = next(m.value for m in page.markdown if "standard error" in m.value)
     assert "n = " in text and "±" in text
+
+
+def test_the_corpus_comparison_masks_with_the_learners_rule(apptest):
+    """The many-sentences comparison uses the rule of the link (here whole words, p = 0.5), not BERT's 15%."""
+    import torch
+
+    from mlm_core import MaskingConfig, encode, mask_batch
+    from mlm_core.bundled import workshop_sentences
+    from mlm_core.models import load_masked_lm
+
+    page = apptest("pages/predictions.py")
+    page.session_state[ui.KEYS.model] = "tiny-random"
+    page.query_params.update({"seed": "7", "p": "0.5", "strategy": "whole_word"})
+    page.run()
+    page.select_slider(key="pred_corpus_n").set_value(32)
+    page.button(key="pred_corpus_run").click().run()
+    assert not page.exception
+    assert page.button(key="pred_corpus_run").label.endswith("(whole word masking, p = 50%, 80% [MASK] / 10% random "
+                                                             "/ 10% unchanged)")
+    predictions = page.session_state["pred_corpus"][4]
+    rule = MaskingConfig(mlm_probability=0.5, strategy="whole_word")
+    _, tokenizer = load_masked_lm("tiny-random", device="cpu")
+    batch = encode(tokenizer, workshop_sentences()[:32], max_length=64)
+    expected = mask_batch(tokenizer, batch, rule, torch.Generator().manual_seed(7), trace=False)
+    selected = (expected.decisions != 0).nonzero().tolist()
+    assert [(p.row, p.position) for p in predictions.positions] == [tuple(rc) for rc in selected]
+    bert = mask_batch(tokenizer, batch, MaskingConfig(), torch.Generator().manual_seed(7), trace=False)
+    assert len(selected) > 2 * int((bert.decisions != 0).sum())  # not BERT's 15%
 
 
 def test_a_predictions_link_rebuilds_the_masking_pages_masks(apptest, tokenizer):
