@@ -124,13 +124,11 @@ def test_a_link_carries_the_view(apptest):
 def test_the_lens_profile_masks_with_the_learners_rule(apptest):
     """The logit lens over many sentences reads the [MASK]s of the rule the link sets, not BERT's 15%."""
     at = apptest("pages/inside.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
     at.query_params.update({"p": "0.5", "strategy": "whole_word", "view": "lens"})
     at.run()
     assert not at.exception
     assert "the rule set on the Masking page (whole word masking, p = 50%" in _markdown(at)
     nothing = apptest("pages/inside.py")  # a link whose rule masks nothing
-    nothing.session_state[ui.KEYS.model] = "tiny-random"
     nothing.query_params.update({"p": "0", "view": "lens"})
     nothing.run()
     assert not nothing.exception

@@ -83,7 +83,6 @@ def test_the_corpus_comparison_masks_with_the_learners_rule(apptest):
     from mlm_core.models import load_masked_lm
 
     page = apptest("pages/predictions.py")
-    page.session_state[ui.KEYS.model] = "tiny-random"
     page.query_params.update({"seed": "7", "p": "0.5", "strategy": "whole_word"})
     page.run()
     page.select_slider(key="pred_corpus_n").set_value(32)
