@@ -162,13 +162,7 @@ text, clipped = clip_text(sentence_controls(), MAX_CHARS)
 if not text.strip():
     st.warning("The sentence is empty: type one above.")
     st.stop()
-try:
-    encoded = encode(tokenizer, text, max_length=MAX_TOKENS)
-except MLMLabError as exc:
-    ui.show_error(exc)
-    st.stop()
-if clipped or encoded.truncated[0]:
-    st.info(f"Only the first {MAX_TOKENS} tokens are used.")
+encoded = ui.encode_or_stop(tokenizer, text, max_tokens=MAX_TOKENS, clipped=clipped)
 tokens = encoded.tokens[0]
 original_ids = encoded.input_ids[0]  # (T,)
 hidden = mask_controls(tokens, [bool(s) for s in encoded.special_tokens_mask[0].tolist()])

@@ -70,3 +70,26 @@ def test_the_batch_is_the_seeds_workshop_sentences_or_the_learners_own_clipped()
     at.text_area(key="demo_text").input("The cat sat. A dog ran. Birds sing at dawn, and the sun is up.").run()
     assert at.session_state["batch"] == ["The cat sat.", "A dog ran.", "Birds sing at"]  # cut at a word, <= 40
     assert any("first 40 characters" in i.value for i in at.info)
+
+
+def encode_app():
+    import streamlit as st
+
+    import ui
+    from mlm_core.bundled import load_default_tokenizer
+
+    encoded = ui.encode_or_stop(load_default_tokenizer(), st.session_state["text"], max_tokens=8)
+    st.write(f"tokens={len(encoded.tokens[0])}")
+
+
+def test_encode_or_stop_notes_a_cut_and_stops_on_a_problem():
+    at = AppTest.from_function(encode_app, default_timeout=60)
+    at.session_state["text"] = "the cat sat"
+    at.run()
+    assert "tokens=5" in _texts(at) and not at.info  # [CLS] the cat sat [SEP]
+    at.session_state["text"] = "the cat sat on the mat by the door"
+    at.run()
+    assert "tokens=8" in _texts(at) and any("first 8 tokens" in i.value for i in at.info)
+    at.session_state["text"] = "   "
+    at.run()
+    assert not at.exception and at.error and not any(t.startswith("tokens=") for t in _texts(at))

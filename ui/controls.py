@@ -8,12 +8,13 @@ import streamlit as st
 
 from mlm_core.bundled import workshop_sentences
 from mlm_core.classroom import Field
-from mlm_core.data import clip_text, split_sentences
+from mlm_core.data import Encoded, clip_text, encode, split_sentences
 from mlm_core.errors import MLMLabError
-from mlm_core.lessons.loss_lab import pick_sentences
+from mlm_core.lessons.loss_lab import LossBatch, loss_batch, pick_sentences
 from mlm_core.session_models import TrainedModels
+from ui.loaders import cached_corpus_counts
 from ui.messages import show_error
-from ui.settings import KEYS
+from ui.settings import KEYS, Settings
 from ui.share import sync_query_params
 
 BATCH_SOURCES = ("Workshop corpus", "Your text")
@@ -31,6 +32,34 @@ def batch_sentences_controls(prefix: str, seed: int, *, n: int = 8, max_chars: i
     if clipped:
         st.info(f"Only the first {max_chars:,} characters are used.")
     return split_sentences(text)[:n]
+
+
+def encode_or_stop(tokenizer, text: str, *, max_tokens: int, clipped: bool = False) -> Encoded:
+    """One sentence encoded for a page (at most ``max_tokens``), or a message and the end of this run; a note
+    when the text was cut (``clipped``: already cut to the page's character limit)."""
+    try:
+        encoded = encode(tokenizer, text, max_length=max_tokens)
+    except MLMLabError as exc:
+        show_error(exc)
+        st.stop()
+    if clipped or encoded.truncated[0]:
+        st.info(f"Only the first {max_tokens} tokens are used.")
+    return encoded
+
+
+def loss_batch_controls(prefix: str, settings: Settings, model, tokenizer, rule, *, n: int, max_chars: int) -> LossBatch:
+    """The batch the Loss page and the Bug museum compute on (one batch for the same seed, text and masking rule):
+    the batch picker, then ``mlm_core.lessons.loss_lab.loss_batch``; a message and the end of the run if it cannot be made."""
+    texts = batch_sentences_controls(prefix, settings.seed, n=n, max_chars=max_chars)
+    if not texts:
+        st.warning("There is no text: type at least one sentence, or use the workshop corpus.")
+        st.stop()
+    counts = cached_corpus_counts(settings.model_name, model.get_output_embeddings().weight.shape[0], tokenizer)
+    try:
+        return loss_batch(model, tokenizer, texts, rule, seed=settings.seed, counts=counts)
+    except MLMLabError as exc:
+        show_error(exc)
+        st.stop()
 
 
 STALE_MEASUREMENT = "The model, sizes or seed changed since this was measured: press the button again."
