@@ -24,14 +24,13 @@ from mlm_core.losses import (
 from mlm_core.training import TrainConfig, TrainEvent, TrainResult, train, train_variants
 
 # The lessons beside the flow.
-from mlm_core.vocab import (
-    TrainedVocab, VocabCache, frequency_profile, head_cost, measure, train_tokenizer, whole_word_demo,
-)
+from mlm_core.vocab import TrainedVocab, VocabCache, measure, train_tokenizer
+from mlm_core.lessons.vocab import frequency_profile, whole_word_demo
 from mlm_core.nsp import SentencePair, make_nsp_pairs, mlm_nsp_loss, train_nsp_head
 from mlm_core.museum import EXHIBITS, AuditCheck, Exhibit, audit_batch, load_batch_file, run_exhibits
-from mlm_core.efficiency import (
-    amp_and_checkpointing, ideal_step_speedup, logits_size, loss_paths, peak_memory_bytes,
-)
+from mlm_core.costs import head_cost, ideal_step_speedup, logits_size
+from mlm_core.measure import peak_memory_bytes
+from mlm_core.lessons.efficiency import amp_and_checkpointing, loss_paths
 from mlm_core.classroom import (
     Question, make_question, record_score, score_guesses, score_selection, score_totals,
 )

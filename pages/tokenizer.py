@@ -7,7 +7,9 @@ import ui
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import clean_text, read_text_upload, split_sentences
 from mlm_core.errors import MLMLabError
+from mlm_core.costs import head_cost
 from mlm_core.figures.vocab import frequency_profile_figure, head_cost_figure, split_metrics_figure
+from mlm_core.lessons.vocab import frequency_profile, whole_word_demo
 from mlm_core.vocab import (
     ALGORITHM_LABELS,
     MAX_VOCAB_SIZE,
@@ -16,15 +18,12 @@ from mlm_core.vocab import (
     VocabCache,
     cut_differences,
     corpus_hash,
-    frequency_profile,
-    head_cost,
     holdout_split,
     measure,
     most_split_word,
     reachable_sizes,
     sentence_words,
     tokenize_words,
-    whole_word_demo,
 )
 
 CACHE_KEY = "tokenizer_vocab_cache"  # this page's VocabCache: vocabularies trained in this session
