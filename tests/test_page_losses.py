@@ -1,6 +1,6 @@
 """AppTest of the Loss page on the tiny random model: losses, sentences, gradient, K sweep and NSP training."""
 
-from mlm_core.losses import SAMPLED_SOFTMAX
+from mlm_core.sampled_softmax import SAMPLED_SOFTMAX
 
 
 def _markdown(at):
