@@ -82,24 +82,25 @@ def show(fig, key: str, **kwargs):
 
 
 # --------------------------------------------------------------------------- cached views (shared by reruns)
+# ids: the sentence as a tuple of token ids (hashable for the cache); mlm_core.inside takes any sequence of ids.
 @st.cache_data(max_entries=64, show_spinner=False)
 def cached_attention(key: str, ids: tuple, position: int, _model, _tokenizer):
-    return attention_from(_model, _tokenizer, torch.tensor(ids), None, position)
+    return attention_from(_model, _tokenizer, ids, None, position)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def cached_lens(key: str, ids: tuple, position: int, true_id: int, k: int, _model, _tokenizer):
-    return logit_lens(_model, _tokenizer, torch.tensor(ids), None, position, true_id, k=k)
+    return logit_lens(_model, _tokenizer, ids, None, position, true_id, k=k)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def cached_gradient(key: str, ids: tuple, position: int, true_id: int, _model, _tokenizer):
-    return gradient_saliency(_model, _tokenizer, torch.tensor(ids), None, position, true_id)
+    return gradient_saliency(_model, _tokenizer, ids, None, position, true_id)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def cached_leave_one_out(key: str, ids: tuple, position: int, true_id: int, _model, _tokenizer):
-    return leave_one_out(_model, _tokenizer, torch.tensor(ids), None, position, true_id,
+    return leave_one_out(_model, _tokenizer, ids, None, position, true_id,
                          skip=special_positions(_tokenizer, ids))
 
 
@@ -157,13 +158,7 @@ text, clipped = clip_text(sentence_controls(), MAX_CHARS)
 if not text.strip():
     st.warning("The sentence is empty: type one above.")
     st.stop()
-try:
-    encoded = encode(tokenizer, text, max_length=MAX_TOKENS)
-except MLMLabError as exc:
-    ui.show_error(exc)
-    st.stop()
-if clipped or encoded.truncated[0]:
-    st.info(f"Only the first {MAX_TOKENS} tokens are used.")
+encoded = ui.encode_or_stop(tokenizer, text, max_tokens=MAX_TOKENS, clipped=clipped)
 tokens = encoded.tokens[0]
 original_ids = encoded.input_ids[0]  # (T,)
 hidden = mask_controls(tokens, [bool(s) for s in encoded.special_tokens_mask[0].tolist()])

@@ -26,7 +26,6 @@ from mlm_core.lessons.loss_lab import (
     LossSettings,
     batch_losses,
     gradient_rows,
-    loss_batch,
     loss_sentences,
     per_token_rows,
     per_token_table,
@@ -69,17 +68,8 @@ model, tokenizer = ui.model_or_stop(settings)
 rule = ui.shared_masking_config()
 
 # --------------------------------------------------------------------------- the batch
-texts = ui.batch_sentences_controls("loss", settings.seed, n=BATCH_SENTENCES, max_chars=MAX_CHARS)
-if not texts:
-    st.warning("There is no text: type at least one sentence, or use the workshop corpus.")
-    st.stop()
-vocab_size = model.get_output_embeddings().weight.shape[0]
-counts = ui.cached_corpus_counts(settings.model_name, vocab_size, tokenizer)
-try:
-    batch = loss_batch(model, tokenizer, texts, rule, seed=settings.seed, counts=counts)
-except MLMLabError as exc:
-    ui.show_error(exc)
-    st.stop()
+batch = ui.loss_batch_controls("loss", settings, model, tokenizer, rule, n=BATCH_SENTENCES, max_chars=MAX_CHARS)
+vocab_size, counts = model.get_output_embeddings().weight.shape[0], batch.counts  # counts: the corpus' (V,)
 st.caption(f"Masking rule (from the Masking page or the shared link): {rule.describe()}.")
 with st.expander(f"The batch: {len(batch.texts)} sentences, {len(batch.targets)} selected tokens (seed {settings.seed})"):
     for row, tokens in enumerate(batch.encoded.tokens):

@@ -297,13 +297,7 @@ if picked is None:
     if not text:
         st.warning("The sentence is empty: pick an example or type a sentence.")
         st.stop()
-    try:
-        encoded = encode(tokenizer, with_mask_token(tokenizer, text), max_length=MAX_TOKENS)
-    except MLMLabError as exc:
-        ui.show_error(exc)
-        st.stop()
-    if clipped or encoded.truncated[0]:
-        st.info(f"Only the first {MAX_TOKENS} tokens are used.")
+    encoded = ui.encode_or_stop(tokenizer, with_mask_token(tokenizer, text), max_tokens=MAX_TOKENS, clipped=clipped)
     tokens = encoded.tokens[0]
     blanks = [b for b in typed_blanks(tokenizer, encoded.input_ids[0]) if b < len(tokens)]
     if blanks:

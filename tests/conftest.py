@@ -18,6 +18,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -34,13 +35,24 @@ def _chdir_root(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
-@pytest.fixture
-def apptest():
-    """Factory: ``apptest("pages/masking.py")`` → an AppTest of that page (not yet run), 120 s timeout."""
-    from streamlit.testing.v1 import AppTest
+TINY_MODEL = "tiny-random"  # every page test runs on the tiny random BERT, built from a config (no weights)
 
-    def make(path: str, timeout: float = 120):
-        return AppTest.from_file(str(ROOT / path), default_timeout=timeout)
+
+@pytest.fixture
+def apptest(monkeypatch):
+    """Factory: ``apptest("pages/masking.py", state={...}, query={...})`` → an AppTest of that page (not yet run).
+
+    The page starts on the tiny random BERT (``MLMLAB_MODEL``, the sidebar's default), with ``state``
+    in its session and ``query`` in its address; 120 s timeout unless ``timeout`` says otherwise.
+    """
+    monkeypatch.setenv("MLMLAB_MODEL", TINY_MODEL)
+
+    def make(path: str, timeout: float = 120, *, state: dict | None = None, query: dict | None = None):
+        at = AppTest.from_file(str(ROOT / path), default_timeout=timeout)
+        for key, value in (state or {}).items():
+            at.session_state[key] = value
+        at.query_params.update(query or {})
+        return at
 
     return make
 
@@ -107,6 +119,19 @@ class TinyMLMs:
 def tiny_mlms():
     """Tiny masked LMs and batches for the head, predict and models tests (``tiny_mlms.model("bert")``)."""
     return TinyMLMs()
+
+
+@pytest.fixture
+def run_page(apptest):
+    """Factory: ``run_page("pages/inside.py", ...)`` → that page's AppTest after one run without an exception
+    (the arguments are ``apptest``'s)."""
+
+    def run(path: str, **kwargs):
+        at = apptest(path, **kwargs).run()
+        assert not at.exception, at.exception
+        return at
+
+    return run
 
 
 def _head_rows(M=12, V=50, H=8, seed=0):

@@ -320,14 +320,12 @@ def test_cloze_filter_catches_runs_and_short_sentences():
 
 
 # --------------------------------------------------------------------------- the Predictions page's model panel
-def test_predictions_panel_shows_the_build_record(apptest):
+def test_predictions_panel_shows_the_build_record(run_page):
     """The panel says how good the bundled model is: the build record's numbers, with standard errors."""
     import ui
 
-    at = apptest("pages/predictions.py")
-    at.session_state[ui.KEYS.model] = ui.DEFAULT_MODEL  # the tests' default is the tiny random BERT
-    at.run()
-    assert not at.exception
+    # the tests' default is the tiny random BERT
+    at = run_page("pages/predictions.py", state={ui.KEYS.model: ui.DEFAULT_MODEL})
     record = json.loads((ASSET / dm.BUILD_FILE).read_text(encoding="utf-8"))
     scores = dm.build_scores(record)
     shown = {m.label: m.value for m in at.metric}

@@ -406,3 +406,19 @@ def test_an_eager_model_gives_its_own_weights(models, tokenizer):
     real = batch.attention_mask.bool()
     assert twin.config._attn_implementation == "eager"
     assert torch.allclose(maps.permute(0, 3, 1, 2, 4)[real], sdpa.permute(0, 3, 1, 2, 4)[real], atol=1e-5)
+
+
+def test_every_view_takes_the_ids_as_a_plain_tuple(models, tokenizer, sentence):
+    """The Inside page caches on a tuple of ids and passes it as it is: the same answers as a tensor gives."""
+    model = models["bert"]
+    _, seen, labels = sentence
+    ids, true_id = tuple(seen.tolist()), int(labels[6])
+    assert torch.equal(inside.attention_from(model, tokenizer, ids, None, 6).weights,
+                       inside.attention_from(model, tokenizer, seen, None, 6).weights)
+    assert torch.allclose(inside.gradient_saliency(model, tokenizer, ids, None, 6, true_id).grad_x_input,
+                          inside.gradient_saliency(model, tokenizer, seen, None, 6, true_id).grad_x_input)
+    skip = inside.special_positions(tokenizer, ids)
+    assert torch.allclose(inside.leave_one_out(model, tokenizer, ids, None, 6, true_id, skip=skip),
+                          inside.leave_one_out(model, tokenizer, seen, None, 6, true_id, skip=skip), equal_nan=True)
+    lens, same = (inside.logit_lens(model, tokenizer, i, None, 6, true_id, k=3) for i in (ids, seen))
+    assert torch.equal(lens.top_ids, same.top_ids) and torch.allclose(lens.true_prob, same.true_prob)
