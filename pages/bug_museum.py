@@ -8,7 +8,6 @@ from mlm_core import MLMLabError
 from mlm_core.figures.losses import museum_figure
 from mlm_core.formatting import readable
 from mlm_core.lessons.loss_lab import LOSS_SETTINGS
-from mlm_core.losses import CORRECTION_LABELS, SAMPLED_SOFTMAX
 from mlm_core.museum import (
     BATCH_FORMAT,
     audit_batch,
@@ -17,6 +16,7 @@ from mlm_core.museum import (
     load_batch_file,
     run_exhibits,
 )
+from mlm_core.sampled_softmax import CORRECTION_LABELS, SAMPLED_SOFTMAX
 
 BATCH_SENTENCES = 8
 MAX_CHARS = 4_000

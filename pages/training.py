@@ -12,7 +12,7 @@ from mlm_core.figures.training import (bucket_figure, eval_figure, grad_norm_fig
                                        probe_figure)
 from mlm_core.jobs import BusyError, get_manager, teacher_key_set
 from mlm_core.precision import auto_amp
-from mlm_core.losses import SAMPLED_SOFTMAX
+from mlm_core.sampled_softmax import SAMPLED_SOFTMAX
 from mlm_core.models import model_description
 from mlm_core.training import ADAM_BETAS, ADAM_EPS, uncorrected_adam_step_ratio
 from mlm_core.training_lessons import (LESSONS, SOURCES, VARIANT_LABELS, Texts, base_config, gazetteer_texts,
