@@ -628,3 +628,38 @@ def test_evaluation_scores_the_focus_words_on_their_own(tok, model):
     result = train(model, tok, CORPUS, quick(steps=2, eval_focus_words=("the", "a", "in")))
     assert all(e["focus_loss"] is not None for e in result.evals)
     assert TrainConfig.from_dict(quick(eval_focus_words=("cat",)).to_dict()).eval_focus_words == ("cat",)
+
+
+def test_loss_by_group_splits_the_held_out_loss_into_parts_that_add_up(tok, model):
+    """The facts lesson splits its held-out loss by the hidden token (the name's pieces, the facts' words,
+    the rest): each group's mean is cross-entropy at its positions, and the parts add up to the loss."""
+    chunks = make_chunks(tok, CORPUS, seq_len=24, overlap=4)
+    gen = torch.Generator().manual_seed(1)
+    labels = torch.where(torch.rand(chunks.input_ids.shape, generator=gen) < 0.4, chunks.input_ids,
+                         torch.full_like(chunks.input_ids, IGNORE_INDEX))
+    labels[chunks.special_tokens_mask.bool()] = IGNORE_INDEX
+    inputs = torch.where(labels != IGNORE_INDEX, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
+    eval_set = training.EvalSet(inputs, chunks.attention_mask, labels,
+                                training.frequency_buckets(training.token_counts(chunks, len(tok))), 3)
+    cat, river = tok.convert_tokens_to_ids(["cat", "river"])
+    groups = {"cat": torch.tensor([cat]), "cat or river": torch.tensor([cat, river])}  # the first group wins
+    split = training.loss_by_group(model, eval_set, groups)
+    whole = evaluate(model, eval_set)
+    with torch.no_grad():
+        logits = model(input_ids=inputs, attention_mask=chunks.attention_mask).logits
+    selected = labels != IGNORE_INDEX
+    for name, at in (("cat", selected & (labels == cat)), ("cat or river", selected & (labels == river)),
+                     ("rest", selected & (labels != cat) & (labels != river))):
+        assert 0 < split[name]["tokens"] == int(at.sum())
+        ce = F.cross_entropy(logits[at], labels[at], reduction="sum")
+        assert split[name]["loss"] == pytest.approx(float(ce) / int(at.sum()), rel=1e-5)
+        assert split[name]["part"] == pytest.approx(float(ce) / whole["masked_tokens"], rel=1e-5)
+    assert sum(g["tokens"] for g in split.values()) == whole["masked_tokens"]
+    assert sum(g["part"] for g in split.values()) == pytest.approx(whole["loss"], rel=1e-6)
+    was = model.training
+    model.train(True)
+    training.loss_by_group(model, eval_set, groups)
+    assert model.training  # the model's mode is given back
+    model.train(was)
+    ids = training.word_piece_ids(tok, ["cat", "river"])
+    assert ids.tolist() == sorted({cat, river})

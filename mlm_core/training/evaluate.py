@@ -7,7 +7,7 @@ Shape legend: N = held-out rows, T = sequence length, V = vocabulary, M = masked
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +103,48 @@ def evaluate(model: nn.Module, eval_set: EvalSet, *, amp: str = "off") -> dict[s
         out[f"{name}_top1"] = float(per_bucket[k, 2]) / nk if nk else None
         out[f"{name}_top5"] = float(per_bucket[k, 3]) / nk if nk else None
     return out
+
+
+@torch.no_grad()
+def loss_by_group(model: nn.Module, eval_set: EvalSet, groups: Mapping[str, torch.Tensor], *,
+                  amp: str = "off") -> dict[str, dict[str, float]]:
+    """The held-out loss split by the hidden token: for each group of token ids (a position goes to the
+    first group that holds its token) and "rest", the positions, their mean loss, and their `part` of
+    the mean over every position (their summed loss / all positions), so the parts add up to
+    `evaluate`'s `loss` and the parts of a fall add up to the fall.
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    names = [*groups, "rest"]
+    sums = torch.zeros(len(names), 2, dtype=torch.float64)  # positions, summed CE
+    try:
+        for s in range(0, eval_set.input_ids.shape[0], eval_set.micro_batch):
+            sl = slice(s, s + eval_set.micro_batch)
+            labels = eval_set.labels[sl].to(device)
+            if not bool((labels != IGNORE_INDEX).any()):
+                continue
+            with autocast(device, amp):
+                logits, targets = masked_lm_logits(model, eval_set.input_ids[sl].to(device),
+                                                   eval_set.attention_mask[sl].to(device), labels)
+            ce = nn.functional.cross_entropy(logits.float(), targets, reduction="none").double().cpu()  # (M,)
+            free = torch.ones_like(ce, dtype=torch.bool)  # (M,) not yet in a group
+            for k, ids in enumerate(groups.values()):
+                at = free & torch.isin(targets.cpu(), ids.cpu())
+                sums[k] += torch.stack([at.double().sum(), ce[at].sum()])
+                free &= ~at
+            sums[-1] += torch.stack([free.double().sum(), ce[free].sum()])
+    finally:
+        model.train(was_training)
+    n = float(sums[:, 0].sum())
+    return {name: {"tokens": int(sums[k, 0]), "loss": float(sums[k, 1] / sums[k, 0]) if sums[k, 0] else None,
+                   "part": float(sums[k, 1]) / n if n else None} for k, name in enumerate(names)}
+
+
+def word_piece_ids(tokenizer, words: Sequence[str]) -> torch.Tensor:
+    """The token ids of every piece of `words` (an invented name is several pieces: ve ##ld ##oria)."""
+    return torch.tensor(sorted({int(i) for w in words for i in tokenizer.convert_tokens_to_ids(tokenizer.tokenize(w))}),
+                        dtype=torch.long)
 
 
 def focus_ids(tokenizer, words: Sequence[str]) -> torch.Tensor | None:
