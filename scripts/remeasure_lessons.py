@@ -27,6 +27,7 @@ import math
 import re
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -56,9 +57,12 @@ from mlm_core.masking_stats import masking_statistics  # noqa: E402
 from mlm_core.museum import COSINE_BUGGY, labels_never_ignored, run_exhibits  # noqa: E402
 from mlm_core.predict import predict_masked, summarize_by_decision  # noqa: E402
 from mlm_core.sampled_softmax import SampledSoftmaxConfig, sampled_softmax_sweep  # noqa: E402
-from mlm_core.training import train_variants  # noqa: E402
+from mlm_core.training import (frequency_buckets, loss_by_group, make_eval_set, split_chunks, train_variants,  # noqa: E402
+                               word_piece_ids)
+from mlm_core.training import token_counts as chunk_token_counts  # noqa: E402
 from mlm_core.training_lessons import base_config, default_run, gazetteer_texts, lesson_variants, probes_right  # noqa: E402
 
+NAME_FORMS = ("Veldoria", "Veldorian", "Veldorians")  # the invented name's forms in the gazetteer
 DOCS = (ROOT / "docs" / "lessons.md", ROOT / "docs" / "workshop.md")
 MARKER = re.compile(r"<!-- m:([a-z0-9_]+) -->(.*?)<!-- /m -->")
 MINUS = "\u2212"  # the docs write negative numbers with a real minus sign
@@ -195,6 +199,9 @@ def _claims() -> list[Claim]:
     add("training", "masking lesson: held-out loss at the last step, static (1 mask per chunk) / dynamic",
         fixed(2), "mask_static_end", "mask_dynamic_end")
     add("training", "masking lesson: the step of that evaluation", fixed(0), "mask_end_step")
+    add("training", "masking lesson: the static run's training loss at its last step", fixed(2), "mask_static_train_end")
+    add("training", "masking lesson: probes right at the end, static / dynamic", fixed(0), "mask_static_right",
+        "mask_dynamic_right")
     add("training", "facts lesson (Start with every setting left alone): held-out loss at step 0 minus at the end, nats",
         fixed(1), "facts_drop")
     add("training", "facts lesson: probes whose first guess is the answer at the end", fixed(0), "facts_right")
@@ -203,6 +210,28 @@ def _claims() -> list[Claim]:
         "facts_grad_max")
     add("training", "facts lesson: held-out loss at the facts' words (focus_loss) at step 0 and at the end", fixed(1),
         "facts_focus_start", "facts_focus_end")
+    add("training", "lr lesson, lr 1e-2: the largest gradient norm (before clipping) without / with clipping",
+        fixed(0), "lr_noclip_grad_peak", "lr_clip_grad_peak")
+    add("training", "lr lesson, lr 1e-2: the step of that largest gradient norm without / with clipping", fixed(0),
+        "lr_noclip_grad_peak_step", "lr_clip_grad_peak_step")
+    add("training", "lr lesson, lr 1e-2: every first guess of both runs' probes from step 5 on, most frequent first",
+        text, "lr_fast_guesses")
+    add("training", "facts lesson: held-out loss at step 0 and at the end", fixed(2), "facts_loss_start",
+        "facts_loss_end")
+    add("training", "facts lesson: the step of the last evaluation", fixed(0), "facts_end_step")
+    add("training", "facts lesson: held-out positions that hide one of the facts' words", fixed(0), "facts_focus_n")
+    add("training", "facts lesson: probes right at each evaluation, and the steps of those evaluations", text,
+        "facts_right_by_step", "facts_right_steps")
+    add("training", "facts lesson, the held-out loss split by hidden token: selected positions", fixed(0), "split_n")
+    for key, what in (("name", "pieces of the invented name (ve ##ld ##oria ##n ##ns)"),
+                      ("facts", "the facts' words (the run's focus words)"), ("rest", "every other position")):
+        add("training", f"facts lesson split, {what}: positions", fixed(0), f"split_{key}_n")
+        add("training", f"facts lesson split, {what}: mean loss at step 0 and at the end", fixed(2),
+            f"split_{key}_start", f"split_{key}_end")
+        add("training", f"facts lesson split, {what}: nats of the held-out fall (summed fall / every position)",
+            fixed(2), f"split_{key}_part")
+    add("training", "facts lesson split: the held-out fall without the name's pieces, nats", fixed(2),
+        "split_without_name")
     # Masking page's corpus check (tokenizer only: stays put when only the model changes)
     add("masking", "token masking, seed 144, 10,000 tokens: selected tokens", fixed(0), "z144_selected")
     add("masking", "... eligible tokens seen", fixed(0), "z144_tokens")
@@ -400,16 +429,29 @@ def measure_training(ctx: Context) -> dict:
     texts = gazetteer_texts(from_scratch=False)
     out = {}
 
-    def evals(lesson):  # the Training page's run of the lesson with every setting left alone
+    def runs(lesson):  # the Training page's run of the lesson with every setting left alone
         base = base_config(lesson, from_scratch=False, texts=texts, seed=0)
         variants = lesson_variants(lesson, base, from_scratch=False)
         results = train_variants(ctx.model, ctx.tokenizer, texts.train, variants, eval_texts=texts.held_out)
-        return [{e["step"]: e["loss"] for e in results[name].evals} for name in variants]
+        return [results[name] for name in variants]
 
-    noclip, clip, sane = evals("lr_too_high")
+    def evals(result):
+        return {e["step"]: e["loss"] for e in result.evals}
+
+    fast = runs("lr_too_high")
+    noclip, clip, sane = (evals(r) for r in fast)
     out.update(lr_start=noclip[0], lr_noclip_5=noclip[5], lr_clip_5=clip[5], lr_noclip_25=noclip[max(noclip)],
                lr_clip_25=clip[max(clip)], lr_sane_25=sane[max(sane)])
-    dynamic, static = evals("masking")
+    for key, result in (("noclip", fast[0]), ("clip", fast[1])):  # the gradient norm (before clipping) at its peak
+        peak = max(result.steps, key=lambda row: row["grad_norm"])
+        out[f"lr_{key}_grad_peak"], out[f"lr_{key}_grad_peak_step"] = peak["grad_norm"], peak["step"]
+    late = Counter(p["predictions"][0]["tokens"][0] for r in fast[:2] for entry in r.probes if entry["step"] >= 5
+                   for p in entry["probes"])  # every first guess of both fast runs from step 5 on
+    out["lr_fast_guesses"] = ", ".join(f'"{word}"' for word, _ in late.most_common())
+    masking = runs("masking")
+    dynamic, static = (evals(r) for r in masking)
+    out.update(mask_static_train_end=masking[1].steps[-1]["loss"], mask_dynamic_right=probes_right(masking[0].probes[-1])[0],
+               mask_static_right=probes_right(masking[1].probes[-1])[0])
     out.update(mask_dynamic_end=dynamic[max(dynamic)], mask_static_end=static[max(static)], mask_end_step=max(dynamic))
     facts_texts, variants = default_run(model_is_trained=True)  # what Start does (benchmark P7's run)
     facts = next(iter(train_variants(ctx.model, ctx.tokenizer, facts_texts.train, variants,
@@ -418,7 +460,37 @@ def measure_training(ctx: Context) -> dict:
     right, known = probes_right(facts.probes[-1])
     out.update(facts_drop=facts.evals[0]["loss"] - facts.evals[-1]["loss"], facts_right=right, facts_probes=known,
                facts_grad_min=min(norms), facts_grad_max=max(norms),
-               facts_focus_start=facts.evals[0]["focus_loss"], facts_focus_end=facts.evals[-1]["focus_loss"])
+               facts_focus_start=facts.evals[0]["focus_loss"], facts_focus_end=facts.evals[-1]["focus_loss"],
+               facts_loss_start=facts.evals[0]["loss"], facts_loss_end=facts.evals[-1]["loss"],
+               facts_end_step=facts.evals[-1]["step"], facts_focus_n=facts.evals[-1]["focus_tokens"],
+               facts_right_by_step=", ".join(str(probes_right(e)[0]) for e in facts.probes),
+               facts_right_steps=", ".join(str(e["step"]) for e in facts.probes))
+    out.update(facts_split(ctx, facts_texts, facts))
+    return out
+
+
+def facts_split(ctx: Context, texts, facts) -> dict:
+    """The facts run's held-out loss split by the hidden token (the name's pieces, the facts' words, the rest),
+    at step 0 (the default model) and at the end (the run's trained copy), on the run's own held-out set."""
+    cfg = facts.config
+    train_chunks, eval_chunks, _ = split_chunks(ctx.tokenizer, texts.train, cfg, texts.held_out)  # as the loop does
+    vocab = ctx.model.get_output_embeddings().weight.shape[0]
+    eval_set = make_eval_set(eval_chunks, cfg, ctx.tokenizer,
+                             buckets=frequency_buckets(chunk_token_counts(train_chunks, vocab)),
+                             micro_batch=cfg.batch_size // cfg.grad_accum_steps,
+                             vocab_size=min(len(ctx.tokenizer), vocab))
+    groups = {"name": word_piece_ids(ctx.tokenizer, NAME_FORMS), "facts": eval_set.focus_ids}
+    start, end = (loss_by_group(m, eval_set, groups, amp=cfg.amp) for m in (ctx.model, facts.model))
+    for split, e in ((start, facts.evals[0]), (end, facts.evals[-1])):  # the same positions the run scored
+        total = sum(g["part"] for g in split.values())
+        if abs(total - e["loss"]) > 0.01 or split["facts"]["tokens"] != e["focus_tokens"]:
+            raise RuntimeError(f"the split ({total:.4f}, {split['facts']['tokens']} fact positions) is not the "
+                               f"run's held-out set ({e['loss']:.4f}, {e['focus_tokens']})")
+    out = {"split_n": sum(g["tokens"] for g in end.values())}
+    for key in ("name", "facts", "rest"):
+        out.update({f"split_{key}_n": end[key]["tokens"], f"split_{key}_start": start[key]["loss"],
+                    f"split_{key}_end": end[key]["loss"], f"split_{key}_part": start[key]["part"] - end[key]["part"]})
+    out["split_without_name"] = out["split_facts_part"] + out["split_rest_part"]
     return out
 
 
@@ -452,6 +524,12 @@ class SentenceCheck:
 def _gaps_vary(gaps: list[float]) -> bool:
     """Every gap positive (the buggy loss above the right one), and not one constant shift (> 0.3 nats apart)."""
     return min(gaps) > 0 and max(gaps) - min(gaps) > 0.3
+
+
+def _comes_and_goes(right: list[int], probes: int) -> bool:
+    """All probes right at some evaluation, fewer at a later one, and all right again after that."""
+    full = [i for i, n in enumerate(right) if n == probes]
+    return any(right[j] < probes for j in range(full[0], full[-1])) if full else False
 
 
 SENTENCE_CHECKS = (
@@ -490,6 +568,21 @@ SENTENCE_CHECKS = (
                   lambda v: v["lr_clip_25"] > v["lr_sane_25"] + 1 and v["lr_noclip_5"] > v["lr_start"] + 1),
     SentenceCheck("lessons.md Training: static masks overfit where dynamic ones keep improving (static ends higher)",
                   ("mask_static_end", "mask_dynamic_end"), lambda v: v["mask_static_end"] > v["mask_dynamic_end"]),
+    SentenceCheck("lessons.md Training (facts) / the Training page's caption: most of the held-out fall is the "
+                  "invented name, not the facts (the name's part above the facts' and the rest's together)",
+                  ("split_name_part", "split_without_name"),
+                  lambda v: v["split_name_part"] > v["split_without_name"]),
+    SentenceCheck("lessons.md Training (masking): the static run memorises its masks (its training loss ends below "
+                  "0.5, far under its held-out loss) and gets fewer probes right than the dynamic one",
+                  ("mask_static_train_end", "mask_static_end", "mask_static_right", "mask_dynamic_right"),
+                  lambda v: v["mask_static_train_end"] < 0.5 < v["mask_static_end"]
+                  and v["mask_static_right"] < v["mask_dynamic_right"]),
+    SentenceCheck("workshop.md Training: on the default run one probe comes and goes (all right, then fewer, then "
+                  "all right again)", ("facts_right_by_step", "facts_probes"),
+                  lambda v: _comes_and_goes([int(n) for n in v["facts_right_by_step"].split(", ")], v["facts_probes"])),
+    SentenceCheck("lessons.md Training (lr): the two fast runs' gradient norms peak at the same step",
+                  ("lr_noclip_grad_peak_step", "lr_clip_grad_peak_step"),
+                  lambda v: v["lr_noclip_grad_peak_step"] == v["lr_clip_grad_peak_step"]),
     SentenceCheck("lessons.md Training / workshop.md: the held-out loss falls by more than 1 nat; clipping at "
                   "BERT's 1.0 would fire on every step; the facts lesson's clip (25) sits above a healthy run",
                   ("facts_drop", "facts_grad_min", "facts_grad_max"),
