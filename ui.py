@@ -326,7 +326,7 @@ def cached_corpus_counts(model_name: str | None, vocab_size: int, _tokenizer):
 
 def shared_masking_config():
     """The masking rule the learner set (Masking page or shared link); BERT's defaults if it cannot be used."""
-    from mlm_core import classroom
+    from mlm_core.lessons import share_state as classroom
 
     try:
         return classroom.masking_config(sync_query_params())
@@ -481,7 +481,7 @@ def decision_legend() -> None:
 
 
 # --------------------------------------------------------------------------- classroom: links, presenter, export
-# A shared link holds the values below (mlm_core.classroom.FIELDS); each lives in the session under
+# A shared link holds the values below (mlm_core.lessons.share_state.FIELDS); each lives in the session under
 # this key. Widget values are lost when their page is left, so the link's copy ("canonical values")
 # also restores them when their page comes back.
 LINK_KEYS = {
@@ -507,7 +507,7 @@ def _default_model() -> str:
 
 
 def _link_state() -> dict:
-    from mlm_core import classroom
+    from mlm_core.lessons import share_state as classroom
 
     state = st.session_state
     if _LINK not in state:
@@ -565,7 +565,7 @@ def _restore_left_widgets() -> None:
 
 def _read_and_sync_link(page_fields=()) -> tuple[str, ...]:
     """Read the link once per field per session, keep the canonical values current, write them back."""
-    from mlm_core import classroom
+    from mlm_core.lessons import share_state as classroom
 
     link = _link_state()
     for f, key in page_fields:
@@ -636,8 +636,8 @@ def sync_query_params(page_fields=()) -> dict:
     values fall back to the defaults with a notice) and writes the current state back to
     ``st.query_params`` on every run. Call it again at the end of a page that changes shared state
     in its body (not in a callback), so the URL is current. ``page_fields``: extra
-    ``(mlm_core.classroom.Field, session_key)`` pairs a page wants in its links.
-    Returns a copy of the values (``mlm_core.classroom.masking_config(values)`` gives the rule).
+    ``(mlm_core.lessons.share_state.Field, session_key)`` pairs a page wants in its links.
+    Returns a copy of the values (``mlm_core.lessons.share_state.masking_config(values)`` gives the rule).
     """
     problems = _read_and_sync_link(page_fields)
     if problems:
@@ -676,7 +676,7 @@ def share_url() -> str:
     """The link that reproduces the current view: this page's URL with the shared values as its query."""
     from urllib.parse import urlencode
 
-    from mlm_core import classroom
+    from mlm_core.lessons import share_state as classroom
 
     link = _link_state()
     private = getattr(_RUN, "private", frozenset())
@@ -874,7 +874,7 @@ def trained_model_choice(model, tokenizer):
     ``TrainedModel`` or None. A share link carries the choice (``trained=``); in another session no
     such model exists, so the page falls back to the sidebar's model with a notice.
     """
-    from mlm_core.classroom import Field
+    from mlm_core.lessons.share_state import Field
 
     state = st.session_state
     field = Field("trained", "text", default=BASE_CHOICE, max_chars=40, label="trained model")

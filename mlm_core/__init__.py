@@ -32,7 +32,4 @@ from mlm_core.museum import EXHIBITS, AuditCheck, Exhibit, audit_batch, load_bat
 from mlm_core.efficiency import (
     amp_and_checkpointing, ideal_step_speedup, logits_size, loss_paths, peak_memory_bytes,
 )
-from mlm_core.classroom import (
-    Question, make_question, record_score, score_guesses, score_selection, score_totals,
-)
 from mlm_core.export import lesson_json, lesson_record, lesson_zip

@@ -5,7 +5,7 @@ import streamlit as st
 import torch
 
 import ui
-from mlm_core import Decision, MaskingConfig, MLMLabError, classroom, encode, mask_batch
+from mlm_core import Decision, MaskingConfig, MLMLabError, encode, mask_batch
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import clip_text, mask_sentence
 from mlm_core.figures.masking import DECISION_WORDS
@@ -16,6 +16,7 @@ from mlm_core.figures.predictions import (
     probability_text,
     topk_figure,
 )
+from mlm_core.lessons import share_state
 from mlm_core.models import available_models, model_description
 from mlm_core.predict import (
     FILL_LABELS,
@@ -188,7 +189,7 @@ def from_masking_page():
         st.info("The shared sentence is empty: type one on the Masking page, or mask one here.")
         return None
     try:
-        config = classroom.masking_config(values)
+        config = share_state.masking_config(values)
         masked = mask_sentence(tokenizer, text, config, settings.seed, max_length=MAX_TOKENS)
         encoded, result = masked.encoded, masked.result
     except MLMLabError as exc:

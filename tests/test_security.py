@@ -107,12 +107,12 @@ def test_long_session_text_is_cut_before_it_is_cleaned(monkeypatch):
     import types
     import unicodedata
 
-    from mlm_core import classroom
+    from mlm_core.lessons import share_state
 
     looked_at = []
     counting = types.SimpleNamespace(category=lambda c: looked_at.append(c) or unicodedata.category(c))
-    monkeypatch.setattr(classroom, "unicodedata", counting)
-    field = next(f for f in classroom.FIELDS if f.name == "sentence")
+    monkeypatch.setattr(share_state, "unicodedata", counting)
+    field = next(f for f in share_state.FIELDS if f.name == "sentence")
     value = field.coerce("the cat sat\x07 on the mat. " * 8_000)
     assert 0 < len(value) <= field.max_chars and "\x07" not in value
     assert len(looked_at) <= 3 * field.max_chars  # the cut (2x, for dropped characters) first, then parse's check
