@@ -7,16 +7,10 @@ import ui
 from mlm_core import MLMLabError
 from mlm_core.figures.losses import museum_figure
 from mlm_core.formatting import readable
+from mlm_core.lessons.audit import BATCH_FORMAT, audit_batch, batch_to_json, load_batch_file
 from mlm_core.lessons.loss_lab import LOSS_SETTINGS, loss_batch
+from mlm_core.lessons.museum import exhibit_rows, run_exhibits
 from mlm_core.losses import CORRECTION_LABELS, SAMPLED_SOFTMAX
-from mlm_core.museum import (
-    BATCH_FORMAT,
-    audit_batch,
-    batch_to_json,
-    exhibit_rows,
-    load_batch_file,
-    run_exhibits,
-)
 
 BATCH_SENTENCES = 8
 MAX_CHARS = 4_000

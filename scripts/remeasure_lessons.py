@@ -53,7 +53,7 @@ from mlm_core.lessons.loss_lab import (  # noqa: E402
 from mlm_core.losses import SampledSoftmaxConfig, sampled_softmax_sweep, token_counts  # noqa: E402
 from mlm_core.masking import MaskingConfig  # noqa: E402
 from mlm_core.masking_stats import masking_statistics  # noqa: E402
-from mlm_core.museum import COSINE_BUGGY, labels_never_ignored, run_exhibits  # noqa: E402
+from mlm_core.lessons.museum import COSINE_BUGGY, labels_never_ignored, run_exhibits  # noqa: E402
 from mlm_core.predict import predict_masked, summarize_by_decision  # noqa: E402
 from mlm_core.training import train_variants  # noqa: E402
 from mlm_core.training_lessons import base_config, default_run, gazetteer_texts, lesson_variants, probes_right  # noqa: E402
