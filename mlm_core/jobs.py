@@ -34,8 +34,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from mlm_core.errors import InputError
-from mlm_core.training import TrainConfig, TrainEvent, TrainResult, check_variants, train_variants
+from mlm_core.training import (Curves, TrainConfig, TrainEvent, TrainResult, check_variants, curves_table,
+                               train_variants)
 
 QUEUED, RUNNING, DONE, STOPPED, ERROR = "queued", "running", "done", "stopped", "error"
 FINISHED = (DONE, STOPPED, ERROR)
@@ -55,8 +58,6 @@ class BusyError(InputError):
 
 def _cuda_available() -> bool:
     try:
-        import torch
-
         return torch.cuda.is_available()
     except Exception:  # pragma: no cover
         return False
@@ -109,8 +110,6 @@ def cap_threads(threads: int | None = None) -> int:
     """Set torch's intra-op thread count. With OpenMP it applies to the calling thread and to every
     thread started afterwards (Streamlit starts one per script run), so setting it once in the
     server caps the pages, and each run sets it again in its own thread."""
-    import torch
-
     n = int(threads if threads is not None else default_threads())
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
@@ -149,17 +148,6 @@ def _teacher_key_ok(key: str | None) -> bool:
 
 
 @dataclass(frozen=True)
-class VariantCurves:
-    """Everything one variant has recorded so far (copies, safe to keep and draw)."""
-
-    name: str
-    steps: list[dict[str, Any]]
-    evals: list[dict[str, Any]]
-    probes: list[dict[str, Any]]
-    summary: dict[str, Any] | None  # set when the variant is done
-
-
-@dataclass(frozen=True)
 class RunSnapshot:
     """A run as it is now: status, progress and every curve, copied out of the training thread."""
 
@@ -172,7 +160,7 @@ class RunSnapshot:
     elapsed_s: float
     eta_s: float | None
     queue_position: int | None
-    variants: dict[str, VariantCurves]
+    variants: dict[str, Curves]  # copies, safe to keep and draw
     error: str | None = None
     configs: dict[str, dict[str, Any]] | None = None  # each variant's TrainConfig as plain values
 
@@ -186,11 +174,7 @@ class RunSnapshot:
 
     def curves_rows(self) -> list[dict[str, Any]]:
         """All curves as flat rows (variant, kind, step, metrics) for a table or a CSV export."""
-        rows: list[dict[str, Any]] = []
-        for v in self.variants.values():
-            rows.extend({"variant": v.name, "kind": "step", **r} for r in v.steps)
-            rows.extend({"variant": v.name, "kind": "eval", **r} for r in v.evals)
-        return rows
+        return curves_table(self.variants)
 
 
 TrainFn = Callable[..., Mapping[str, TrainResult]]
@@ -229,7 +213,7 @@ class Run:
         self._stop_reason: str | None = None
         self._started_at: float | None = None
         self._finished_at: float | None = None
-        self._curves = {name: {"steps": [], "evals": [], "probes": [], "summary": None} for name in variants}
+        self._curves = {name: Curves(name) for name in variants}
         self.total_steps = next(iter(variants.values())).steps
         self.results: dict[str, TrainResult] = {}
         self.last_polled = clock()
@@ -261,17 +245,13 @@ class Run:
         with self._lock:
             if touch:
                 self.last_polled = now
-            variants = {
-                name: VariantCurves(name, list(c["steps"]), list(c["evals"]), list(c["probes"]),
-                                    dict(c["summary"]) if c["summary"] else None)
-                for name, c in self._curves.items()
-            }
-            step = min((c["steps"][-1]["step"] if c["steps"] else 0) for c in self._curves.values())
+            variants = {name: c.copy() for name, c in self._curves.items()}
+            step = min((c.steps[-1]["step"] if c.steps else 0) for c in self._curves.values())
             elapsed = 0.0
             if self._started_at is not None:
                 elapsed = (self._finished_at or now) - self._started_at
             eta = None
-            slowest = min(self._curves.values(), key=lambda c: len(c["steps"]))["steps"]
+            slowest = min(self._curves.values(), key=lambda c: len(c.steps)).steps
             if self._status == RUNNING and step > 0:
                 first, last = (slowest[0].get("elapsed_s"), slowest[-1].get("elapsed_s")) if slowest else (None, None)
                 if len(slowest) >= 2 and first is not None and last is not None and last > first:
@@ -341,15 +321,8 @@ class Run:
             curves = self._curves.get(event.variant)
             if curves is None:
                 return
-            if event.kind == "step":
-                curves["steps"].append(dict(event.values))
-            elif event.kind == "eval":
-                curves["evals"].append({"step": event.step, **event.values})
-            elif event.kind == "probe":
-                curves["probes"].append({"step": event.step, **event.values})
-            elif event.kind == "done":
-                curves["summary"] = dict(event.values)
-            elif event.kind == "error":
+            curves.record(event)
+            if event.kind == "error":
                 self._error = event.values.get("message")
 
     def _work(self) -> None:
@@ -393,8 +366,6 @@ class Run:
 def _free_memory() -> None:
     gc.collect()
     if _cuda_available():
-        import torch
-
         torch.cuda.empty_cache()
 
 

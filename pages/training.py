@@ -339,8 +339,8 @@ def draw(snap) -> None:
                      "MLM perplexity": last_eval.get("mlm_perplexity"),
                      "top-1": last_eval.get("top1"), "top-5": last_eval.get("top5"),
                      "steps clipped": sum(r["grad_norm"] > limit for r in clipped) if limit else 0,
-                     "tokens/s": (v.summary or {}).get("tokens_per_s") or last.get("tokens_per_s"),
-                     "wall time (s)": (v.summary or {}).get("wall_time_s") or last.get("elapsed_s")})
+                     "tokens/s": (v.final or {}).get("tokens_per_s") or last.get("tokens_per_s"),
+                     "wall time (s)": (v.final or {}).get("wall_time_s") or last.get("elapsed_s")})
     st.subheader("Results")
     # 14 columns: HTML, whose headers wrap, so none is cut at the right edge at 1400 px ("top-…" in a dataframe)
     ui.table(pd.DataFrame(rows), key="training_results", percent=("top-1", "top-5"), static=True)

@@ -208,7 +208,7 @@ def test_a_real_run_reports_curves_and_finishes():
     for curves in snap.variants.values():
         assert [r["step"] for r in curves.steps] == [1, 2, 3, 4]
         assert [r["step"] for r in curves.evals] == [0, 2, 4]
-        assert curves.summary["steps"] == 4
+        assert curves.final["steps"] == 4
     assert run.model_freed
 
 

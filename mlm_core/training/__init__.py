@@ -17,7 +17,7 @@ from mlm_core.training.config import (AMP_MODES, BUCKET_MASS, BUCKETS, DATA_FIEL
 from mlm_core.training.distributed import DeepSpeedOptimizer, World, current_world, deepspeed_config
 from mlm_core.training.evaluate import (EVAL_MASKINGS, EvalSet, Probe, evaluate, focus_ids, make_eval_set, make_probes,
                                         probe_predictions)
-from mlm_core.training.events import EVENT_KINDS, TrainEvent, TrainResult, curves_table, smooth
+from mlm_core.training.events import EVENT_KINDS, Curves, TrainEvent, TrainResult, curves_table, smooth
 from mlm_core.training.loop import TrainStep, train, train_variants
 from mlm_core.training.optim import (ADAM_BETAS, ADAM_EPS, Optimizer, adamw, autocast, check_amp, freeze_word_embeddings,
                                      lr_at, param_groups, set_checkpointing, uncorrected_adam_step_ratio)
@@ -25,7 +25,7 @@ from mlm_core.training.optim import (ADAM_BETAS, ADAM_EPS, Optimizer, adamw, aut
 __all__ = [
     "ADAM_BETAS", "ADAM_EPS", "AMP_MODES", "BUCKETS", "BUCKET_MASS", "DATA_FIELDS", "EVAL_MASKINGS", "EVENT_KINDS",
     "LOSSES", "MAX_VARIANTS", "SCHEDULES",
-    "Batches", "Chunks", "DeepSpeedOptimizer", "EvalSet", "Optimizer", "Probe", "Stream", "TrainConfig", "TrainEvent",
+    "Batches", "Chunks", "Curves", "DeepSpeedOptimizer", "EvalSet", "Optimizer", "Probe", "Stream", "TrainConfig", "TrainEvent",
     "TrainResult", "TrainStep", "World",
     "adamw", "autocast", "check_amp", "check_variants", "current_world", "curves_table", "deepspeed_config", "evaluate",
     "focus_ids", "freeze_word_embeddings", "frequency_buckets", "lr_at", "make_chunks", "make_eval_set", "make_probes",

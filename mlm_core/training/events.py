@@ -41,14 +41,47 @@ class TrainEvent:
 
 
 @dataclass
-class TrainResult:
-    """What a run recorded, kept even when it was stopped early."""
+class Curves:
+    """Every curve one variant has recorded: a row per step, per evaluation and per probe pass.
+
+    ``record`` is the one place an event becomes a row: the loop records into its `TrainResult`
+    and a UI run (`jobs.Run`) records the same events into its own `Curves`, so the two never drift.
+
+    >>> c = Curves("run")
+    >>> c.record(TrainEvent("step", "run", 1, 2, {"step": 1, "loss": 3.0}))
+    >>> c.record(TrainEvent("eval", "run", 1, 2, {"loss": 2.5}))
+    >>> c.steps, c.evals, c.final
+    ([{'step': 1, 'loss': 3.0}], [{'step': 1, 'loss': 2.5}], None)
+    """
 
     name: str
-    config: TrainConfig
     steps: list[dict[str, Any]] = field(default_factory=list)  # one row per optimizer step
     evals: list[dict[str, Any]] = field(default_factory=list)  # one row per evaluation
     probes: list[dict[str, Any]] = field(default_factory=list)  # {"step", "probes": [...]}
+    final: dict[str, Any] | None = None  # the "done" event's summary, once the variant is done
+
+    def record(self, event: TrainEvent) -> None:
+        """Add what one event reports ("error" events carry no curve: the caller keeps the message)."""
+        if event.kind == "step":
+            self.steps.append(dict(event.values))
+        elif event.kind == "eval":
+            self.evals.append({"step": event.step, **event.values})
+        elif event.kind == "probe":
+            self.probes.append({"step": event.step, **event.values})
+        elif event.kind == "done":
+            self.final = dict(event.values)
+
+    def copy(self) -> Curves:
+        """A copy whose lists the caller may keep and change (the rows themselves are shared)."""
+        return Curves(self.name, list(self.steps), list(self.evals), list(self.probes),
+                      dict(self.final) if self.final else None)
+
+
+@dataclass
+class TrainResult(Curves):
+    """What a run recorded (its `Curves`), kept even when it was stopped early, and its trained copy."""
+
+    config: TrainConfig | None = None
     steps_done: int = 0
     stopped: bool = False
     wall_time_s: float = 0.0
@@ -102,8 +135,9 @@ def smooth(values: Sequence[float | None], weight: float = 0.8) -> list[float | 
     return out
 
 
-def curves_table(results: Mapping[str, TrainResult] | Sequence[TrainResult]) -> list[dict[str, Any]]:
-    """Every curve of every variant as flat rows (variant, kind, step, metric columns), for CSV."""
+def curves_table(results: Mapping[str, Curves] | Sequence[Curves]) -> list[dict[str, Any]]:
+    """Every curve of every variant (`TrainResult`s or a UI run's `Curves`) as flat rows (variant,
+    kind, step, metric columns), for a table or a CSV."""
     items = results.values() if isinstance(results, Mapping) else results
     rows: list[dict[str, Any]] = []
     for res in items:

@@ -174,6 +174,12 @@ class _Variant:
     class_weights: torch.Tensor | None = None
 
 
+def _report(v: _Variant, event: TrainEvent, emit) -> None:
+    """Record an event in the variant's result (`Curves.record`), then send it to the caller."""
+    v.result.record(event)
+    emit(event)
+
+
 def _train_step(state: list[_Variant], micro_batches, step: int, first: TrainConfig, world: World,
                 device: torch.device, counts_dev: torch.Tensor, started: float, emit) -> int:
     """One optimizer step of every variant on the same micro-batches; returns the steps done.
@@ -220,9 +226,8 @@ def _train_step(state: list[_Variant], micro_batches, step: int, first: TrainCon
         v.result.tokens_seen += int(tokens_all)
         record["tokens_per_s"] = tokens_all / dt if dt > 0 else None
         record["elapsed_s"] = time.perf_counter() - started
-        v.result.steps.append(record)
         v.result.steps_done = step + 1
-        emit(TrainEvent("step", v.name, step + 1, first.steps, record))
+        _report(v, TrainEvent("step", v.name, step + 1, first.steps, record), emit)
     return step + 1
 
 
@@ -332,12 +337,10 @@ def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, Train
             values = evaluate(v.model, eval_set, amp=v.cfg.amp)
             values["eval_s"] = time.perf_counter() - t0
             values["eval_on_train"] = eval_on_train
-            v.result.evals.append({"step": step, **values})
-            emit(TrainEvent("eval", v.name, step, first.steps, values))
+            _report(v, TrainEvent("eval", v.name, step, first.steps, values), emit)
             if probes:
                 preds = probe_predictions(v.model, tokenizer, probes, first.probe_top_k)
-                v.result.probes.append({"step": step, "probes": preds})
-                emit(TrainEvent("probe", v.name, step, first.steps, {"probes": preds}))
+                _report(v, TrainEvent("probe", v.name, step, first.steps, {"probes": preds}), emit)
 
     do_eval(0)
     counts_dev = counts.float().to(device)
@@ -366,5 +369,5 @@ def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, Train
         if v.cfg.gradient_checkpointing:
             set_checkpointing(v.model, False)
         v.opt = None  # drop the optimizer state (and any DDP/DeepSpeed wrapper) now
-        emit(TrainEvent("done", v.name, steps_done, first.steps, v.result.summary()))
+        _report(v, TrainEvent("done", v.name, steps_done, first.steps, v.result.summary()), emit)
     return {v.name: v.result for v in state}
