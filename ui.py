@@ -792,7 +792,7 @@ def plotly_config(filename: str) -> dict:
     The PNG is made by Plotly in the browser (no server-side image export), at twice the screen
     resolution so it stays sharp on a slide.
     """
-    from mlm_core.export import safe_name
+    from mlm_core.lessons.export import safe_name
 
     return {
         "displaylogo": False,

@@ -27,8 +27,6 @@ from mlm_core.training import TrainConfig, TrainEvent, TrainResult, train, train
 from mlm_core.vocab import (
     TrainedVocab, VocabCache, frequency_profile, head_cost, measure, train_tokenizer, whole_word_demo,
 )
-from mlm_core.nsp import SentencePair, make_nsp_pairs, mlm_nsp_loss, train_nsp_head
 from mlm_core.efficiency import (
     amp_and_checkpointing, ideal_step_speedup, logits_size, loss_paths, peak_memory_bytes,
 )
-from mlm_core.export import lesson_json, lesson_record, lesson_zip

@@ -10,7 +10,7 @@ from mlm_core.bundled import workshop_sentences
 from mlm_core.lessons import share_state
 from mlm_core.lessons.share_state import DEFAULT_SENTENCE
 from mlm_core.data import clip_text
-from mlm_core.export import lesson_zip, masking_settings
+from mlm_core.lessons.export import lesson_zip, masking_settings
 from mlm_core.figures.inside import (
     agreement_figure,
     agreement_summary_figure,

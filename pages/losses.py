@@ -7,7 +7,7 @@ import torch
 import ui
 from mlm_core import Decision, MLMLabError
 from mlm_core.bundled import workshop_documents
-from mlm_core.export import lesson_zip, masking_settings
+from mlm_core.lessons.export import lesson_zip, masking_settings
 from mlm_core.figures.losses import (
     gradient_figure,
     k_sweep_figure,
@@ -51,8 +51,8 @@ from mlm_core.losses import (
     sweep_ks,
     token_frequency_weights,
 )
-from mlm_core.nsp import AFTER_BERT as NSP_AFTER_BERT
-from mlm_core.nsp import combined_loss_on_pairs, is_next_probabilities, train_nsp_head
+from mlm_core.lessons.nsp import AFTER_BERT as NSP_AFTER_BERT
+from mlm_core.lessons.nsp import combined_loss_on_pairs, is_next_probabilities, train_nsp_head
 
 BATCH_SENTENCES = 8  # one small batch: every number on the page comes from it
 MAX_CHARS = 4_000

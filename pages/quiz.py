@@ -6,7 +6,7 @@ import streamlit as st
 import ui
 from mlm_core import MLMLabError
 from mlm_core.bundled import workshop_sentences
-from mlm_core.export import lesson_json
+from mlm_core.lessons.export import lesson_json
 from mlm_core.figures.masking import DECISION_WORDS
 from mlm_core.figures.predictions import probability_text, topk_figure
 from mlm_core.lessons import quiz, share_state

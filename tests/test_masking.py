@@ -7,7 +7,7 @@ import torch
 
 from mlm_core import IGNORE_INDEX, Decision, InputError, MaskingConfig, encode, mask_batch, mask_tokens
 from mlm_core.data import special_ids
-from mlm_core.masking_stats import (
+from mlm_core.lessons.masking_view import (
     collator_snippet, masking_statistics, mlm_lab_snippet, split_chisquare, token_trace,
 )
 

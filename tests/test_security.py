@@ -255,15 +255,15 @@ def test_a_run_started_by_the_old_style_runner_reruns_through_app_py(monkeypatch
 
 def test_mask_the_corpus_with_spans_is_bounded(apptest, monkeypatch):
     """Span masking, p = 1, 100k tokens took 10 s of pure Python per click (issue 16, item 8): bounded."""
-    from mlm_core import masking_stats
+    from mlm_core.lessons import masking_view
 
-    asked, real = [], masking_stats.masking_statistics
+    asked, real = [], masking_view.masking_statistics
 
     def spy(*args, target_tokens, **kwargs):
         asked.append(target_tokens)
         return real(*args, target_tokens=1_000, **kwargs)  # the size asked for is what this test checks
 
-    monkeypatch.setattr(masking_stats, "masking_statistics", spy)
+    monkeypatch.setattr(masking_view, "masking_statistics", spy)
     at = apptest("pages/masking.py")
     at.session_state["masking_strategy"] = "span"
     at.session_state["masking_p"] = 1.0

@@ -22,11 +22,12 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.models.bert.modeling_bert import BertPooler, BertPreTrainingHeads
 
-from mlm_core.data import run_tokenizer
+from mlm_core.data import run_tokenizer, special_ids
 from mlm_core.errors import InputError
 from mlm_core.losses import LossOutput, full_cross_entropy
-from mlm_core.masking import IGNORE_INDEX
+from mlm_core.masking import IGNORE_INDEX, mask_tokens
 
 # What came after BERT, said wherever the NSP lesson is shown (sources checked: paper and section).
 AFTER_BERT = (
@@ -145,8 +146,6 @@ class BertPretrainingModel(nn.Module):
 
     def __init__(self, masked_lm: nn.Module, generator: torch.Generator):
         super().__init__()
-        from transformers.models.bert.modeling_bert import BertPooler, BertPreTrainingHeads
-
         if getattr(masked_lm.config, "model_type", None) != "bert" or not hasattr(masked_lm, "cls"):
             raise InputError(
                 "Next-sentence prediction needs a BERT masked LM (the bundled default, the tiny random "
@@ -382,8 +381,6 @@ def combined_loss_on_pairs(
     Returns ``mlm_loss``, ``nsp_loss``, ``total``, ``mlm_weight``, ``nsp_weight``, ``selected``
     (how many tokens the MLM term covers) and ``is_next_prob`` (one float per pair).
     """
-    from mlm_core.data import special_ids
-
     batch = encode_pairs(tokenizer, pairs, max_length)
     masked = mask_tokens_for_pairs(tokenizer, batch, config, generator, special_ids(tokenizer))
     with torch.no_grad():
@@ -398,8 +395,6 @@ def combined_loss_on_pairs(
 def mask_tokens_for_pairs(tokenizer, batch: dict, config, generator: torch.Generator, special: Sequence[int]):
     """The learner's masking rule on encoded pairs ([CLS], [SEP] and padding never selected; whole-word and
     span masking use the pairs' word ids)."""
-    from mlm_core.masking import mask_tokens
-
     return mask_tokens(batch["input_ids"], batch["special_tokens_mask"], config, mask_token_id=tokenizer.mask_token_id,
                        vocab_size=len(tokenizer), generator=generator, special_ids=special,
                        word_ids=batch["word_ids"], attention_mask=batch["attention_mask"], trace=False)
