@@ -28,6 +28,7 @@ from mlm_core.data import run_tokenizer, special_ids
 from mlm_core.errors import InputError
 from mlm_core.losses import LossOutput, full_cross_entropy
 from mlm_core.masking import IGNORE_INDEX, mask_tokens
+from mlm_core.training import TrainConfig, adamw, param_groups
 
 # What came after BERT, said wherever the NSP lesson is shown (sources checked: paper and section).
 AFTER_BERT = (
@@ -172,9 +173,10 @@ class BertPretrainingModel(nn.Module):
         self.pooler.to(device=device, dtype=dtype)
         heads.seq_relationship.to(device=device, dtype=dtype)
 
-    def nsp_parameters(self) -> list[nn.Parameter]:
-        """The new parameters: pooler and NSP classifier."""
-        return list(self.pooler.parameters()) + list(self.cls.seq_relationship.parameters())
+    def nsp_head(self) -> nn.Module:
+        """The new modules, pooler and NSP classifier, together (shared, not copied): what a frozen-encoder
+        run trains."""
+        return nn.ModuleList([self.pooler, self.cls.seq_relationship])
 
     def encode(self, input_ids, attention_mask, token_type_ids) -> tuple[torch.Tensor, torch.Tensor]:
         """(sequence_output (B, T, H), pooled_output (B, H))."""
@@ -296,8 +298,9 @@ def train_nsp_head(
     if train_encoder:
         masked_lm = copy.deepcopy(masked_lm)
     model = build_pretraining_model(masked_lm, generator=generator)
-    optimizer = torch.optim.AdamW(model.parameters() if train_encoder else model.nsp_parameters(), lr=lr,
-                                  weight_decay=0.01)
+    # The training loop's AdamW (BERT's betas, eps and weight decay, none on biases and LayerNorm), not
+    # train() itself: train() steps a masked LM on token chunks, this is a 2-way classifier on [CLS] states.
+    optimizer = adamw(param_groups(model if train_encoder else model.nsp_head(), TrainConfig.weight_decay), lr)
     device = next(model.parameters()).device
     was_training = masked_lm.training
     masked_lm.train(train_encoder)  # frozen encoder: eval mode, no dropout
