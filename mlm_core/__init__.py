@@ -2,6 +2,10 @@
 
 The flow, left to right: text → ``data.encode`` → ``masking.mask_tokens`` → ``head.masked_lm_logits``
 → ``losses`` → ``training.train``. Nothing here imports streamlit.
+
+Only the flow's names are re-exported here (``from mlm_core import mask_tokens``). Each page's
+view-model is imported from its own module (``from mlm_core.lessons.quiz import make_question``), so
+importing the flow loads no lesson.
 """
 
 from mlm_core.errors import InputError, MLMLabError, ModelLoadError
@@ -22,11 +26,3 @@ from mlm_core.losses import (
     token_frequency_weights, weighted_cross_entropy,
 )
 from mlm_core.training import TrainConfig, TrainEvent, TrainResult, train, train_variants
-
-# The lessons beside the flow.
-from mlm_core.vocab import (
-    TrainedVocab, VocabCache, frequency_profile, head_cost, measure, train_tokenizer, whole_word_demo,
-)
-from mlm_core.efficiency import (
-    amp_and_checkpointing, ideal_step_speedup, logits_size, loss_paths, peak_memory_bytes,
-)
