@@ -78,13 +78,13 @@ METHOD = """\
   `reset_peak_memory_stats`. On a CPU, which keeps no peak counter: the contender runs once under
   `torch.profiler.profile(profile_memory=True)`, and the peak is the largest running sum of the
   allocation (+bytes) and free (−bytes) events in time order
-  (`mlm_core.efficiency.peak_memory_bytes`).
+  (`mlm_core.measure.peak_memory_bytes`).
 - Sizes: P1, P3 and P4 use B = 32, T = 128 with BERT's 15% and 80/10/10 on workshop-corpus text;
   P2 uses B = 8, T = 128 to keep a full step within seconds on 2 cores; MFU uses B = 16, T = 64
   (the size the bundled model was built with).
 - **MFU** (a CPU "model FLOPs utilisation"): the step's matrix-multiply FLOPs per second over the
   speed of the same matrix multiplies (the step's own shapes and layouts,
-  `mlm_core.efficiency.step_gemms`) timed alone in the same run and dtype, i.e. matmul-alone time
+  `mlm_core.costs.step_gemms`) timed alone in the same run and dtype, i.e. matmul-alone time
   over step time. With one torch thread it is also computed from the process's CPU time, which
   other work on a busy machine disturbs far less than wall time.
 - Reproduce: `python -m benchmarks` (all, writes this file), or one of them, for example

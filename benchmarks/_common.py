@@ -2,11 +2,11 @@
 
 Every benchmark measures MLM Lab against a baseline *in the same run* and reports the ratio,
 because a shared machine's absolute speed changes from minute to minute. Contenders run
-round-robin (A, B, A, B, ...) after a warm-up (``mlm_core.efficiency.median_times``), so a burst
+round-robin (A, B, A, B, ...) after a warm-up (``mlm_core.measure.median_times``), so a burst
 of load from elsewhere hits both alike, and the headline ratio is the median of the per-round
 ratios. Peak memory: ``torch.cuda.max_memory_allocated`` on a GPU; on a CPU, the largest running
 sum of the allocation and free events that ``torch.profiler`` records with ``profile_memory=True``
-(``mlm_core.efficiency.peak_memory_bytes``).
+(``mlm_core.measure.peak_memory_bytes``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from mlm_core.efficiency import human_bytes, median, median_times, paired_ratio, peak_memory_bytes  # noqa: E402,F401
+from mlm_core.measure import human_bytes, median, median_times, paired_ratio, peak_memory_bytes  # noqa: E402,F401
 
 
 @dataclass

@@ -13,7 +13,8 @@ MFU = achieved model FLOP/s / the card's dense bf16 peak. The FLOPs of one step 
 from the shapes: 3 x (forward) for forward + backward, where the forward is the encoder's
 matmuls at every token (12 L H^2 per token for attention projections and the MLP with I = 4H
 in general 2 L (4 H^2 + 2 H I)), attention scores and values (4 L T H per token), and the head on
-the M masked rows only (2 H^2 + 2 H V per row). Embedding look-ups count as free.
+the M masked rows only (2 H^2 + 2 H V per row). Embedding look-ups count as free. The count is
+`mlm_core.costs.bert_step_flops`, the one the Efficiency page and the other benchmarks use.
 """
 
 from __future__ import annotations
@@ -35,13 +36,9 @@ H100_H200_BF16_DENSE_TFLOPS = 989.0  # NVIDIA H100/H200 SXM, dense bf16 (the 1,9
 
 def step_flops(config, batch: int, seq_len: int, tokens: float, masked: float) -> float:
     """Model FLOPs of one training step (forward + backward = 3 x forward) from the config's shapes."""
-    h = config.hidden_size
-    layers = config.num_hidden_layers
-    inter = getattr(config, "intermediate_size", 4 * h)
-    vocab = config.vocab_size
-    per_token = 2 * layers * (4 * h * h + 2 * h * inter) + 4 * layers * seq_len * h
-    head = masked * (2 * h * h + 2 * h * vocab)
-    return 3.0 * (tokens * per_token + head)
+    from mlm_core.costs import config_step_flops
+
+    return config_step_flops(config, seq_len=seq_len, tokens=tokens, head_rows=masked)["total"]
 
 
 def load(name: str, device):

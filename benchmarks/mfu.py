@@ -2,8 +2,8 @@
 
 A CPU "MFU" (model FLOPs utilisation): the step's matrix-multiply FLOPs per second over the speed at
 which this machine runs *the same matrix multiplies alone*, measured in the same run
-(``efficiency.step_gemms``: every product of the step with its own shapes and layout, timed one after
-another in the step's dtype; ``efficiency.gemm_timer``). So MFU = matmul-alone time / step time: the
+(``costs.step_gemms``: every product of the step with its own shapes and layout, timed one after
+another in the step's dtype; ``measure.gemm_timer``). So MFU = matmul-alone time / step time: the
 share of the step that is matmul work at full speed; the rest is softmax, dropout, layer norms,
 the embedding gradient, AdamW, casts and Python.
 
@@ -11,9 +11,9 @@ The step is ``training.TrainStep``, the training loop's own step, on the bundled
 T = 64 (the size the default model was built with), four ways: fp32 and bf16 autocast, each with the
 word embeddings trained and frozen (``TrainConfig.freeze_word_embeddings``). Every step starts from
 the same weights; set-ups and their matmul-only timings run round-robin, and a ratio is the median of
-the per-round ratios (``efficiency.amp_and_checkpointing``). With one torch thread the same figures
+the per-round ratios (``lessons.efficiency.amp_and_checkpointing``). With one torch thread the same figures
 are also computed from the process's CPU time, which a busy machine disturbs far less. A profile of one fp32 and one bf16 step
-says where the rest of the time goes (``efficiency.step_time_breakdown``).
+says where the rest of the time goes (``lessons.efficiency.step_time_breakdown``).
 
 This is not PaLM's MFU (Chowdhery et al. 2022, Appendix B), whose denominator is the chip's peak
 FLOP/s: 100% here means "the step is all matmul at the speed its own small matmuls reach", not "the
@@ -40,7 +40,7 @@ SETTINGS = (("off", False, False), ("bf16", False, False), ("off", False, True),
 
 
 def run(quick: bool = False, repeats: int = 5, batch_size: int = 16, seq_len: int = 64) -> Result:
-    from mlm_core.efficiency import amp_and_checkpointing, step_time_breakdown
+    from mlm_core.lessons.efficiency import amp_and_checkpointing, step_time_breakdown
     from mlm_core.models import load_masked_lm
     from mlm_core.precision import auto_amp, matmul_rates
 

@@ -22,7 +22,7 @@ from benchmarks._common import (Result, Target, cli, compare, device, human_byte
 
 import torch  # noqa: E402
 
-from mlm_core.efficiency import loss_path_functions  # noqa: E402
+from mlm_core.lessons.efficiency import loss_path_functions  # noqa: E402
 from mlm_core.masking import IGNORE_INDEX  # noqa: E402
 
 TIME_TARGET, MEMORY_TARGET, LOSS_TARGET = 5.3, 0.25, 1e-5

@@ -9,7 +9,7 @@ BERT's decay groups, fused where available) and gradient clipping at 1.0:
 - Hugging Face: ``model(input_ids, attention_mask, labels=labels).loss`` (head at every position)
   → backward → clip → AdamW.
 
-The ideal ratio comes from the model's matrix-multiply FLOPs (``efficiency.ideal_step_speedup``):
+The ideal ratio comes from the model's matrix-multiply FLOPs (``costs.ideal_step_speedup``):
 encoder + head at every position against encoder + head at the M masked positions. Target: the
 measured ratio is at least 0.85 of the ideal. As a cross-check, ``training.train`` itself runs a
 few steps at the same B and T and its median time per step is reported against the baseline
@@ -41,7 +41,7 @@ def _optimizer(model):
 
 def run(quick: bool = False, repeats: int = 3, batch_size: int = 8, seq_len: int = 128,
         train_steps: int = 4) -> Result:
-    from mlm_core.efficiency import ideal_step_speedup
+    from mlm_core.costs import ideal_step_speedup
     from mlm_core.masking import IGNORE_INDEX
     from mlm_core.models import load_masked_lm
 

@@ -9,7 +9,7 @@ importing the flow loads no lesson.
 """
 
 from mlm_core.errors import InputError, MLMLabError, ModelLoadError
-from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, MaskingResult, mask_tokens
+from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, MaskingResult, decision_names, mask_tokens
 from mlm_core.data import (
     Encoded, MaskedSentence, encode, mask_batch, mask_sentence, read_text_upload, special_ids, split_sentences,
 )

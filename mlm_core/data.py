@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from mlm_core.errors import InputError
-from mlm_core.masking import Decision, MaskingConfig, MaskingResult, mask_tokens
+from mlm_core.masking import MaskingConfig, MaskingResult, decision_names, mask_tokens
 
 MAX_TEXT_CHARS = 20_000  # longer pasted text is refused: tokenizing it would stall a page
 UPLOAD_EXTENSIONS = (".txt", ".csv", ".jsonl")
@@ -180,9 +180,8 @@ class MaskedSentence:
     @property
     def decisions(self) -> list[str]:
         """One name per token: a ``Decision`` name, or ``"SPECIAL"`` for [CLS], [SEP] and the like."""
-        special = self.encoded.special_tokens_mask[0]
-        codes = self.result.decisions[0]
-        return ["SPECIAL" if special[i] else Decision(int(codes[i])).name for i in range(len(self.tokens))]
+        return decision_names(self.result, 0, special_tokens_mask=self.encoded.special_tokens_mask,
+                              length=len(self.tokens))
 
 
 def mask_sentence(tokenizer, sentence: str, config: MaskingConfig, seed: int, *, max_length: int = 128) -> MaskedSentence:

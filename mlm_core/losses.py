@@ -1,4 +1,5 @@
-"""The MLM loss, four ways: full, per-position loop, frequency-weighted and sampled softmax.
+"""The MLM loss, four ways: full, per-position loop, frequency-weighted and sampled softmax; plus an
+unlikelihood term against copying a word of the sequence.
 
 Every loss takes the rows that were selected for prediction only (``head.masked_lm_logits`` or
 ``head.masked_lm_hidden`` gather them before the head) and returns one ``LossOutput``.
@@ -32,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from mlm_core.data import run_tokenizer, special_ids
+from mlm_core.masking import IGNORE_INDEX
 
 SCHEMES = ("inverse", "inverse_sqrt", "log", "none")
 SAMPLERS = ("uniform", "unigram", "log_uniform", "softmax")
@@ -207,6 +209,58 @@ def weighted_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, class_we
     return LossOutput(loss, per_token, {"empty": False, "M": int(targets.shape[0]), "variant": "weighted",
                                         "target_weights": w.detach(), "unweighted_per_token": ce.detach(),
                                         "mean_of_weighted": float((w * ce.detach()).mean())})
+
+
+# --------------------------------------------------------------------------------------------
+# Unlikelihood: push probability away from tokens the model should not copy
+# --------------------------------------------------------------------------------------------
+
+
+def context_candidates(input_ids: torch.Tensor, special_tokens_mask: torch.Tensor, labels: torch.Tensor,
+                       vocab_size: int) -> torch.Tensor:
+    """(M, V) bool: for each selected position, the tokens of its own sequence other than its answer.
+
+    Welleck et al. 2019 ("Neural text generation with unlikelihood training", eq. 4) push down a set
+    of negative candidates C, there the previous context tokens. A masked LM sees the whole sequence,
+    so here C is every token of the sequence (``input_ids`` before masking, special tokens left out)
+    except the true one: what a model that copies a word of the sentence would guess. Rows come in
+    the row-major order of ``head.masked_lm_logits``.
+
+    >>> ids = torch.tensor([[101, 7, 8, 7, 102]])  # [CLS] a b a [SEP], b hidden
+    >>> special = torch.tensor([[1, 0, 0, 0, 1]])
+    >>> labels = torch.tensor([[-100, -100, 8, -100, -100]])
+    >>> context_candidates(ids, special, labels, vocab_size=200).nonzero().tolist()  # row 0: token 7 only
+    [[0, 7]]
+    """
+    bag = torch.zeros(input_ids.shape[0], vocab_size, dtype=torch.bool, device=input_ids.device)  # (B, V)
+    rows, cols = (special_tokens_mask == 0).nonzero(as_tuple=True)
+    bag[rows, input_ids[rows, cols]] = True  # the tokens each sequence holds
+    selected = labels != IGNORE_INDEX  # (B, T)
+    candidates = bag[selected.nonzero(as_tuple=True)[0]]  # (M, V): the bag of each selected row's sequence
+    candidates[torch.arange(candidates.shape[0], device=bag.device), labels[selected]] = False  # never the answer
+    return candidates
+
+
+def unlikelihood_loss(logits: torch.Tensor, candidates: torch.Tensor) -> LossOutput:
+    """Mean over the selected rows of ``-sum over c in C of log(1 - p(c))`` (Welleck et al. 2019, eq. 4).
+
+    Added to the cross-entropy with a weight (the default-model build's ``--anti-copy``), it lowers
+    the probability of every candidate (``context_candidates``) without touching the answer's.
+
+    >>> logits = torch.log(torch.tensor([[0.5, 0.25, 0.25]]))
+    >>> round(unlikelihood_loss(logits, torch.tensor([[False, True, False]])).loss.item(), 4)  # -log(1 - 0.25)
+    0.2877
+    """
+    if logits.dim() != 2 or candidates.shape != logits.shape:
+        raise ValueError(f"Expected logits (M, V) and candidates (M, V); got {tuple(logits.shape)} and "
+                         f"{tuple(candidates.shape)}.")
+    if logits.shape[0] == 0:
+        return _empty(logits, variant="unlikelihood")
+    p = logits.float().softmax(-1)  # (M, V)
+    # p(c) = 1 would give log 0: the clamp keeps the term (and its gradient) finite.
+    per_token = -(torch.log1p(-p.clamp(max=1 - 1e-6)) * candidates).sum(-1)  # (M,)
+    return LossOutput(per_token.mean(), per_token, {"empty": False, "M": int(logits.shape[0]),
+                                                    "variant": "unlikelihood"})
 
 
 # --------------------------------------------------------------------------------------------

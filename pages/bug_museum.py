@@ -8,7 +8,7 @@ from mlm_core import MLMLabError
 from mlm_core.figures.losses import museum_figure
 from mlm_core.formatting import readable
 from mlm_core.lessons.audit import BATCH_FORMAT, audit_batch, batch_to_json, load_batch_file
-from mlm_core.lessons.loss_lab import LOSS_SETTINGS, loss_batch
+from mlm_core.lessons.loss_lab import LOSS_SETTINGS
 from mlm_core.lessons.museum import exhibit_rows, run_exhibits
 from mlm_core.losses import CORRECTION_LABELS, SAMPLED_SOFTMAX
 
@@ -25,13 +25,8 @@ st.markdown(
 model, tokenizer = ui.model_or_stop(settings)
 rule = ui.shared_masking_config()
 
-texts = ui.batch_sentences_controls("museum", settings.seed, n=BATCH_SENTENCES, max_chars=MAX_CHARS)
-if not texts:
-    st.warning("There is no text: type at least one sentence, or use the workshop corpus.")
-    st.stop()
-counts = ui.cached_corpus_counts(settings.model_name, model.get_output_embeddings().weight.shape[0], tokenizer)
+batch = ui.loss_batch_controls("museum", settings, model, tokenizer, rule, n=BATCH_SENTENCES, max_chars=MAX_CHARS)
 try:
-    batch = loss_batch(model, tokenizer, texts, rule, seed=settings.seed, counts=counts)
     exhibits = run_exhibits(batch)
 except MLMLabError as exc:
     ui.show_error(exc)

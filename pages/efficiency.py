@@ -4,8 +4,10 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from mlm_core.efficiency import (LOOP_MAX_ROWS, LOOP_SWEEP_ROWS, amp_and_checkpointing, human_bytes, logits_size,
-                                 loop_vs_vectorised, loss_paths, step_time_breakdown)
+from mlm_core.costs import logits_size
+from mlm_core.lessons.efficiency import (LOOP_MAX_ROWS, LOOP_SWEEP_ROWS, amp_and_checkpointing, loop_vs_vectorised,
+                                         loss_paths, step_time_breakdown)
+from mlm_core.measure import human_bytes
 from mlm_core.figures.efficiency import (logits_size_figure, loop_sweep_figure, loss_paths_figure,
                                          step_breakdown_figure, step_settings_figure)
 from mlm_core.models import model_description

@@ -32,17 +32,13 @@ from mlm_core.inside import (
     LensUnavailable,
     Saliency,
     attention_from,
-    agreement_over_texts,
-    compare_models,
     gradient_saliency,
-    last_word,
     layer_agreement,
     leave_one_out,
-    lens_profile_on_texts,
     logit_lens,
-    measure_head_patterns,
     special_positions,
 )
+from mlm_core.lessons.inside import agreement_over_texts, compare_models, last_word, lens_profile_on_texts, measure_head_patterns
 from mlm_core.head import head_parts
 from mlm_core.formatting import signed
 from mlm_core.predict import mask_positions
@@ -87,24 +83,25 @@ def show(fig, key: str, **kwargs):
 
 
 # --------------------------------------------------------------------------- cached views (shared by reruns)
+# ids: the sentence as a tuple of token ids (hashable for the cache); mlm_core.inside takes any sequence of ids.
 @st.cache_data(max_entries=64, show_spinner=False)
 def cached_attention(key: str, ids: tuple, position: int, _model, _tokenizer):
-    return attention_from(_model, _tokenizer, torch.tensor(ids), None, position)
+    return attention_from(_model, _tokenizer, ids, None, position)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def cached_lens(key: str, ids: tuple, position: int, true_id: int, k: int, _model, _tokenizer):
-    return logit_lens(_model, _tokenizer, torch.tensor(ids), None, position, true_id, k=k)
+    return logit_lens(_model, _tokenizer, ids, None, position, true_id, k=k)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def cached_gradient(key: str, ids: tuple, position: int, true_id: int, _model, _tokenizer):
-    return gradient_saliency(_model, _tokenizer, torch.tensor(ids), None, position, true_id)
+    return gradient_saliency(_model, _tokenizer, ids, None, position, true_id)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def cached_leave_one_out(key: str, ids: tuple, position: int, true_id: int, _model, _tokenizer):
-    return leave_one_out(_model, _tokenizer, torch.tensor(ids), None, position, true_id,
+    return leave_one_out(_model, _tokenizer, ids, None, position, true_id,
                          skip=special_positions(_tokenizer, ids))
 
 
@@ -119,8 +116,8 @@ def cached_patterns(key: str, n: int, _model, _tokenizer):
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading the lens on the workshop sentences (once per model)…")
-def cached_lens_profile(key: str, n: int, seed: int, _model, _tokenizer):
-    return lens_profile_on_texts(_model, _tokenizer, workshop_sentences()[:n], seed=seed)
+def cached_lens_profile(key: str, n: int, seed: int, config, _model, _tokenizer):
+    return lens_profile_on_texts(_model, _tokenizer, workshop_sentences()[:n], seed=seed, config=config)
 
 
 @st.cache_data(max_entries=16, show_spinner="Leave-one-out on the workshop sentences (once per model)…")
@@ -162,13 +159,7 @@ text, clipped = clip_text(sentence_controls(), MAX_CHARS)
 if not text.strip():
     st.warning("The sentence is empty: type one above.")
     st.stop()
-try:
-    encoded = encode(tokenizer, text, max_length=MAX_TOKENS)
-except MLMLabError as exc:
-    ui.show_error(exc)
-    st.stop()
-if clipped or encoded.truncated[0]:
-    st.info(f"Only the first {MAX_TOKENS} tokens are used.")
+encoded = ui.encode_or_stop(tokenizer, text, max_tokens=MAX_TOKENS, clipped=clipped)
 tokens = encoded.tokens[0]
 original_ids = encoded.input_ids[0]  # (T,)
 hidden = mask_controls(tokens, [bool(s) for s in encoded.special_tokens_mask[0].tolist()])
@@ -305,9 +296,13 @@ def lens_view() -> None:
                    f"(rank {last_rank:,}).")
     with st.expander("Every depth as a table"):
         ui.table(pd.DataFrame(lens.records()))
-    st.markdown("**One sentence is an anecdote.** The same lens on many sentences, masked by BERT's rule "
-                f"(seed {PROFILE_SEED}):")
-    profile = cached_lens_profile(model_key, PROFILE_SENTENCES, PROFILE_SEED, model, tokenizer)
+    rule = ui.shared_masking_config()
+    st.markdown("**One sentence is an anecdote.** The same lens on many sentences, at the [MASK]s of the rule "
+                f"set on the Masking page ({rule.describe()}; seed {PROFILE_SEED}):")
+    profile = cached_lens_profile(model_key, PROFILE_SENTENCES, PROFILE_SEED, rule, model, tokenizer)
+    if profile.positions == 0:
+        st.info("This rule puts no [MASK] in these sentences: raise p or the [MASK] share on the Masking page.")
+        return
     show(lens_profile_figure(profile, height=ui.chart_height(340)), "inside_lens_profile_fig")
 
 
@@ -411,7 +406,8 @@ def lesson_bytes() -> bytes:
     lens = profile = None
     if head_parts(model) is not None:
         lens = cached_lens(model_key, ids_key, position, true_id, 5, model, tokenizer)
-        profile = cached_lens_profile(model_key, PROFILE_SENTENCES, PROFILE_SEED, model, tokenizer)
+        profile = cached_lens_profile(model_key, PROFILE_SENTENCES, PROFILE_SEED, ui.shared_masking_config(),
+                                      model, tokenizer)
     layer, head = (n - 1 for n in st.session_state.get("inside_head_kept", (1, 1)))
     tables = {"head_patterns": patterns.records(), "saliency": result.records()}
     if lens is not None:

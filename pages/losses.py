@@ -5,7 +5,7 @@ import streamlit as st
 import torch
 
 import ui
-from mlm_core import Decision, MLMLabError
+from mlm_core import MLMLabError, decision_names
 from mlm_core.bundled import workshop_documents
 from mlm_core.lessons.export import lesson_zip, masking_settings
 from mlm_core.figures.losses import (
@@ -26,7 +26,6 @@ from mlm_core.lessons.loss_lab import (
     LossSettings,
     batch_losses,
     gradient_rows,
-    loss_batch,
     loss_sentences,
     per_token_rows,
     per_token_table,
@@ -71,24 +70,13 @@ model, tokenizer = ui.model_or_stop(settings)
 rule = ui.shared_masking_config()
 
 # --------------------------------------------------------------------------- the batch
-texts = ui.batch_sentences_controls("loss", settings.seed, n=BATCH_SENTENCES, max_chars=MAX_CHARS)
-if not texts:
-    st.warning("There is no text: type at least one sentence, or use the workshop corpus.")
-    st.stop()
-vocab_size = model.get_output_embeddings().weight.shape[0]
-counts = ui.cached_corpus_counts(settings.model_name, vocab_size, tokenizer)
-try:
-    batch = loss_batch(model, tokenizer, texts, rule, seed=settings.seed, counts=counts)
-except MLMLabError as exc:
-    ui.show_error(exc)
-    st.stop()
-st.caption(f"Masking rule (from the Masking page or the shared link): {rule.strategy.replace('_', ' ')} masking, "
-           f"p = {rule.mlm_probability:.0%}, {rule.mask_replace_prob:.0%} [MASK] / {rule.random_replace_prob:.0%} "
-           f"random / {rule.unchanged_prob:.0%} unchanged.")
+batch = ui.loss_batch_controls("loss", settings, model, tokenizer, rule, n=BATCH_SENTENCES, max_chars=MAX_CHARS)
+vocab_size, counts = model.get_output_embeddings().weight.shape[0], batch.counts  # counts: the corpus' (V,)
+st.caption(f"Masking rule (from the Masking page or the shared link): {rule.describe()}.")
 with st.expander(f"The batch: {len(batch.texts)} sentences, {len(batch.targets)} selected tokens (seed {settings.seed})"):
     for row, tokens in enumerate(batch.encoded.tokens):
-        codes = batch.result.decisions[row].tolist()[: len(tokens)]
-        ui.token_chips(tokens, [Decision(code).name for code in codes])
+        ui.token_chips(tokens, decision_names(batch.result, row, special_tokens_mask=batch.encoded.special_tokens_mask,
+                                              length=len(tokens)))
     ui.decision_legend()
 if len(batch.targets) == 0:
     st.info("Nothing was selected in this batch, so every loss is 0 (and F.cross_entropy would give NaN: "

@@ -5,7 +5,7 @@ import streamlit as st
 import torch
 
 import ui
-from mlm_core import Decision, MaskingConfig, MLMLabError, encode, mask_batch
+from mlm_core import MLMLabError, decision_names, encode, mask_batch
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import clip_text, mask_sentence
 from mlm_core.figures.masking import DECISION_WORDS
@@ -199,7 +199,7 @@ def from_masking_page():
                f"{config.strategy.replace('_', ' ')}, p = {config.mlm_probability:g} — rebuilt from the link, so "
                "everyone who opens it sees the same masks.")
     return encoded.tokens[0], encoded.input_ids[0], result.input_ids[0], result.labels[0], result.decisions[0], \
-        encoded.attention_mask[0]
+        encoded.attention_mask[0], encoded.special_tokens_mask[0]
 
 
 def typed_blank_lesson(tokens: list[str], encoded, blanks: list[int]) -> None:
@@ -298,13 +298,7 @@ if picked is None:
     if not text:
         st.warning("The sentence is empty: pick an example or type a sentence.")
         st.stop()
-    try:
-        encoded = encode(tokenizer, with_mask_token(tokenizer, text), max_length=MAX_TOKENS)
-    except MLMLabError as exc:
-        ui.show_error(exc)
-        st.stop()
-    if clipped or encoded.truncated[0]:
-        st.info(f"Only the first {MAX_TOKENS} tokens are used.")
+    encoded = ui.encode_or_stop(tokenizer, with_mask_token(tokenizer, text), max_tokens=MAX_TOKENS, clipped=clipped)
     tokens = encoded.tokens[0]
     blanks = [b for b in typed_blanks(tokenizer, encoded.input_ids[0]) if b < len(tokens)]
     if blanks:
@@ -318,8 +312,8 @@ if picked is None:
                             random_replace_prob=random_share,
                             generator=torch.Generator().manual_seed(settings.seed))
     picked = (tokens, encoded.input_ids[0], masked.input_ids, masked.labels, masked.decisions,
-              encoded.attention_mask[0])
-tokens, original_ids, seen_ids, labels, decisions, attention_mask = picked
+              encoded.attention_mask[0], encoded.special_tokens_mask[0])
+tokens, original_ids, seen_ids, labels, decisions, attention_mask, special = picked
 
 k = st.slider("How many guesses to show (k)", 1, 10, 5, key="pred_k")
 try:
@@ -331,13 +325,13 @@ if not predictions.positions:
     st.info("No token of this sentence was selected: re-roll on the Masking page, or mask tokens here.")
     st.stop()
 
-names = [Decision(int(d)).name for d in decisions.tolist()]
+names = decision_names(decisions, special_tokens_mask=special, length=len(tokens))
 seen_tokens = tokenizer.convert_ids_to_tokens(seen_ids.tolist())[: len(tokens)]
 st.subheader("What the model sees")
-ui.token_chips(seen_tokens, names[: len(tokens)])
+ui.token_chips(seen_tokens, names)
 st.subheader("What it should predict")
 st.caption("The original token at every selected position, [MASK], random and unchanged alike.")
-ui.token_chips(tokens, names[: len(tokens)])
+ui.token_chips(tokens, names)
 ui.decision_legend()
 
 # --------------------------------------------------------------------------- the guesses
@@ -412,23 +406,25 @@ st.markdown(
 )
 n_sentences = st.select_slider("Sentences of the workshop corpus", [32, 64, 128, 256], value=64,
                                key="pred_corpus_n")
-if st.button("📊 Compare on many sentences (BERT's 15% and 80/10/10)", key="pred_corpus_run"):
+rule = ui.shared_masking_config()  # the learner's rule (Masking page or link), BERT's by default
+corpus_key = (settings.model_name, settings.seed, n_sentences, rule)
+if st.button(f"📊 Compare on many sentences ({rule.describe()})", key="pred_corpus_run"):
     sentences = workshop_sentences()[:n_sentences]
     with st.spinner("Masking and predicting…"):
         try:
             batch = encode(tokenizer, sentences, max_length=64)
-            corpus_masked = mask_batch(tokenizer, batch, MaskingConfig(),
+            corpus_masked = mask_batch(tokenizer, batch, rule,
                                        torch.Generator().manual_seed(settings.seed), trace=False)
-            st.session_state["pred_corpus"] = (settings.model_name, settings.seed, n_sentences, predict_masked(
+            st.session_state["pred_corpus"] = (*corpus_key, predict_masked(
                 model, tokenizer, corpus_masked.input_ids, batch.attention_mask, corpus_masked.labels, k=1,
                 decisions=corpus_masked.decisions))
         except MLMLabError as exc:
             ui.show_error(exc)
 corpus = st.session_state.get("pred_corpus")
-if corpus is not None and corpus[:3] == (settings.model_name, settings.seed, n_sentences):
-    summary = summarize_by_decision(corpus[3])
+if corpus is not None and corpus[:4] == corpus_key:
+    summary = summarize_by_decision(corpus[4])
     st.markdown(decision_comparison_text(summary, n_sentences))
-    chart(decision_comparison_figure(corpus[3]), "pred_corpus_fig", "predictions_by_decision", height=380)
+    chart(decision_comparison_figure(corpus[4]), "pred_corpus_fig", "predictions_by_decision", height=380)
     table = pd.DataFrame(summary).rename(columns=SUMMARY_COLUMNS)
     table["what masking did"] = table["what masking did"].map(DECISION_WORDS)  # the legend's words, not enum names
     ui.table(table.round(3))

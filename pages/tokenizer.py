@@ -7,7 +7,9 @@ import ui
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import clean_text, read_text_upload, split_sentences
 from mlm_core.errors import MLMLabError
+from mlm_core.costs import head_cost
 from mlm_core.figures.vocab import frequency_profile_figure, head_cost_figure, split_metrics_figure
+from mlm_core.lessons.vocab import frequency_profile, whole_word_demo
 from mlm_core.vocab import (
     ALGORITHM_LABELS,
     MAX_VOCAB_SIZE,
@@ -16,15 +18,12 @@ from mlm_core.vocab import (
     VocabCache,
     cut_differences,
     corpus_hash,
-    frequency_profile,
-    head_cost,
     holdout_split,
     measure,
     most_split_word,
     reachable_sizes,
     sentence_words,
     tokenize_words,
-    whole_word_demo,
 )
 
 CACHE_KEY = "tokenizer_vocab_cache"  # this page's VocabCache: vocabularies trained in this session
@@ -318,11 +317,10 @@ if demo is not None:
     ui.decision_legend()
     for strategy, title in (("token", "Token masking (BERT's original)"), ("whole_word", "Whole-word masking")):
         example = demo.examples[strategy]
-        decisions = ["SPECIAL" if s else d for s, d in zip(example.special, example.decisions)]
         originals = [o if o != t else None for t, o in zip(example.tokens, example.originals)]
         st.markdown(f"**{title}** — draw {example.draw + 1} of {demo.n_draws}: {example.word_hidden} of the "
                     f"{n_pieces} pieces of '{demo.word}' selected")
-        ui.token_chips(example.tokens, decisions, originals)
+        ui.token_chips(example.tokens, example.decisions, originals)
     c1, c2 = st.columns(2)
     c1.metric("token masking: word only partly hidden", f"{demo.partial_share['token']:.0%}",
               help="Of the draws that selected any piece of the word.")

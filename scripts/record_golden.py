@@ -27,7 +27,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from mlm_core import build_default  # noqa: E402
 from mlm_core.bundled import load_default_tokenizer, workshop_sentences  # noqa: E402
 from mlm_core.data import encode, mask_batch  # noqa: E402
 from mlm_core.lessons.loss_lab import loss_batch  # noqa: E402
@@ -37,7 +36,8 @@ from mlm_core.losses import (  # noqa: E402
 )
 from mlm_core.masking import SPAN_REPLACEMENTS, STRATEGIES, MaskingConfig  # noqa: E402
 from mlm_core.models import tiny_random_masked_lm  # noqa: E402
-from mlm_core.training import LOSSES, TrainConfig, train_variants  # noqa: E402
+from mlm_core.training import LOSSES, TrainConfig, TrainStep, train_variants  # noqa: E402
+from scripts import build_default_mlm  # noqa: E402
 
 SENTENCES = (
     "The cat sat on the mat because it was unbelievably warm.",
@@ -113,23 +113,34 @@ def golden_training(tokenizer) -> dict:
 
 
 def golden_build_loop(tmp: Path, tokenizer) -> dict:
-    """The first 20 losses of ``python -m mlm_core.build_default``'s loop on a tiny setting, read by
-    wrapping ``build_default.masked_loss``: workshop corpus only, 2 x 32 tokens, no cloze sets, once
-    plain and once with the anti-copy term of the shipped build.
+    """The first 20 losses of ``scripts/build_default_mlm.py`` on a tiny setting, read from its steps
+    (``training.TrainStep``, the loop's step it trains with): workshop corpus only, 2 x 32 tokens, no
+    cloze sets, once plain and once with the anti-copy term of the shipped build, each with dropout
+    and without (``*_no_dropout``: dropout probabilities set to 0, so the losses depend on the batches,
+    masks, loss and updates only).
 
     The tiny random BERT stands in for the 22M-parameter encoder the build starts from (20 steps of
     that take ~15 s on one thread, ~0.7 s a step); evaluations, checkpoints and the export are
     stubbed out: they do not change the losses."""
-    runs = {}
-    for name, extra in (("plain", []), ("anti_copy", ["--anti-copy", "2.0"])):
-        losses: list[float] = []
-        real = build_default.masked_loss
 
-        def recording(model, ids, att, labels, reduction="mean", **kw):
-            loss, m = real(model, ids, att, labels, reduction=reduction, **kw)
-            if torch.is_grad_enabled() and reduction == "mean":  # the training step, not the held-out loss
-                losses.append(float(loss.detach()))
-            return loss, m
+    def tiny_model(dropout: bool):
+        model = tiny_random_masked_lm(tokenizer)[0]
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout) and not dropout:
+                module.p = 0.0
+        return model
+
+    runs = {}
+    for name, extra, dropout in (("plain", [], True), ("anti_copy", ["--anti-copy", "2.0"], True),
+                                 ("plain_no_dropout", [], False),
+                                 ("anti_copy_no_dropout", ["--anti-copy", "2.0"], False)):
+        losses: list[float] = []
+        real_step = TrainStep.__call__
+
+        def recording(self, *args, **kwargs):
+            loss = real_step(self, *args, **kwargs)
+            losses.append(loss)
+            return loss
 
         missing = str(tmp / "none.tsv")
         argv = ["--out", str(tmp / "out"), "--ckpt-dir", str(tmp / name), "--steps", str(TRAIN_STEPS),
@@ -137,16 +148,14 @@ def golden_build_loop(tmp: Path, tokenizer) -> dict:
                 "--no-wordnet", "--cloze", missing, "--dev", missing, "--everyday", missing,
                 "--eval-every", "1000", "--ckpt-every", "1000", "--export-every", "0", *extra]
         threads = torch.get_num_threads()
-        with mock.patch.object(build_default, "masked_loss", recording), \
-                mock.patch.object(build_default.dm, "build_untrained",
-                                  lambda: tiny_random_masked_lm(tokenizer)[0]), \
-                mock.patch.object(build_default, "evaluate", lambda *a, **k: {}), \
-                mock.patch.object(build_default, "save_checkpoint", lambda *a, **k: None), \
-                mock.patch.object(build_default, "export_asset", lambda *a, **k: {}), \
-                mock.patch("builtins.print", lambda *a, **k: None), \
-                torch.random.fork_rng(devices=[]):  # main() seeds the global RNG: give the caller's back
+        with mock.patch.object(TrainStep, "__call__", recording), \
+                mock.patch.object(build_default_mlm.dm, "build_untrained", lambda: tiny_model(dropout)), \
+                mock.patch.object(build_default_mlm, "measure", lambda *a, **k: {}), \
+                mock.patch.object(build_default_mlm, "save_checkpoint", lambda *a, **k: None), \
+                mock.patch.object(build_default_mlm, "export_asset", lambda *a, **k: {}), \
+                mock.patch("builtins.print", lambda *a, **k: None):
             try:
-                build_default.main(argv)
+                build_default_mlm.main(argv)
             finally:
                 torch.set_num_threads(threads)
         runs[name] = {"argv": [a.replace(str(tmp), "<tmp>") for a in argv[4:]], "losses": losses}

@@ -41,7 +41,7 @@ from mlm_core import encode, load_masked_lm  # noqa: E402
 from mlm_core.bundled import gazetteer, workshop_sentences  # noqa: E402
 from mlm_core.data import mask_batch  # noqa: E402
 from mlm_core.default_model import read_build_record  # noqa: E402
-from mlm_core.inside import agreement_over_texts, lens_profile_on_texts, measure_head_patterns  # noqa: E402
+from mlm_core.lessons.inside import agreement_over_texts, lens_profile_on_texts, measure_head_patterns  # noqa: E402
 from mlm_core.formatting import signed as signed_number  # noqa: E402
 from mlm_core.lessons.loss_lab import (  # noqa: E402
     SWEEP_PURPOSE,

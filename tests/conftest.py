@@ -18,6 +18,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -34,12 +35,100 @@ def _chdir_root(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
-@pytest.fixture
-def apptest():
-    """Factory: ``apptest("pages/masking.py")`` → an AppTest of that page (not yet run), 120 s timeout."""
-    from streamlit.testing.v1 import AppTest
+TINY_MODEL = "tiny-random"  # every page test runs on the tiny random BERT, built from a config (no weights)
 
-    def make(path: str, timeout: float = 120):
-        return AppTest.from_file(str(ROOT / path), default_timeout=timeout)
+
+@pytest.fixture
+def apptest(monkeypatch):
+    """Factory: ``apptest("pages/masking.py", state={...}, query={...})`` → an AppTest of that page (not yet run).
+
+    The page starts on the tiny random BERT (``MLMLAB_MODEL``, the sidebar's default), with ``state``
+    in its session and ``query`` in its address; 120 s timeout unless ``timeout`` says otherwise.
+    """
+    monkeypatch.setenv("MLMLAB_MODEL", TINY_MODEL)
+
+    def make(path: str, timeout: float = 120, *, state: dict | None = None, query: dict | None = None):
+        at = AppTest.from_file(str(ROOT / path), default_timeout=timeout)
+        for key, value in (state or {}).items():
+            at.session_state[key] = value
+        at.query_params.update(query or {})
+        return at
 
     return make
+
+
+class TinyMLMs:
+    """Tiny masked LMs of several families with large random weights, and random masked batches for them.
+
+    The head and predict tests need no tokenizer: ids are drawn from a vocabulary of ``VOCAB``.
+    """
+
+    VOCAB = 97
+    B, T = 3, 12
+
+    def config(self, arch: str):
+        import transformers as tf
+
+        common = dict(vocab_size=self.VOCAB, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+        if arch == "bert":
+            return tf.BertConfig(hidden_size=32, max_position_embeddings=64, **common)
+        if arch == "distilbert":
+            return tf.DistilBertConfig(vocab_size=self.VOCAB, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+                                       max_position_embeddings=64)
+        if arch in ("roberta", "xlm-roberta", "camembert"):
+            cls = {"roberta": tf.RobertaConfig, "xlm-roberta": tf.XLMRobertaConfig, "camembert": tf.CamembertConfig}[arch]
+            return cls(hidden_size=32, max_position_embeddings=64, pad_token_id=1, **common)
+        if arch == "albert":
+            return tf.AlbertConfig(embedding_size=16, hidden_size=32, max_position_embeddings=64, **common)
+        if arch == "electra":  # a head head.py does not know: exercises the fallback
+            return tf.ElectraConfig(embedding_size=16, hidden_size=32, max_position_embeddings=64, **common)
+        raise ValueError(arch)
+
+    def model(self, arch: str, seed: int = 0):
+        """A tiny masked LM with large random weights, so logits differ a lot between tokens."""
+        import torch
+        from transformers import AutoModelForMaskedLM
+
+        with torch.random.fork_rng(devices=[]):
+            model = AutoModelForMaskedLM.from_config(self.config(arch))
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+        return model.eval()
+
+    def batch(self, seed: int = 0, rate: float = 0.3):
+        """(input_ids, attention_mask, labels), each (B, T): one padded row, at least one selected position."""
+        import torch
+
+        from mlm_core.masking import IGNORE_INDEX
+
+        B, T, V = self.B, self.T, self.VOCAB
+        g = torch.Generator().manual_seed(seed)
+        input_ids = torch.randint(5, V, (B, T), generator=g)  # (B, T)
+        attention_mask = torch.ones(B, T, dtype=torch.long)
+        attention_mask[1, -3:] = 0  # one padded row
+        selected = torch.rand(B, T, generator=g) < rate
+        selected[0, 1] = True  # at least one selected position
+        selected[1, -3:] = False
+        labels = torch.where(selected, torch.randint(5, V, (B, T), generator=g), IGNORE_INDEX)
+        return input_ids, attention_mask, labels
+
+
+@pytest.fixture(scope="session")
+def tiny_mlms():
+    """Tiny masked LMs and batches for the head, predict and models tests (``tiny_mlms.model("bert")``)."""
+    return TinyMLMs()
+
+
+@pytest.fixture
+def run_page(apptest):
+    """Factory: ``run_page("pages/inside.py", ...)`` → that page's AppTest after one run without an exception
+    (the arguments are ``apptest``'s)."""
+
+    def run(path: str, **kwargs):
+        at = apptest(path, **kwargs).run()
+        assert not at.exception, at.exception
+        return at
+
+    return run

@@ -243,3 +243,11 @@ def test_corpus_size_is_checked_before_reading(tmp_path, corpus, monkeypatch, ca
     code = cli.main(["train", "--model", "tiny-random", "--corpus", str(corpus), "--output", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and "the limit is" in err and "Traceback" not in err
+
+
+def test_build_default_points_at_the_build_script(capsys):
+    """The default-model build is a script (the package never imports it): the old command says where."""
+    assert cli.main(["build-default", "--steps", "5"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "python scripts/build_default_mlm.py --steps 5" in err
+    assert (Path(__file__).resolve().parent.parent / "scripts" / "build_default_mlm.py").is_file()

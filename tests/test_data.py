@@ -89,7 +89,8 @@ def _same_encoding(a, b) -> bool:
 
 def test_settings_left_in_the_backend_do_not_reach_the_next_caller(tokenizer):
     """An encode cut at 4 tokens must not cut the vocabulary lesson's counts (the backend keeps its last settings)."""
-    from mlm_core.vocab import frequency_profile, measure
+    from mlm_core.lessons.vocab import frequency_profile
+    from mlm_core.vocab import measure
 
     long_text = "the cat sat on the mat and looked at the garden " * 3
     alone = measure(tokenizer, [long_text])

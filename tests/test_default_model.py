@@ -6,12 +6,15 @@ import json
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from mlm_core import default_model as dm
 from mlm_core.bundled import load_default_tokenizer
+from mlm_core.head import HeadFallbackWarning
+from scripts import default_mlm_data as bd
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSET = ROOT / "assets" / "default_mlm"
@@ -139,7 +142,14 @@ def test_is_copy_flags_repeated_sentence_words_only():
 
 
 class _ScriptedMLM(torch.nn.Module):
-    """A stand-in masked LM whose logits at every position are one fixed row per sentence."""
+    """A stand-in masked LM whose logits at every position are one fixed row per sentence.
+
+    Its head is none that ``head.masked_lm_logits`` knows, so that computes the full logits and
+    gathers the [MASK] rows: the path every unknown model takes.
+    """
+
+    config = SimpleNamespace(model_type="scripted")
+    device = torch.device("cpu")
 
     def __init__(self, tokenizer, guesses):
         super().__init__()
@@ -148,15 +158,12 @@ class _ScriptedMLM(torch.nn.Module):
         self.w = torch.nn.Parameter(torch.zeros(1))
         self.calls = 0
 
-    def bert(self, input_ids, attention_mask):
-        out = torch.zeros(input_ids.shape[0], input_ids.shape[1], len(self.tok))
+    def forward(self, input_ids, attention_mask=None):
+        out = torch.zeros(input_ids.shape[0], input_ids.shape[1], len(self.tok))  # (B, T, V)
         for b in range(input_ids.shape[0]):
             out[b, :, self.tok.convert_tokens_to_ids(self.guesses[self.calls + b])] = 10.0
         self.calls += input_ids.shape[0]
-        return type("Out", (), {"last_hidden_state": out})()
-
-    def cls(self, h):
-        return h
+        return SimpleNamespace(logits=out)
 
 
 def test_cloze_eval_copy_rate_on_a_hand_made_case():
@@ -168,7 +175,8 @@ def test_cloze_eval_copy_rate_on_a_hand_made_case():
         ("The cat sat on the [MASK].", ["mat", "cat"]),  # guessed cat: accepted, so no copy
     ]
     model = _ScriptedMLM(tokenizer, ["milk", "east", "door", "cat"])
-    out = dm.cloze_eval(model, tokenizer, rows, k=5)
+    with pytest.warns(HeadFallbackWarning):
+        out = dm.cloze_eval(model, tokenizer, rows, k=5)
     assert [r["copy"] for r in out["rows"]] == [True, False, True, False]
     assert out["copy_rate"] == pytest.approx(0.5)
     assert out["top1"] == pytest.approx(0.5)
@@ -178,50 +186,6 @@ def test_standard_error_is_binomial():
     assert dm.standard_error(0.5, 100) == pytest.approx(0.05)
     assert dm.standard_error(0.235, 149) == pytest.approx(0.0347, abs=1e-4)  # the ~4 points of issue 19
     assert dm.standard_error(0.0, 10) == 0.0
-
-
-def test_anti_copy_term_is_the_unlikelihood_of_the_other_tokens():
-    from mlm_core import build_default as bd
-    from mlm_core.models import tiny_random_masked_lm
-
-    model, tokenizer = tiny_random_masked_lm()
-    a, b, c = tokenizer.convert_tokens_to_ids(["milk", "coffee", "her"])
-    ids = torch.tensor([[tokenizer.cls_token_id, a, b, c, a, tokenizer.sep_token_id]])
-    special = torch.tensor([[True, False, False, False, False, True]])
-    labels = torch.full_like(ids, -100)
-    labels[0, 2] = b  # "coffee" is hidden; "milk" and "her" are the words it could copy
-    corrupted = ids.clone()
-    corrupted[0, 2] = tokenizer.mask_token_id
-    att = torch.ones_like(ids)
-    with torch.no_grad():
-        plain, _ = bd.masked_loss(model, corrupted, att, labels)
-        both, _ = bd.masked_loss(model, corrupted, att, labels, anti_copy=1000.0, original=ids, special=special)
-        h = model.bert(input_ids=corrupted, attention_mask=att).last_hidden_state[0, 2]
-        p = model.cls(h[None]).float().softmax(-1)[0]
-    expected = -(torch.log1p(-p[a]) + torch.log1p(-p[c]))  # each other token once; not the answer, not [CLS]/[SEP]
-    assert float(both - plain) == pytest.approx(1000.0 * float(expected), rel=1e-3)  # large weight: the tiny term survives float32
-
-
-def test_heldout_losses_report_every_selected_position_and_the_mask_positions_alone():
-    from mlm_core import build_default as bd
-    from mlm_core.models import tiny_random_masked_lm
-
-    model, tokenizer = tiny_random_masked_lm()
-    continuation = torch.tensor([t.startswith("##") for t in tokenizer.convert_ids_to_tokens(range(len(tokenizer)))])
-    seqs = [tokenizer("the cat sat on the mat and watched the birds in the garden today", add_special_tokens=False)
-            ["input_ids"]] * 6
-    masker, _ = bd.make_masker(tokenizer, "token", mlm_probability=0.5)
-    losses = bd.heldout_losses(model, tokenizer, seqs, masker, continuation)
-    assert losses["loss"] == pytest.approx(bd.heldout_loss(model, tokenizer, seqs, masker, continuation))
-    # by hand: the same seeded masks, the loss at the [MASK] positions only
-    ids, att, special, word_ids = bd.collate(tokenizer, seqs, continuation)
-    res = masker(ids, special, word_ids, torch.Generator().manual_seed(1234))
-    at_mask = res.input_ids == tokenizer.mask_token_id
-    assert bool(at_mask.any()) and bool(((res.labels != -100) & ~at_mask).any())  # both kinds present
-    with torch.no_grad():
-        expected, n = bd.masked_loss(model, res.input_ids, att, torch.where(at_mask, res.labels, -100))
-    assert losses["mask_loss"] == pytest.approx(float(expected), rel=1e-5) and n == int(at_mask.sum())
-    assert bd.heldout_losses(model, tokenizer, [], masker, continuation) is None
 
 
 def test_build_scores_read_the_record():
@@ -275,8 +239,6 @@ def _overlaps(documents, runs):
 
 
 def test_workshop_corpus_shares_no_run_with_the_cloze_set(cloze_rows):
-    from mlm_core import build_default as bd
-
     docs = bd.read_workshop_documents()  # raw, before the build's filter: the corpus itself is clean
     assert len(docs) > 50
     assert _overlaps(docs, _runs(cloze_rows)) == []
@@ -288,8 +250,6 @@ def _all_eval_rows(cloze_rows):
 
 
 def test_wordnet_source_as_built_shares_no_run_with_the_cloze_set(cloze_rows):
-    from mlm_core import build_default as bd
-
     if not (bd.WORDNET_DIR / "data.noun").is_file():
         pytest.skip("wordnet-base is not installed here (it is only needed to build the model)")
     rows = _all_eval_rows(cloze_rows)
@@ -301,8 +261,6 @@ def test_wordnet_source_as_built_shares_no_run_with_the_cloze_set(cloze_rows):
 
 
 def test_workshop_corpus_shares_no_run_with_the_dev_and_everyday_sets(cloze_rows):
-    from mlm_core import build_default as bd
-
     rows = _all_eval_rows(cloze_rows)
     assert len(rows) >= len(cloze_rows) + 200
     assert _overlaps(bd.read_workshop_documents(), _runs(rows[len(cloze_rows):])) == []
@@ -322,8 +280,6 @@ def _tiny_npm_tarball(path, files):
 
 
 def test_npm_sources_are_read_into_sentences(tmp_path):
-    from mlm_core import build_default as bd
-
     sotu = _tiny_npm_tarball(tmp_path / "sotu.tgz", {
         "package/data/1790_george_washington_n.txt": "Fellow-Citizens: I meet you with pleasure. (Applause.) Is it "
         "not so? We\u2019ll see\u2014soon. The end.",
@@ -340,8 +296,6 @@ def test_npm_sources_are_read_into_sentences(tmp_path):
 
 def test_npm_sources_as_built_share_no_run_with_the_eval_sets(cloze_rows):
     """Checked where the build's npm tarballs are present (they are fetched only to build the model)."""
-    from mlm_core import build_default as bd
-
     tgz = {k: Path("/tmp/mlmlab_npm") / f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
            for k, (name, version) in bd.NPM_SOURCES.items()}
     if not all(p.is_file() for p in tgz.values()):
@@ -356,8 +310,6 @@ def test_npm_sources_as_built_share_no_run_with_the_eval_sets(cloze_rows):
 
 
 def test_cloze_filter_catches_runs_and_short_sentences():
-    from mlm_core import build_default as bd
-
     filt = bd.ClozeFilter([("We walked along the quiet river at the end of the [MASK].", ["day"]),
                            ("Pass the [MASK], please.", ["salt"])])
     assert filt.hits("Yesterday we walked along the quiet river at the end of it.")  # 8-word run without the mask
@@ -368,14 +320,12 @@ def test_cloze_filter_catches_runs_and_short_sentences():
 
 
 # --------------------------------------------------------------------------- the Predictions page's model panel
-def test_predictions_panel_shows_the_build_record(apptest):
+def test_predictions_panel_shows_the_build_record(run_page):
     """The panel says how good the bundled model is: the build record's numbers, with standard errors."""
     import ui
 
-    at = apptest("pages/predictions.py")
-    at.session_state[ui.KEYS.model] = ui.DEFAULT_MODEL  # the tests' default is the tiny random BERT
-    at.run()
-    assert not at.exception
+    # the tests' default is the tiny random BERT
+    at = run_page("pages/predictions.py", state={ui.KEYS.model: ui.DEFAULT_MODEL})
     record = json.loads((ASSET / dm.BUILD_FILE).read_text(encoding="utf-8"))
     scores = dm.build_scores(record)
     shown = {m.label: m.value for m in at.metric}

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from mlm_core.efficiency import (BYTES_PER_VALUE, LOSS_PATHS, STEP_CATEGORIES, STEP_SETTINGS, amp_and_checkpointing,
-                                 bert_step_flops, human_bytes, ideal_step_speedup, logits_size, loop_vs_vectorised,
-                                 loss_path_functions, loss_paths, median, median_times, paired_ratio, peak_memory_bytes,
-                                 step_time_breakdown)
+from mlm_core.costs import BYTES_PER_VALUE, bert_step_flops, ideal_step_speedup, logits_size
+from mlm_core.lessons.efficiency import (LOSS_PATHS, STEP_CATEGORIES, STEP_SETTINGS, amp_and_checkpointing,
+                                         loop_vs_vectorised, loss_path_functions, loss_paths, step_time_breakdown)
+from mlm_core.measure import human_bytes, median, median_times, paired_ratio, peak_memory_bytes
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX
 from mlm_core.head import encoder_states, head_parts
@@ -154,7 +154,8 @@ def test_every_setting_steps_from_the_same_weights(tiny):
 def test_step_gemms_add_up_to_the_flops_formula():
     from transformers import BertConfig
 
-    from mlm_core.efficiency import gemm_timer, step_gemms
+    from mlm_core.costs import step_gemms
+    from mlm_core.measure import gemm_timer
 
     cfg = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
                      vocab_size=30522)
@@ -222,7 +223,7 @@ def test_median_times_runs_each_function_round_robin():
 # ------------------------------------------------------------------ many sessions, one process (issue 16, item 1)
 TWO_PROFILERS = """
 import threading
-from mlm_core.efficiency import peak_memory_bytes
+from mlm_core.measure import peak_memory_bytes
 
 def work():
     import torch
@@ -262,7 +263,7 @@ def test_two_simultaneous_memory_measurements_do_not_crash_the_process():
 def test_a_second_measurement_is_told_the_server_is_busy():
     import threading
 
-    from mlm_core.efficiency import MeasurementBusyError, exclusive_measurement
+    from mlm_core.measure import MeasurementBusyError, exclusive_measurement
 
     inside, release = threading.Event(), threading.Event()
 

@@ -134,7 +134,7 @@ def test_no_overlap_with_wordnet():
 def test_no_overlap_with_the_builds_npm_sources():
     """State of the Union and Moby-Dick, read by the build's own readers from its npm cache (skipped
     where the build has never run: the tests never fetch them)."""
-    from mlm_core import build_default
+    from scripts import default_mlm_data as build_default
 
     cache = Path("/tmp/mlmlab_npm")
     readers = {"sotu": build_default.read_sotu_documents, "moby": build_default.read_moby_documents}
@@ -155,7 +155,7 @@ def test_no_overlap_with_the_builds_npm_sources():
 
 def test_the_default_model_build_never_reads_the_gazetteer(monkeypatch, tmp_path):
     """The build's source reader is run with every file open watched; its code never names the file."""
-    from mlm_core import build_default
+    from scripts import default_mlm_data as build_default
 
     source = Path(build_default.__file__).read_text(encoding="utf-8").lower()
     assert "veldoria" not in source and "gazetteer" not in source

@@ -14,6 +14,7 @@ from torch import nn
 from mlm_core import inside
 from mlm_core.data import encode
 from mlm_core.errors import InputError
+from mlm_core.lessons import inside as lesson
 from mlm_core.models import TINY_FAMILIES, tiny_random_masked_lm
 from mlm_core.predict import mask_positions, predict_masked
 
@@ -160,7 +161,7 @@ def test_head_patterns_score_hand_made_heads():
         attention[0, 0, 0, i, max(i - 1, 0)] = 1.0
     attention[0, 0, 1, :, T - 1] = 1.0
     attention[0, 0, 2] = 1.0 / T
-    result = inside.head_patterns(attention, ids, None, tokens, cls_id=101, sep_id=102)
+    result = lesson.head_patterns(attention, ids, None, tokens, cls_id=101, sep_id=102)
     score = {name: result.scores[result.names.index(name), 0] for name in result.names}
     assert score["previous token"].tolist() == pytest.approx([1.0, 0.0, 1 / T])
     assert score["[SEP]"].tolist() == pytest.approx([0.0, 1.0, 1 / T])
@@ -176,11 +177,11 @@ def test_head_patterns_score_hand_made_heads():
 
 def test_head_patterns_of_a_model_on_a_batch(models, tokenizer):
     batch = encode(tokenizer, [SENTENCE, "Paris is big, and Berlin is big."])
-    result = inside.measure_head_patterns(models["roberta"], tokenizer, batch)
-    assert result.scores.shape == (len(inside.PATTERNS), 2, 2)
+    result = lesson.measure_head_patterns(models["roberta"], tokenizer, batch)
+    assert result.scores.shape == (len(lesson.PATTERNS), 2, 2)
     assert bool(((result.scores >= 0) & (result.scores <= 1 + 1e-6)).all())
-    assert result.sentences == 2 and int(result.queries[inside.PATTERNS.index("[SEP]")]) > 0
-    assert {r["pattern"] for r in result.records()} == set(inside.PATTERNS)
+    assert result.sentences == 2 and int(result.queries[lesson.PATTERNS.index("[SEP]")]) > 0
+    assert {r["pattern"] for r in result.records()} == set(lesson.PATTERNS)
 
 
 # --------------------------------------------------------------------------- the logit lens
@@ -304,18 +305,18 @@ def test_compare_models_base_against_a_changed_copy(models, tokenizer, sentence)
 
     base = models["bert"]
     _, seen, labels = sentence
-    same = inside.compare_models(base, base, tokenizer, seen, None, labels, position=6, k=3)
+    same = lesson.compare_models(base, base, tokenizer, seen, None, labels, position=6, k=3)
     assert same.loss_change == (0.0,)
     assert torch.equal(same.base_lens.true_rank, same.trained_lens.true_rank)
     changed = copy.deepcopy(base)
     with torch.no_grad():
         changed.cls.predictions.bias[int(labels[6])] += 5.0  # "training" that favours the true token
-    result = inside.compare_models(base, changed, tokenizer, seen, None, labels, position=6, k=3)
+    result = lesson.compare_models(base, changed, tokenizer, seen, None, labels, position=6, k=3)
     assert result.loss_change[0] < -1.0
     assert int(result.trained_lens.true_rank[-1]) <= int(result.base_lens.true_rank[-1])
     assert result.records()[0]["loss_change"] == result.loss_change[0]
     with pytest.raises(InputError):
-        inside.compare_models(base, changed, tokenizer, seen, None, labels[:3])
+        lesson.compare_models(base, changed, tokenizer, seen, None, labels[:3])
 
 
 def test_too_long_a_sentence_is_refused(models, tokenizer):
@@ -349,7 +350,7 @@ def test_lens_profile_matches_the_lens_and_predictions(models, tokenizer, family
 
 def test_lens_profile_on_texts_counts_mask_positions_only(models, tokenizer):
     texts = [SENTENCE, "Paris is the capital of France, and Berlin is big.", "A dog ran in the park today."] * 4
-    profile = inside.lens_profile_on_texts(models["roberta"], tokenizer, texts, seed=3)
+    profile = lesson.lens_profile_on_texts(models["roberta"], tokenizer, texts, seed=3)
     from mlm_core.data import mask_batch
     from mlm_core.masking import Decision, MaskingConfig
 
@@ -361,11 +362,11 @@ def test_lens_profile_on_texts_counts_mask_positions_only(models, tokenizer):
 
 def test_agreement_over_texts_is_the_per_sentence_comparison(models, tokenizer):
     texts = ["The cat sat on the mat.", "Paris is the capital of France."]
-    summary = inside.agreement_over_texts(models["bert"], tokenizer, texts)
+    summary = lesson.agreement_over_texts(models["bert"], tokenizer, texts)
     assert summary.taus.shape == (2, 2 + 2) and summary.names[0] == "gradient × input"
     encoded = encode(tokenizer, texts[1])
     tokens, special = encoded.tokens[0], [bool(x) for x in encoded.special_tokens_mask[0].tolist()]
-    position = inside.last_word(tokens, special)
+    position = lesson.last_word(tokens, special)
     assert tokens[position] == "france"
     ids = encoded.input_ids[0].clone()
     true_id = int(ids[position])
@@ -385,7 +386,7 @@ def test_lesson_export_holds_every_picture(models, tokenizer, sentence):
     _, seen, labels = sentence
     true_id = int(labels[6])
     attention = inside.attention_from(model, tokenizer, seen, None, 6)
-    patterns = inside.measure_head_patterns(model, tokenizer, encode(tokenizer, [SENTENCE]))
+    patterns = lesson.measure_head_patterns(model, tokenizer, encode(tokenizer, [SENTENCE]))
     result = inside.saliency(model, tokenizer, seen, None, 6, true_id)
     lens = inside.logit_lens(model, tokenizer, seen, None, 6, true_id)
     figures = lesson_figures(attention, patterns, result, lens=lens, head=(1, 1))
@@ -405,3 +406,19 @@ def test_an_eager_model_gives_its_own_weights(models, tokenizer):
     real = batch.attention_mask.bool()
     assert twin.config._attn_implementation == "eager"
     assert torch.allclose(maps.permute(0, 3, 1, 2, 4)[real], sdpa.permute(0, 3, 1, 2, 4)[real], atol=1e-5)
+
+
+def test_every_view_takes_the_ids_as_a_plain_tuple(models, tokenizer, sentence):
+    """The Inside page caches on a tuple of ids and passes it as it is: the same answers as a tensor gives."""
+    model = models["bert"]
+    _, seen, labels = sentence
+    ids, true_id = tuple(seen.tolist()), int(labels[6])
+    assert torch.equal(inside.attention_from(model, tokenizer, ids, None, 6).weights,
+                       inside.attention_from(model, tokenizer, seen, None, 6).weights)
+    assert torch.allclose(inside.gradient_saliency(model, tokenizer, ids, None, 6, true_id).grad_x_input,
+                          inside.gradient_saliency(model, tokenizer, seen, None, 6, true_id).grad_x_input)
+    skip = inside.special_positions(tokenizer, ids)
+    assert torch.allclose(inside.leave_one_out(model, tokenizer, ids, None, 6, true_id, skip=skip),
+                          inside.leave_one_out(model, tokenizer, seen, None, 6, true_id, skip=skip), equal_nan=True)
+    lens, same = (inside.logit_lens(model, tokenizer, i, None, 6, true_id, k=3) for i in (ids, seen))
+    assert torch.equal(lens.top_ids, same.top_ids) and torch.allclose(lens.true_prob, same.true_prob)

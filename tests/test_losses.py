@@ -502,3 +502,46 @@ def test_loss_bars_label_the_uniform_guess_for_a_learner():
     assert fig.layout.shapes[0].y0 == math.log(30522) and fig.layout.yaxis.range[1] > math.log(30522)
     assert uniform_guess_label(8) == "ln V = 2.08 (uniform guess over V = 8 tokens)"
     assert not loss_bars({"full": 3.0}).layout.annotations  # no V given: no line
+
+
+# --------------------------------------------------------------------------------------------
+# Unlikelihood (the default-model build's anti-copy term)
+# --------------------------------------------------------------------------------------------
+
+
+def test_unlikelihood_is_the_log_of_one_minus_each_other_token_of_the_sequence(tokenizer):
+    """By hand on the tiny model: "coffee" hidden, "milk" (twice) and "her" are what it could copy."""
+    from mlm_core.head import masked_lm_logits
+    from mlm_core.losses import context_candidates, unlikelihood_loss
+    from mlm_core.models import tiny_random_masked_lm
+
+    model, _ = tiny_random_masked_lm(tokenizer)
+    a, b, c = tokenizer.convert_tokens_to_ids(["milk", "coffee", "her"])
+    ids = torch.tensor([[tokenizer.cls_token_id, a, b, c, a, tokenizer.sep_token_id]])
+    special = torch.tensor([[True, False, False, False, False, True]])
+    labels = torch.full_like(ids, -100)
+    labels[0, 2] = b
+    corrupted = ids.clone()
+    corrupted[0, 2] = tokenizer.mask_token_id
+    with torch.no_grad():
+        logits, _ = masked_lm_logits(model, corrupted, torch.ones_like(ids), labels)  # (1, V)
+    candidates = context_candidates(ids, special, labels, logits.shape[-1])
+    assert candidates.shape == logits.shape and candidates[0].nonzero().flatten().tolist() == sorted([a, c])
+    p = logits.float().softmax(-1)[0]
+    expected = -(torch.log1p(-p[a]) + torch.log1p(-p[c]))  # each other token once; not the answer, not [CLS]/[SEP]
+    assert float(unlikelihood_loss(logits, candidates).loss) == pytest.approx(float(expected), rel=1e-6)
+
+
+def test_unlikelihood_rows_follow_the_selected_positions_and_an_empty_batch_is_zero():
+    from mlm_core.losses import context_candidates, unlikelihood_loss
+
+    ids = torch.tensor([[1, 5, 6, 2], [1, 7, 7, 2]])
+    special = torch.tensor([[1, 0, 0, 1], [1, 0, 0, 1]])
+    labels = torch.tensor([[-100, 5, -100, -100], [-100, -100, 7, -100]])
+    cands = context_candidates(ids, special, labels, vocab_size=8)  # (2, 8), row-major
+    assert cands.nonzero().tolist() == [[0, 6]]  # row 1's only other token is its own answer
+    logits = torch.zeros(2, 8)
+    out = unlikelihood_loss(logits, cands)
+    assert out.per_token.tolist() == pytest.approx([-math.log(1 - 1 / 8), 0.0])
+    empty = unlikelihood_loss(torch.zeros(0, 8, requires_grad=True), torch.zeros(0, 8, dtype=torch.bool))
+    assert float(empty.loss.detach()) == 0.0 and empty.diagnostics["empty"]

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from mlm_core import IGNORE_INDEX, Decision, InputError, MaskingConfig, encode, mask_batch, mask_tokens
+from mlm_core import IGNORE_INDEX, Decision, InputError, MaskingConfig, decision_names, encode, mask_batch, mask_tokens
 from mlm_core.data import special_ids
 from mlm_core.lessons.masking_view import (
     collator_snippet, masking_statistics, mlm_lab_snippet, split_chisquare, token_trace,
@@ -612,3 +612,41 @@ def test_random_replacement_sources_are_quoted_from_the_code():
     assert inspect.getsourcefile(data_collator).replace("\\", "/").endswith("transformers/data/data_collator.py")
     assert "`vocab_words[rng.randint(0, len(vocab_words) - 1)]`" in RANDOM_REPLACEMENT_SOURCE
     assert "create_pretraining_data.py" in RANDOM_REPLACEMENT_SOURCE and "create_masked_lm_predictions" in RANDOM_REPLACEMENT_SOURCE
+
+
+# --------------------------------------------------------------------------- decision_names: one view for every page
+def test_decision_names_names_each_decision_special_tokens_and_cuts_padding():
+    ids, special, word_ids, attention = synthetic_batch(B=16, T=32, seed=3)
+    result = run(MaskingConfig(mlm_probability=0.6), seed=3, batch=(ids, special, word_ids, attention))
+    seen = set()
+    for row in range(ids.shape[0]):
+        n = int(attention[row].sum())
+        names = decision_names(result, row, special_tokens_mask=special, length=n)
+        assert len(names) == n  # padding cut off
+        assert names[0] == names[-1] == "SPECIAL"  # [CLS] ... [SEP]
+        codes = result.decisions[row, :n].tolist()
+        for name, code, s in zip(names, codes, special[row, :n].tolist()):
+            assert name == ("SPECIAL" if s else Decision(code).name)
+        seen.update(names)
+        # a 1-D row and the batch give the same names; without a special mask [CLS] is NOT_SELECTED
+        assert decision_names(result.decisions[row], special_tokens_mask=special[row], length=n) == names
+        assert decision_names(result, row, length=n)[0] == "NOT_SELECTED"
+    assert seen == {"SPECIAL", *(d.name for d in Decision)}  # every decision met, by its enum name
+    assert len(decision_names(result, 0)) == ids.shape[1]  # no length: every position, padding too
+
+
+def test_decision_names_is_what_the_masked_sentence_and_the_quiz_show(tokenizer):
+    from mlm_core.data import mask_sentence
+    from mlm_core.lessons.quiz import make_question
+    config = MaskingConfig(mlm_probability=0.5, strategy="whole_word")
+    masked = mask_sentence(tokenizer, "The unbelievable cat sat on the mat.", config, seed=4)
+    names = decision_names(masked.result, special_tokens_mask=masked.encoded.special_tokens_mask,
+                           length=len(masked.tokens))
+    assert masked.decisions == names and names[0] == "SPECIAL" and names[-1] == "SPECIAL"
+    question = make_question(tokenizer, "guess", masked.sentence, seed=4, config=config)
+    assert list(question.decisions) == names
+
+
+def test_decision_names_rejects_a_3d_tensor():
+    with pytest.raises(InputError, match=r"\(T,\) or \(B, T\)"):
+        decision_names(torch.zeros(2, 2, 2, dtype=torch.long))

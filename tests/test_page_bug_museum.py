@@ -18,11 +18,8 @@ def _batch_json(tokenizer, *, break_it=False):
                        "labels": labels.tolist()}).encode()
 
 
-def test_bug_museum_page(apptest, monkeypatch, tokenizer):
-    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
-    at = apptest("pages/bug_museum.py", timeout=240)
-    at.run()
-    assert not at.exception, at.exception
+def test_bug_museum_page(tokenizer, run_page):
+    at = run_page("pages/bug_museum.py", timeout=240)
     assert not at.error, [e.value for e in at.error]
     headings = [m.value for m in at.markdown if m.value.startswith("#### ")]
     assert len(headings) == 10
@@ -53,27 +50,12 @@ def test_bug_museum_page(apptest, monkeypatch, tokenizer):
     assert not at.exception and at.error
 
 
-def test_bug_museum_own_text(apptest, monkeypatch):
-    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
-    at = apptest("pages/bug_museum.py", timeout=240)
-    at.run()
-    at.radio(key="museum_source").set_value("Your text")
-    at.run()
-    at.text_area(key="museum_text").input("Hi.")
-    at.run()
-    assert not at.exception, at.exception
-    at.text_area(key="museum_text").input("")
-    at.run()
-    assert not at.exception and at.warning
-
-
 def _metric(at, label_start):
     return next(m.value for m in at.metric if m.label.startswith(label_start))
 
 
-def test_museum_shows_the_loss_pages_numbers(apptest, monkeypatch):
+def test_museum_shows_the_loss_pages_numbers(apptest):
     """Same batch, same settings, same numbers on both pages, with the masking rule from a shared link."""
-    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
     link = {"seed": "3", "strategy": "whole_word", "p": "0.3"}
     loss = apptest("pages/losses.py", timeout=240)
     loss.query_params.update(link)

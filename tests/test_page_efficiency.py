@@ -4,13 +4,8 @@ import pytest
 
 
 @pytest.fixture
-def page(apptest, monkeypatch):
-    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
-    at = apptest("pages/efficiency.py")
-    at.session_state["model_name"] = "tiny-random"
-    at.run()
-    assert not at.exception
-    return at
+def page(run_page):
+    return run_page("pages/efficiency.py")
 
 
 def test_page_renders_the_size_picture_and_follows_the_sliders(page):
@@ -52,11 +47,11 @@ def test_measurement_buttons_run_without_exception(page):
     assert len(at.get("plotly_chart")) == 5
 
 
-def test_a_second_session_measuring_at_once_is_told_to_wait(page, monkeypatch):
+def test_a_second_session_measuring_at_once_is_told_to_wait(page):
     """Two students pressing Measure at the same moment: the second gets a message, not a crash."""
     import threading
 
-    from mlm_core.efficiency import exclusive_measurement
+    from mlm_core.measure import exclusive_measurement
 
     at = page
     at.select_slider(key="eff_batch").set_value(1)

@@ -12,12 +12,8 @@ from mlm_core.session_models import TrainedModels
 
 
 @pytest.fixture
-def page(apptest):
-    at = apptest("pages/inside.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
-    at.run()
-    assert not at.exception
-    return at
+def page(run_page):
+    return run_page("pages/inside.py")
 
 
 def _markdown(at) -> str:
@@ -77,12 +73,8 @@ def _store_with_a_trained_copy():
     return store
 
 
-def test_a_trained_model_beside_its_base(apptest):
-    at = apptest("pages/inside.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
-    at.session_state[ui.KEYS.trained_models] = _store_with_a_trained_copy()
-    at.run()
-    assert not at.exception
+def test_a_trained_model_beside_its_base(run_page):
+    at = run_page("pages/inside.py", state={ui.KEYS.trained_models: _store_with_a_trained_copy()})
     choice = at.selectbox(key=ui.KEYS.trained_choice)
     assert choice.options[0].endswith("(sidebar)") and "Trained" in choice.options[1]
     at.segmented_control(key="inside_view").set_value("training").run()
@@ -99,7 +91,6 @@ def test_a_trained_model_beside_its_base(apptest):
 
 def test_a_link_to_another_sessions_trained_model_falls_back_with_a_notice(apptest):
     at = apptest("pages/inside.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
     at.query_params["trained"] = "ffff0000.1"
     at.run()
     assert not at.exception
@@ -108,12 +99,8 @@ def test_a_link_to_another_sessions_trained_model_falls_back_with_a_notice(appte
     assert "trained" not in at.query_params  # the link no longer names it
 
 
-def test_predictions_page_offers_the_trained_model(apptest):
-    at = apptest("pages/predictions.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
-    at.session_state[ui.KEYS.trained_models] = _store_with_a_trained_copy()
-    at.run()
-    assert not at.exception
+def test_predictions_page_offers_the_trained_model(run_page):
+    at = run_page("pages/predictions.py", state={ui.KEYS.trained_models: _store_with_a_trained_copy()})
     at.selectbox(key=ui.KEYS.trained_choice).set_value("abc123.0").run()
     assert not at.exception and not at.error
     assert any("full loss, trained from" in e.label for e in at.expander)  # the model panel names it
@@ -122,7 +109,6 @@ def test_predictions_page_offers_the_trained_model(apptest):
 def test_a_link_carries_the_view(apptest):
     """view= in a share link opens the same view; choosing another view updates the link."""
     at = apptest("pages/inside.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
     at.query_params["view"] = "lens"
     at.run()
     assert not at.exception
@@ -133,3 +119,17 @@ def test_a_link_carries_the_view(apptest):
     assert at.query_params.get("view") in ("saliency", ["saliency"])
     at.segmented_control(key="inside_view").set_value("attention").run()
     assert "view" not in at.query_params  # the default is left out of the link
+
+
+def test_the_lens_profile_masks_with_the_learners_rule(apptest):
+    """The logit lens over many sentences reads the [MASK]s of the rule the link sets, not BERT's 15%."""
+    at = apptest("pages/inside.py")
+    at.query_params.update({"p": "0.5", "strategy": "whole_word", "view": "lens"})
+    at.run()
+    assert not at.exception
+    assert "the rule set on the Masking page (whole word masking, p = 50%" in _markdown(at)
+    nothing = apptest("pages/inside.py")  # a link whose rule masks nothing
+    nothing.query_params.update({"p": "0", "view": "lens"})
+    nothing.run()
+    assert not nothing.exception
+    assert any("puts no [MASK]" in i.value for i in nothing.info)

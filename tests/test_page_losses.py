@@ -1,5 +1,7 @@
 """AppTest of the Loss page on the tiny random model: losses, sentences, gradient, K sweep and NSP training."""
 
+import pytest
+
 from mlm_core.losses import SAMPLED_SOFTMAX
 
 
@@ -7,11 +9,8 @@ def _markdown(at):
     return "\n".join(m.value for m in at.markdown)
 
 
-def test_loss_page_end_to_end(apptest, monkeypatch):
-    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
-    at = apptest("pages/losses.py", timeout=240)
-    at.run()
-    assert not at.exception, at.exception
+def test_loss_page_end_to_end(run_page):
+    at = run_page("pages/losses.py", timeout=240)
     assert not at.error, [e.value for e in at.error]
     labels = [m.label for m in at.metric]
     assert {"full softmax", "weighted", "sampled", "gradient cosine"} <= set(labels)
@@ -52,22 +51,18 @@ def test_loss_page_end_to_end(apptest, monkeypatch):
     assert not at.exception, at.exception
 
 
-def test_loss_page_own_text_and_empty(apptest, monkeypatch):
-    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
-    at = apptest("pages/losses.py", timeout=240)
-    at.run()
-    at.radio(key="loss_source").set_value("Your text")
-    at.run()
-    assert not at.exception, at.exception
-    at.text_area(key="loss_text").input("   ")
-    at.run()
+@pytest.mark.parametrize("page, prefix", [("pages/losses.py", "loss"), ("pages/bug_museum.py", "museum")])
+def test_own_text_blank_and_hostile(run_page, page, prefix):
+    """Both pages compute on the learner's own text (ui.batch_sentences_controls): blank text is a warning, and
+    the text reaches the page's HTML only escaped."""
+    at = run_page(page, timeout=240, state={f"{prefix}_source": "Your text"})
+    at.text_area(key=f"{prefix}_text").input("   ").run()
     assert not at.exception and at.warning
-    at.text_area(key="loss_text").input("<script>alert(1)</script> The cat sat on the mat. Dogs bark at night.")
+    at.text_area(key=f"{prefix}_text").input("<script>alert(1)</script> The cat sat on the mat. Dogs bark at night.")
     at.run()
     assert not at.exception, at.exception
-    # The text reaches the page's HTML (the token chips) only escaped: its tokens "<", "script", ">" show as text.
     html = [m.value for m in at.markdown if getattr(m.proto, "allow_html", False)]
-    chips = [h for h in html if "mlm-chips" in h]
-    assert chips, "the page shows the batch's tokens as chips"
     assert not any("<script" in h or "</script" in h for h in html)
-    assert any("&lt;" in h and "script" in h for h in chips)
+    if prefix == "loss":  # the Loss page shows the batch's tokens as chips: "<", "script", ">" show as text
+        chips = [h for h in html if "mlm-chips" in h]
+        assert chips and any("&lt;" in h and "script" in h for h in chips)

@@ -9,17 +9,12 @@ import ui
 
 
 @pytest.fixture
-def masking_page(apptest):
-    at = apptest("pages/masking.py")
-    at.run()
-    assert not at.exception
-    return at
+def masking_page(run_page):
+    return run_page("pages/masking.py")
 
 
-def test_app_and_home_render(apptest):
-    at = apptest("app.py")
-    at.run()
-    assert not at.exception
+def test_app_and_home_render(run_page):
+    at = run_page("app.py")
     assert any("MLM Lab" in t.value for t in at.title)
 
 
@@ -232,7 +227,6 @@ def test_example_picker_follows_a_shared_sentence(apptest, page, key):
     listed = _examples(page)
     for sentence, expected in [(listed[2], listed[2]), ("A sentence of my own.", ui.CUSTOM_SENTENCE)]:
         at = apptest(page)
-        at.session_state[ui.KEYS.model] = "tiny-random"
         at.query_params.update({"sentence": sentence})
         at.run()
         assert not at.exception

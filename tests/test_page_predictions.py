@@ -8,12 +8,8 @@ import ui
 
 
 @pytest.fixture
-def page(apptest):
-    at = apptest("pages/predictions.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
-    at.run()
-    assert not at.exception
-    return at
+def page(run_page):
+    return run_page("pages/predictions.py")
 
 
 def _chart_keys(at):
@@ -60,19 +56,12 @@ def test_typed_sentence_and_no_tokens_picked(page):
     assert any("empty" in w.value for w in at.warning)
 
 
-def test_sentence_from_the_masking_page_and_corpus_comparison(apptest):
-    at = apptest("pages/masking.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
-    at.run()
-    assert not at.exception
+def test_sentence_from_the_masking_page_and_corpus_comparison(run_page):
+    at = run_page("pages/masking.py")
     shared = at.session_state[ui.KEYS.masking]
 
-    page = apptest("pages/predictions.py")
-    page.session_state[ui.KEYS.model] = "tiny-random"
-    page.session_state[ui.KEYS.masking] = shared
-    page.session_state["pred_source"] = "Take it from the Masking page"
-    page.run()
-    assert not page.exception
+    page = run_page("pages/predictions.py",
+                    state={ui.KEYS.masking: shared, "pred_source": "Take it from the Masking page"})
     assert any("From the Masking page" in c.value for c in page.caption)
     # the fill lesson says that it hides every scored position, unchanged and random ones too
     assert any("all start as [MASK] in the original sentence" in c.value for c in page.caption)
@@ -80,9 +69,36 @@ def test_sentence_from_the_masking_page_and_corpus_comparison(apptest):
     page.select_slider(key="pred_corpus_n").set_value(32)
     page.button(key="pred_corpus_run").click().run()
     assert not page.exception
-    assert page.session_state["pred_corpus"][3].positions
+    assert page.session_state["pred_corpus"][4].positions
     text = next(m.value for m in page.markdown if "standard error" in m.value)
     assert "n = " in text and "±" in text
+
+
+def test_the_corpus_comparison_masks_with_the_learners_rule(apptest):
+    """The many-sentences comparison uses the rule of the link (here whole words, p = 0.5), not BERT's 15%."""
+    import torch
+
+    from mlm_core import MaskingConfig, encode, mask_batch
+    from mlm_core.bundled import workshop_sentences
+    from mlm_core.models import load_masked_lm
+
+    page = apptest("pages/predictions.py")
+    page.query_params.update({"seed": "7", "p": "0.5", "strategy": "whole_word"})
+    page.run()
+    page.select_slider(key="pred_corpus_n").set_value(32)
+    page.button(key="pred_corpus_run").click().run()
+    assert not page.exception
+    assert page.button(key="pred_corpus_run").label.endswith("(whole word masking, p = 50%, 80% [MASK] / 10% random "
+                                                             "/ 10% unchanged)")
+    predictions = page.session_state["pred_corpus"][4]
+    rule = MaskingConfig(mlm_probability=0.5, strategy="whole_word")
+    _, tokenizer = load_masked_lm("tiny-random", device="cpu")
+    batch = encode(tokenizer, workshop_sentences()[:32], max_length=64)
+    expected = mask_batch(tokenizer, batch, rule, torch.Generator().manual_seed(7), trace=False)
+    selected = (expected.decisions != 0).nonzero().tolist()
+    assert [(p.row, p.position) for p in predictions.positions] == [tuple(rc) for rc in selected]
+    bert = mask_batch(tokenizer, batch, MaskingConfig(), torch.Generator().manual_seed(7), trace=False)
+    assert len(selected) > 2 * int((bert.decisions != 0).sum())  # not BERT's 15%
 
 
 def test_a_predictions_link_rebuilds_the_masking_pages_masks(apptest, tokenizer):
@@ -90,14 +106,12 @@ def test_a_predictions_link_rebuilds_the_masking_pages_masks(apptest, tokenizer)
     link = {"sentence": "Paris is the capital of France, and Berlin is the capital of Germany.", "seed": "11",
             "p": "0.4", "strategy": "whole_word"}
     page = apptest("pages/predictions.py")
-    page.session_state[ui.KEYS.model] = "tiny-random"
     page.session_state["pred_source"] = "Take it from the Masking page"
     page.query_params.update(link)
     page.run()
     assert not page.exception
     assert not any("Nothing has been masked" in i.value for i in page.info)
     masking = apptest("pages/masking.py")
-    masking.session_state[ui.KEYS.model] = "tiny-random"
     masking.query_params.update(link)
     masking.run()
     assert not masking.exception
@@ -150,18 +164,14 @@ def test_pseudo_log_likelihood_on_the_page(page):
     assert any("one random masking" in c.value for c in at.caption)
 
 
-def test_a_model_that_cannot_load_shows_an_error_not_a_traceback(apptest, monkeypatch, tmp_path):
+def test_a_model_that_cannot_load_shows_an_error_not_a_traceback(monkeypatch, tmp_path, run_page):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    at = apptest("pages/predictions.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
-    at.session_state[ui.KEYS.custom_model] = "nobody-here/no-such-model"
-    at.run()
-    assert not at.exception
+    at = run_page("pages/predictions.py", state={ui.KEYS.custom_model: "nobody-here/no-such-model"})
     assert any("tiny-random" in e.value and "no-such-model" in e.value for e in at.error)
 
 
-def test_the_model_panel_names_the_mask_only_perplexity_when_the_build_recorded_it(apptest, monkeypatch):
+def test_the_model_panel_names_the_mask_only_perplexity_when_the_build_recorded_it(monkeypatch, run_page):
     import mlm_core.models as models
 
     real = models.model_description
@@ -172,9 +182,6 @@ def test_the_model_panel_names_the_mask_only_perplexity_when_the_build_recorded_
         return about
 
     monkeypatch.setattr(models, "model_description", recorded)
-    at = apptest("pages/predictions.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
-    at.run()
-    assert not at.exception
+    at = run_page("pages/predictions.py")
     metric = next(m for m in at.metric if m.label == "held-out MLM perplexity")
     assert metric.value == "27" and "[MASK] positions alone the build measured 31." in metric.proto.help

@@ -1,14 +1,12 @@
 """AppTest of the Tokenizer page on a small pasted corpus (offline, no model weights)."""
 
 import random
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from mlm_core.vocab import TrainedVocab
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "tokenizer.py")
+PAGE = "pages/tokenizer.py"
 # Each test starts its own app (the small corpus trains in well under a second): no test depends on
 # what another one clicked, so they pass alone and in any order.
 
@@ -21,12 +19,9 @@ def _small_corpus(n: int = 60, seed: int = 0) -> str:
 
 
 @pytest.fixture
-def app():
-    at = AppTest.from_file(PAGE, default_timeout=120)
-    at.session_state["tokenizer_source"] = "paste"
-    at.session_state["tokenizer_paste"] = _small_corpus()
-    at.run()
-    return at
+def app(run_page):
+    """A fresh Tokenizer page for each test, trained on the small pasted corpus."""
+    return run_page(PAGE, state={"tokenizer_source": "paste", "tokenizer_paste": _small_corpus()})
 
 
 def test_page_trains_compares_and_hands_over(app):

@@ -105,7 +105,6 @@ def _presenter(at):
 def test_inside_charts_are_room_sized_in_presenter_view(apptest):
     """Inside the model: in presenter view the charts kept 10-14 px ticks and titles; long titles ran off."""
     at = apptest("pages/inside.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
     _presenter(at).run()
     assert not at.exception
     specs = _specs(at)
@@ -124,9 +123,8 @@ def test_inside_charts_are_room_sized_in_presenter_view(apptest):
     assert not any("green: the true token" in t for t in subtitles)  # every cell is green: the ✓ marks it
 
 
-def test_loss_charts_are_room_sized_in_presenter_view(apptest, monkeypatch):
+def test_loss_charts_are_room_sized_in_presenter_view(apptest):
     """The Loss page's charts stayed 320-380 px tall in presenter view (the guide says at least 600)."""
-    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
     at = _presenter(apptest("pages/losses.py", timeout=240))
     at.run()
     assert not at.exception
@@ -134,9 +132,8 @@ def test_loss_charts_are_room_sized_in_presenter_view(apptest, monkeypatch):
     assert heights and min(heights) >= ui.PRESENTER_CHART_HEIGHT, heights
 
 
-def test_efficiency_chart_is_room_sized_in_presenter_view(apptest, monkeypatch):
+def test_efficiency_chart_is_room_sized_in_presenter_view(apptest):
     """The Efficiency page's charts skipped ui.room_figure: 11 px ticks on the projector."""
-    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
     at = _presenter(apptest("pages/efficiency.py"))
     at.run()
     assert not at.exception
@@ -145,8 +142,7 @@ def test_efficiency_chart_is_room_sized_in_presenter_view(apptest, monkeypatch):
     assert layout["yaxis"]["tickfont"]["size"] == ui.PRESENTER_CHART_FONT_PX
 
 
-def test_museum_chart_is_room_sized_in_presenter_view(apptest, monkeypatch):
-    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
+def test_museum_chart_is_room_sized_in_presenter_view(apptest):
     at = _presenter(apptest("pages/bug_museum.py", timeout=240))
     at.run()
     assert not at.exception
@@ -163,7 +159,6 @@ def _words_only(values) -> None:
 
 def test_predictions_tables_use_the_legends_words(apptest):
     at = apptest("pages/predictions.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
     at.run()
     at.select_slider(key="pred_corpus_n").set_value(32)
     at.button(key="pred_corpus_run").click().run()
@@ -176,21 +171,15 @@ def test_predictions_tables_use_the_legends_words(apptest):
     _words_only(list(positions["decision"]))
 
 
-def test_a_tiny_mean_probability_is_not_zero_percent(apptest):
+def test_a_tiny_mean_probability_is_not_zero_percent(run_page):
     """Predictions: the metric read "0.0%" beside a chart bar labelled 6.7e-05 (the tiny model guesses at ~1/V)."""
-    at = apptest("pages/predictions.py")
-    at.session_state[ui.KEYS.model] = "tiny-random"
-    at.run()
-    assert not at.exception
+    at = run_page("pages/predictions.py")
     value = next(m.value for m in at.metric if m.label == "mean p(true token)")
     assert any(c in "123456789" for c in value), value
 
 
-def test_loss_table_uses_the_legends_words(apptest, monkeypatch):
-    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
-    at = apptest("pages/losses.py", timeout=240)
-    at.run()
-    assert not at.exception
+def test_loss_table_uses_the_legends_words(run_page):
+    at = run_page("pages/losses.py", timeout=240)
     table = next(d.value for d in at.dataframe if "decision" in d.value.columns)
     _words_only(list(table["decision"]))
 
@@ -238,7 +227,7 @@ def test_the_guides_z_scores(tokenizer):
     assert f"{z[144]:+.2f}" == "-0.00" and f"{z[3]:+.2f}" == "+3.24"
 
 
-def test_home_lists_every_lesson_page_in_the_sidebars_order(apptest):
+def test_home_lists_every_lesson_page_in_the_sidebars_order(run_page):
     """Home's "walk the pages in order" list left out Inside the model."""
     import ast
     from pathlib import Path
@@ -247,9 +236,7 @@ def test_home_lists_every_lesson_page_in_the_sidebars_order(apptest):
     pages = next(ast.literal_eval(node.value) for node in app.body
                  if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "PAGES")
     titles = [title for _, title, _ in pages if title != "Home"]
-    at = apptest("pages/home.py")
-    at.run()
-    assert not at.exception
+    at = run_page("pages/home.py")
     listing = next(m.value for m in at.markdown if "Walk the pages in order" in m.value)
     found = [t for t in titles if f"**{t}**" in listing]
     assert found == titles, found
@@ -295,12 +282,9 @@ def _decimals(text: str) -> int:
     return len(number.split(".")[1]) if "." in number else 0
 
 
-def test_loss_number_row_has_one_precision(apptest, monkeypatch):
+def test_loss_number_row_has_one_precision(run_page):
     """Loss: the row read full 2.24, sampled 2.09 next to weighted 4.523 (and cosine 0.873 beside 10.33)."""
-    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
-    at = apptest("pages/losses.py", timeout=240)
-    at.run()
-    assert not at.exception
+    at = run_page("pages/losses.py", timeout=240)
     row = {m.label: m for m in at.metric if m.label in ("full softmax", "weighted", "sampled", "gradient cosine")}
     assert len(row) == 4
     places = {label: _decimals(m.value) for label, m in row.items()}
@@ -313,7 +297,8 @@ def test_loss_number_row_has_one_precision(apptest, monkeypatch):
 def test_frequency_legend_says_the_count_leaves_the_special_tokens_out():
     """Tokenizer: "WordPiece 500 (53 of 495 entries unused)": the 5 missing entries are the special tokens."""
     from mlm_core.figures.vocab import frequency_profile_figure
-    from mlm_core.vocab import SPECIAL_TOKENS, frequency_profile, wordpiece_from_vocab
+    from mlm_core.lessons.vocab import frequency_profile
+    from mlm_core.vocab import SPECIAL_TOKENS, wordpiece_from_vocab
 
     tok = wordpiece_from_vocab(["the", "cat", "##s"])
     profile = frequency_profile(tok, ["the cat the"])

@@ -37,7 +37,7 @@ def call_name(call: ast.Call) -> str:
 
 def test_code_was_found():
     names = {p.name for p in CODE}
-    assert {"app.py", "ui.py", "masking.py"} <= names
+    assert {"app.py", "chips.py", "masking.py"} <= names
 
 
 @pytest.mark.parametrize("path", CODE, ids=lambda p: str(p.relative_to(ROOT)))
@@ -71,34 +71,16 @@ def test_files_that_write_html_escape_text(path):
     assert "html.escape" in path.read_text(encoding="utf-8") or "escape(" in path.read_text(encoding="utf-8")
 
 
-def test_chip_html_escapes_token_text():
-    from ui import chip_html
-
-    out = chip_html('<img src=x onerror="alert(1)">', "MASK", original="<script>x</script>", title='"><b>')
-    assert "<img" not in out and "<script>" not in out and '"><b>' not in out
-    assert "&lt;img" in out and "&lt;script&gt;" in out
-
-
-def test_masking_page_shows_angle_brackets_once_escaped(apptest):
+def test_masking_page_shows_angle_brackets_once_escaped(run_page):
     """The token ``<`` reads ``<`` in the step-through line and in its chip, never ``&lt;`` (issue 16, item 12)."""
     import ui
 
-    at = apptest("pages/masking.py")
-    at.session_state[ui.KEYS.sentence] = "if a < b and c > d then stop"
-    at.session_state["masking_step"] = 4  # [CLS] if a < : the fourth token is "<"
-    at.run()
-    assert not at.exception
+    # [CLS] if a < : the fourth token is "<"
+    at = run_page("pages/masking.py", state={ui.KEYS.sentence: "if a < b and c > d then stop", "masking_step": 4})
     line = next(m.value for m in at.markdown if m.value.startswith("**Token 4 of"))
     assert "`<`" in line and "&lt;" not in line and "&amp;" not in line
     chips = next(m.value for m in at.markdown if 'class="mlm-chips"' in m.value and "if" in m.value)
     assert "&lt;" in chips and "&amp;" not in chips  # escaped once (chip or "was:"): the browser shows <
-
-
-def test_markdown_helpers_show_text_as_typed():
-    import ui
-
-    assert ui.markdown_text("v = 0.1 < 0.8 → [MASK] *x*") == r"v = 0\.1 \< 0\.8 → \[MASK\] \*x\*"
-    assert ui.inline_code("<") == "`<`" and ui.inline_code("`") == "`` ` ``"
 
 
 # --------------------------------------------------------------------------- denial of service (issue 16, item 8)
@@ -148,7 +130,7 @@ def student(monkeypatch):
 
     monkeypatch.delenv("MLMLAB_ALLOW_ANY_MODEL", raising=False)
     monkeypatch.delenv("MLMLAB_ALLOWED_MODELS", raising=False)
-    monkeypatch.setattr(ui, "session_is_local", lambda: False)
+    monkeypatch.setattr(ui.session, "session_is_local", lambda: False)
 
 
 @pytest.fixture
@@ -166,13 +148,10 @@ def loads(monkeypatch):
     return asked
 
 
-def test_student_cannot_make_the_server_load_an_arbitrary_model(apptest, student, loads):
+def test_student_cannot_make_the_server_load_an_arbitrary_model(student, loads, run_page):
     import ui
 
-    at = apptest("pages/predictions.py")
-    at.session_state[ui.KEYS.custom_model] = "student/bomb"
-    at.run()
-    assert not at.exception
+    at = run_page("pages/predictions.py", state={ui.KEYS.custom_model: "student/bomb"})
     assert any("not available on this shared server" in e.value for e in at.error)
     assert "student/bomb" not in loads
     labels = at.selectbox(key=ui.KEYS.model).options
@@ -194,13 +173,10 @@ def test_a_link_never_loads_a_model_the_server_does_not_offer(apptest, loads):
 
 @pytest.mark.parametrize("name", ["x" * 300, "~nosuchuser_mlmlab/x"])
 @pytest.mark.parametrize("page", ["pages/predictions.py", "pages/quiz.py"])
-def test_hostile_model_names_show_a_message_not_a_traceback(apptest, page, name):
+def test_hostile_model_names_show_a_message_not_a_traceback(page, name, run_page):
     import ui
 
-    at = apptest(page)
-    at.session_state[ui.KEYS.custom_model] = name
-    at.run()
-    assert not at.exception
+    at = run_page(page, state={ui.KEYS.custom_model: name})
     assert any("not a model" in e.value for e in at.error)
     assert at.text_input(key=ui.KEYS.custom_model).max_chars == ui.MAX_MODEL_NAME_CHARS
 
@@ -217,7 +193,6 @@ def test_malformed_uploads_show_a_clear_message(apptest, page, state, uploader, 
     import ui
 
     at = apptest(page)
-    at.session_state[ui.KEYS.model] = "tiny-random"
     for key, value in state.items():
         at.session_state[key] = value
     at.run()
@@ -227,30 +202,6 @@ def test_malformed_uploads_show_a_clear_message(apptest, page, state, uploader, 
     shown = [e.value for e in (*at.error, *at.warning)]
     assert any(file[0] in text and ("nested too deeply" in text or "number too long" in text or "never closed" in text)
                for text in shown), shown
-
-
-# --------------------------------------------------------------------------- two first visits at once (found by the load test)
-def test_a_run_started_by_the_old_style_runner_reruns_through_app_py(monkeypatch):
-    """Two students open /masking on a fresh server at once: the second run started in Streamlit's
-    old-style runner after the first switched the global flag off; it must rerun too."""
-    import ui
-    from streamlit.runtime.pages_manager import PagesManager
-
-    class Rerun(Exception):
-        pass
-
-    monkeypatch.setattr(PagesManager, "uses_pages_directory", False)  # the other session switched it off
-    monkeypatch.setattr(ui.st, "rerun", lambda: (_ for _ in ()).throw(Rerun()))
-    ui._ensure_app_navigation()  # a run under app.py: nothing to do
-
-    def _mpa_v1():  # the name of Streamlit's old-style runner (streamlit.runtime.scriptrunner.script_runner)
-        ui._ensure_app_navigation()
-
-    with pytest.raises(Rerun):
-        _mpa_v1()
-    from streamlit.runtime.scriptrunner import script_runner
-
-    assert hasattr(script_runner, "_mpa_v1")  # the name the check looks for is still Streamlit's
 
 
 def test_mask_the_corpus_with_spans_is_bounded(apptest, monkeypatch):

@@ -13,11 +13,11 @@ from mlm_core.data import encode, mask_batch, special_ids
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig
 from mlm_core.models import load_masked_lm
+from mlm_core.costs import head_cost
+from mlm_core.lessons.vocab import frequency_profile, whole_word_demo
 from mlm_core.vocab import (
     SPECIAL_TOKENS,
     VocabCache,
-    frequency_profile,
-    head_cost,
     holdout_split,
     measure,
     most_split_word,
@@ -25,7 +25,6 @@ from mlm_core.vocab import (
     sentence_words,
     tokenize_words,
     train_tokenizer,
-    whole_word_demo,
     wordpiece_from_vocab,
 )
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mlm_core.efficiency import PATH_LABELS, human_bytes
+from mlm_core.lessons.efficiency import PATH_LABELS
+from mlm_core.measure import human_bytes
 
 PATH_COLORS = {"loop": "#adb5bd", "vectorised": "#f08c00", "gathered": "#2f9e44"}
 FULL_COLOR, GATHERED_COLOR = "#f08c00", "#2f9e44"

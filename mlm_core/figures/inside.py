@@ -1,7 +1,7 @@
 """Figures of the Inside-the-model lesson: attention from one position, head patterns, the logit lens,
 saliency, and a trained model beside its base.
 
-Pure functions: ``mlm_core.inside`` results in, plotly figure out. Token text goes through
+Pure functions: ``mlm_core.inside`` and ``mlm_core.lessons.inside`` results in, plotly figure out. Token text goes through
 ``html.escape`` (plotly renders HTML in labels: RoBERTa's ``<mask>`` would vanish). Tokens on an
 axis are labelled ``"position·token"``, so a repeated word keeps its own column.
 """
@@ -16,8 +16,8 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from mlm_core.inside import (AgreementSummary, HeadPatterns, LensProfile, LogitLens, ModelComparison,
-                             PositionAttention, Saliency, layer_agreement)
+from mlm_core.inside import LensProfile, LogitLens, PositionAttention, Saliency, layer_agreement
+from mlm_core.lessons.inside import AgreementSummary, HeadPatterns, ModelComparison
 from mlm_core.formatting import signed
 
 ATTENTION_SCALE = "Blues"

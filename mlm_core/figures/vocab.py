@@ -1,6 +1,6 @@
 """Figures of the Tokenizer lesson: what the vocabulary size changes.
 
-Data in (rows of ``mlm_core.vocab`` results), plotly figure out.
+Data in (rows of ``mlm_core.vocab``, ``mlm_core.lessons.vocab`` and ``mlm_core.costs`` results), plotly figure out.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mlm_core.vocab import FrequencyProfile, HeadCost, head_cost
+from mlm_core.costs import HeadCost
+from mlm_core.lessons.vocab import FrequencyProfile
 
 # One colour per family of vocabularies, used on every chart of the page.
 FAMILY_COLORS = {"WordPiece": "#1c7ed6", "BPE": "#e8590c", "bert-base-uncased": "#2f9e44"}
@@ -104,12 +105,7 @@ def head_cost_figure(points: Sequence[tuple[str, str, HeadCost]], height: int = 
         raise ValueError("head_cost_figure needs at least one vocabulary.")
     ref = points[0][2]
     sizes = [c.vocab_size for _, _, c in points]
-    curve = [
-        head_cost(v, hidden_size=ref.hidden_size, batch_size=ref.batch_size, seq_len=ref.seq_len,
-                  mlm_probability=ref.masked_positions / (ref.batch_size * ref.seq_len),
-                  bytes_per_value=ref.bytes_per_value)
-        for v in _linear_range(int(max(sizes) * 1.1))
-    ]
+    curve = [ref.with_vocab(v) for v in _linear_range(int(max(sizes) * 1.1))]
     mib = 2**20
     fig = make_subplots(
         rows=1,

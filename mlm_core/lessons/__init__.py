@@ -7,6 +7,8 @@ loss_batch``): nothing is re-exported here, so importing one lesson loads only w
 - ``nsp``: the Loss page's next-sentence-prediction lesson (pairs, MLM + NSP, a new NSP head).
 - ``museum``: the Bug museum's exhibits; ``audit``: its check of a batch from your own pipeline.
 - ``training_view``: the Training page's lessons (texts, defaults with reasons, variants, probe rows).
+- ``efficiency``: the Efficiency page's measurements; ``vocab``: the Tokenizer page's masking demo;
+  ``inside``: what the Inside page's views say across heads, sentences and training.
 - ``quiz``: the Quiz page (questions, scores); ``share_state``: what a shared link holds, for every page.
 - ``export``: every page's lesson export (JSON, zip of tables and charts).
 """

@@ -35,7 +35,7 @@ from mlm_core.losses import (
     token_frequency_weights,
     weighted_cross_entropy,
 )
-from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, MaskingResult
+from mlm_core.masking import IGNORE_INDEX, MaskingConfig, MaskingResult, decision_names
 
 
 
@@ -141,8 +141,9 @@ def loss_batch(model, tokenizer, texts: Sequence[str], config: MaskingConfig | N
     result = mask_batch(tokenizer, encoded, config, torch.Generator().manual_seed(int(seed)))
     selected = result.labels != IGNORE_INDEX  # (B, T)
     positions = [(r, p) for r, p in selected.nonzero().tolist()]  # row-major, as masked_lm_hidden orders its rows
+    names = [decision_names(result, r) for r in range(result.decisions.shape[0])]
     rows = dict(positions=positions, target_tokens=tokenizer.convert_ids_to_tokens(result.labels[selected].tolist()),
-                decisions=[Decision(int(result.decisions[r, p])).name for r, p in positions])
+                decisions=[names[r][p] for r, p in positions])
     if model is None:
         V = len(tokenizer)
         counts = token_counts(tokenizer, texts, V) if counts is None else counts

@@ -26,7 +26,7 @@ from mlm_core.data import mask_sentence, token_pieces
 from mlm_core.errors import InputError
 from mlm_core.head import masked_lm_logits
 from mlm_core.lessons.share_state import MAX_SEED, QUIZ_KINDS
-from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig
+from mlm_core.masking import IGNORE_INDEX, MaskingConfig, decision_names
 
 QUIZ_TITLES = {
     "guess": "Guess the token",
@@ -123,9 +123,7 @@ def word_shaped(token: str) -> bool:
 def _build(kind, tokenizer, encoded, result, sentence, qid, config, source, seed) -> Question:
     tokens = tuple(encoded.tokens[0])
     length = len(tokens)
-    special = encoded.special_tokens_mask[0].tolist()
-    codes = result.decisions[0].tolist()
-    decisions = tuple("SPECIAL" if special[i] else Decision(codes[i]).name for i in range(length))
+    decisions = tuple(decision_names(result, 0, special_tokens_mask=encoded.special_tokens_mask, length=length))
     shown = tuple(tokenizer.convert_ids_to_tokens(result.input_ids[0, :length].tolist()))
     words = encoded.word_ids[0, :length].tolist()
     pieces: dict[int, int] = {}

@@ -53,6 +53,9 @@ class TrainConfig:
     learning_rate: float = 5e-5  # 1e-5 to 5e-5 fine-tunes a trained model; from scratch, 1e-4 to 1e-3
     warmup_steps: int = 5  # linear warm-up from 0, as in BERT: Adam's early moments are noisy
     schedule: str = "linear"  # after warm-up: "linear" decay to 0, "cosine" decay to 0, or "constant"
+    # The fraction of the peak rate that "linear" and "cosine" decay to instead of 0 (the default-model
+    # build keeps 0.05: its last steps still learn from the sources it has seen least).
+    min_lr_ratio: float = 0.0
     weight_decay: float = 0.01  # BERT's value; never applied to biases and LayerNorm weights
     max_grad_norm: float | None = 1.0  # clip the global gradient norm; None or 0 turns clipping off
     amp: str = "auto"  # "auto": bf16 autocast where it is measured faster (precision.auto_amp), else fp32;
@@ -125,6 +128,7 @@ class TrainConfig:
             fail("learning_rate must be above 0.")
         whole("warmup_steps", self.warmup_steps, 0, 1_000_000)
         choice("schedule", self.schedule, SCHEDULES)
+        number("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0, "0 decays to nothing; 0.05 keeps 5% of the peak rate.")
         number("weight_decay", self.weight_decay, 0.0, 1.0, "0.01 is BERT's value.")
         if self.max_grad_norm is not None:
             number("max_grad_norm", self.max_grad_norm, 0.0, 1e6,

@@ -39,7 +39,8 @@ from mlm_core.training.distributed import (DeepSpeedOptimizer, World, all_reduce
                                            deepspeed_config, stop_requested)
 from mlm_core.training.evaluate import evaluate, make_eval_set, make_probes, probe_predictions
 from mlm_core.training.events import TrainEvent, TrainResult
-from mlm_core.training.optim import Optimizer, check_amp, freeze_word_embeddings, lr_at, set_checkpointing
+from mlm_core.training.optim import (ADAM_BETAS, ADAM_EPS, Optimizer, check_amp, freeze_word_embeddings, lr_at,
+                                      set_checkpointing)
 
 # --------------------------------------------------------------------------------------------
 # One step: encoder once, head on the masked rows only, then the loss
@@ -85,19 +86,23 @@ def _seed_dropout(seed: int, device: torch.device) -> None:
 
 
 class TrainStep:
-    """One optimizer step of `train`'s loop on a batch you give it: for measuring steps, not for training.
+    """One optimizer step of `train`'s loop on a batch you give it.
 
     It takes the loop's own path (`Optimizer`: autocast, the chosen loss, backward, clipping,
     AdamW; dropout seeded per step as the loop seeds it), so the Efficiency page and the benchmarks
-    time the step a run takes. ``model`` is trained in place: pass a private copy. ``configure``
-    switches autocast, checkpointing and frozen word embeddings between steps without rebuilding
-    the optimizer, so several set-ups can be timed round-robin on one copy.
+    time the step a run takes, and the default-model build (``scripts/build_default_mlm.py``),
+    which draws its own batches, trains with it. ``model`` is trained in place: pass a private copy.
+    ``configure`` switches autocast, checkpointing and frozen word embeddings between steps without
+    rebuilding the optimizer, so several set-ups can be timed round-robin on one copy. ``groups``,
+    ``betas`` and ``eps`` go to `Optimizer` (per-group learning rates, other AdamW constants).
 
     >>> # step = TrainStep(copy.deepcopy(model), TrainConfig(amp="off"))
-    >>> # loss = step(input_ids, attention_mask, labels, seed=0)
+    >>> # loss = step(input_ids, attention_mask, labels, lr=lr_at(cfg, s), seed=s); step.grad_norm
     """
 
-    def __init__(self, model: nn.Module, cfg: TrainConfig, device: str | torch.device | None = None):
+    def __init__(self, model: nn.Module, cfg: TrainConfig, device: str | torch.device | None = None, *,
+                 groups: list[dict[str, Any]] | None = None, betas: tuple[float, float] = ADAM_BETAS,
+                 eps: float = ADAM_EPS):
         if cfg.loss == "sampled":
             raise InputError("TrainStep measures the full and weighted losses; the sampled softmax needs "
                              "token counts from a corpus: use train() for it.")
@@ -106,7 +111,9 @@ class TrainStep:
         self.model = model.to(self.device).train(cfg.dropout)
         set_checkpointing(model, cfg.gradient_checkpointing)
         # Built with the word embeddings trainable, so that `configure` can freeze and unfreeze them.
-        self.opt = Optimizer(model, dataclasses.replace(cfg, freeze_word_embeddings=False), self.device)
+        self.opt = Optimizer(model, dataclasses.replace(cfg, freeze_word_embeddings=False), self.device,
+                             groups=groups, betas=betas, eps=eps)
+        self.grad_norm: float | None = None  # the last step's gradient norm before clipping
         self.cfg = self.opt.cfg = cfg
         if cfg.freeze_word_embeddings:
             freeze_word_embeddings(model)
@@ -138,8 +145,13 @@ class TrainStep:
         self.opt.optimizer.zero_grad(set_to_none=True)
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor, *,
-                 lr: float | None = None, seed: int = 0) -> float:
-        """Forward, backward, clip and AdamW on one (B, T) batch; returns the loss before the update."""
+                 lr: float | None = None, seed: int = 0,
+                 extra_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> float:
+        """Forward, backward, clip and AdamW on one (B, T) batch; returns the loss before the update.
+
+        ``extra_loss(logits (M, V), targets (M,))``, when given, is added to the configured loss
+        (the build's anti-copy term, ``losses.unlikelihood_loss``); ``seed`` picks the dropout.
+        """
         ids, attention, labels = (t.to(self.device) for t in (input_ids, attention_mask, labels))
         fork = [self.device.index or 0] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=fork):
@@ -147,13 +159,16 @@ class TrainStep:
             self.opt.begin(self.cfg.learning_rate if lr is None else lr)
 
             def loss_fn(outputs):
-                return _loss_value(self.cfg, outputs, class_weights=self.class_weights, counts=None,
-                                   generator=None)
+                loss, m = _loss_value(self.cfg, outputs, class_weights=self.class_weights, counts=None,
+                                      generator=None)
+                if extra_loss is not None and m:
+                    loss = loss + extra_loss(*outputs)
+                return loss, m
 
             empty = not bool((labels != IGNORE_INDEX).any())
             # One batch is the whole step: its share of the step's normaliser is 1.
             loss = self.opt.micro_step(ids, attention, labels, True, loss_fn, share=1.0, world_size=1)
-            self.opt.finish(empty)
+            self.grad_norm = self.opt.finish(empty)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return loss

@@ -22,10 +22,14 @@ from mlm_core.training.config import TrainConfig
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
-    """Learning rate for optimizer step `step` (0-based): linear warm-up, then the schedule.
+    """Learning rate for optimizer step `step` (0-based): linear warm-up, then the schedule, which
+    decays from the peak to `min_lr_ratio` of it.
 
     >>> [lr_at(TrainConfig(steps=4, warmup_steps=2, learning_rate=1.0), s) for s in range(4)]
     [0.5, 1.0, 1.0, 0.5]
+    >>> cfg = TrainConfig(steps=3, warmup_steps=1, learning_rate=1.0, schedule="cosine", min_lr_ratio=0.2)
+    >>> [round(lr_at(cfg, s), 4) for s in range(1, 4)]  # cosine from 1 to the floor 0.2
+    [1.0, 0.6, 0.2]
     """
     if cfg.warmup_steps and step < cfg.warmup_steps:
         return cfg.learning_rate * (step + 1) / cfg.warmup_steps
@@ -34,8 +38,11 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     span = max(1, cfg.steps - cfg.warmup_steps)
     progress = min(1.0, (step - cfg.warmup_steps) / span)
     if cfg.schedule == "cosine":
-        return cfg.learning_rate * 0.5 * (1.0 + math.cos(math.pi * progress))
-    return cfg.learning_rate * (1.0 - progress)
+        decayed = 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+        decayed = 1.0 - progress
+    floor = cfg.min_lr_ratio
+    return cfg.learning_rate * (floor + (1.0 - floor) * decayed)  # floor 0: exactly the plain decay
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -78,12 +85,13 @@ def uncorrected_adam_step_ratio(step: int, betas: tuple[float, float] = ADAM_BET
     return (1.0 - b1 ** step) / math.sqrt(1.0 - b2 ** step)
 
 
-def adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.Optimizer:
-    """AdamW (bias-corrected) with BERT's betas and eps; the fused kernel where the device has one."""
+def adamw(groups: list[dict[str, Any]], lr: float, betas: tuple[float, float] = ADAM_BETAS,
+          eps: float = ADAM_EPS) -> torch.optim.Optimizer:
+    """AdamW (bias-corrected), by default with BERT's betas and eps; the fused kernel where the device has one."""
     try:
-        return torch.optim.AdamW(groups, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, fused=True)
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)
     except (RuntimeError, ValueError, TypeError):
-        return torch.optim.AdamW(groups, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, foreach=True)
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, foreach=True)
 
 
 def set_checkpointing(model: nn.Module, on: bool) -> None:
@@ -146,9 +154,16 @@ def check_amp(device: torch.device, amp: str) -> None:
 
 class Optimizer:
     """One variant's weights update: AdamW with optional clipping and fp16 gradient scaling; under
-    torchrun the model is wrapped in DistributedDataParallel, which averages gradients over ranks."""
+    torchrun the model is wrapped in DistributedDataParallel, which averages gradients over ranks.
 
-    def __init__(self, model: nn.Module, cfg: TrainConfig, device: torch.device, *, distributed: bool = False):
+    ``groups`` replaces `param_groups`' two groups (decay, no decay) by the caller's own; a group's
+    ``lr_scale`` (default 1) multiplies the scheduled rate, so a head can learn faster than the body
+    (the default-model build). ``betas`` and ``eps`` default to BERT's (``ADAM_BETAS``, ``ADAM_EPS``).
+    """
+
+    def __init__(self, model: nn.Module, cfg: TrainConfig, device: torch.device, *, distributed: bool = False,
+                 groups: list[dict[str, Any]] | None = None, betas: tuple[float, float] = ADAM_BETAS,
+                 eps: float = ADAM_EPS):
         self.cfg = cfg
         self.device = device
         if cfg.freeze_word_embeddings:  # before DDP wraps the model: it registers what needs gradients
@@ -160,12 +175,13 @@ class Optimizer:
             self.module = DistributedDataParallel(self.module, device_ids=ids)
         self.distributed = distributed
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = adamw(param_groups(model, cfg.weight_decay), cfg.learning_rate)
+        groups = param_groups(model, cfg.weight_decay) if groups is None else groups
+        self.optimizer = adamw(groups, cfg.learning_rate, betas, eps)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp == "fp16")
 
     def begin(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group["lr_scale"] if "lr_scale" in group else lr
         self.optimizer.zero_grad(set_to_none=True)
 
     def micro_step(self, inputs, attention, labels, last: bool, loss_fn, *, share: float,

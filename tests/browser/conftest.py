@@ -13,12 +13,15 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("MLMLAB_CHROMIUM", "/usr/bin/chromium")
+SLOW = 120_000  # ms: first runs load torch and the model on a busy 2-core machine
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
@@ -129,6 +132,76 @@ def open_page(pg, server, path: str = "", timeout: float = 120):
     pg.goto(f"{server.url}/{path}")
     wait_idle(pg, timeout)
     assert pg.locator('[data-testid="stException"]').count() == 0, "the page shows an exception"
+
+
+def open_link(pg, server, path: str) -> None:
+    """``open_page``, then wait for the page's title (a link's first run loads the model)."""
+    open_page(pg, server, path)
+    expect(pg.locator("h1").first).to_be_visible(timeout=SLOW)
+    wait_idle(pg)
+
+
+@contextmanager
+def student(browser, width: int = 1400, height: int = 1000):
+    """Another student's browser (a session of its own), closed at the end of the ``with``."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    pg = context.new_page()
+    pg.set_default_timeout(SLOW)
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+def go_to(pg, title: str, heading: str | None = None, settle_ms: int = 500) -> None:
+    """Open a page from the sidebar's navigation and wait for its run (``heading``: its title, when not ``title``)."""
+    pg.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title).click()
+    expect(pg.locator("h1").first).to_contain_text(heading or title, timeout=SLOW)
+    wait_idle(pg)
+    pg.wait_for_timeout(settle_ms)  # plotly draws, and the URL updates, after the run's last message
+    assert pg.locator('[data-testid="stException"]').count() == 0, f"{title} shows an exception"
+
+
+def presenter_view(pg) -> None:
+    """Switch the sidebar's presenter view on and wait for the run."""
+    pg.locator('[data-testid="stSidebar"]').get_by_text("Presenter view").click()
+    wait_idle(pg)
+
+
+def type_sentence(pg, text: str, shown) -> None:
+    """Type a sentence into the Predictions page's box and wait until ``shown`` (a text or pattern) appears."""
+    expect(pg.locator("h1").first).to_contain_text("Predictions", timeout=SLOW)
+    box = pg.get_by_label("…or type your own sentence")
+    box.fill(text)
+    box.press("Control+Enter")
+    expect(pg.get_by_text(shown)).to_be_visible(timeout=SLOW)
+    wait_idle(pg)
+
+
+def chips(pg, nth: int = 0) -> list[str]:
+    """The token texts of the ``nth`` row of chips on the page."""
+    return pg.locator(".mlm-chips").nth(nth).locator(".mlm-chip").all_inner_texts()
+
+
+# Font sizes and cut text of what a room reads: metrics, buttons, chart ticks and titles.
+ROOM_CHECK = """() => {
+  const px = e => parseFloat(getComputedStyle(e).fontSize);
+  const out = {metrics: [], buttons: [], ticks: [], titles: []};
+  const cut = e => e.scrollWidth > e.clientWidth + 1;
+  document.querySelectorAll('[data-testid="stMetricValue"] p').forEach(e => out.metrics.push(px(e)));
+  out.metricsCut = Array.from(document.querySelectorAll('[data-testid="stMetric"] p')).filter(cut).map(e => e.textContent);
+  document.querySelectorAll('[data-testid="stMain"] .stButton button').forEach(b => {
+    const label = b.querySelector('p') || b;
+    out.buttons.push({text: label.textContent, font: px(label), cut: label.scrollWidth > label.clientWidth + 1
+      || b.scrollWidth > b.clientWidth + 1});
+  });
+  document.querySelectorAll('.js-plotly-plot .xtick text, .js-plotly-plot .ytick text')
+    .forEach(t => out.ticks.push(parseFloat(t.style.fontSize)));
+  document.querySelectorAll('.js-plotly-plot .gtitle').forEach(t => out.titles.push({text: t.textContent,
+    font: parseFloat(t.style.fontSize), cut: t.getBoundingClientRect().right > t.closest('.js-plotly-plot')
+      .getBoundingClientRect().right + 1}));
+  return out;
+}"""
 
 
 def has_chromium() -> bool:

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from tests.browser.conftest import open_page, wait_idle
+from tests.browser.conftest import ROOM_CHECK, open_page, presenter_view, student, wait_idle
 
 CHART_TITLE = """() => Array.from(document.querySelectorAll('.js-plotly-plot .gtitle')).map(t => t.textContent)"""
 
@@ -43,37 +43,13 @@ def test_reroll_keeps_show_all(page, server):
     assert page.get_by_text("Press Next token").count() == 0
 
 
-ROOM_CHECK = """() => {
-  const px = e => parseFloat(getComputedStyle(e).fontSize);
-  const out = {metrics: [], buttons: [], ticks: [], titles: []};
-  const cut = e => e.scrollWidth > e.clientWidth + 1;
-  document.querySelectorAll('[data-testid="stMetricValue"] p').forEach(e => out.metrics.push(px(e)));
-  out.metricsCut = Array.from(document.querySelectorAll('[data-testid="stMetric"] p')).filter(cut).map(e => e.textContent);
-  document.querySelectorAll('[data-testid="stMain"] .stButton button').forEach(b => {
-    const label = b.querySelector('p') || b;
-    out.buttons.push({text: label.textContent, font: px(label), cut: label.scrollWidth > label.clientWidth + 1
-      || b.scrollWidth > b.clientWidth + 1});
-  });
-  document.querySelectorAll('.js-plotly-plot .xtick text, .js-plotly-plot .ytick text')
-    .forEach(t => out.ticks.push(parseFloat(t.style.fontSize)));
-  document.querySelectorAll('.js-plotly-plot .gtitle').forEach(t => out.titles.push({text: t.textContent,
-    font: parseFloat(t.style.fontSize), cut: t.getBoundingClientRect().right > t.closest('.js-plotly-plot')
-      .getBoundingClientRect().right + 1}));
-  return out;
-}"""
-
-
 @pytest.mark.parametrize("strategy", ["token", "span"])
 def test_presenter_view_is_readable_at_1280x720(browser, server, strategy):
     """Issue 17.6: at a projector's 1280x720, the key numbers, buttons, ticks and chart titles are large, and no
     button label, number or chart title is cut."""
-    context = browser.new_context(viewport={"width": 1280, "height": 720})
-    page = context.new_page()
-    page.set_default_timeout(90_000)
-    try:
+    with student(browser, 1280, 720) as page:
         open_page(page, server, f"masking?seed=3&strategy={strategy}")
-        page.get_by_text("Presenter view").click()
-        wait_idle(page)
+        presenter_view(page)
         page.get_by_role("button", name=re.compile("Mask the corpus")).click()
         wait_idle(page)
         page.wait_for_timeout(500)
@@ -85,5 +61,3 @@ def test_presenter_view_is_readable_at_1280x720(browser, server, strategy):
         assert room["ticks"] and min(room["ticks"]) >= 18, room["ticks"]
         assert room["titles"] and min(t["font"] for t in room["titles"]) >= 24, room["titles"]
         assert not [t for t in room["titles"] if t["cut"]], room["titles"]
-    finally:
-        context.close()

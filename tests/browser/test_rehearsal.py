@@ -9,12 +9,7 @@
 
 import re
 
-from playwright.sync_api import expect
-
-from tests.browser.conftest import open_page, wait_idle
-from tests.browser.test_masking_classroom import ROOM_CHECK
-
-SLOW = 120_000  # ms: first runs load torch and the model on a busy 2-core machine
+from tests.browser.conftest import ROOM_CHECK, go_to, open_page, presenter_view, student, type_sentence, wait_idle
 
 INPUT_VALUES = """() => {
   const px = sel => Array.from(document.querySelectorAll(sel)).map(e => parseFloat(getComputedStyle(e).fontSize));
@@ -37,14 +32,6 @@ X_TICKS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).filt
   .flatMap(p => Array.from(p.querySelectorAll('.xtick text')).map(t => t.textContent))"""
 
 
-def go_to(pg, title: str) -> None:
-    pg.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title).click()
-    expect(pg.locator("h1").first).to_contain_text(title, timeout=SLOW)
-    wait_idle(pg)
-    pg.wait_for_timeout(500)  # plotly draws after the run's last message
-    assert pg.locator('[data-testid="stException"]').count() == 0, f"{title} shows an exception"
-
-
 def assert_room_sized(room: dict, page_name: str) -> None:
     assert room["ticks"] and min(room["ticks"]) >= 18, (page_name, sorted(room["ticks"])[:5])
     assert room["titles"] and min(t["font"] for t in room["titles"]) >= 24, (page_name, room["titles"])
@@ -52,13 +39,9 @@ def assert_room_sized(room: dict, page_name: str) -> None:
 
 
 def test_presenter_view_sidebar_inside_and_museum(browser, server):
-    context = browser.new_context(viewport={"width": 1280, "height": 720})
-    page = context.new_page()
-    page.set_default_timeout(SLOW)
-    try:
+    with student(browser, 1280, 720) as page:
         open_page(page, server, "inside")
-        page.locator('[data-testid="stSidebar"]').get_by_text("Presenter view").click()
-        wait_idle(page)
+        presenter_view(page)
         page.wait_for_timeout(500)
         inputs = page.evaluate(INPUT_VALUES)
         assert inputs["seed"] and min(inputs["seed"]) >= 18, inputs  # the seed, as large as its label
@@ -67,18 +50,11 @@ def test_presenter_view_sidebar_inside_and_museum(browser, server):
         assert_room_sized(page.evaluate(ROOM_CHECK), "Inside the model")
         go_to(page, "Bug museum")
         assert_room_sized(page.evaluate(ROOM_CHECK), "Bug museum")
-    finally:
-        context.close()
 
 
 def test_two_blank_facets_leave_the_ticks_readable(page, server):
     open_page(page, server, "predictions")
-    expect(page.locator("h1").first).to_contain_text("Predictions", timeout=SLOW)
-    box = page.get_by_label("…or type your own sentence")
-    box.fill("The [MASK] sat on the [MASK] near the door.")
-    box.press("Control+Enter")
-    expect(page.get_by_text(re.compile(r"Your sentence has 2 typed blanks"))).to_be_visible(timeout=SLOW)
-    wait_idle(page)
+    type_sentence(page, "The [MASK] sat on the [MASK] near the door.", re.compile(r"Your sentence has 2 typed blanks"))
     page.wait_for_timeout(500)
     found = page.evaluate(OVERLAPS)
     assert found["titles"] >= 2 and found["ticks"] >= 6, found

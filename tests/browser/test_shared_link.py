@@ -5,9 +5,7 @@ from urllib.parse import parse_qs, urlencode, urlparse
 
 from playwright.sync_api import expect
 
-from tests.browser.conftest import open_page, wait_idle
-
-SLOW = 120_000  # ms: first runs load torch and the model on a busy 2-core machine
+from tests.browser.conftest import SLOW, chips, go_to, open_link, student, wait_idle
 
 LINK = {"sentence": "Paris is the capital of France, and Berlin is the capital of Germany.", "seed": "7",
         "strategy": "whole_word", "p": "0.3", "mask": "0.5", "random": "0.25", "step": "5"}
@@ -20,22 +18,8 @@ def url_params(pg) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(urlparse(pg.url).query, keep_blank_values=True).items()}
 
 
-def open_link(pg, server, path: str) -> None:
-    open_page(pg, server, path)
-    expect(pg.locator("h1").first).to_be_visible(timeout=SLOW)
-    wait_idle(pg)
-
-
-def go_to(pg, title: str) -> None:
-    pg.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title).click()
-    expect(pg.locator("h1").first).to_contain_text(TITLES[title], timeout=SLOW)
-    wait_idle(pg)
-    pg.wait_for_timeout(300)  # the URL update arrives with the run's last messages
-    assert pg.locator('[data-testid="stException"]').count() == 0, f"{title} shows an exception"
-
-
-def chips(pg, nth: int = 0) -> list[str]:
-    return pg.locator(".mlm-chips").nth(nth).locator(".mlm-chip").all_inner_texts()
+def go_to_page(pg, title: str) -> None:
+    go_to(pg, title, heading=TITLES[title], settle_ms=300)  # the URL update arrives with the run's last messages
 
 
 def share_box(pg) -> str:
@@ -57,7 +41,7 @@ def test_one_link_walks_the_pages(page, server):
     assert link.startswith(f"{server.url}/masking?") and "seed=7" in link and "strategy=whole_word" in link
 
     for title in ("Predictions", "Quiz", "Home"):
-        go_to(page, title)
+        go_to_page(page, title)
         if title == "Quiz":  # the quiz keeps the sentence out of its address: it would give answers away
             assert "sentence" not in url_params(page)
             assert url_params(page).items() >= {k: v for k, v in CORE.items() if k != "sentence"}.items()
@@ -69,7 +53,7 @@ def test_one_link_walks_the_pages(page, server):
             wait_idle(page)
             assert page.get_by_text("seed 7").count() >= 1
 
-    go_to(page, "Masking")  # back again: the link's rule and sentence are still there
+    go_to_page(page, "Masking")  # back again: the link's rule and sentence are still there
     assert page.get_by_text("strategy: whole word").count() >= 1
     assert chips(page, 1)[:3] == first[:3]
 
@@ -77,14 +61,12 @@ def test_one_link_walks_the_pages(page, server):
 def test_two_students_see_the_same_masks_and_question(browser, server):
     seen = []
     for _ in range(2):
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        pg = context.new_page()
-        open_link(pg, server, "masking?" + urlencode(CORE))
-        masks = pg.locator(".mlm-chips").nth(1).locator(".mlm-chip").all_inner_texts()
-        go_to(pg, "Quiz")
-        question = pg.get_by_text(re.compile(r"question id")).inner_text()
-        seen.append((masks, question))
-        context.close()
+        with student(browser) as pg:
+            open_link(pg, server, "masking?" + urlencode(CORE))
+            masks = chips(pg, 1)
+            go_to_page(pg, "Quiz")
+            question = pg.get_by_text(re.compile(r"question id")).inner_text()
+            seen.append((masks, question))
     assert seen[0] == seen[1]
 
 
@@ -111,5 +93,5 @@ def test_presenter_view(page, server):
     assert button["height"] >= 48
     page.locator(".js-plotly-plot").first.hover()
     assert page.locator(".js-plotly-plot .modebar-btn[data-title*='png' i]").count() >= 1  # the camera button
-    go_to(page, "Masking")  # presenter view stays on across pages
+    go_to_page(page, "Masking")  # presenter view stays on across pages
     page.wait_for_function(BIG_CHIPS, timeout=SLOW)

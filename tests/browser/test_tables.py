@@ -9,9 +9,7 @@ import re
 
 from playwright.sync_api import expect
 
-from tests.browser.conftest import open_page, wait_idle
-
-SLOW = 120_000  # ms: first runs load torch and the model on a busy 2-core machine
+from tests.browser.conftest import SLOW, go_to, open_page, presenter_view, student, type_sentence, wait_idle
 
 # Every static table: its font size, and whether it or any cell is wider than the space it has.
 TABLES = """() => Array.from(document.querySelectorAll('[data-testid="stMain"] [data-testid="stTable"]')).map(t => {
@@ -27,12 +25,8 @@ DATAFRAMES = """() => document.querySelectorAll('[data-testid="stMain"] [data-te
 
 def several_masks(pg) -> None:
     """Two typed blanks: the page shows the "Several masks" lesson in its side-by-side view."""
-    expect(pg.locator("h1").first).to_contain_text("Predictions", timeout=SLOW)
-    box = pg.get_by_label("…or type your own sentence")
-    box.fill("The [MASK] sat on the [MASK] near the door of the old [MASK] house.")
-    box.press("Control+Enter")
-    expect(pg.get_by_text(re.compile(r"Your sentence has 3 typed blanks"))).to_be_visible(timeout=SLOW)
-    wait_idle(pg)
+    type_sentence(pg, "The [MASK] sat on the [MASK] near the door of the old [MASK] house.",
+                  re.compile(r"Your sentence has 3 typed blanks"))
     expect(pg.get_by_role("heading", name=re.compile("Several masks")).first).to_be_visible(timeout=SLOW)
     pg.wait_for_timeout(500)
 
@@ -51,23 +45,15 @@ def test_several_masks_tables_show_full_values(page, server):
 
 
 def test_presenter_tables_are_large_and_whole(browser, server):
-    context = browser.new_context(viewport={"width": 1280, "height": 720})
-    page = context.new_page()
-    page.set_default_timeout(SLOW)
-    try:
+    with student(browser, 1280, 720) as page:
         open_page(page, server, "predictions")
-        page.locator('[data-testid="stSidebar"]').get_by_text("Presenter view").click()
-        wait_idle(page)
+        presenter_view(page)
         several_masks(page)
         assert_full_tables(page.evaluate(TABLES), 3, min_font=20)
         assert page.evaluate(DATAFRAMES) == 0  # every table on the page is drawn at room size
-        page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name="Loss").click()
-        expect(page.locator("h1").first).to_contain_text("Loss", timeout=SLOW)
-        wait_idle(page)
+        go_to(page, "Loss", settle_ms=0)
         assert_full_tables(page.evaluate(TABLES), 1, min_font=20)  # the per-token table
         assert page.evaluate(DATAFRAMES) == 0
-    finally:
-        context.close()
 
 
 def test_tokenizer_cost_table_is_whole_at_1400(page, server):

@@ -9,9 +9,7 @@ import time
 
 from playwright.sync_api import expect
 
-from tests.browser.conftest import open_page, wait_idle
-
-SLOW = 120_000
+from tests.browser.conftest import SLOW, open_page, wait_idle
 
 
 def progress_text(pg) -> str:

@@ -10,39 +10,24 @@ from urllib.parse import urlencode
 
 from playwright.sync_api import expect
 
-from tests.browser.conftest import open_page, wait_idle
-
-SLOW = 120_000  # ms: first runs load torch and the model on a busy 2-core machine
+from tests.browser.conftest import SLOW, chips, open_page, student, type_sentence, wait_idle
 LINK = {"sentence": "Paris is the capital of France, and Berlin is the capital of Germany.", "seed": "11",
         "p": "0.4", "strategy": "whole_word"}
 
 
-def chips(pg, nth: int) -> list[str]:
-    return pg.locator(".mlm-chips").nth(nth).locator(".mlm-chip").all_inner_texts()
-
-
 def masking_chips(browser, server, link: dict) -> list[str]:
     """The tokens as the model sees them on the Masking page (all decisions shown), in a fresh session."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
-    pg.set_default_timeout(SLOW)
-    open_page(pg, server, "masking?" + urlencode(link))
-    expect(pg.locator("h1").first).to_contain_text("Masking", timeout=SLOW)
-    wait_idle(pg)
-    found = chips(pg, 1)  # [0] is the legend
-    context.close()
-    return found
+    with student(browser) as pg:
+        open_page(pg, server, "masking?" + urlencode(link))
+        expect(pg.locator("h1").first).to_contain_text("Masking", timeout=SLOW)
+        wait_idle(pg)
+        return chips(pg, 1)  # [0] is the legend
 
 
 def test_typed_mask_is_a_blank(page, server):
     """Item 7: "[MASK]" typed into the sentence is predicted; no other word is hidden."""
     open_page(page, server, "predictions")
-    expect(page.locator("h1").first).to_contain_text("Predictions", timeout=SLOW)
-    box = page.get_by_label("…or type your own sentence")
-    box.fill("The cat sat on the [MASK] near the door.")
-    box.press("Control+Enter")
-    expect(page.get_by_text(re.compile(r"Your sentence has 1 typed blank"))).to_be_visible(timeout=SLOW)
-    wait_idle(page)
+    type_sentence(page, "The cat sat on the [MASK] near the door.", re.compile(r"Your sentence has 1 typed blank"))
     seen = chips(page, 0)  # "What the model sees"
     assert seen.count("[MASK]") == 1 and "cat" in seen and "door" in seen  # only the typed blank is hidden
     expect(page.locator(".js-plotly-plot").first).to_contain_text("your blank", timeout=SLOW)

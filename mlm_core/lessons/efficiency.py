@@ -1,4 +1,4 @@
-"""What each arrow of the flow costs: live measurements of time and memory, on the user's own machine.
+"""The Efficiency page's lesson: what each arrow of the flow costs, measured live on the user's own machine.
 
 The MLM loss only needs the M selected positions (about 15% of the B × T tokens), yet the simplest
 code computes the head's V scores at every position. This module measures, on a real model:
@@ -6,45 +6,43 @@ code computes the head's V scores at every position. This module measures, on a 
 - ``loss_paths``: the per-position loop, the vectorised loss with ``ignore_index`` (what Hugging
   Face's ``BertForMaskedLM(labels=...)`` does) and gather-before-head (``head.masked_lm_logits``):
   the same loss value, three costs;
-- ``logits_size``: how big the full ``(B, T, V)`` logits tensor is against the gathered ``(M, V)``
-  one (pure arithmetic);
-- ``amp_and_checkpointing``: a training step with bf16 autocast and gradient checkpointing on and
-  off: time per step and peak memory.
+- ``loop_vs_vectorised``: the loss alone, where the loop's own cost grows with M and M² · V;
+- ``amp_and_checkpointing``: a training step with bf16 autocast, gradient checkpointing and frozen
+  word embeddings on and off: time per step, peak memory and the step's share of the matmul speed;
+- ``step_time_breakdown``: where one step's time goes, from ``torch.profiler``.
 
-The same timing and memory helpers (``median_times``, ``peak_memory_bytes``) serve the
-benchmarks in ``benchmarks/``. No timing here is ever asserted in a test.
+How it measures (locks, medians, peak memory) is ``mlm_core.measure``; what the sizes and FLOPs
+should be, by arithmetic, is ``mlm_core.costs``. No timing here is ever asserted in a test.
 
 Shapes: B = batch, T = sequence length, H = hidden size, V = vocabulary, M = selected positions.
 
->>> logits_size(8, 64, 30522)["full_bytes"]  # 8 × 64 × 30,522 × 4 bytes
-62509056
+>>> PATH_LABELS["gathered"]
+'gather before the head (MLM Lab)'
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.profiler import ProfilerActivity, profile
 
 from mlm_core.bundled import workshop_sentences
+from mlm_core.costs import MASK_RATE, step_gemms
 from mlm_core.data import encode, mask_batch
-from mlm_core.errors import InputError, MLMLabError
+from mlm_core.errors import InputError
 from mlm_core.head import encoder_states, head_parts
 from mlm_core.losses import full_cross_entropy, loop_cross_entropy
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig
+from mlm_core.measure import (exclusive_measurement, exclusive_profiler, gemm_timer, median, median_times,
+                              paired_ratio, peak_memory_bytes)
 from mlm_core.training import TrainConfig, TrainStep
-
-BYTES_PER_VALUE = {"fp32": 4, "bf16": 2, "fp16": 2}
-MASK_RATE = 0.15  # BERT's selection probability: the share of positions the loss needs
 
 LOSS_PATHS = ("loop", "vectorised", "gathered")
 PATH_LABELS = {
@@ -53,203 +51,6 @@ PATH_LABELS = {
     "gathered": "gather before the head (MLM Lab)",
 }
 LOOP_MAX_ROWS = 256  # the loop's backward costs O(M² · V) (each row's grad is a full (M, V) tensor): cap it
-
-
-# --------------------------------------------------------------------------------------------
-# One measurement at a time: many students share one server process
-# --------------------------------------------------------------------------------------------
-
-
-class MeasurementBusyError(MLMLabError):
-    """Another session is measuring right now; the message says to try again."""
-
-
-# torch.profiler is process-wide: two profilers running at once in one process crash the
-# interpreter (torch 2.13: a segmentation fault, exit 139, every time). Every use in MLM Lab goes
-# through ``exclusive_profiler``.
-_PROFILER_LOCK = threading.Lock()
-# Timed measurements share the CPU: two at once would slow each other and both report nonsense.
-_MEASURE_LOCK = threading.Lock()
-PROFILER_WAIT_S = 120.0  # a profiled call waits this long for another one to end
-MEASURE_WAIT_S = 2.0  # a page's measurement waits this long before it says "busy"
-BUSY_MESSAGE = ("Another measurement is running on this server (perhaps another student pressed Measure): "
-                "measurements take turns so that their times stay honest. Try again in a few seconds.")
-
-
-@contextlib.contextmanager
-def exclusive_profiler(wait_s: float = PROFILER_WAIT_S) -> Iterator[None]:
-    """Hold the process-wide profiler lock; raise ``MeasurementBusyError`` after ``wait_s`` seconds.
-
-    Also refuses when a profiler that did not take this lock is already running (someone's own
-    ``torch.profiler.profile`` around the server), rather than start a second one and crash.
-    """
-    if not _PROFILER_LOCK.acquire(timeout=wait_s):
-        raise MeasurementBusyError(BUSY_MESSAGE)
-    try:
-        if torch.autograd.profiler._is_profiler_enabled:
-            raise MeasurementBusyError("A profiler is already running in this server process: memory cannot be "
-                                       "measured until it stops.")
-        yield
-    finally:
-        _PROFILER_LOCK.release()
-
-
-@contextlib.contextmanager
-def exclusive_measurement(wait_s: float = MEASURE_WAIT_S) -> Iterator[None]:
-    """One timed measurement at a time in this process; the second caller is told the server is busy."""
-    if not _MEASURE_LOCK.acquire(timeout=wait_s):
-        raise MeasurementBusyError(BUSY_MESSAGE)
-    try:
-        yield
-    finally:
-        _MEASURE_LOCK.release()
-
-
-# --------------------------------------------------------------------------------------------
-# Measuring: median time over interleaved repeats, and peak memory
-# --------------------------------------------------------------------------------------------
-
-
-def _sync(device: torch.device | None) -> None:
-    if device is not None and device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def median(values: Sequence[float]) -> float:
-    """The middle value (the mean of the two middle ones for an even count); NaN for none."""
-    ordered = sorted(values)
-    n = len(ordered)
-    if n == 0:
-        return float("nan")
-    return ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
-
-
-def paired_ratio(slow: Sequence[float], fast: Sequence[float]) -> float:
-    """Median of the per-round ratios slow[i] / fast[i]: rounds ran back to back, so they shared the load.
-
-    >>> paired_ratio([2.0, 4.0, 9.0], [1.0, 2.0, 3.0])
-    2.0
-    """
-    return median([a / b for a, b in zip(slow, fast) if b > 0])
-
-
-def median_times(fns: Mapping[str, Callable[[], Any]], *, warmup: int = 1, repeats: int = 3,
-                 device: torch.device | None = None,
-                 before: Mapping[str, Callable[[], Any]] | None = None,
-                 cpu_times: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
-    """Seconds per call of each function, ``repeats`` times, run round-robin after ``warmup`` rounds.
-
-    Round-robin (A, B, A, B, ...) rather than A, A, ..., B, B, ...: on a shared, noisy machine a
-    burst of load then hits every contender alike, so their ratio stays meaningful. ``before[name]``,
-    when given, runs before each call of ``fns[name]``, outside the clock (to reset its state).
-    ``cpu_times``, when given, is filled with the process's CPU seconds per call as well: with one
-    torch thread, CPU time hardly depends on what else the machine runs (wall time does).
-    """
-    before = before or {}
-    for _ in range(max(0, warmup)):
-        for name, fn in fns.items():
-            if name in before:
-                before[name]()
-            fn()
-            _sync(device)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(max(1, repeats)):
-        for name, fn in fns.items():
-            if name in before:
-                before[name]()
-            _sync(device)
-            cpu, start = time.process_time(), time.perf_counter()
-            fn()
-            _sync(device)
-            times[name].append(time.perf_counter() - start)
-            if cpu_times is not None:
-                cpu_times.setdefault(name, []).append(time.process_time() - cpu)
-    return times
-
-
-def peak_memory_bytes(fn: Callable[[], Any], device: torch.device | str | None = None) -> int:
-    """The most memory ``fn`` holds at once beyond what was allocated before it started, in bytes.
-
-    CUDA: ``torch.cuda.max_memory_allocated`` after resetting the peak. CPU: the allocator has no
-    peak counter, so ``fn`` runs under ``torch.profiler`` with ``profile_memory=True``, which
-    records every allocation (+bytes) and free (−bytes) as an event; the peak is the largest
-    running sum of those events in time order. Tensors that existed before (the weights) do not
-    count; what ``fn`` returns counts while it is alive. The profiler runs under
-    ``exclusive_profiler``: a second thread waits for the first (two at once would crash the process).
-    """
-    device = torch.device(device) if device is not None else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        result = fn()
-        torch.cuda.synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device) - before
-        del result
-        return int(peak)
-    from torch.profiler import ProfilerActivity, profile
-
-    with exclusive_profiler():
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=False) as prof:
-            result = fn()
-            del result
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
-              and e.device_type() == torch.autograd.DeviceType.CPU]
-    events.sort(key=lambda e: e.start_ns())
-    running = peak = 0
-    for event in events:
-        running += int(event.nbytes())
-        peak = max(peak, running)
-    return int(peak)
-
-
-def human_bytes(n: float) -> str:
-    """1536 → '1.5 KiB' (binary units, as memory is counted)."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
-# --------------------------------------------------------------------------------------------
-# The size picture: full logits against gathered logits (pure arithmetic)
-# --------------------------------------------------------------------------------------------
-
-
-def logits_size(batch_size: int, seq_len: int, vocab_size: int, *, mask_rate: float = MASK_RATE,
-                masked: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
-    """Bytes of the full ``(B, T, V)`` logits against the gathered ``(M, V)`` ones.
-
-    ``M`` is ``masked`` when given, else ``round(B × T × mask_rate)`` (the expected count). The
-    backward pass holds a gradient of the same shape again, so each number doubles in training.
-
-    >>> s = logits_size(2, 4, 10, masked=1)
-    >>> s["full_values"], s["gathered_values"], s["full_bytes"], s["ratio"]
-    (80, 10, 320, 8.0)
-    """
-    for name, value in (("batch size", batch_size), ("sequence length", seq_len), ("vocabulary size", vocab_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"The {name} must be a whole number of at least 1, got {value!r}.")
-    if dtype not in BYTES_PER_VALUE:
-        raise InputError(f"dtype must be one of {', '.join(BYTES_PER_VALUE)}, got {dtype!r}.")
-    if masked is None:
-        if not 0.0 <= mask_rate <= 1.0:
-            raise InputError(f"mask_rate must be between 0 and 1, got {mask_rate!r}.")
-        masked = int(round(batch_size * seq_len * mask_rate))
-    if not 0 <= masked <= batch_size * seq_len:
-        raise InputError(f"masked must be between 0 and B × T = {batch_size * seq_len}, got {masked}.")
-    per = BYTES_PER_VALUE[dtype]
-    full_values = batch_size * seq_len * vocab_size
-    gathered_values = masked * vocab_size
-    return {
-        "batch_size": batch_size, "seq_len": seq_len, "vocab_size": vocab_size, "masked": masked,
-        "dtype": dtype, "bytes_per_value": per,
-        "full_values": full_values, "gathered_values": gathered_values,
-        "full_bytes": full_values * per, "gathered_bytes": gathered_values * per,
-        "ratio": full_values / gathered_values if gathered_values else math.inf,
-    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -610,8 +411,6 @@ def step_time_breakdown(model: nn.Module, tokenizer, *, amp: str = "off", batch_
     one row per category, largest first: ``category``, ``ms``, ``share`` (of the profiled step).
     The profiler adds some overhead of its own, mostly to the many small operators.
     """
-    from torch.profiler import ProfilerActivity, profile
-
     _check_sizes(batch_size, seq_len, 1)
     amp, _, frozen = _setting((amp, False, frozen))
     device = next(model.parameters()).device
@@ -692,154 +491,3 @@ def _categorise(events, wall_s: float) -> list[dict[str, Any]]:
     rows = [{"category": c, "ms": totals[c] * 1e3, "share": totals[c] / wall_s if wall_s > 0 else math.nan}
             for c in STEP_CATEGORIES]
     return sorted(rows, key=lambda r: -r["ms"])
-
-
-# --------------------------------------------------------------------------------------------
-# FLOPs: what the gathered head saves in a whole training step, ideally
-# --------------------------------------------------------------------------------------------
-
-
-def bert_step_flops(*, hidden: int, layers: int, intermediate: int, vocab: int, seq_len: int,
-                    tokens: int, head_rows: int) -> dict[str, float]:
-    """Matrix-multiply FLOPs of one training step (forward + backward ≈ 3 × forward) of a BERT MLM.
-
-    Per token and layer, forward: Q, K, V and output projections ``8·H²``, the feed-forward
-    ``4·H·I``, attention scores and their use ``4·T·H``. The head per row: transform ``2·H²`` and
-    decoder ``2·H·V``. The encoder runs on all ``tokens``; the head on ``head_rows`` of them
-    (all of them for Hugging Face's ``labels=`` path, M for the gathered one). Per token this is
-    PaLM's count (Chowdhery et al. 2022, Appendix B: 6N + 12·L·H·Q·T, attention's Q·Kᵀ and P·V both
-    counted, none halved: BERT attends both ways); Kaplan et al. 2020, Table 1 counts one attention
-    product (2·n_layer·n_ctx·d_attn forward), half our attention term. Embedding look-ups are no matmul.
-
-    >>> f = bert_step_flops(hidden=2, layers=1, intermediate=4, vocab=10, seq_len=3, tokens=3, head_rows=1)
-    >>> f["encoder"], f["head"]
-    (792.0, 144.0)
-    """
-    per_token_layer = 8 * hidden * hidden + 4 * hidden * intermediate + 4 * seq_len * hidden
-    per_head_row = 2 * hidden * hidden + 2 * hidden * vocab
-    encoder = 3.0 * layers * per_token_layer * tokens
-    head = 3.0 * per_head_row * head_rows
-    return {"encoder": encoder, "head": head, "total": encoder + head}
-
-
-def ideal_step_speedup(config, *, seq_len: int, batch_size: int, masked: int) -> float:
-    """FLOPs of a step with the head at every position over FLOPs with the head on the M masked rows."""
-    sizes = dict(hidden=config.hidden_size, layers=config.num_hidden_layers,
-                 intermediate=config.intermediate_size, vocab=config.vocab_size, seq_len=seq_len,
-                 tokens=batch_size * seq_len)
-    full = bert_step_flops(**sizes, head_rows=batch_size * seq_len)["total"]
-    gathered = bert_step_flops(**sizes, head_rows=masked)["total"]
-    return full / gathered
-
-
-# --------------------------------------------------------------------------------------------
-# The matrix multiplies of a step, and how fast this machine runs them alone (the MFU denominator)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Gemm:
-    """One matrix multiply of a training step: ``batch`` products of (m × k) @ (k × n), ``count`` times a step.
-
-    ``a_transposed`` / ``b_transposed``: that operand is a transposed view, as autograd hands it
-    over (a weight gradient multiplies by Xᵀ; a forward ``linear`` by Wᵀ).
-
-    >>> Gemm("toy", 2, 3, 4, count=5).flops
-    240.0
-    """
-
-    what: str
-    m: int
-    k: int
-    n: int
-    batch: int = 1
-    count: int = 1
-    a_transposed: bool = False
-    b_transposed: bool = False
-
-    @property
-    def flops(self) -> float:
-        return 2.0 * self.batch * self.m * self.k * self.n * self.count
-
-
-def _linear_gemms(what: str, rows: int, fan_in: int, fan_out: int, count: int, weight_grad: bool = True) -> list[Gemm]:
-    """A linear layer's three products: forward X·Wᵀ, input gradient dY·W, weight gradient dYᵀ·X."""
-    out = [Gemm(f"{what}: forward", rows, fan_in, fan_out, count=count, b_transposed=True),
-           Gemm(f"{what}: input gradient", rows, fan_out, fan_in, count=count)]
-    if weight_grad:
-        out.append(Gemm(f"{what}: weight gradient", fan_out, rows, fan_in, count=count, a_transposed=True))
-    return out
-
-
-def step_gemms(config, *, batch_size: int, seq_len: int, masked: int,
-               word_embeddings_trained: bool = True) -> list[Gemm]:
-    """Every matrix multiply of one BERT-style training step (encoder on B·T tokens, head on M rows).
-
-    Per layer: the Q, K, V and output projections and the two feed-forward layers (three products
-    each: forward, input gradient, weight gradient), and attention's Q·Kᵀ and P·V per head
-    (three each). The head: its transform and the decoder onto the vocabulary, on the M selected
-    rows; with frozen word embeddings (tied to the decoder) the decoder's weight gradient is not
-    computed. Their FLOPs add up to ``bert_step_flops`` (checked in the tests).
-
-    >>> from transformers import BertConfig
-    >>> g = step_gemms(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-    ...                intermediate_size=16, vocab_size=50), batch_size=2, seq_len=4, masked=3)
-    >>> len(g), sum(x.flops for x in g) == bert_step_flops(hidden=8, layers=1, intermediate=16, vocab=50,
-    ...                                                     seq_len=4, tokens=8, head_rows=3)["total"]
-    (21, True)
-    """
-    names = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size", "num_attention_heads")
-    if any(not isinstance(getattr(config, n, None), int) for n in names) or \
-            getattr(config, "embedding_size", config.hidden_size) != config.hidden_size:
-        raise InputError(f"{type(config).__name__} is not BERT-shaped (hidden_size, num_hidden_layers, "
-                         "intermediate_size, num_attention_heads): its matrix multiplies are not listed here.")
-    H, L, I, V = config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size
-    heads = config.num_attention_heads
-    d, N, T = H // heads, batch_size * seq_len, seq_len
-    g = (_linear_gemms("attention Q, K, V and output projections", N, H, H, 4 * L)
-         + _linear_gemms("feed-forward in", N, H, I, L) + _linear_gemms("feed-forward out", N, I, H, L))
-    bh = batch_size * heads
-    g += [Gemm("attention scores Q·Kᵀ: forward", T, d, T, batch=bh, count=L, b_transposed=True),
-          Gemm("attention scores: gradient of Q", T, T, d, batch=bh, count=L),
-          Gemm("attention scores: gradient of K", T, T, d, batch=bh, count=L, a_transposed=True),
-          Gemm("attention mix P·V: forward", T, T, d, batch=bh, count=L),
-          Gemm("attention mix: gradient of P", T, d, T, batch=bh, count=L, b_transposed=True),
-          Gemm("attention mix: gradient of V", T, T, d, batch=bh, count=L, a_transposed=True)]
-    g += _linear_gemms("head transform", masked, H, H, 1)
-    g += _linear_gemms("decoder onto the vocabulary", masked, H, V, 1, weight_grad=word_embeddings_trained)
-    return [x for x in g if x.m and x.k and x.n]
-
-
-def gemm_timer(gemms: Sequence[Gemm], dtype: torch.dtype = torch.float32, *,
-               device: torch.device | str | None = None) -> Callable[[], tuple[float, float]]:
-    """A function that runs each product once and returns the seconds they take per step (× count):
-    (wall-clock seconds, process CPU seconds).
-
-    Operands are made once, here (random, from a fixed seed); each call times only the products,
-    one after another, as the step runs them. Total FLOPs over that time is this machine's matmul
-    speed on exactly this step's shapes and dtype: the denominator of a step's MFU.
-    """
-    device = torch.device(device) if device is not None else torch.device("cpu")
-    gen = torch.Generator().manual_seed(0)
-
-    def operand(rows: int, cols: int, batch: int, transposed: bool) -> torch.Tensor:
-        shape = (batch, cols, rows) if transposed else (batch, rows, cols)
-        t = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
-        t = t.transpose(1, 2) if transposed else t
-        return t[0] if batch == 1 else t
-
-    pairs = [(x, operand(x.m, x.k, x.batch, x.a_transposed), operand(x.k, x.n, x.batch, x.b_transposed))
-             for x in gemms]
-
-    def run() -> tuple[float, float]:
-        wall = cpu = 0.0
-        for x, a, b in pairs:
-            _sync(device)
-            cpu_start, start = time.process_time(), time.perf_counter()
-            torch.matmul(a, b)
-            _sync(device)
-            wall += (time.perf_counter() - start) * x.count
-            cpu += (time.process_time() - cpu_start) * x.count
-        return wall, cpu
-
-    return run

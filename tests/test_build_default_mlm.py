@@ -1,0 +1,106 @@
+"""The default-model build (scripts/build_default_mlm.py): it trains through mlm_core.training, its
+batches depend on the seed and the step only, and its held-out numbers are training.evaluate's.
+
+Tiny random BERT in place of the 22M-parameter encoder, workshop corpus only, no cloze sets.
+"""
+
+import json
+
+import pytest
+import torch
+
+from mlm_core import default_model as dm
+from mlm_core import training
+from mlm_core.head import masked_lm_logits
+from mlm_core.models import tiny_random_masked_lm
+from scripts import build_default_mlm as build
+from scripts import default_mlm_data as data
+
+
+def _run(tmp_path, tokenizer, monkeypatch, *extra):
+    """Run the build's main on the tiny model; returns the (seed, lr) of every TrainStep call and the log."""
+    calls = []
+    real_step = training.TrainStep.__call__
+
+    def spy(self, input_ids, attention_mask, labels, **kwargs):
+        calls.append((kwargs["seed"], kwargs["lr"], [g["lr"] for g in self.opt.optimizer.param_groups]))
+        loss = real_step(self, input_ids, attention_mask, labels, **kwargs)
+        calls[-1] += ([g["lr"] for g in self.opt.optimizer.param_groups],)
+        return loss
+
+    monkeypatch.setattr(training.TrainStep, "__call__", spy)
+    monkeypatch.setattr(dm, "build_untrained", lambda: tiny_random_masked_lm(tokenizer)[0])
+    missing = str(tmp_path / "none.tsv")
+    argv = ["--out", str(tmp_path / "out"), "--ckpt-dir", str(tmp_path / "ckpt"), "--batch", "2", "--seq-len", "32",
+            "--warmup", "1", "--threads", "1", "--mix", "workshop=1", "--no-wordnet", "--cloze", missing,
+            "--dev", missing, "--everyday", missing, "--export-every", "0", *extra]
+    threads = torch.get_num_threads()
+    try:
+        assert build.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    log = [json.loads(line) for line in (tmp_path / "ckpt" / "log.jsonl").read_text().splitlines()]
+    return calls, log
+
+
+def test_every_step_is_the_training_loops_step_and_a_resume_continues_it(tmp_path, tokenizer, monkeypatch):
+    calls, log = _run(tmp_path, tokenizer, monkeypatch, "--steps", "4", "--eval-every", "2", "--ckpt-every", "2",
+                      "--anti-copy", "1.0")
+    cfg = training.TrainConfig(steps=4, warmup_steps=1, learning_rate=3e-4, schedule="cosine",
+                               min_lr_ratio=build.LR_FLOOR)
+    assert [c[0] for c in calls] == [0, 1, 2, 3]  # dropout seeded by the step
+    assert [c[1] for c in calls] == pytest.approx([training.lr_at(cfg, s) for s in range(4)])
+    lr, head = calls[-1][1], calls[-1][3][2]  # the head's group learns at --head-lr x the schedule
+    assert head == pytest.approx(lr * 1e-3 / 3e-4) and calls[-1][3][0] == pytest.approx(lr)
+    assert training.lr_at(cfg, 4) == pytest.approx(3e-4 * build.LR_FLOOR)  # the cosine ends at its floor
+    evals = [e for e in log if e["event"] == "eval"]
+    assert [e["step"] for e in evals] == [2, 4] and all(e["heldout_loss"] > 0 for e in evals)
+    record = json.loads((tmp_path / "out" / dm.BUILD_FILE).read_text())
+    assert record["steps"] == 4 and record["reproduce"].startswith(build.COMMAND + " --out assets/default_mlm ")
+
+    calls, log = _run(tmp_path, tokenizer, monkeypatch, "--steps", "6", "--resume",
+                      str(tmp_path / "ckpt" / "last.safetensors"), "--eval-every", "100", "--ckpt-every", "100")
+    assert [c[0] for c in calls] == [4, 5]
+    assert any(e["event"] == "resumed" and e["step"] == 4 for e in log)
+
+
+def test_a_step_batch_depends_on_the_seed_and_the_step_only(tokenizer):
+    seqs = [tokenizer(f"sentence number {i} of the tiny corpus", add_special_tokens=False)["input_ids"]
+            for i in range(20)]
+    train = {"a": seqs[:10], "b": seqs[10:]}
+    plan = data.batch_plan({"a": 0.5, "b": 0.5}, 4)
+    mask, _ = data.make_masker(tokenizer, "whole_word", 0.3)
+    cont = data.continuation_pieces(tokenizer)
+    first = data.step_batch(train, plan, 7, 0, tokenizer, cont, mask)
+    again = data.step_batch(train, plan, 7, 0, tokenizer, cont, mask)
+    other = data.step_batch(train, plan, 8, 0, tokenizer, cont, mask)
+    assert torch.equal(first[1].input_ids, again[1].input_ids) and torch.equal(first[1].labels, again[1].labels)
+    assert not torch.equal(first[1].labels, other[1].labels)
+    assert plan == {"a": 2, "b": 2} and first[0].input_ids.shape[0] == 4
+
+
+def test_heldout_numbers_are_training_evaluate_over_every_selected_position_and_the_mask_positions(tokenizer):
+    model, _ = tiny_random_masked_lm(tokenizer)
+    cont = data.continuation_pieces(tokenizer)
+    seqs = [tokenizer("the cat sat on the mat and watched the birds" + " today" * i, add_special_tokens=False)
+            ["input_ids"] for i in range(5)]
+    mask, _ = data.make_masker(tokenizer, "token", mlm_probability=0.5)
+    held = data.heldout_set(tokenizer, seqs, mask, cont, batch=2)  # three batches of different widths
+    assert held.input_ids.shape == (5, len(seqs[-1]) + 2)
+    out = training.evaluate(model, held)
+    # by hand: the same seeded masks, batch by batch at their own widths
+    g = torch.Generator().manual_seed(1234)
+    total = at_mask = n = n_mask = 0.0
+    for i in range(0, 5, 2):
+        chunks = data.collate(tokenizer, seqs[i:i + 2], cont)
+        res = mask(chunks, g)
+        with torch.no_grad():
+            logits, targets = masked_lm_logits(model, res.input_ids, chunks.attention_mask, res.labels)
+        ce = torch.nn.functional.cross_entropy(logits, targets, reduction="none")
+        is_mask = res.input_ids[res.labels != -100] == tokenizer.mask_token_id
+        total, n = total + float(ce.sum()), n + len(ce)
+        at_mask, n_mask = at_mask + float(ce[is_mask].sum()), n_mask + int(is_mask.sum())
+    assert 0 < n_mask < n  # [MASK] and other selected positions both present
+    assert out["loss"] == pytest.approx(total / n, rel=1e-5)
+    assert out["mask_loss"] == pytest.approx(at_mask / n_mask, rel=1e-5)
+    assert data.heldout_set(tokenizer, [], mask, cont) is None

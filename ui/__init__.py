@@ -1,0 +1,72 @@
+"""The app's shared UI: what every page sets up, loads, draws and shares. Pages write ``import ui``.
+
+One idea per module, in the order a page meets them:
+
+- ``page``: ``page_setup`` (the run through app.py, the sidebar, the share box, the title)
+- ``settings``: the shared settings' session-state ``KEYS``, their defaults and ``Settings``
+- ``loaders``: models, tokenizers and corpus counts loaded once per server, behind the access rule
+- ``controls``: widget groups that return plain values (batch, example picker, trained model, on-demand)
+- ``chips``: token chips and their legend, markdown that shows text as typed (all escaped)
+- ``presenter``: charts, tables and CSS a room can read
+- ``share``: share links (``st.query_params``) and the masking rule they carry
+- ``session``: who is connected; ``messages``: errors in words; ``navigation``: Streamlit's old-style runner
+
+The names below are the ones pages use (``ui.token_chips(...)``); the rest live in their module.
+"""
+
+from ui.chips import (
+    DECISION_STYLE,
+    chip_html,
+    decision_legend,
+    inline_code,
+    markdown_text,
+    token_chips,
+    value_chips,
+)
+from ui.controls import (
+    BASE_CHOICE,
+    CUSTOM_SENTENCE,
+    batch_sentences_controls,
+    encode_or_stop,
+    example_picker,
+    loss_batch_controls,
+    on_demand,
+    trained_model_choice,
+    trained_models,
+)
+from ui.loaders import (
+    cached_corpus_counts,
+    cached_model,
+    cached_tiny_for_vocab,
+    cached_tokenizer,
+    model_or_stop,
+    tokenizer_or_stop,
+)
+from ui.messages import show_error
+from ui.page import page_setup
+from ui.presenter import (
+    PRESENTER_CHART_FONT_PX,
+    PRESENTER_CHART_HEIGHT,
+    PRESENTER_CHART_TITLE_PX,
+    PRESENTER_TITLE_CHARS,
+    advanced,
+    chart_height,
+    plotly_config,
+    room_figure,
+    table,
+    wrap_title,
+)
+from ui.session import client_id, session_alive_check
+from ui.settings import DEFAULT_MODEL, KEYS, MAX_MODEL_NAME_CHARS, Settings
+from ui.share import LINK_KEYS, share_link, share_url, shared_masking_config, sync_query_params
+
+__all__ = [
+    "BASE_CHOICE", "CUSTOM_SENTENCE", "DECISION_STYLE", "DEFAULT_MODEL", "KEYS", "LINK_KEYS", "MAX_MODEL_NAME_CHARS",
+    "PRESENTER_CHART_FONT_PX", "PRESENTER_CHART_HEIGHT", "PRESENTER_CHART_TITLE_PX", "PRESENTER_TITLE_CHARS",
+    "Settings", "advanced", "batch_sentences_controls", "cached_corpus_counts", "cached_model",
+    "cached_tiny_for_vocab", "cached_tokenizer", "chart_height", "chip_html", "client_id", "decision_legend",
+    "encode_or_stop", "example_picker", "inline_code", "loss_batch_controls", "markdown_text", "model_or_stop", "on_demand", "page_setup", "plotly_config",
+    "room_figure", "session_alive_check", "share_link", "share_url", "shared_masking_config", "show_error",
+    "sync_query_params", "table", "token_chips", "tokenizer_or_stop", "trained_model_choice", "trained_models",
+    "value_chips", "wrap_title",
+]

@@ -1,0 +1,153 @@
+"""Widget groups that return plain values: the batch a lesson computes on, the example sentence picker,
+the page's model (the sidebar's or one trained in this session), and "press to measure" results.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from mlm_core.bundled import workshop_sentences
+from mlm_core.data import Encoded, clip_text, encode, split_sentences
+from mlm_core.errors import MLMLabError
+from mlm_core.lessons.loss_lab import LossBatch, loss_batch, pick_sentences
+from mlm_core.lessons.share_state import Field
+from mlm_core.session_models import TrainedModels
+from ui.loaders import cached_corpus_counts
+from ui.messages import show_error
+from ui.settings import KEYS, Settings
+from ui.share import sync_query_params
+
+BATCH_SOURCES = ("Workshop corpus", "Your text")
+
+
+def batch_sentences_controls(prefix: str, seed: int, *, n: int = 8, max_chars: int = 4_000) -> list[str]:
+    """The batch a lesson page computes on: n workshop sentences chosen by the seed, or the learner's own."""
+    source = st.radio("Batch", BATCH_SOURCES, horizontal=True, key=f"{prefix}_source",
+                      help=f"The workshop batch is {n} consecutive corpus sentences, chosen by the seed.")
+    if source == BATCH_SOURCES[0]:
+        return pick_sentences(workshop_sentences(), n, seed)
+    st.session_state.setdefault(f"{prefix}_text", st.session_state.get(KEYS.sentence) or "")
+    text, clipped = clip_text(st.text_area("Your sentences (one batch row per sentence)", key=f"{prefix}_text",
+                                           height=100), max_chars)
+    if clipped:
+        st.info(f"Only the first {max_chars:,} characters are used.")
+    return split_sentences(text)[:n]
+
+
+def encode_or_stop(tokenizer, text: str, *, max_tokens: int, clipped: bool = False) -> Encoded:
+    """One sentence encoded for a page (at most ``max_tokens``), or a message and the end of this run; a note
+    when the text was cut (``clipped``: already cut to the page's character limit)."""
+    try:
+        encoded = encode(tokenizer, text, max_length=max_tokens)
+    except MLMLabError as exc:
+        show_error(exc)
+        st.stop()
+    if clipped or encoded.truncated[0]:
+        st.info(f"Only the first {max_tokens} tokens are used.")
+    return encoded
+
+
+def loss_batch_controls(prefix: str, settings: Settings, model, tokenizer, rule, *, n: int, max_chars: int) -> LossBatch:
+    """The batch the Loss page and the Bug museum compute on (one batch for the same seed, text and masking rule):
+    the batch picker, then ``mlm_core.lessons.loss_lab.loss_batch``; a message and the end of the run if it cannot be made."""
+    texts = batch_sentences_controls(prefix, settings.seed, n=n, max_chars=max_chars)
+    if not texts:
+        st.warning("There is no text: type at least one sentence, or use the workshop corpus.")
+        st.stop()
+    counts = cached_corpus_counts(settings.model_name, model.get_output_embeddings().weight.shape[0], tokenizer)
+    try:
+        return loss_batch(model, tokenizer, texts, rule, seed=settings.seed, counts=counts)
+    except MLMLabError as exc:
+        show_error(exc)
+        st.stop()
+
+
+STALE_MEASUREMENT = "The model, sizes or seed changed since this was measured: press the button again."
+
+
+def on_demand(label: str, key: str, spinner: str, inputs, compute):
+    """A button that runs ``compute()`` and keeps its result in the session with the ``inputs`` it
+    was computed for; returns the kept result (or None), with a note when the inputs have changed
+    since. A problem we can explain is shown and the last result stays."""
+    state = st.session_state
+    if st.button(label, key=f"{key}_run"):
+        with st.spinner(spinner):
+            try:
+                state[key] = (inputs, compute())
+            except MLMLabError as exc:
+                show_error(exc)
+    kept = state.get(key)
+    if kept is None:
+        return None
+    measured_for, result = kept
+    if measured_for != inputs:
+        st.caption(STALE_MEASUREMENT)
+    return result
+
+
+CUSTOM_SENTENCE = "✏️ your own sentence"  # the example picker's choice when the sentence is none of its examples
+
+
+def example_picker(examples: list[str], *, key: str, sentence_key: str, container=None) -> None:
+    """The "Pick an example" select box, in step with the sentence it fills (``st.session_state[sentence_key]``).
+
+    It shows the example the sentence is (also when a shared link brought the sentence), or
+    "your own sentence" when it is none of them; picking an example puts it into the sentence.
+    """
+    state = st.session_state
+    text = (state.get(sentence_key) or "").strip()
+    state[key] = next((e for e in examples if e == text), CUSTOM_SENTENCE)
+
+    def use_example():
+        if state[key] != CUSTOM_SENTENCE:
+            state[sentence_key] = state[key]
+
+    (container or st).selectbox("Pick an example", [*examples, CUSTOM_SENTENCE], key=key, on_change=use_example)
+
+
+BASE_CHOICE = "base"  # the sidebar's model, in the trained-model picker
+
+
+def trained_models():
+    """This session's trained models (``mlm_core.session_models.TrainedModels``), a finished Training run's included.
+
+    The store lives in the session, so the copies go with it; the shared cached models are never replaced.
+    """
+    state = st.session_state
+    store = state.get(KEYS.trained_models)
+    if store is None:
+        store = state[KEYS.trained_models] = TrainedModels()
+    run = state.get(KEYS.training_run)
+    if run is not None and getattr(run, "keep_trained", False):
+        for note in store.add_run(run):  # takes the copies once the run has finished, then nothing
+            st.toast(note, icon="🧠")
+    return store
+
+
+def trained_model_choice(model, tokenizer):
+    """The page's model: the sidebar's, or one trained in this session. Returns ``(model, tokenizer, entry)``.
+
+    The picker shows only when the session has trained models; ``entry`` is the chosen
+    ``TrainedModel`` or None. A share link carries the choice (``trained=``); in another session no
+    such model exists, so the page falls back to the sidebar's model with a notice.
+    """
+    state = st.session_state
+    field = Field("trained", "text", default=BASE_CHOICE, max_chars=40, label="trained model")
+    state.setdefault(KEYS.trained_choice, BASE_CHOICE)
+    sync_query_params([(field, KEYS.trained_choice)])  # reads a link's trained= once per session
+    entries = {e.key: e for e in trained_models().entries()}
+    if state.get(KEYS.trained_choice, BASE_CHOICE) not in (BASE_CHOICE, *entries):
+        st.info("This view names a model trained in another session, or one this session no longer keeps. "
+                "Trained models live only in the session that trained them, so the sidebar's model is shown "
+                "instead.", icon="🔗")
+        state[KEYS.trained_choice] = BASE_CHOICE
+        sync_query_params([(field, KEYS.trained_choice)])
+    if not entries:
+        return model, tokenizer, None
+    labels = {BASE_CHOICE: f"{(getattr(model, 'mlmlab_info', None) or {}).get('label', 'The sidebar model')} (sidebar)",
+              **{key: f"Trained: {e.label}" for key, e in entries.items()}}
+    st.selectbox("Model on this page", list(labels), key=KEYS.trained_choice, format_func=labels.get,
+                 help="Models you trained on the Training page stay in your session (the last few), beside "
+                 "the sidebar's model. They are yours only: a shared link shows others the sidebar's model.")
+    entry = entries.get(state[KEYS.trained_choice])
+    return (model, tokenizer, None) if entry is None else (entry.model, entry.tokenizer, entry)

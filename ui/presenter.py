@@ -1,0 +1,176 @@
+"""Presenter view: the same lesson readable from a room's back row.
+
+Charts, tables and text grow (``room_figure``, ``chart_height``, ``table``, ``PRESENTER_CSS``), and
+advanced controls are hidden (``advanced``); the figure builders in ``mlm_core.figures`` stay free of UI
+settings.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pandas as pd
+import streamlit as st
+
+from mlm_core.formatting import readable
+from mlm_core.lessons.export import safe_name
+from ui.settings import KEYS
+
+
+PRESENTER_TOKEN_PX = 30  # chips readable from the back row (issue: at least 28 px)
+PRESENTER_CHART_HEIGHT = 600  # charts at least this tall in presenter view
+PRESENTER_TABLE_PX = 22  # table text in presenter view: as large as the page's body text there (1.25rem = 20 px) or larger
+PRESENTER_CHART_FONT_PX = 20  # ticks, axis titles, legends and bar labels in presenter view
+PRESENTER_CHART_TITLE_PX = 26
+PRESENTER_TITLE_CHARS = 55  # a chart title this long fits one line at PRESENTER_CHART_TITLE_PX on a 1280-px projector
+
+PRESENTER_CSS = f"""
+<style>
+.mlm-chips .mlm-chip {{ font-size: {PRESENTER_TOKEN_PX}px !important; padding: 8px 12px !important; }}
+.mlm-chips .mlm-sub {{ font-size: 18px !important; }}
+div[data-testid="stMarkdownContainer"] p, div[data-testid="stMarkdownContainer"] li {{ font-size: 1.25rem; }}
+div.stButton button, div.stFormSubmitButton button, div.stDownloadButton button {{
+  font-size: 1.4rem; padding: 0.6rem 1.4rem; min-height: 3.2rem; }}
+div.stButton button p, div.stFormSubmitButton button p, div.stDownloadButton button p {{ font-size: 1.4rem; }}
+div[data-testid="stButtonGroup"] button {{ min-height: 2.8rem; padding: 0.3rem 1rem; }}
+div[data-testid="stButtonGroup"] button p, div[data-testid="stRadioOption"] p {{ font-size: 1.35rem; }}
+div[data-testid="stTextInput"] input, div[data-testid="stTextArea"] textarea {{ font-size: 1.4rem !important; }}
+/* the values of number inputs (the seed) and of the page's select boxes ("Look from", a head): as large as
+   their labels; the sidebar's model box keeps its size, or "Bundled default (offline)" would be cut */
+[data-testid="stMain"] div[data-testid="stSelectbox"] input, [data-testid="stMain"] div[data-testid="stMultiSelect"] input,
+div[data-testid="stNumberInput"] input {{ font-size: 1.25rem !important; }}
+div[data-testid="stMetricValue"], div[data-testid="stMetricValue"] p {{ font-size: 2.8rem !important; line-height: 1.25; }}
+div[data-testid="stMetricLabel"] p, div[data-testid="stMetricDelta"] p, div[data-testid="stMetricDelta"] {{
+  font-size: 1.3rem !important; }}
+div[data-testid="stCaptionContainer"], div[data-testid="stCaptionContainer"] p {{ font-size: 1.15rem; }}
+div[data-testid="stCaptionContainer"] code, div[data-testid="stMarkdownContainer"] p code {{ font-size: 0.9em !important; }}
+div[data-baseweb="select"] div, div[data-testid="stExpander"] summary p {{ font-size: 1.25rem; }}
+/* a button's label or a metric wraps onto a second line rather than being cut ("Re-roll (new s…") */
+div.stButton button *, div.stFormSubmitButton button *, div.stDownloadButton button *, div[data-testid="stMetric"] * {{
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important; max-width: none !important; }}
+div[class*="st-key-advanced_"] {{ display: none !important; }}
+/* code (the Bug museum's, the Masking page's snippets): wrapped by st.code(wrap_lines=True), and large */
+div[data-testid="stCode"] code, div[data-testid="stCode"] pre {{ font-size: 1.1rem !important; }}
+/* tables (ui.table draws them as HTML in presenter view: a dataframe is a canvas CSS cannot enlarge) */
+div[data-testid="stTable"] table, div[data-testid="stTable"] th, div[data-testid="stTable"] td {{
+  font-size: {PRESENTER_TABLE_PX}px !important; line-height: 1.35; }}
+</style>
+"""
+
+
+def room_styles() -> None:
+    """The presenter view's stylesheet on this page (a constant: no learner text goes into it)."""
+    st.markdown(PRESENTER_CSS, unsafe_allow_html=True)
+
+
+def chart_height(default: int = 450) -> int:
+    """A chart's height: ``default``, or at least 600 px in presenter view. Use as ``fig.update_layout(height=...)``."""
+    if st.session_state.get(KEYS.presenter):
+        return max(int(default), PRESENTER_CHART_HEIGHT)
+    return int(default)
+
+
+def wrap_title(text: str, width: int = PRESENTER_TITLE_CHARS) -> str:
+    """``text`` broken into lines of at most ``width`` visible characters (HTML tags and entities not counted).
+
+    Plotly never wraps a title: at presenter size a long one runs off the chart's right edge.
+
+    >>> wrap_title("Where position 16 looks: the token each head attends to most (click a cell)", 40)
+    'Where position 16 looks: the token each<br>head attends to most (click a cell)'
+    >>> wrap_title("Short <b>title</b>")
+    'Short <b>title</b>'
+    """
+    lines, line, used = [], [], 0
+    for word in str(text).split(" "):
+        visible = len(html.unescape(re.sub(r"<[^>]*>", "", word)))
+        if line and used + 1 + visible > width:
+            lines.append(" ".join(line))
+            line, used = [], 0
+        used += visible + (1 if line else 0)
+        line.append(word)
+    lines.append(" ".join(line))
+    return "<br>".join(lines)
+
+
+def room_figure(fig):
+    """``fig`` with fonts a room can read in presenter view (every tick, label and title) and at least
+    ``PRESENTER_CHART_HEIGHT`` tall, else as it is.
+
+    ``st.plotly_chart(ui.room_figure(fig), ...)``: the figure builders stay free of UI settings. A long
+    title is wrapped onto two lines (with room above the plot for it) instead of running off the chart.
+    """
+    if st.session_state.get(KEYS.presenter):
+        size = PRESENTER_CHART_FONT_PX
+        title = fig.layout.title.text
+        if title and "<br>" not in title and len(title) > PRESENTER_TITLE_CHARS:
+            wrapped = wrap_title(title)
+            lines = wrapped.count("<br>") + 1
+            if lines > 1:
+                top = fig.layout.margin.t if fig.layout.margin.t is not None else 80
+                fig.update_layout(title=dict(text=wrapped, yref="container", y=1, yanchor="top",
+                                             pad=dict(t=PRESENTER_CHART_TITLE_PX + 14)),  # the first line's height
+                                  margin=dict(t=top + (lines - 1) * (PRESENTER_CHART_TITLE_PX + 8) + 12))
+        # the workshop guide promises charts at least 600 px tall in presenter view: the Loss page's were 320-380
+        fig.update_layout(height=max(int(fig.layout.height or 450), PRESENTER_CHART_HEIGHT))
+        fig.update_layout(font=dict(size=size), title=dict(font=dict(size=PRESENTER_CHART_TITLE_PX)),
+                          legend=dict(font=dict(size=size)), hoverlabel=dict(font=dict(size=size)))
+        fig.update_xaxes(automargin=True, title_font=dict(size=size), tickfont=dict(size=size))
+        fig.update_yaxes(automargin=True, title_font=dict(size=size), tickfont=dict(size=size))
+    return fig
+
+
+def plotly_config(filename: str) -> dict:
+    """``st.plotly_chart(fig, config=ui.plotly_config("masking_counts"))``: the camera button saves a PNG.
+
+    The PNG is made by Plotly in the browser (no server-side image export), at twice the screen
+    resolution so it stays sharp on a slide.
+    """
+    return {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": "png", "filename": safe_name(filename, "chart"), "scale": 2},
+        "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+    }
+
+
+def table(data, *, key: str | None = None, column_config: dict | None = None, percent: tuple[str, ...] = (),
+          static: bool = False) -> None:
+    """A table a learner reads: sortable ``st.dataframe`` normally; a static ``st.table`` in presenter view or with ``static``.
+
+    ``st.dataframe`` draws on a canvas: its font stays small whatever the presenter CSS says, and a
+    column narrower than its values cuts them ("garden 0.4…"). ``st.table`` is HTML: its cells wrap,
+    so every value shows in full, and the presenter CSS makes it large. ``percent``: columns shown as
+    percentages there (what ``column_config``'s ``format="percent"`` does in the dataframe).
+    """
+    if static or st.session_state.get(KEYS.presenter):
+        st.table(readable_frame(data, percent), hide_index=True)
+        return
+    st.dataframe(data, hide_index=True, width="stretch", key=key, column_config=column_config)
+
+
+def readable_frame(data, percent: tuple[str, ...] = ()) -> pd.DataFrame:
+    """``data`` as a frame of text for a static table: floats to 4 significant digits, ``percent`` columns as "45%",
+    a missing value (None, NaN) as "—" (what a dataframe leaves blank).
+
+    >>> readable_frame([{"loss": 3.3185198307037354, "top-1": 0.4512, "n": 30522}], percent=("top-1",)).iloc[0].tolist()
+    ['3.319', '45.1%', '30,522']
+    >>> readable_frame([{"loss": 2.5, "top-1": 0.25}, {"loss": None, "top-1": None}], percent=("top-1",))["loss"].tolist()
+    ['2.5', '—']
+    """
+    frame = pd.DataFrame(data).reset_index(drop=True)
+    for column in frame.columns:
+        missing = frame[column].isna().tolist()
+        if column in percent:
+            texts = [v if not isinstance(v, (int, float)) else f"{100 * v:.3g}%" for v in frame[column]]
+        elif frame[column].dtype.kind in "fiu":
+            texts = [readable(v.item() if hasattr(v, "item") else v) for v in frame[column]]
+        else:
+            texts = list(frame[column])
+        frame[column] = ["—" if gone else text for gone, text in zip(missing, texts)]
+    return frame
+
+
+def advanced(name: str):
+    """A container for advanced controls, hidden in presenter view: ``with ui.advanced("masking_rates"): ...``."""
+    return st.container(key=f"advanced_{name}")
+
