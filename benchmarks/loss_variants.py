@@ -22,18 +22,20 @@ import torch
 from mlm_core.bundled import workshop_sentences
 from mlm_core.lessons.loss_lab import loss_batch, pick_sentences
 from mlm_core.losses import (
-    CORRECTIONS,
-    SampledSoftmaxConfig,
     full_cross_entropy,
     loop_cross_entropy,
-    sampled_softmax_loss,
-    sampled_softmax_sweep,
     token_counts,
     token_frequency_weights,
     weighted_cross_entropy,
 )
 from mlm_core.masking import MaskingConfig
 from mlm_core.models import load_masked_lm
+from mlm_core.sampled_softmax import (
+    CORRECTIONS,
+    SampledSoftmaxConfig,
+    sampled_softmax_loss,
+    sampled_softmax_sweep,
+)
 
 KS = (64, 256, 1024, 4096)
 

@@ -1,6 +1,6 @@
 """P4: sampled softmax against full cross-entropy over the same masked rows: fidelity and speed.
 
-**Target (the default configuration, ``losses.SAMPLED_SOFTMAX``).** On the bundled default
+**Target (the default configuration, ``sampled_softmax.SAMPLED_SOFTMAX``).** On the bundled default
 model, a batch of 32 corpus sentences (one per row, ≤ 128 tokens), masked with BERT's rule,
 K = 256, counts for the unigram proposal from the corpus being trained on, mean over 5 draws:
 the sampled loss within 10% of the full loss and the gradient cosine (with respect to the hidden
@@ -12,8 +12,8 @@ every logit: the Training page's configuration before) is printed beside it.
 ``weight`` (V, H) and ``bias`` (V,) from the default model, and the same rows projected to a
 bert-base-sized head (H = 768, V = 30522, random weights: timing only). For K in {64, 256, 1024,
 4096}: forward + backward (to ``hidden``, ``weight`` and ``bias``) of full CE over the time of
-``losses.sampled_softmax_loss`` with the default configuration, and (default model) its loss error
-and gradient cosines, mean over ``draws`` draws. Target: ≥ 5× faster than full CE at K = 1024.
+``sampled_softmax.sampled_softmax_loss`` with the default configuration, and (default model) its loss
+error and gradient cosines, mean over ``draws`` draws. Target: ≥ 5× faster than full CE at K = 1024.
 
 Run: ``python -m benchmarks.p4_sampled_softmax`` (``--quick`` for a smoke run).
 """
@@ -46,7 +46,7 @@ def training_corpora() -> dict[str, list[str]]:
 
 def before_config():
     """TensorFlow's sampled_softmax_loss defaults: the Training page's sampled softmax before this change."""
-    from mlm_core.losses import SampledSoftmaxConfig
+    from mlm_core.sampled_softmax import SampledSoftmaxConfig
 
     return SampledSoftmaxConfig(sampler="log_uniform", replacement=True, correction="tensorflow")
 
@@ -64,12 +64,8 @@ def _grads(loss_fn, hidden, weight, bias):
 
 def run(quick: bool = False, repeats: int = 3, batch_size: int = 32, seq_len: int = 128, draws: int = 5) -> Result:
     from mlm_core.lessons.loss_lab import sampled_softmax_check
-    from mlm_core.losses import (
-        SAMPLED_SOFTMAX,
-        full_cross_entropy,
-        sampled_softmax_loss,
-        token_counts,
-    )
+    from mlm_core.losses import full_cross_entropy, token_counts
+    from mlm_core.sampled_softmax import SAMPLED_SOFTMAX, sampled_softmax_loss
     from mlm_core.head import masked_lm_hidden
     from mlm_core.models import load_masked_lm
 

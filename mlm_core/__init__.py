@@ -22,7 +22,7 @@ from mlm_core.predict import (
 )
 from mlm_core.default_model import cloze_eval, load_default_masked_lm, untrained_masked_lm
 from mlm_core.losses import (
-    LossOutput, full_cross_entropy, loop_cross_entropy, sampled_softmax_loss, sampled_softmax_sweep, token_counts,
-    token_frequency_weights, weighted_cross_entropy,
+    LossOutput, full_cross_entropy, loop_cross_entropy, token_counts, token_frequency_weights, weighted_cross_entropy,
 )
+from mlm_core.sampled_softmax import sampled_softmax_loss, sampled_softmax_sweep
 from mlm_core.training import TrainConfig, TrainEvent, TrainResult, train, train_variants

@@ -36,8 +36,9 @@ from mlm_core import models
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import read_text_upload
 from mlm_core.errors import InputError, MLMLabError
-from mlm_core.losses import SAMPLERS, SCHEMES
+from mlm_core.losses import SCHEMES
 from mlm_core.masking import STRATEGIES
+from mlm_core.sampled_softmax import SAMPLERS
 from mlm_core.training import AMP_MODES, LOSSES, SCHEDULES, TrainConfig, curves_table, train_variants
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130

@@ -1,16 +1,19 @@
-"""The MLM loss, four ways: full, per-position loop, frequency-weighted and sampled softmax; plus an
-unlikelihood term against copying a word of the sequence.
+"""The MLM loss on the selected rows: full, per-position loop and frequency-weighted cross-entropy, plus
+an unlikelihood term against copying a word of the sequence. (Sampled softmax, the fourth way, is
+``sampled_softmax``'s: it builds on the ``LossOutput`` and the helpers here.)
 
 Every loss takes the rows that were selected for prediction only (``head.masked_lm_logits`` or
 ``head.masked_lm_hidden`` gather them before the head) and returns one ``LossOutput``.
 
-Shapes: M = selected (masked) positions, V = vocabulary, H = hidden size, K = sampled classes.
-``logits (M, V)``, ``targets (M,)``, ``hidden (M, H)``, ``weight (V, H)``, ``bias (V,)``,
-with ``logits == hidden @ weight.T + bias``.
+Shapes: B = batch, T = sequence length, V = vocabulary, H = hidden size, M = selected (masked)
+positions, K = sampled classes (``sampled_softmax``). ``logits (M, V)``, ``targets (M,)``,
+``hidden (M, H)``, ``weight (V, H)``, ``bias (V,)``, with ``logits == hidden @ weight.T + bias``;
+``input_ids``, ``labels`` (B, T) for ``context_candidates``. The math only: the Loss page's batch,
+tables and sentences are ``lessons.loss_lab``'s.
 
-Sampled softmax's defaults live in ``SAMPLED_SOFTMAX`` (``SampledSoftmaxConfig``): the Loss page,
-the Bug museum and ``training.TrainConfig`` all read them there. The math only: the Loss page's
-batch, tables and sentences are ``lessons.loss_lab``'s.
+References: PyTorch's ``F.cross_entropy`` (the full and weighted losses are its two reductions, and
+the tests compare with it); Welleck et al. 2019 ("Neural text generation with unlikelihood
+training", eq. 4) for the unlikelihood term.
 
 A batch in which nothing was selected (M = 0) gives a loss of exactly 0 (still connected to the
 graph, so ``backward()`` works) and ``diagnostics["empty"] = True``: ``F.cross_entropy`` would give
@@ -24,19 +27,17 @@ NaN there (a mean over zero rows), and one NaN step ruins a whole training run.
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from mlm_core.data import run_tokenizer, special_ids
+from mlm_core.data import run_tokenizer
 from mlm_core.masking import IGNORE_INDEX
 
 SCHEMES = ("inverse", "inverse_sqrt", "log", "none")
-SAMPLERS = ("uniform", "unigram", "log_uniform", "softmax")
 
 
 @dataclass(frozen=True)
@@ -53,14 +54,15 @@ class LossOutput:
     diagnostics: dict = field(default_factory=dict)
 
 
-def _empty(reference: torch.Tensor, **diagnostics) -> LossOutput:
+def empty_loss(reference: torch.Tensor, **diagnostics) -> LossOutput:
     """Loss 0 for M = 0, still attached to the graph (``0 * sum`` has a zero gradient)."""
     zero = reference.sum() * 0.0
     per_token = reference.new_zeros((0,), dtype=zero.dtype)
     return LossOutput(zero, per_token, {"empty": True, "M": 0, **diagnostics})
 
 
-def _check_rows(logits: torch.Tensor, targets: torch.Tensor) -> None:
+def check_rows(logits: torch.Tensor, targets: torch.Tensor) -> None:
+    """Raise a ``ValueError`` a learner can act on unless ``logits`` is (M, V) and ``targets`` (M,)."""
     if logits.dim() != 2 or targets.dim() != 1 or logits.shape[0] != targets.shape[0]:
         raise ValueError(
             f"Expected logits (M, V) and targets (M,); got {tuple(logits.shape)} and {tuple(targets.shape)}. "
@@ -81,9 +83,9 @@ def full_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> LossOutpu
     >>> round(full_cross_entropy(z, torch.tensor([1, 3])).loss.item(), 4)  # log 4
     1.3863
     """
-    _check_rows(logits, targets)
+    check_rows(logits, targets)
     if logits.shape[0] == 0:
-        return _empty(logits, variant="full")
+        return empty_loss(logits, variant="full")
     per_token = F.cross_entropy(logits.float(), targets, reduction="none")  # (M,)
     return LossOutput(per_token.mean(), per_token, {"empty": False, "M": int(targets.shape[0]), "variant": "full"})
 
@@ -94,9 +96,9 @@ def loop_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> LossOutpu
     For each row: ``loss_i = log(sum_v exp(z_v)) - z_y``, with the max subtracted first so that
     ``exp`` cannot overflow.
     """
-    _check_rows(logits, targets)
+    check_rows(logits, targets)
     if logits.shape[0] == 0:
-        return _empty(logits, variant="loop")
+        return empty_loss(logits, variant="loop")
     rows = []
     for i in range(logits.shape[0]):
         z = logits[i].float()  # (V,)
@@ -192,11 +194,11 @@ def weighted_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, class_we
     when the weights average 1. ``diagnostics["mean_of_weighted"]`` holds the ``.mean()`` value.
     ``per_token`` is ``w[y] / mean(w[y]) * CE``, so its mean is the loss.
     """
-    _check_rows(logits, targets)
+    check_rows(logits, targets)
     if class_weights.dim() != 1 or class_weights.shape[0] != logits.shape[1]:
         raise ValueError(f"class_weights must be (V,) = ({logits.shape[1]},); got {tuple(class_weights.shape)}.")
     if logits.shape[0] == 0:
-        return _empty(logits, variant="weighted")
+        return empty_loss(logits, variant="weighted")
     ce = F.cross_entropy(logits.float(), targets, reduction="none")  # (M,)
     w = class_weights.to(device=logits.device, dtype=torch.float32)[targets]  # (M,)
     total = w.sum()
@@ -255,7 +257,7 @@ def unlikelihood_loss(logits: torch.Tensor, candidates: torch.Tensor) -> LossOut
         raise ValueError(f"Expected logits (M, V) and candidates (M, V); got {tuple(logits.shape)} and "
                          f"{tuple(candidates.shape)}.")
     if logits.shape[0] == 0:
-        return _empty(logits, variant="unlikelihood")
+        return empty_loss(logits, variant="unlikelihood")
     p = logits.float().softmax(-1)  # (M, V)
     # p(c) = 1 would give log 0: the clamp keeps the term (and its gradient) finite.
     per_token = -(torch.log1p(-p.clamp(max=1 - 1e-6)) * candidates).sum(-1)  # (M,)
@@ -264,419 +266,11 @@ def unlikelihood_loss(logits: torch.Tensor, candidates: torch.Tensor) -> LossOut
 
 
 # --------------------------------------------------------------------------------------------
-# Sampled softmax
-# --------------------------------------------------------------------------------------------
-#
-# Row i with target y has the full loss log Z - s_y, Z = sum_v exp(s_v) over all V classes.
-# Sampled softmax computes the logits of y and of K sampled classes only, and uses them in one of
-# three ways (CORRECTIONS), which differ only in where log E[count] is subtracted:
-#
-# - "importance" (the default): importance sampling of Z (Bengio & Senécal 2008):
-#       Z ≈ exp(s_y) + sum over sampled k != y of exp(s_k) / E[count of k among the draws],
-#   E[count] = K q_k with replacement and the inclusion probability π_k without. Every class's
-#   term is expected once, so the estimate of Z is unbiased, and the loss log Ẑ - s_y estimates the
-#   full loss (low on average, as the log of an unbiased estimate is: Jensen). Without
-#   replacement it equals the full loss at K = V (π = 1 for every class).
-# - "tensorflow": ``tf.nn.sampled_softmax_loss`` (Jean et al. 2015, §3; TensorFlow's
-#   ``_compute_sampled_logits`` subtracts log E[count] from the true logit and the sampled ones).
-#   Its value is the loss of picking the target out of its 1 + K candidates: far below the full
-#   loss until K nears V. With replacement K q_y can exceed 1 and it never reaches the full loss.
-# - "none": candidates as they come; a sampler that draws a class often counts it too much.
-
-CORRECTIONS = {
-    # name: (subtract log E[count] from the sampled logits, and from the target's logit too)
-    "importance": (True, False),
-    "tensorflow": (True, True),
-    "none": (False, False),
-}
-CORRECTION_LABELS = {
-    "importance": "importance sampling (log Q on the negatives)",
-    "tensorflow": "TensorFlow (log Q on every logit)",
-    "none": "no correction",
-}
-
-
-def correction_name(logq_correction: bool, logq_on_true: bool) -> str:
-    """The ``CORRECTIONS`` key of a pair of flags (``logq_on_true`` counts only with ``logq_correction``)."""
-    if not logq_correction:
-        return "none"
-    return "tensorflow" if logq_on_true else "importance"
-
-
-@dataclass(frozen=True)
-class SampledSoftmaxConfig:
-    """How sampled softmax draws and corrects: the ONE place its defaults live.
-
-    The Loss page, the Bug museum and ``training.TrainConfig`` read them from ``SAMPLED_SOFTMAX``.
-    Measured on the bundled model (``benchmarks/p4_sampled_softmax.py``, ``sampled_softmax_check``):
-    within a few % of the full loss at K = 256, gradient cosine above 0.9.
-    """
-
-    num_sampled: int = 256  # K: 256 of 30,522 classes is ~1% of the head's cost
-    sampler: str = "unigram"  # the corpus' token counts: the proposal matches the vocabulary it samples
-    power: float = 1.0  # unigram exponent: 1 = plain frequencies, closest to what the model predicts
-    smoothing: float = 0.1  # added to every count: every id can be drawn, so the estimate stays unbiased
-    replacement: bool = False  # K distinct ids, as TensorFlow's default sampler (unique=True)
-    correction: str = "importance"  # a key of CORRECTIONS: the estimate of the full loss
-    remove_accidental_hits: bool = True  # a sampled id equal to the target must not count it twice
-
-    def __post_init__(self) -> None:
-        if isinstance(self.num_sampled, bool) or not isinstance(self.num_sampled, int) or self.num_sampled < 1:
-            raise ValueError(f"num_sampled (K) must be a whole number of at least 1; got {self.num_sampled!r}.")
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}; got {self.sampler!r}.")
-        if not (isinstance(self.power, (int, float)) and 0 < self.power <= 2):
-            raise ValueError(f"power must be in (0, 2]; got {self.power!r}.")
-        if not (isinstance(self.smoothing, (int, float)) and self.smoothing > 0):
-            raise ValueError("smoothing must be above 0, so that every id can be drawn.")
-        if self.correction not in CORRECTIONS:
-            raise ValueError(f"correction must be one of {', '.join(CORRECTIONS)}; got {self.correction!r}.")
-
-    @property
-    def logq_correction(self) -> bool:
-        return CORRECTIONS[self.correction][0]
-
-    @property
-    def logq_on_true(self) -> bool:
-        return CORRECTIONS[self.correction][1]
-
-    def loss_kwargs(self) -> dict:
-        """Keyword arguments of ``sampled_softmax_loss`` for this configuration."""
-        return dict(num_sampled=self.num_sampled, sampler=self.sampler, power=self.power, smoothing=self.smoothing,
-                    replacement=self.replacement, remove_accidental_hits=self.remove_accidental_hits,
-                    logq_correction=self.logq_correction, logq_on_true=self.logq_on_true)
-
-
-SAMPLED_SOFTMAX = SampledSoftmaxConfig()
-
-
-def proposal_distribution(
-    sampler: str,
-    vocab_size: int,
-    *,
-    counts: torch.Tensor | None = None,
-    power: float = SAMPLED_SOFTMAX.power,
-    smoothing: float = SAMPLED_SOFTMAX.smoothing,
-    hidden: torch.Tensor | None = None,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The distribution Q (V,) over the vocabulary that the negatives are drawn from (float64).
-
-    - ``"uniform"``: ``1 / V``.
-    - ``"unigram"``: ``(counts + smoothing) ** power``, normalised: the corpus' own token
-      frequencies (``power = 1``; word2vec's negative sampling flattens them with 0.75), smoothed so
-      every id can be drawn and has a finite ``log Q``. Needs ``counts``.
-    - ``"log_uniform"``: Zipf's law by id, as TensorFlow's ``log_uniform_candidate_sampler``:
-      ``Q(k) = log((k + 2) / (k + 1)) / log(V + 1)``. It assumes ids sorted by decreasing frequency;
-      BERT's WordPiece ids are not (its first ids are [PAD] and ~1,000 [unused] tokens, which take
-      most of this mass: ``proposal_mass_report`` measures it).
-    - ``"softmax"``: the model's own detached distribution, averaged over the batch rows so one
-      set of negatives serves every row. The best proposal, but it costs a full (M, V) softmax.
-
-    >>> q = proposal_distribution("unigram", 3, counts=torch.tensor([9, 0, 0]), smoothing=1.0)
-    >>> [round(x, 3) for x in q.tolist()]
-    [0.833, 0.083, 0.083]
-    """
-    if sampler == "uniform":
-        return torch.full((vocab_size,), 1.0 / vocab_size, dtype=torch.float64)
-    if sampler == "unigram":
-        if counts is None:
-            raise ValueError('The "unigram" sampler needs token counts (see token_counts).')
-        if smoothing <= 0:
-            raise ValueError("smoothing must be above 0, so that every id can be drawn.")
-        c = torch.as_tensor(counts, dtype=torch.float64).cpu().clamp_min(0)
-        if c.shape != (vocab_size,):
-            raise ValueError(f"counts must be (V,) = ({vocab_size},); got {tuple(c.shape)}.")
-        q = (c + smoothing) ** power
-        return q / q.sum()
-    if sampler == "log_uniform":
-        k = torch.arange(vocab_size, dtype=torch.float64)
-        return torch.log((k + 2.0) / (k + 1.0)) / math.log(vocab_size + 1.0)
-    if sampler == "softmax":
-        if hidden is None or weight is None:
-            raise ValueError('The "softmax" sampler needs hidden and weight.')
-        with torch.no_grad():
-            logits = hidden.detach().float() @ weight.detach().float().T  # (M, V): the full cost
-            if bias is not None:
-                logits = logits + bias.detach().float()
-            q = torch.softmax(logits.double(), dim=-1).mean(0) if len(logits) else torch.full(
-                (vocab_size,), 1.0 / vocab_size, dtype=torch.float64)
-        q = q.cpu().clamp_min(1e-30)
-        return q / q.sum()
-    raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}.")
-
-
-@dataclass(frozen=True)
-class Negatives:
-    """K classes drawn from Q once per batch (shared by every row, as TF's ``sampled_softmax_loss``).
-
-    Without replacement the draw is an exponential race: class k arrives at ``T_k ~ Exp(q_k)``
-    (its first appearance in a stream of draws with replacement) and the K first to arrive are
-    the sample. That is exactly ``torch.multinomial(q, K, replacement=False)``'s law and that of
-    TensorFlow's unique samplers (draws in proportion to q among the classes not drawn yet).
-    ``kth_arrival`` and ``threshold`` are the K-th and (K+1)-th arrival times (``threshold`` is
-    inf when the K cover every class that can be drawn; both NaN with replacement).
-    """
-
-    ids: torch.Tensor  # (K,) in draw order
-    q: torch.Tensor  # (V,) float64: the proposal they were drawn from
-    replacement: bool
-    kth_arrival: float = math.nan
-    threshold: float = math.nan
-
-    @property
-    def num_sampled(self) -> int:
-        return int(self.ids.numel())
-
-    def expected_count(self, ids: torch.Tensor | None = None) -> torch.Tensor:
-        """How often each class is expected among the draws (float64): what log Q is the log of.
-
-        With replacement ``K q``. Without, the inclusion probability given where the race stopped,
-        ``π_k = 1 − exp(−q_k τ)`` with τ = ``threshold``: for a sampled class the others' K-th
-        arrival is τ, and it is in the sample exactly when it arrives before that, so
-        ``1[k sampled] / π_k`` has expectation 1 for every class and the importance-sampling estimate
-        of Z is exactly unbiased (the idea behind priority sampling, Duffield, Lund & Thorup 2007).
-        At K = V, π = 1 for every class.
-        """
-        q = self.q if ids is None else self.q[ids.to(self.q.device)]
-        if self.replacement:
-            return q * self.num_sampled
-        if math.isinf(self.threshold):
-            return (q > 0).double()
-        return -torch.expm1(-q * self.threshold)
-
-    def inclusion_given_others(self) -> torch.Tensor:
-        """P(class k is among the K | every other class's arrival time), for all classes (V,).
-
-        For a sampled class the others' K-th arrival is ``threshold``; for any other class it is
-        ``kth_arrival``. Averaged over draws this is the exact inclusion probability π_k (which has
-        no closed form for unequal q); ``tests/test_losses.py`` checks it against counted draws.
-        """
-        if self.replacement:
-            raise ValueError("Inclusion probabilities are for sampling without replacement.")
-        tau = torch.full_like(self.q, self.kth_arrival)
-        tau[self.ids.to(self.q.device)] = self.threshold
-        return torch.where(torch.isinf(tau), (self.q > 0).double(), -torch.expm1(-self.q * tau))
-
-
-def draw_negatives(q: torch.Tensor, num_sampled: int, replacement: bool, generator: torch.Generator) -> Negatives:
-    """K ids drawn from q (V,), with or without replacement (see ``Negatives``).
-
-    >>> g = torch.Generator().manual_seed(0)
-    >>> neg = draw_negatives(torch.tensor([0.5, 0.3, 0.2]), 3, replacement=False, generator=g)
-    >>> sorted(neg.ids.tolist()), neg.expected_count().tolist()
-    ([0, 1, 2], [1.0, 1.0, 1.0])
-    """
-    if generator is None:
-        raise ValueError("Sampling needs a torch.Generator: the global RNG is never used.")
-    if isinstance(num_sampled, bool) or int(num_sampled) < 1:
-        raise ValueError(f"num_sampled must be at least 1; got {num_sampled}.")
-    K = int(num_sampled)
-    q = q.to(device=generator.device, dtype=torch.float64)
-    if replacement:
-        return Negatives(torch.multinomial(q, K, replacement=True, generator=generator), q, True)
-    support = int((q > 0).sum())
-    if K > support:
-        raise ValueError(f"Cannot draw {K} distinct classes from {support}; lower K or sample with replacement.")
-    u = torch.rand(q.shape, generator=generator, dtype=torch.float64, device=q.device)
-    arrival = torch.where(q > 0, -torch.log1p(-u) / q, torch.full_like(q, math.inf))  # (V,) T_k ~ Exp(q_k)
-    if K == support:
-        ids = torch.argsort(arrival)[:K]
-        return Negatives(ids, q, False, float(arrival[ids[-1]]), math.inf)
-    first = torch.topk(arrival, K + 1, largest=False)  # ascending: the K + 1 first arrivals
-    return Negatives(first.indices[:K], q, False, float(first.values[K - 1]), float(first.values[K]))
-
-
-def sampled_softmax_loss(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    targets: torch.Tensor,
-    *,
-    num_sampled: int = SAMPLED_SOFTMAX.num_sampled,
-    sampler: str = SAMPLED_SOFTMAX.sampler,
-    counts: torch.Tensor | None = None,
-    power: float = SAMPLED_SOFTMAX.power,
-    smoothing: float = SAMPLED_SOFTMAX.smoothing,
-    replacement: bool = SAMPLED_SOFTMAX.replacement,
-    remove_accidental_hits: bool = SAMPLED_SOFTMAX.remove_accidental_hits,
-    logq_correction: bool = SAMPLED_SOFTMAX.logq_correction,
-    logq_on_true: bool = SAMPLED_SOFTMAX.logq_on_true,
-    negatives: Negatives | None = None,
-    generator: torch.Generator | None = None,
-) -> LossOutput:
-    """Softmax over the true class plus K sampled classes instead of all V (defaults: ``SAMPLED_SOFTMAX``).
-
-    For row i the candidates are its target y_i and the K ids of ``negatives`` (drawn here from
-    the ``sampler``'s proposal with ``generator`` when not given), shared by all rows. Logits are
-    computed only for those: ``hidden @ weight[ids].T`` is (M, K), never (M, V) (except for the
-    "softmax" sampler, whose proposal itself is a full softmax). Then, with log Q = log of each
-    class's expected count among the draws (``Negatives.expected_count``):
-
-    - ``logq_correction`` and not ``logq_on_true`` (the default, "importance"): log Q is subtracted
-      from the sampled logits only. ``exp(z_y) + sum_s exp(z_s) / E[count_s]`` (hits removed) is an
-      unbiased estimate of the partition function, so the loss estimates full CE: slightly low on
-      average, converging as K grows, and exactly full CE at K = V without replacement.
-    - ``logq_correction`` and ``logq_on_true`` ("tensorflow"): log Q is subtracted from the true
-      logit too, as TensorFlow's ``sampled_softmax_loss``. The loss is then the loss of picking the
-      target out of the 1 + K candidates, not an estimate of full CE (far below it at small K).
-    - neither ("none"): the candidates as they are.
-    - ``remove_accidental_hits``: a sampled id equal to the row's target would count the true
-      class twice (once as a negative); its logit is set to -inf for that row.
-
-    Diagnostics: ``sampled_ids`` (K,), ``num_hits``, ``K``, ``unique_sampled``, ``correction``,
-    ``log_expected_sampled`` (K,), ``log_expected_true`` (M,), ``full_softmax`` (True only for
-    the "softmax" sampler).
-    """
-    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
-        raise ValueError(f"Expected hidden (M, H) and weight (V, H); got {tuple(hidden.shape)} and {tuple(weight.shape)}.")
-    if targets.dim() != 1 or targets.shape[0] != hidden.shape[0]:
-        raise ValueError(f"Expected targets (M,) = ({hidden.shape[0]},); got {tuple(targets.shape)}.")
-    V = weight.shape[0]
-    if negatives is None:
-        q = proposal_distribution(sampler, V, counts=counts, power=power, smoothing=smoothing, hidden=hidden,
-                                  weight=weight, bias=bias)
-        negatives = draw_negatives(q, num_sampled, replacement, generator)
-    sampled_ids = negatives.ids.to(weight.device)  # (K,)
-    log_expected_sampled = torch.log(negatives.expected_count(negatives.ids)).float().to(weight.device)  # (K,)
-    log_expected_true = torch.log(negatives.expected_count(targets)).float().to(weight.device)  # (M,)
-    info = {"variant": "sampled", "sampler": sampler, "K": negatives.num_sampled,
-            "replacement": negatives.replacement, "logq_correction": logq_correction, "logq_on_true": logq_on_true,
-            "correction": correction_name(logq_correction, logq_on_true),
-            "remove_accidental_hits": remove_accidental_hits, "sampled_ids": sampled_ids.detach(),
-            "unique_sampled": int(sampled_ids.unique().numel()), "full_softmax": sampler == "softmax",
-            "log_expected_sampled": log_expected_sampled.detach(), "negatives": negatives}
-    if hidden.shape[0] == 0:
-        return _empty(hidden, num_hits=0, log_expected_true=log_expected_true.detach(), **info)
-
-    M = hidden.shape[0]
-    h = hidden.float()
-    # One gather for all candidate rows of the output layer: its backward is one sparse update.
-    candidate_ids = torch.cat([targets.to(weight.device), sampled_ids])  # (M + K,)
-    w = weight.index_select(0, candidate_ids).float()  # (M + K, H)
-    true_logits = (h * w[:M]).sum(-1)  # (M,)
-    sampled_logits = h @ w[M:].T  # (M, K)
-    if bias is not None:
-        b = bias.index_select(0, candidate_ids).float()  # (M + K,)
-        true_logits = true_logits + b[:M]
-        sampled_logits = sampled_logits + b[M:]
-    out = sampled_softmax_from_logits(
-        true_logits, sampled_logits, targets, sampled_ids, log_expected_sampled, log_expected_true,
-        remove_accidental_hits=remove_accidental_hits, logq_correction=logq_correction, logq_on_true=logq_on_true,
-    )
-    return LossOutput(out.loss, out.per_token, {**info, **out.diagnostics})
-
-
-def sampled_softmax_from_logits(
-    true_logits: torch.Tensor,
-    sampled_logits: torch.Tensor,
-    targets: torch.Tensor,
-    sampled_ids: torch.Tensor,
-    log_expected_sampled: torch.Tensor,
-    log_expected_true: torch.Tensor,
-    *,
-    remove_accidental_hits: bool = SAMPLED_SOFTMAX.remove_accidental_hits,
-    logq_correction: bool = SAMPLED_SOFTMAX.logq_correction,
-    logq_on_true: bool = SAMPLED_SOFTMAX.logq_on_true,
-) -> LossOutput:
-    """The sampled-softmax loss from candidate logits: true (M,), sampled (M, K), log Q (K,) and (M,).
-
-    The candidate row is ``[z_y - log Q(y), z_s1 - log Q(s1), ...]`` (``- log Q(y)`` only with
-    ``logq_on_true``) and the true class sits in column 0, so the loss is ``cross_entropy(candidates, 0)``.
-    """
-    M = true_logits.shape[0]
-    if logq_correction:
-        sampled_logits = sampled_logits - log_expected_sampled[None, :]
-        if logq_on_true:
-            true_logits = true_logits - log_expected_true
-    hits = sampled_ids[None, :] == targets[:, None]  # (M, K)
-    if remove_accidental_hits:
-        sampled_logits = sampled_logits.masked_fill(hits, float("-inf"))
-    candidates = torch.cat([true_logits[:, None], sampled_logits], dim=1)  # (M, 1 + K)
-    per_token = F.cross_entropy(candidates, targets.new_zeros(M), reduction="none")  # (M,)
-    return LossOutput(per_token.mean(), per_token, {
-        "empty": False, "M": int(M), "num_hits": int(hits.sum()) if remove_accidental_hits else 0,
-        "hits_found": int(hits.sum()), "log_expected_true": log_expected_true.detach(),
-    })
-
-
-def proposal_mass_report(q: torch.Tensor, tokenizer, counts: torch.Tensor | None = None) -> dict[str, float]:
-    """Where a proposal puts its mass: on [unused*] ids, on special tokens, and on ids the corpus never has.
-
-    >>> from mlm_core.bundled import load_default_tokenizer
-    >>> tok = load_default_tokenizer()
-    >>> r = proposal_mass_report(proposal_distribution("log_uniform", len(tok)), tok)
-    >>> r["unused"] > 0.5
-    True
-    """
-    V = q.shape[0]
-    names = tokenizer.convert_ids_to_tokens(list(range(min(V, len(tokenizer)))))
-    unused = torch.tensor([n.startswith("[unused") for n in names] + [False] * (V - len(names)))
-    special = torch.zeros(V, dtype=torch.bool)
-    special[[i for i in special_ids(tokenizer) if i < V]] = True
-    q = q.double().cpu()
-    report = {"unused": float(q[unused].sum()), "special": float(q[special].sum())}
-    if tokenizer.pad_token_id is not None and tokenizer.pad_token_id < V:
-        report["pad"] = float(q[tokenizer.pad_token_id])
-    if counts is not None:
-        report["never_in_corpus"] = float(q[torch.as_tensor(counts).cpu() == 0].sum())
-    return report
-
-
-# --------------------------------------------------------------------------------------------
-# The gradient each variant sends to the logits of one position
+# Does a cheaper (or buggy) loss push the encoder the same way as the full one?
 # --------------------------------------------------------------------------------------------
 
 
-def logit_gradients(
-    logits: torch.Tensor,
-    targets: torch.Tensor,
-    position: int,
-    *,
-    class_weights: torch.Tensor | None = None,
-    sampled: LossOutput | None = None,
-) -> dict[str, torch.Tensor]:
-    """d(loss)/d(logits[position]) (V,) for each variant, times M (so full = softmax − one-hot).
-
-    Full: ``softmax(z) - onehot(y)``. Weighted: the same, times ``w[y] / mean(w[y])``.
-    Sampled: ``softmax - onehot`` over the candidates only (the ids in ``sampled``'s diagnostics,
-    with the same log Q and hit removal); every other class gets exactly 0.
-    """
-    _check_rows(logits, targets)
-    M = logits.shape[0]
-    if not 0 <= position < M:
-        raise ValueError(f"position must be between 0 and {M - 1}; got {position}.")
-    z = logits[position].detach().float()  # (V,)
-    y = int(targets[position])
-    onehot = torch.zeros_like(z)
-    onehot[y] = 1.0
-    full = torch.softmax(z, -1) - onehot
-    grads = {"full": full}
-    if class_weights is not None:
-        w = class_weights.to(z.device, torch.float32)[targets]
-        grads["weighted"] = full * (w[position] / w.mean())
-    if sampled is not None:
-        d = sampled.diagnostics
-        ids = d["sampled_ids"].to(z.device)
-        row = z.clone().requires_grad_(True)
-        out = sampled_softmax_from_logits(
-            row[y].reshape(1), row[ids][None, :], torch.tensor([y], device=z.device), ids,
-            d["log_expected_sampled"].to(z.device), d["log_expected_true"][position].reshape(1).to(z.device),
-            remove_accidental_hits=d["remove_accidental_hits"], logq_correction=d["logq_correction"],
-            logq_on_true=d["logq_on_true"],
-        )
-        (grad,) = torch.autograd.grad(out.loss, row)
-        grads["sampled"] = grad
-    return grads
-
-
-# --------------------------------------------------------------------------------------------
-# The K sweep: how each correction approaches (or not) the full loss
-# --------------------------------------------------------------------------------------------
-
-
-def _loss_and_grad(fn, hidden, weight, bias):
+def loss_and_grad(fn, hidden, weight, bias):
     """One forward + backward (to hidden, weight and bias) of ``fn(hidden, weight, bias)``, a ``LossOutput``
     or a scalar tensor: (loss, d loss / d hidden (flat), seconds)."""
     h = hidden.detach().requires_grad_(True)
@@ -692,14 +286,16 @@ def _loss_and_grad(fn, hidden, weight, bias):
     return float(loss.detach()), grad_h.flatten(), seconds
 
 
-def _full_fn(targets):
+def full_head_loss(targets):
+    """``fn(hidden, weight, bias)``: the full cross-entropy of the head on ``targets`` (M,), for ``loss_and_grad``."""
     def fn(h, w, b):
         logits = h @ w.T  # (M, V)
         return full_cross_entropy(logits if b is None else logits + b, targets)
     return fn
 
 
-def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Cosine similarity of two flat tensors, computed in float64."""
     return float(F.cosine_similarity(a.double(), b.double(), dim=0))
 
 
@@ -716,86 +312,7 @@ def hidden_gradient_cosine(loss_fn, hidden: torch.Tensor, weight: torch.Tensor, 
     """
     if len(targets) == 0:
         return float("nan")
-    _, full_grad, _ = _loss_and_grad(_full_fn(targets), hidden, weight, bias)
-    _, grad, _ = _loss_and_grad(loss_fn, hidden, weight, bias)
-    return _cosine(grad, full_grad)
+    _, full_grad, _ = loss_and_grad(full_head_loss(targets), hidden, weight, bias)
+    _, grad, _ = loss_and_grad(loss_fn, hidden, weight, bias)
+    return cosine(grad, full_grad)
 
-
-def sweep_ks(vocab_size: int, ks: Sequence[int] = (16, 64, 256, 1024, 4096)) -> list[int]:
-    """The K values of the sweep: ``ks`` below V, then V itself (every class)."""
-    return sorted({int(k) for k in ks if 0 < int(k) < vocab_size} | {int(vocab_size)})
-
-
-def sampled_softmax_sweep(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    targets: torch.Tensor,
-    *,
-    ks: Sequence[int] | None = None,
-    config: SampledSoftmaxConfig = SAMPLED_SOFTMAX,
-    counts: torch.Tensor | None = None,
-    corrections: Sequence[str] = tuple(CORRECTIONS),
-    repeats: int = 5,
-    generator: torch.Generator,
-) -> list[dict]:
-    """Sampled softmax against the full loss for each K (default ``sweep_ks(V)``, K = V included) and
-    each correction, on ``repeats`` draws of the negatives per K (every correction sees the same draws).
-
-    ``config`` gives the sampler, its power and smoothing, replacement and hit removal. One dict per
-    (K, correction): ``K``, ``correction``, ``label``, ``loss`` (mean over draws), ``loss_std``,
-    ``full_loss``, ``bias`` (mean sampled − full), ``rel_bias`` (bias / full), ``abs_bias``,
-    ``grad_cosine`` (mean cosine between the gradient with respect to ``hidden`` and the full one:
-    the direction the encoder is pushed), ``time_ms`` (median of proposal + draw + forward + backward),
-    ``full_time_ms``, ``time_ratio`` (sampled / full), ``sampler``, ``replacement``. Ready for pandas.
-    """
-    V = weight.shape[0]
-    if hidden.shape[0] == 0:
-        return []
-    full_fn = _full_fn(targets)
-    full_times = []
-    for _ in range(max(1, repeats)):
-        full_loss, full_grad, seconds = _loss_and_grad(full_fn, hidden, weight, bias)
-        full_times.append(seconds)
-    full_ms = float(torch.tensor(full_times).median()) * 1e3
-    start = time.perf_counter()
-    q = proposal_distribution(config.sampler, V, counts=counts, power=config.power, smoothing=config.smoothing,
-                              hidden=hidden, weight=weight, bias=bias)
-    proposal_seconds = time.perf_counter() - start
-    rows = []
-    for k in (sweep_ks(V) if ks is None else [int(k) for k in ks]):
-        if not config.replacement and k > int((q > 0).sum()):
-            continue
-        measured = {c: ([], [], []) for c in corrections}
-        for _ in range(max(1, repeats)):
-            start = time.perf_counter()
-            negatives = draw_negatives(q, k, config.replacement, generator)
-            draw_seconds = proposal_seconds + time.perf_counter() - start
-            for correction in corrections:
-                kwargs = replace(config, correction=correction).loss_kwargs()  # drawing settings unused: negatives given
-
-                def fn(h, w, b, kwargs=kwargs):
-                    return sampled_softmax_loss(h, w, b, targets, negatives=negatives, **kwargs)
-                loss, grad, seconds = _loss_and_grad(fn, hidden, weight, bias)
-                losses_, cosines, times = measured[correction]
-                losses_.append(loss)
-                cosines.append(_cosine(grad, full_grad))
-                times.append(seconds + draw_seconds)
-        for correction in corrections:
-            losses_, cosines, times = measured[correction]
-            losses_t = torch.tensor(losses_, dtype=torch.float64)
-            time_ms = float(torch.tensor(times).median()) * 1e3
-            mean = float(losses_t.mean())
-            rows.append({
-                "K": k, "correction": correction, "label": CORRECTION_LABELS[correction],
-                "logq_correction": CORRECTIONS[correction][0], "logq_on_true": CORRECTIONS[correction][1],
-                "sampler": config.sampler, "replacement": config.replacement,
-                "loss": mean, "loss_std": float(losses_t.std()) if len(losses_) > 1 else 0.0,
-                "full_loss": full_loss, "bias": mean - full_loss,
-                "rel_bias": (mean - full_loss) / full_loss if full_loss else float("nan"),
-                "abs_bias": float((losses_t - full_loss).abs().mean()),
-                "grad_cosine": float(torch.tensor(cosines).mean()),
-                "time_ms": time_ms, "full_time_ms": full_ms,
-                "time_ratio": time_ms / full_ms if full_ms > 0 else float("nan"),
-            })
-    return rows

@@ -10,7 +10,7 @@ from mlm_core.formatting import readable
 from mlm_core.lessons.audit import BATCH_FORMAT, audit_batch, batch_to_json, load_batch_file
 from mlm_core.lessons.loss_lab import LOSS_SETTINGS
 from mlm_core.lessons.museum import exhibit_rows, run_exhibits
-from mlm_core.losses import CORRECTION_LABELS, SAMPLED_SOFTMAX
+from mlm_core.sampled_softmax import CORRECTION_LABELS, SAMPLED_SOFTMAX
 
 BATCH_SENTENCES = 8
 MAX_CHARS = 4_000

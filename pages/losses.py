@@ -35,23 +35,21 @@ from mlm_core.lessons.loss_lab import (
     uniform_guess_label,
     weight_curve_rows,
 )
-from mlm_core.losses import (
+from mlm_core.lessons.nsp import AFTER_BERT as NSP_AFTER_BERT
+from mlm_core.lessons.nsp import combined_loss_on_pairs, is_next_probabilities, train_nsp_head
+from mlm_core.losses import SCHEMES, loop_cross_entropy, token_frequency_weights
+from mlm_core.sampled_softmax import (
     CORRECTION_LABELS,
     CORRECTIONS,
     SAMPLED_SOFTMAX,
     SAMPLERS,
-    SCHEMES,
     SampledSoftmaxConfig,
     logit_gradients,
-    loop_cross_entropy,
     proposal_distribution,
     proposal_mass_report,
     sampled_softmax_sweep,
     sweep_ks,
-    token_frequency_weights,
 )
-from mlm_core.lessons.nsp import AFTER_BERT as NSP_AFTER_BERT
-from mlm_core.lessons.nsp import combined_loss_on_pairs, is_next_probabilities, train_nsp_head
 
 BATCH_SENTENCES = 8  # one small batch: every number on the page comes from it
 MAX_CHARS = 4_000

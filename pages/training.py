@@ -15,7 +15,7 @@ from mlm_core.precision import auto_amp
 from mlm_core.lessons.training_view import (LESSONS, SOURCES, VARIANT_LABELS, Texts, base_config, gazetteer_texts,
                                             lesson_defaults, lesson_variants, probe_rows, probes_right,
                                             usable_probes, workshop_texts)
-from mlm_core.losses import SAMPLED_SOFTMAX
+from mlm_core.sampled_softmax import SAMPLED_SOFTMAX
 from mlm_core.models import model_description
 from mlm_core.training import ADAM_BETAS, ADAM_EPS, uncorrected_adam_step_ratio
 

@@ -31,11 +31,11 @@ from mlm_core.bundled import load_default_tokenizer, workshop_sentences  # noqa:
 from mlm_core.data import encode, mask_batch  # noqa: E402
 from mlm_core.lessons.loss_lab import loss_batch  # noqa: E402
 from mlm_core.losses import (  # noqa: E402
-    CORRECTIONS, SAMPLERS, SCHEMES, full_cross_entropy, loop_cross_entropy, sampled_softmax_loss,
-    token_frequency_weights, weighted_cross_entropy,
+    SCHEMES, full_cross_entropy, loop_cross_entropy, token_frequency_weights, weighted_cross_entropy,
 )
 from mlm_core.masking import SPAN_REPLACEMENTS, STRATEGIES, MaskingConfig  # noqa: E402
 from mlm_core.models import tiny_random_masked_lm  # noqa: E402
+from mlm_core.sampled_softmax import CORRECTIONS, SAMPLERS, sampled_softmax_loss  # noqa: E402
 from mlm_core.training import LOSSES, TrainConfig, TrainStep, train_variants  # noqa: E402
 from scripts import build_default_mlm  # noqa: E402
 

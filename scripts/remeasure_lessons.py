@@ -55,9 +55,10 @@ from mlm_core.lessons.museum import COSINE_BUGGY, labels_never_ignored, run_exhi
 from mlm_core.lessons.training_view import (  # noqa: E402
     base_config, default_run, gazetteer_texts, lesson_variants, probes_right,
 )
-from mlm_core.losses import SampledSoftmaxConfig, sampled_softmax_sweep, token_counts  # noqa: E402
+from mlm_core.losses import token_counts  # noqa: E402
 from mlm_core.masking import MaskingConfig  # noqa: E402
 from mlm_core.predict import predict_masked, summarize_by_decision  # noqa: E402
+from mlm_core.sampled_softmax import SampledSoftmaxConfig, sampled_softmax_sweep  # noqa: E402
 from mlm_core.training import train_variants  # noqa: E402
 
 DOCS = (ROOT / "docs" / "lessons.md", ROOT / "docs" / "workshop.md")

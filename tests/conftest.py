@@ -132,3 +132,21 @@ def run_page(apptest):
         return at
 
     return run
+
+
+def _head_rows(M=12, V=50, H=8, seed=0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(M, H, generator=g)
+    weight = torch.randn(V, H, generator=g)
+    bias = torch.randn(V, generator=g) * 0.1
+    targets = torch.randint(V, (M,), generator=g)
+    return hidden, weight, bias, targets
+
+
+@pytest.fixture(scope="session")
+def head_rows():
+    """Factory for the loss tests: ``head_rows(M, V, H, seed)`` → random ``hidden`` (M, H), ``weight`` (V, H),
+    ``bias`` (V,) and ``targets`` (M,), the same numbers for the same arguments."""
+    return _head_rows

@@ -16,9 +16,9 @@ from mlm_core.lessons.loss_lab import (
     per_token_table,
     sampled_softmax_check,
 )
-from mlm_core.losses import SAMPLED_SOFTMAX, SampledSoftmaxConfig
 from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig
 from mlm_core.models import load_masked_lm
+from mlm_core.sampled_softmax import SAMPLED_SOFTMAX, SampledSoftmaxConfig
 
 TEXTS = ["The cat sat on the warm mat by the kitchen door.", "Every morning I drink a cup of coffee."] * 3
 

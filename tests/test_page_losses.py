@@ -2,7 +2,7 @@
 
 import pytest
 
-from mlm_core.losses import SAMPLED_SOFTMAX
+from mlm_core.sampled_softmax import SAMPLED_SOFTMAX
 
 
 def _markdown(at):

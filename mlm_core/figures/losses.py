@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 
 VARIANT_COLORS = {"full": "#1c7ed6", "weighted": "#f08c00", "sampled": "#2f9e44", "loop": "#868e96"}
 SCHEME_COLORS = {"inverse": "#e03131", "inverse_sqrt": "#f08c00", "log": "#1c7ed6", "none": "#868e96"}
-CORRECTION_STYLES = {  # losses.CORRECTIONS → (colour, dash)
+CORRECTION_STYLES = {  # sampled_softmax.CORRECTIONS → (colour, dash)
     "importance": ("#2f9e44", "solid"),
     "tensorflow": ("#1c7ed6", "solid"),
     "none": ("#e03131", "dot"),
@@ -127,7 +127,7 @@ def k_sweep_figure(rows: Sequence[dict], *, vocab_size: int | None = None) -> go
     """Four panels against K (log axis): loss, relative bias, gradient cosine and time per call, one
     line per correction; a dotted line marks K = V (every class).
 
-    ``rows``: ``losses.sampled_softmax_sweep`` output.
+    ``rows``: ``sampled_softmax.sampled_softmax_sweep`` output.
     """
     if not rows:
         return _empty("Nothing to sweep: the batch has no selected tokens.")

@@ -1,8 +1,8 @@
 """The Loss page's view-model: one batch through a model, its three losses, and the rows and
 sentences the page (and the Bug museum) show about them.
 
-The math lives in ``losses``; this module turns it into a lesson. ``LossBatch`` is the one batch
-type of the Loss page and the Bug museum, and ``batch_losses`` gives the numbers both show.
+The math lives in ``losses`` and ``sampled_softmax``; this module turns it into a lesson. ``LossBatch``
+is the one batch type of the Loss page and the Bug museum, and ``batch_losses`` gives the numbers both show.
 
 Shapes: B = batch, T = sequence length, V = vocabulary, H = hidden size, M = selected positions,
 K = sampled classes.
@@ -21,21 +21,23 @@ from mlm_core.errors import InputError
 from mlm_core.formatting import readable, row_decimals, signed, significant
 from mlm_core.head import masked_lm_hidden, masked_lm_logits
 from mlm_core.losses import (
-    CORRECTION_LABELS,
-    SAMPLED_SOFTMAX,
     LossOutput,
-    SampledSoftmaxConfig,
-    draw_negatives,
     full_cross_entropy,
     hidden_gradient_cosine,
-    proposal_distribution,
-    sampled_softmax_loss,
-    sampled_softmax_sweep,
     token_counts,
     token_frequency_weights,
     weighted_cross_entropy,
 )
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, MaskingResult, decision_names
+from mlm_core.sampled_softmax import (
+    CORRECTION_LABELS,
+    SAMPLED_SOFTMAX,
+    SampledSoftmaxConfig,
+    draw_negatives,
+    proposal_distribution,
+    sampled_softmax_loss,
+    sampled_softmax_sweep,
+)
 
 
 

@@ -178,7 +178,7 @@ def sampled_without_true_class(batch: LossBatch) -> Exhibit:
         key="sampled_without_true_class",
         wrong_code="loss = F.cross_entropy(hidden @ W[neg].T, torch.zeros(M))",
         right_code=("logits = torch.cat([true_logit, hidden @ W[neg].T - log_expected_count[neg]], 1)\n"
-                    "loss = F.cross_entropy(logits, torch.zeros(M))   # losses.sampled_softmax_loss"),
+                    "loss = F.cross_entropy(logits, torch.zeros(M))   # sampled_softmax.sampled_softmax_loss"),
         also=also,
     )
 

@@ -17,8 +17,9 @@ from typing import Any
 import torch
 
 from mlm_core.errors import InputError
-from mlm_core.losses import SAMPLED_SOFTMAX, SAMPLERS, SCHEMES
+from mlm_core.losses import SCHEMES
 from mlm_core.masking import MaskingConfig
+from mlm_core.sampled_softmax import SAMPLED_SOFTMAX, SAMPLERS
 
 # The choices a learner can make, named once so the page, the CLI and the messages agree.
 LOSSES = ("full", "weighted", "sampled")
@@ -65,7 +66,7 @@ class TrainConfig:
     loss: str = "full"  # "full", "weighted" (by token frequency) or "sampled" (sampled softmax)
     weight_scheme: str = "inverse_sqrt"  # weighted loss: how a token's count becomes its weight
     weight_smoothing: float = 1.0  # weighted loss: added to every count, so unseen tokens stay finite
-    num_sampled: int = SAMPLED_SOFTMAX.num_sampled  # sampled softmax: K classes per step (losses.SAMPLED_SOFTMAX)
+    num_sampled: int = SAMPLED_SOFTMAX.num_sampled  # sampled softmax: K classes per step (sampled_softmax.SAMPLED_SOFTMAX)
     sampler: str = SAMPLED_SOFTMAX.sampler  # sampled softmax: "unigram" = the training corpus' token counts
     logq_correction: bool = SAMPLED_SOFTMAX.logq_correction  # sampled softmax: importance-sampling estimate of the full loss
     masking: MaskingConfig = field(default_factory=MaskingConfig)  # BERT's 15% with 80/10/10

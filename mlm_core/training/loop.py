@@ -6,7 +6,7 @@ Nothing in this package knows about Streamlit or about one model family (minGPT'
 "nothing in this file really has anything to do with GPT"). One step reads left to right:
 
     texts ─▶ token chunks ─▶ masking.mask_tokens ─▶ encoder + head on the masked rows
-          ─▶ losses.full / weighted / sampled ─▶ backward ─▶ clip ─▶ AdamW
+          ─▶ losses.full / weighted, sampled_softmax ─▶ backward ─▶ clip ─▶ AdamW
 
 The same loop runs headless (`python -m mlm_core train`) and under torchrun: when a
 `torch.distributed` process group is up, every rank takes its share of each global batch and
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlm_core import losses
+from mlm_core import losses, sampled_softmax
 from mlm_core.data import special_ids
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX
@@ -54,7 +54,7 @@ def _loss_value(cfg: TrainConfig, outputs, *, class_weights, counts, generator) 
         m = int(targets.numel())
         if m == 0:  # nothing selected: a zero that still reaches every parameter (no NaN, DDP happy)
             return hidden.sum() * 0.0 + weight.sum() * 0.0 + (bias.sum() * 0.0 if bias is not None else 0.0), 0
-        out = losses.sampled_softmax_loss(
+        out = sampled_softmax.sampled_softmax_loss(
             hidden.float(), weight, bias, targets, num_sampled=cfg.num_sampled, sampler=cfg.sampler,
             counts=counts, logq_correction=cfg.logq_correction, generator=generator)
         return out.loss, m
