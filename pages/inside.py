@@ -2,7 +2,6 @@
 
 import pandas as pd
 import streamlit as st
-import torch
 
 import ui
 from mlm_core import MLMLabError, encode, seeds

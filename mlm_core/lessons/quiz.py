@@ -158,7 +158,6 @@ def question_problem(question: Question) -> str | None:
     - loss: a [MASK], and a selected token that does not look selected (random or unchanged); a
       random replacement, if any, shaped like an ordinary word in place of a whole word (as for random).
     """
-    decisions = question.decisions
     if question.kind == "guess":
         blanks = question.blanks
         if not blanks:
