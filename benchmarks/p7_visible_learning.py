@@ -1,7 +1,7 @@
 """P7: the Training page's default run visibly teaches within a minute (issue 15).
 
 Exactly what a learner gets by pressing Start with every setting left alone: the bundled default
-model fine-tuned on the gazetteer of Veldoria (`mlm_core.training_lessons.default_run`), through
+model fine-tuned on the gazetteer of Veldoria (`mlm_core.lessons.training_view.default_run`), through
 the page's own path (`jobs.RunManager.submit` → the run's thread → `training.train_variants`), with
 the torch thread count the server uses (`jobs.default_threads()`: half the cores).
 
@@ -73,7 +73,7 @@ def _one_run(model, tokenizer, texts, variants, threads: int) -> dict[str, Any]:
 
 
 def _learning(run: dict[str, Any]) -> dict[str, Any]:
-    from mlm_core.training_lessons import probes_right
+    from mlm_core.lessons.training_view import probes_right
 
     curves = run["curves"]
     first, last = curves.evals[0], curves.evals[-1]
@@ -106,7 +106,7 @@ def run(quick: bool = False, repeats: int = 3) -> Result:
     from mlm_core import jobs
     from mlm_core.models import load_masked_lm
     from mlm_core.precision import resolve_amp
-    from mlm_core.training_lessons import default_run
+    from mlm_core.lessons.training_view import default_run
 
     threads = jobs.default_threads()
     before_threads = torch.get_num_threads()

@@ -2,6 +2,10 @@
 
 The flow, left to right: text → ``data.encode`` → ``masking.mask_tokens`` → ``head.masked_lm_logits``
 → ``losses`` → ``training.train``. Nothing here imports streamlit.
+
+Only the flow's names are re-exported here (``from mlm_core import mask_tokens``). Each page's
+view-model is imported from its own module (``from mlm_core.lessons.quiz import make_question``), so
+importing the flow loads no lesson.
 """
 
 from mlm_core.errors import InputError, MLMLabError, ModelLoadError
@@ -22,16 +26,3 @@ from mlm_core.losses import (
 )
 from mlm_core.sampled_softmax import sampled_softmax_loss, sampled_softmax_sweep
 from mlm_core.training import TrainConfig, TrainEvent, TrainResult, train, train_variants
-
-# The lessons beside the flow.
-from mlm_core.vocab import TrainedVocab, VocabCache, measure, train_tokenizer
-from mlm_core.lessons.vocab import frequency_profile, whole_word_demo
-from mlm_core.nsp import SentencePair, make_nsp_pairs, mlm_nsp_loss, train_nsp_head
-from mlm_core.museum import EXHIBITS, AuditCheck, Exhibit, audit_batch, load_batch_file, run_exhibits
-from mlm_core.costs import head_cost, ideal_step_speedup, logits_size
-from mlm_core.measure import peak_memory_bytes
-from mlm_core.lessons.efficiency import amp_and_checkpointing, loss_paths
-from mlm_core.classroom import (
-    Question, make_question, record_score, score_guesses, score_selection, score_totals,
-)
-from mlm_core.export import lesson_json, lesson_record, lesson_zip

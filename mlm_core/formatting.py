@@ -1,8 +1,9 @@
 """Numbers for people: every page writes a loss, a difference or a share the same way.
 
 ``significant`` keeps a number (for tables that sort), ``readable`` and ``signed`` make text,
-``row_decimals`` gives numbers shown side by side one precision, and ``metric_delta`` is ``signed``
-for ``st.metric``'s delta (an ASCII minus, which points its arrow down).
+``row_decimals`` gives numbers shown side by side one precision, ``metric_delta`` is ``signed``
+for ``st.metric``'s delta (an ASCII minus, which points its arrow down), and ``percent_text`` a
+probability.
 """
 
 from __future__ import annotations
@@ -83,3 +84,11 @@ def metric_delta(value: float, spec: str = ".2f") -> str:
     """
     return signed(value, spec).replace("−", "-")
 
+
+def percent_text(p: float) -> str:
+    """A probability as people read it: 42%, 0.31%, or 3.3e-05 when it is tiny (an untrained model).
+
+    >>> percent_text(0.42), percent_text(0.0031), percent_text(3.3e-05)
+    ('42.0%', '0.31%', '3.3e-05')
+    """
+    return f"{p:.1%}" if p >= 0.01 else (f"{p:.2%}" if p >= 1e-4 else f"{p:.1e}")

@@ -7,15 +7,9 @@ import ui
 from mlm_core import MLMLabError
 from mlm_core.figures.losses import museum_figure
 from mlm_core.formatting import readable
+from mlm_core.lessons.audit import BATCH_FORMAT, audit_batch, batch_to_json, load_batch_file
 from mlm_core.lessons.loss_lab import LOSS_SETTINGS
-from mlm_core.museum import (
-    BATCH_FORMAT,
-    audit_batch,
-    batch_to_json,
-    exhibit_rows,
-    load_batch_file,
-    run_exhibits,
-)
+from mlm_core.lessons.museum import exhibit_rows, run_exhibits
 from mlm_core.sampled_softmax import CORRECTION_LABELS, SAMPLED_SOFTMAX
 
 BATCH_SENTENCES = 8

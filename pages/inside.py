@@ -2,14 +2,14 @@
 
 import pandas as pd
 import streamlit as st
-import torch
 
 import ui
-from mlm_core import MLMLabError, classroom, encode, seeds
+from mlm_core import MLMLabError, encode, seeds
 from mlm_core.bundled import workshop_sentences
-from mlm_core.classroom import DEFAULT_SENTENCE
+from mlm_core.lessons import share_state
+from mlm_core.lessons.share_state import DEFAULT_SENTENCE
 from mlm_core.data import clip_text
-from mlm_core.export import lesson_zip, masking_settings
+from mlm_core.lessons.export import lesson_zip, masking_settings
 from mlm_core.figures.inside import (
     agreement_figure,
     agreement_summary_figure,
@@ -55,7 +55,7 @@ VIEWS = {
     "saliency": "🎯 What the guess depends on",
     "training": "🏋️ What training changed",
 }
-assert tuple(VIEWS) == classroom.INSIDE_VIEWS  # the views a link may name (mlm_core.classroom.FIELDS' view=)
+assert tuple(VIEWS) == share_state.INSIDE_VIEWS  # the views a link may name (mlm_core.lessons.share_state.FIELDS' view=)
 
 settings = ui.page_setup("🔬 Inside the model")
 st.markdown(
@@ -183,7 +183,7 @@ with c2:
                    highlight=position)
 
 # The view travels in a share link (view=, ui.LINK_KEYS): the session's value, not a default, starts the control.
-st.session_state.setdefault("inside_view", classroom.INSIDE_VIEWS[0])
+st.session_state.setdefault("inside_view", share_state.INSIDE_VIEWS[0])
 view = st.segmented_control("View", list(VIEWS), format_func=VIEWS.get, required=True, key="inside_view")
 
 

@@ -6,7 +6,7 @@ import streamlit as st
 import ui
 from mlm_core import MLMLabError, decision_names, seeds
 from mlm_core.bundled import workshop_documents
-from mlm_core.export import lesson_zip, masking_settings
+from mlm_core.lessons.export import lesson_zip, masking_settings
 from mlm_core.figures.losses import (
     gradient_figure,
     k_sweep_figure,
@@ -34,9 +34,9 @@ from mlm_core.lessons.loss_lab import (
     uniform_guess_label,
     weight_curve_rows,
 )
+from mlm_core.lessons.nsp import AFTER_BERT as NSP_AFTER_BERT
+from mlm_core.lessons.nsp import combined_loss_on_pairs, is_next_probabilities, train_nsp_head
 from mlm_core.losses import SCHEMES, loop_cross_entropy, token_frequency_weights
-from mlm_core.nsp import AFTER_BERT as NSP_AFTER_BERT
-from mlm_core.nsp import combined_loss_on_pairs, is_next_probabilities, train_nsp_head
 from mlm_core.sampled_softmax import (
     CORRECTION_LABELS,
     CORRECTIONS,

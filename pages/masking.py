@@ -7,15 +7,15 @@ import ui
 from mlm_core import InputError, MaskingConfig, mask_sentence
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import clip_text
-from mlm_core.export import lesson_zip, masking_settings
+from mlm_core.lessons.export import lesson_zip, masking_settings
 from mlm_core.figures.masking import (
     convergence_figure, decision_counts_figure, per_sentence_histogram, span_length_figure,
 )
 from mlm_core.formatting import signed
-from mlm_core.masking import SPAN_REPLACEMENTS
-from mlm_core.masking_stats import (
+from mlm_core.lessons.masking_view import (
     DEFAULT_HUB_TOKENIZER, collator_snippet, masking_statistics, mlm_lab_snippet, running_counts, token_trace,
 )
+from mlm_core.masking import SPAN_REPLACEMENTS
 
 MAX_TOKENS = 128  # what one sentence may use here: BERT's usual pre-training length
 MAX_CHARS = 4_000  # longer text is clipped before tokenizing (128 tokens never need more)

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from mlm_core import MLMLabError, classroom, decision_names, encode, mask_batch, seeds
+from mlm_core import MLMLabError, decision_names, encode, mask_batch, seeds
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import clip_text, mask_sentence
 from mlm_core.figures.masking import DECISION_WORDS
@@ -15,6 +15,7 @@ from mlm_core.figures.predictions import (
     probability_text,
     topk_figure,
 )
+from mlm_core.lessons import share_state
 from mlm_core.models import available_models, model_description
 from mlm_core.predict import (
     FILL_LABELS,
@@ -187,7 +188,7 @@ def from_masking_page():
         st.info("The shared sentence is empty: type one on the Masking page, or mask one here.")
         return None
     try:
-        config = classroom.masking_config(values)
+        config = share_state.masking_config(values)
         masked = mask_sentence(tokenizer, text, config, settings.seed, max_length=MAX_TOKENS)
         encoded, result = masked.encoded, masked.result
     except MLMLabError as exc:

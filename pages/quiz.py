@@ -4,18 +4,19 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from mlm_core import MLMLabError, classroom
+from mlm_core import MLMLabError
 from mlm_core.bundled import workshop_sentences
-from mlm_core.export import lesson_json
+from mlm_core.lessons.export import lesson_json
 from mlm_core.figures.masking import DECISION_WORDS
 from mlm_core.figures.predictions import probability_text, topk_figure
+from mlm_core.lessons import quiz, share_state
 from mlm_core.masking import RANDOM_REPLACEMENT_SOURCE
 from mlm_core.models import model_description
 from mlm_core.predict import predict_masked
 
 TOP_K = 5
 
-QS_FIELD = classroom.Field("qs", "text", None, max_chars=classroom.QUESTION_ID_CHARS, label="teacher's question")
+QS_FIELD = share_state.Field("qs", "text", None, max_chars=quiz.QUESTION_ID_CHARS, label="teacher's question")
 QS_KEY = "quiz_qs"  # the bank id of the teacher's own sentence (question 1), shared by link as qs=
 
 # The sentence stays out of this page's address and share link: it would give the answers away.
@@ -35,16 +36,16 @@ score_slot = st.container()
 
 
 @st.cache_resource
-def question_bank() -> classroom.QuestionBank:
+def question_bank() -> quiz.QuestionBank:
     """Teachers' own sentences, one bank for the whole server: a link carries only their random id."""
-    return classroom.QuestionBank()
+    return quiz.QuestionBank()
 
 
 @st.cache_resource(max_entries=256, show_spinner="Finding a question…")
 def cached_question(_tokenizer, model_name, kind, sentence, source, seed, round_number, config):
     """The question (shared by every session: never changed after it is made)."""
-    return classroom.pick_question(_tokenizer, kind, sentence, seed=seed, round=round_number, config=config,
-                                   source=source)
+    return quiz.pick_question(_tokenizer, kind, sentence, seed=seed, round=round_number, config=config,
+                              source=source)
 
 
 # --------------------------------------------------------------------------- controls
@@ -62,7 +63,7 @@ def reset_score():
 
 
 def use_own_sentence():
-    text = str(state.get("quiz_own_text") or "").strip()[: classroom.MAX_SENTENCE_CHARS]
+    text = str(state.get("quiz_own_text") or "").strip()[: share_state.MAX_SENTENCE_CHARS]
     if text:
         state[QS_KEY] = question_bank().add(text)
         state["quiz_round"] = 0
@@ -75,7 +76,7 @@ def use_corpus():
 
 
 def quiz_controls() -> tuple[str, int]:
-    kind = st.radio("Quiz", classroom.QUIZ_KINDS, format_func=classroom.QUIZ_TITLES.get, horizontal=True,
+    kind = st.radio("Quiz", share_state.QUIZ_KINDS, format_func=quiz.QUIZ_TITLES.get, horizontal=True,
                     key="quiz_kind")
     c1, c2 = st.columns(2)
     c1.button("Next question ▶", key="quiz_next", on_click=next_question, width="stretch",
@@ -106,9 +107,9 @@ kind, round_number = quiz_controls()
 settings_controls()
 values = ui.sync_query_params(page_fields=[(QS_FIELD, QS_KEY)])
 try:
-    config = classroom.masking_config(values)
+    config = share_state.masking_config(values)
 except MLMLabError:
-    config = classroom.masking_config(classroom.defaults())
+    config = share_state.masking_config(share_state.defaults())
 
 try:
     tokenizer = ui.cached_tokenizer(settings.model_name)
@@ -123,7 +124,7 @@ if state.get(QS_KEY) and own is None:
 if round_number == 0 and own is not None:
     sentence, source, where = own, f"teacher:{state[QS_KEY]}", "the teacher's sentence"
 else:
-    index, sentence = classroom.corpus_question_sentence(workshop_sentences(), settings.seed, round_number)
+    index, sentence = quiz.corpus_question_sentence(workshop_sentences(), settings.seed, round_number)
     source, where = f"corpus:{index}", "a sentence of the workshop corpus"
 try:
     question = cached_question(tokenizer, settings.model_name, kind, sentence, source, settings.seed,
@@ -134,7 +135,7 @@ except MLMLabError as exc:
 
 qid = question.qid
 revealed = qid in state["quiz_answers"]
-problem = classroom.question_problem(question)
+problem = quiz.question_problem(question)
 seed_note = (f"masks of seed {question.seed}" if question.seed == settings.seed else
              f"masks of seed {question.seed}: seed {settings.seed} gave masks this quiz cannot ask about, so the "
              "next seeds were tried, as 🎲 Re-roll on the Masking page does")
@@ -142,7 +143,7 @@ st.caption(f"Question {round_number + 1} · {where} · {seed_note} · question i
 if problem is not None:
     st.info(f"Here {problem}, with every seed tried: press **Next question ▶**, or use another sentence.")
 if question.truncated:
-    st.info(f"The sentence is long: the quiz uses its first {classroom.MASKING_MAX_TOKENS} tokens.")
+    st.info(f"The sentence is long: the quiz uses its first {quiz.MASKING_MAX_TOKENS} tokens.")
 
 
 def show_on_masking_page(sentence: str, seed: int, length: int):
@@ -170,7 +171,7 @@ def neutral(decisions):
 
 
 def record(question_id: str, quiz_kind: str, points: int, max_points: int, answer) -> None:
-    state["quiz_board"] = classroom.record_score(state.get("quiz_board"), question_id, quiz_kind, points, max_points)
+    state["quiz_board"] = quiz.record_score(state.get("quiz_board"), question_id, quiz_kind, points, max_points)
     state["quiz_answers"] = {**state.get("quiz_answers", {}), question_id: answer}
 
 
@@ -178,21 +179,21 @@ def record(question_id: str, quiz_kind: str, points: int, max_points: int, answe
 # answers (and no longer the form) and the score at the top is already up to date.
 def reveal_guess(question_id: str, answers: tuple[str, ...], lowercase: bool) -> None:
     guesses = [state.get(f"quiz_guess_{question_id}_{i}", "") or "" for i in range(len(answers))]
-    score = classroom.score_guesses(answers, guesses, lowercase=lowercase)
+    score = quiz.score_guesses(answers, guesses, lowercase=lowercase)
     record(question_id, "guess", score.points, score.max_points, guesses)
 
 
 def reveal_random(question_id: str, random_truth: tuple[int, ...], unchanged_truth: tuple[int, ...]) -> None:
     picked = {"random": list(state.get(f"quiz_random_{question_id}") or []),
               "unchanged": list(state.get(f"quiz_unchanged_{question_id}") or [])}
-    a = classroom.score_selection(picked["random"], random_truth)
-    b = classroom.score_selection(picked["unchanged"], unchanged_truth)
+    a = quiz.score_selection(picked["random"], random_truth)
+    b = quiz.score_selection(picked["unchanged"], unchanged_truth)
     record(question_id, "random", a.points + b.points, a.max_points + b.max_points, picked)
 
 
 def reveal_loss(question_id: str, truth: tuple[int, ...]) -> None:
     picked = list(state.get(f"quiz_loss_{question_id}") or [])
-    score = classroom.score_selection(picked, truth)
+    score = quiz.score_selection(picked, truth)
     record(question_id, "loss", score.points, score.max_points, picked)
 
 
@@ -221,7 +222,7 @@ def guess_quiz() -> None:
                    originals=[None] * len(question.tokens), highlight=None)
     try:
         model, _ = ui.cached_model(settings.model_name)
-        reports = classroom.rank_guesses(model, tokenizer, question, guesses, lowercase=lowercase)
+        reports = quiz.rank_guesses(model, tokenizer, question, guesses, lowercase=lowercase)
         predictions = predict_masked(model, tokenizer, question.input_ids, question.attention_mask,
                                      question.labels, k=TOP_K, decisions=question.decision_codes)
         about = model_description(model, tokenizer)
@@ -288,8 +289,8 @@ def random_quiz() -> None:
                                   args=(qid, question.positions("RANDOM"), question.positions("UNCHANGED")))
         return
     answer = state["quiz_answers"][qid]
-    a = classroom.score_selection(answer["random"], question.positions("RANDOM"))
-    b = classroom.score_selection(answer["unchanged"], question.positions("UNCHANGED"))
+    a = quiz.score_selection(answer["random"], question.positions("RANDOM"))
+    b = quiz.score_selection(answer["unchanged"], question.positions("UNCHANGED"))
     st.subheader("What really happened")
     ui.token_chips(list(question.shown), list(question.decisions),
                    originals=[question.tokens[i] if question.decisions[i] == "RANDOM" else None
@@ -332,7 +333,7 @@ def loss_quiz() -> None:
                                   args=(qid, question.in_loss))
         return
     picked = state["quiz_answers"][qid]
-    score = classroom.score_selection(picked, question.in_loss)
+    score = quiz.score_selection(picked, question.in_loss)
     st.subheader("What masking did")
     ui.token_chips(list(question.shown), list(question.decisions),
                    originals=[question.tokens[i] if question.shown[i] != question.tokens[i] else None
@@ -360,14 +361,14 @@ def loss_quiz() -> None:
 {"guess": guess_quiz, "random": random_quiz, "loss": loss_quiz}[kind]()
 
 # --------------------------------------------------------------------------- the running score
-totals = classroom.score_totals(state["quiz_board"])
+totals = quiz.score_totals(state["quiz_board"])
 with score_slot:
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Your score this session", f"{totals['points']} / {totals['max_points']}",
               help=f"{totals['questions']} question(s) answered. Each question counts once: your first answer.")
-    for column, name in zip((c2, c3, c4), classroom.QUIZ_KINDS):
+    for column, name in zip((c2, c3, c4), share_state.QUIZ_KINDS):
         part = totals["by_kind"][name]
-        column.metric(classroom.QUIZ_TITLES[name], f"{part['points']} / {part['max_points']}")
+        column.metric(quiz.QUIZ_TITLES[name], f"{part['points']} / {part['max_points']}")
 
 if totals["questions"]:
     st.download_button(

@@ -7,17 +7,17 @@ import streamlit as st
 import ui
 from mlm_core import InputError, MaskingConfig, MLMLabError
 from mlm_core.data import clean_text, read_text_upload, split_sentences
-from mlm_core.export import lesson_zip
+from mlm_core.lessons.export import lesson_zip
 from mlm_core.figures.training import (bucket_figure, eval_figure, grad_norm_figure, loss_figure, lr_figure,
                                        probe_figure)
 from mlm_core.jobs import BusyError, get_manager, teacher_key_set
 from mlm_core.precision import auto_amp
+from mlm_core.lessons.training_view import (LESSONS, SOURCES, VARIANT_LABELS, Texts, base_config, gazetteer_texts,
+                                            lesson_defaults, lesson_variants, probe_rows, probes_right,
+                                            usable_probes, workshop_texts)
 from mlm_core.sampled_softmax import SAMPLED_SOFTMAX
 from mlm_core.models import model_description
 from mlm_core.training import ADAM_BETAS, ADAM_EPS, uncorrected_adam_step_ratio
-from mlm_core.training_lessons import (LESSONS, SOURCES, VARIANT_LABELS, Texts, base_config, gazetteer_texts,
-                                       lesson_defaults, lesson_variants, probe_rows, probes_right, usable_probes,
-                                       workshop_texts)
 
 RUN_KEY = ui.KEYS.training_run  # the jobs.Run of this session (the sidebar shows it on every page)
 SEEN_KEY = "training_seen_status"  # the status the page last drew, to redraw once when a run ends

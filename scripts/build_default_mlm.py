@@ -361,7 +361,6 @@ def main(argv: list[str] | None = None) -> int:
     opt = train_step.opt.optimizer  # its state goes into the checkpoints
     heldout = heldout_set(tokenizer, held_seqs, masker, continuation)
 
-    record_path = Path(args.out) / dm.BUILD_FILE
     step = 0
     stages: list = []
     metrics_before = metrics_init = None

@@ -50,14 +50,16 @@ from mlm_core.lessons.loss_lab import (  # noqa: E402
     pick_sentences,
     sampled_softmax_check,
 )
+from mlm_core.lessons.masking_view import masking_statistics  # noqa: E402
+from mlm_core.lessons.museum import COSINE_BUGGY, labels_never_ignored, run_exhibits  # noqa: E402
+from mlm_core.lessons.training_view import (  # noqa: E402
+    base_config, default_run, gazetteer_texts, lesson_variants, probes_right,
+)
 from mlm_core.losses import token_counts  # noqa: E402
 from mlm_core.masking import MaskingConfig  # noqa: E402
-from mlm_core.masking_stats import masking_statistics  # noqa: E402
-from mlm_core.museum import COSINE_BUGGY, labels_never_ignored, run_exhibits  # noqa: E402
 from mlm_core.predict import predict_masked, summarize_by_decision  # noqa: E402
 from mlm_core.sampled_softmax import SampledSoftmaxConfig, sampled_softmax_sweep  # noqa: E402
 from mlm_core.training import train_variants  # noqa: E402
-from mlm_core.training_lessons import base_config, default_run, gazetteer_texts, lesson_variants, probes_right  # noqa: E402
 
 DOCS = (ROOT / "docs" / "lessons.md", ROOT / "docs" / "workshop.md")
 MARKER = re.compile(r"<!-- m:([a-z0-9_]+) -->(.*?)<!-- /m -->")

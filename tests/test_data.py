@@ -182,14 +182,14 @@ HOSTILE_BATCHES = [
 
 @pytest.mark.parametrize("name, data, message", HOSTILE_BATCHES, ids=[f"{n}: {m}" for n, _, m in HOSTILE_BATCHES])
 def test_malformed_batch_uploads_are_input_errors(name, data, message):
-    from mlm_core.museum import load_batch_file
+    from mlm_core.lessons.audit import load_batch_file
 
     with pytest.raises(InputError, match=message):
         load_batch_file(name, data)
 
 
 def test_csv_batch_still_reads_blank_lines_and_any_column_order():
-    from mlm_core.museum import load_batch_file
+    from mlm_core.lessons.audit import load_batch_file
 
     batch = load_batch_file("b.csv", b"label,row,position,original_id,input_id\n-100,0,0,5,5\n\n6,0,1,6,103\n")
     assert batch.labels.tolist() == [[-100, 6]] and batch.input_ids.tolist() == [[5, 103]]

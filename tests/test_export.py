@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from mlm_core import Decision, MaskingConfig, encode, mask_batch
-from mlm_core.export import (
+from mlm_core.lessons.export import (
     FORMAT, lesson_json, lesson_record, lesson_zip, masking_settings, safe_name, to_jsonable, zip_contents,
 )
-from mlm_core.masking_stats import token_trace
+from mlm_core.lessons.masking_view import token_trace
 
 
 def strict_loads(data: bytes):

@@ -379,7 +379,7 @@ def test_agreement_over_texts_is_the_per_sentence_comparison(models, tokenizer):
 
 
 def test_lesson_export_holds_every_picture(models, tokenizer, sentence):
-    from mlm_core.export import zip_contents, lesson_zip
+    from mlm_core.lessons.export import zip_contents, lesson_zip
     from mlm_core.figures.inside import lesson_figures
 
     model = models["bert"]

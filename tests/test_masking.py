@@ -7,7 +7,7 @@ import torch
 
 from mlm_core import IGNORE_INDEX, Decision, InputError, MaskingConfig, decision_names, encode, mask_batch, mask_tokens
 from mlm_core.data import special_ids
-from mlm_core.masking_stats import (
+from mlm_core.lessons.masking_view import (
     collator_snippet, masking_statistics, mlm_lab_snippet, split_chisquare, token_trace,
 )
 
@@ -636,8 +636,8 @@ def test_decision_names_names_each_decision_special_tokens_and_cuts_padding():
 
 
 def test_decision_names_is_what_the_masked_sentence_and_the_quiz_show(tokenizer):
-    from mlm_core.classroom import make_question
     from mlm_core.data import mask_sentence
+    from mlm_core.lessons.quiz import make_question
     config = MaskingConfig(mlm_probability=0.5, strategy="whole_word")
     masked = mask_sentence(tokenizer, "The unbelievable cat sat on the mat.", config, seed=4)
     names = decision_names(masked.result, special_tokens_mask=masked.encoded.special_tokens_mask,

@@ -9,7 +9,7 @@ from transformers import BertConfig, BertForMaskedLM, BertForPreTraining
 from mlm_core.errors import InputError
 from mlm_core.data import special_ids
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
-from mlm_core.nsp import (
+from mlm_core.lessons.nsp import (
     IS_NEXT,
     NOT_NEXT,
     build_pretraining_model,

@@ -6,8 +6,10 @@ import json
 import pytest
 
 import ui
-from mlm_core import MaskingConfig, classroom
+from mlm_core import MaskingConfig
 from mlm_core.bundled import workshop_sentences
+from mlm_core.lessons.quiz import corpus_question_sentence, pick_question, question_problem, word_shaped
+from mlm_core.lessons.share_state import QUIZ_KINDS
 
 
 def reveal_key(at) -> str:
@@ -28,10 +30,10 @@ def quiz(apptest):
 def page_question(tokenizer, kind, seed=0, round_number=0, config=None, sentence=None, source=None):
     """The question the page asks: a corpus sentence by (seed, round), masks of the first seed that suits."""
     if sentence is None:
-        index, sentence = classroom.corpus_question_sentence(workshop_sentences(), seed, round_number)
+        index, sentence = corpus_question_sentence(workshop_sentences(), seed, round_number)
         source = f"corpus:{index}"
-    return classroom.pick_question(tokenizer, kind, sentence, seed=seed, round=round_number,
-                                   config=config or MaskingConfig(), source=source)
+    return pick_question(tokenizer, kind, sentence, seed=seed, round=round_number,
+                         config=config or MaskingConfig(), source=source)
 
 
 def chips_html(at) -> str:
@@ -44,7 +46,7 @@ def test_guess_reveal_score_and_next_question(quiz, tokenizer):
     at.run()
     assert not at.exception
     question = page_question(tokenizer, "guess", seed=5)
-    assert classroom.question_problem(question) is None and len(question.blanks) >= 1
+    assert question_problem(question) is None and len(question.blanks) >= 1
     assert score(at) == "0 / 0"
     guesses = [question.answers[0].upper()] + ["zzzzqqq"] * (len(question.blanks) - 1)
     for i, guess in enumerate(guesses):
@@ -83,7 +85,7 @@ def test_random_and_loss_quizzes(quiz, tokenizer):
     n_masks, n_hidden = len(question.blanks), len(question.in_loss) - len(question.blanks)
     assert f"You can see **{n_masks}** `[MASK]`{'' if n_masks == 1 else 's'}, so **{n_hidden}** selected " in counts
     assert "(s)" not in counts and ("1** `[MASK]`s" not in counts)  # "1 [MASK]s" read wrong on the projector
-    assert random_positions and all(classroom.word_shaped(question.shown[i]) for i in random_positions)
+    assert random_positions and all(word_shaped(question.shown[i]) for i in random_positions)
     at.button_group(key=f"quiz_random_{question.qid}").set_value(list(random_positions))
     at.button_group(key=f"quiz_unchanged_{question.qid}").set_value([])
     at.button(key=reveal_key(at)).click().run()
@@ -122,7 +124,7 @@ def test_loss_quiz_hides_the_decision_colours_until_the_reveal(quiz, tokenizer):
     assert all(colour in after for colour in shown)
 
 
-@pytest.mark.parametrize("kind", classroom.QUIZ_KINDS)
+@pytest.mark.parametrize("kind", QUIZ_KINDS)
 def test_quiz_masks_are_the_masking_pages_for_the_same_seed(apptest, quiz, tokenizer, kind):
     """Issue 17 item 20: one seed, one selection and one decision per token, on both pages."""
     at = quiz

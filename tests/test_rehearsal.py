@@ -15,7 +15,7 @@ from mlm_core.bundled import workshop_sentences
 from mlm_core.figures.losses import bar_label, k_sweep_figure, museum_figure
 from mlm_core.figures.masking import DECISION_WORDS, decision_counts_figure
 from mlm_core.figures.predictions import loss_per_position_figure, topk_figure
-from mlm_core.masking_stats import masking_statistics
+from mlm_core.lessons.masking_view import masking_statistics
 from mlm_core.predict import Predictions, TokenPrediction
 
 ENUM_NAMES = {"MASK", "RANDOM", "UNCHANGED", "NOT_SELECTED", "SPECIAL"}

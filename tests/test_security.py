@@ -89,12 +89,12 @@ def test_long_session_text_is_cut_before_it_is_cleaned(monkeypatch):
     import types
     import unicodedata
 
-    from mlm_core import classroom
+    from mlm_core.lessons import share_state
 
     looked_at = []
     counting = types.SimpleNamespace(category=lambda c: looked_at.append(c) or unicodedata.category(c))
-    monkeypatch.setattr(classroom, "unicodedata", counting)
-    field = next(f for f in classroom.FIELDS if f.name == "sentence")
+    monkeypatch.setattr(share_state, "unicodedata", counting)
+    field = next(f for f in share_state.FIELDS if f.name == "sentence")
     value = field.coerce("the cat sat\x07 on the mat. " * 8_000)
     assert 0 < len(value) <= field.max_chars and "\x07" not in value
     assert len(looked_at) <= 3 * field.max_chars  # the cut (2x, for dropped characters) first, then parse's check
@@ -206,15 +206,15 @@ def test_malformed_uploads_show_a_clear_message(apptest, page, state, uploader, 
 
 def test_mask_the_corpus_with_spans_is_bounded(apptest, monkeypatch):
     """Span masking, p = 1, 100k tokens took 10 s of pure Python per click (issue 16, item 8): bounded."""
-    from mlm_core import masking_stats
+    from mlm_core.lessons import masking_view
 
-    asked, real = [], masking_stats.masking_statistics
+    asked, real = [], masking_view.masking_statistics
 
     def spy(*args, target_tokens, **kwargs):
         asked.append(target_tokens)
         return real(*args, target_tokens=1_000, **kwargs)  # the size asked for is what this test checks
 
-    monkeypatch.setattr(masking_stats, "masking_statistics", spy)
+    monkeypatch.setattr(masking_view, "masking_statistics", spy)
     at = apptest("pages/masking.py")
     at.session_state["masking_strategy"] = "span"
     at.session_state["masking_p"] = 1.0

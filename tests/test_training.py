@@ -530,7 +530,7 @@ def test_figures_draw_gaps_not_nans():
 
 
 def test_every_lesson_builds_its_variants_from_defaults_that_say_why():
-    from mlm_core import training_lessons as L
+    from mlm_core.lessons import training_view as L
 
     texts = L.gazetteer_texts()
     for lesson in L.LESSONS:
@@ -555,7 +555,7 @@ def test_every_lesson_builds_its_variants_from_defaults_that_say_why():
 
 
 def test_probe_rows_report_the_first_and_latest_guess_and_the_answers_rank():
-    from mlm_core.training_lessons import probe_rows, probes_right
+    from mlm_core.lessons.training_view import probe_rows, probes_right
 
     def entry(step, top, rank):
         return {"step": step, "probes": [{"text": "the capital is [MASK] .", "predictions": [

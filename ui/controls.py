@@ -7,10 +7,10 @@ from __future__ import annotations
 import streamlit as st
 
 from mlm_core.bundled import workshop_sentences
-from mlm_core.classroom import Field
 from mlm_core.data import Encoded, clip_text, encode, split_sentences
 from mlm_core.errors import MLMLabError
 from mlm_core.lessons.loss_lab import LossBatch, loss_batch, pick_sentences
+from mlm_core.lessons.share_state import Field
 from mlm_core.session_models import TrainedModels
 from ui.loaders import cached_corpus_counts
 from ui.messages import show_error

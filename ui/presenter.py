@@ -13,8 +13,8 @@ import re
 import pandas as pd
 import streamlit as st
 
-from mlm_core.export import safe_name
 from mlm_core.formatting import readable
+from mlm_core.lessons.export import safe_name
 from ui.settings import KEYS
 
 

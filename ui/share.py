@@ -14,12 +14,12 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from mlm_core import classroom
 from mlm_core.errors import MLMLabError
+from mlm_core.lessons import share_state
 from ui.loaders import check_model_access
 from ui.settings import DEFAULT_MODEL, KEYS, STICKY_KEYS
 
-# A shared link holds the values below (mlm_core.classroom.FIELDS); each lives in the session under
+# A shared link holds the values below (mlm_core.lessons.share_state.FIELDS); each lives in the session under
 # this key. Widget values are lost when their page is left, so the link's copy ("canonical values")
 # also restores them when their page comes back.
 LINK_KEYS = {
@@ -52,8 +52,8 @@ def _default_model() -> str:
 def _link_state() -> dict:
     state = st.session_state
     if _LINK not in state:
-        state[_LINK] = {"values": classroom.defaults(), "read": set(),
-                        "fields": {f.name: f for f in classroom.FIELDS}, "keys": dict(LINK_KEYS)}
+        state[_LINK] = {"values": share_state.defaults(), "read": set(),
+                        "fields": {f.name: f for f in share_state.FIELDS}, "keys": dict(LINK_KEYS)}
     return state[_LINK]
 
 
@@ -112,7 +112,7 @@ def read_and_sync_link(page_fields=()) -> tuple[str, ...]:
     problems: tuple[str, ...] = ()
     unread = [f for f in fields if f.name not in link["read"]]
     if unread:
-        decoded = classroom.decode(_query_dict(), unread, base=link["values"])
+        decoded = share_state.decode(_query_dict(), unread, base=link["values"])
         refused = _refused_link_model(decoded)  # a link never makes the server load a model it does not offer
         for name in decoded.given:
             if not (name == "model" and refused):
@@ -122,7 +122,7 @@ def read_and_sync_link(page_fields=()) -> tuple[str, ...]:
         problems = decoded.problems + ((refused,) if refused else ())
     state = st.session_state
     current = {name: state[key] for name, key in link["keys"].items() if name != "model" and key in state}
-    values = classroom.from_values(current, fields, base=link["values"])
+    values = share_state.from_values(current, fields, base=link["values"])
     model = (state.get(KEYS.custom_model) or "").strip() or state.get(KEYS.model) or _default_model()
     try:
         values["model"] = None if model == _default_model() else link["fields"]["model"].coerce(model)
@@ -134,7 +134,7 @@ def read_and_sync_link(page_fields=()) -> tuple[str, ...]:
         value = values.get(name)
         if name != "model" and key not in state and value is not None and value != link["fields"][name].default:
             _apply(name, key, value)  # (a default needs no restoring: the page's widget starts there)
-    _write_query_params(classroom.encode(values, fields), fields)
+    _write_query_params(share_state.encode(values, fields), fields)
     return problems
 
 
@@ -172,8 +172,8 @@ def sync_query_params(page_fields=()) -> dict:
     values fall back to the defaults with a notice) and writes the current state back to
     ``st.query_params`` on every run. Call it again at the end of a page that changes shared state
     in its body (not in a callback), so the URL is current. ``page_fields``: extra
-    ``(mlm_core.classroom.Field, session_key)`` pairs a page wants in its links.
-    Returns a copy of the values (``mlm_core.classroom.masking_config(values)`` gives the rule).
+    ``(mlm_core.lessons.share_state.Field, session_key)`` pairs a page wants in its links.
+    Returns a copy of the values (``mlm_core.lessons.share_state.masking_config(values)`` gives the rule).
     """
     problems = read_and_sync_link(page_fields)
     if problems:
@@ -184,9 +184,9 @@ def sync_query_params(page_fields=()) -> dict:
 def shared_masking_config():
     """The masking rule the learner set (Masking page or shared link); BERT's defaults if it cannot be used."""
     try:
-        return classroom.masking_config(sync_query_params())
+        return share_state.masking_config(sync_query_params())
     except MLMLabError:
-        return classroom.masking_config(classroom.defaults())
+        return share_state.masking_config(share_state.defaults())
 
 
 def link_notice(problems) -> None:
@@ -220,7 +220,7 @@ def share_url() -> str:
     """The link that reproduces the current view: this page's URL with the shared values as its query."""
     link = _link_state()
     private = getattr(_RUN, "private", frozenset())
-    query = urlencode({name: value for name, value in classroom.encode(
+    query = urlencode({name: value for name, value in share_state.encode(
         link["values"], list(link["fields"].values())).items() if name not in private})
     base = _base_url()
     return f"{base}?{query}" if query else (base or "?")

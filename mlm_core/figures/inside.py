@@ -353,7 +353,7 @@ def loss_change_figure(comparison: ModelComparison, *, height: int = 340) -> go.
 def lesson_figures(attention: PositionAttention, patterns: HeadPatterns, saliency: Saliency, *,
                    lens: LogitLens | None = None, profile: LensProfile | None = None,
                    head: tuple[int, int] = (0, 0)) -> dict[str, go.Figure]:
-    """Every picture of the page for one sentence, named, for ``mlm_core.export.lesson_zip``."""
+    """Every picture of the page for one sentence, named, for ``mlm_core.lessons.export.lesson_zip``."""
     figures = {
         "head grid": head_grid_figure(attention, selected=head),
         "enlarged head": head_attention_figure(attention, *head),

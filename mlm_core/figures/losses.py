@@ -9,7 +9,7 @@ import html
 import math
 from typing import Sequence
 
-from mlm_core.formatting import readable, row_decimals
+from mlm_core.formatting import row_decimals
 from mlm_core.lessons.loss_lab import uniform_guess, uniform_guess_label
 
 import plotly.graph_objects as go

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mlm_core.lessons.loss_lab import uniform_guess, uniform_guess_label
-from mlm_core.predict import FillResult, Predictions, TokenPrediction
+from mlm_core.predict import Predictions, TokenPrediction
 
 TRUE_COLOR = "#2f9e44"  # the token the model should predict
 OTHER_COLOR = "#adb5bd"  # the model's other guesses

@@ -14,9 +14,9 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mlm_core.formatting import percent_text
 from mlm_core.lessons.loss_lab import uniform_guess, uniform_guess_label
 from mlm_core.training import BUCKETS, smooth
-from mlm_core.training_lessons import percent_text
 
 PALETTE = ("#1c7ed6", "#e8590c", "#2f9e44", "#ae3ec9")
 BUCKET_COLORS = {"frequent": "#1c7ed6", "medium": "#f08c00", "rare": "#e03131"}

@@ -1,4 +1,14 @@
 """One view-model per page, beside the flow: each turns flow results into the rows, numbers and
 sentences a lesson shows. Import each from its own module (``from mlm_core.lessons.loss_lab import
-loss_batch``): nothing is re-exported here, so importing one lesson loads no other.
+loss_batch``): nothing is re-exported here, so importing one lesson loads only what it uses.
+
+- ``masking_view``: the Masking page (per-token traces, rates over many sentences, code snippets).
+- ``loss_lab``: the Loss page, and ``LossBatch``, the one batch of the Loss page and the Bug museum.
+- ``nsp``: the Loss page's next-sentence-prediction lesson (pairs, MLM + NSP, a new NSP head).
+- ``museum``: the Bug museum's exhibits; ``audit``: its check of a batch from your own pipeline.
+- ``training_view``: the Training page's lessons (texts, defaults with reasons, variants, probe rows).
+- ``efficiency``: the Efficiency page's measurements; ``vocab``: the Tokenizer page's masking demo;
+  ``inside``: what the Inside page's views say across heads, sentences and training.
+- ``quiz``: the Quiz page (questions, scores); ``share_state``: what a shared link holds, for every page.
+- ``export``: every page's lesson export (JSON, zip of tables and charts).
 """

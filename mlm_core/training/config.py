@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 
 from mlm_core.errors import InputError
 from mlm_core.losses import SCHEMES

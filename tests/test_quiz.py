@@ -1,126 +1,17 @@
-"""Classroom mode: shared-link round trips and fall-backs, quiz questions, and scoring on hand-made cases."""
-
-from urllib.parse import parse_qs, urlencode
+"""The quiz: questions, scoring on hand-made cases, and the model's ranks of a guess."""
 
 import pytest
 import torch
 
-from mlm_core import IGNORE_INDEX, InputError, MaskingConfig, classroom
 from mlm_core.bundled import workshop_sentences
-from mlm_core.classroom import (
-    DEFAULT_SENTENCE, FIELDS, Field, decode, defaults, encode, from_values, guess_ranks, guess_token_id,
-    make_question, masking_config, record_score, score_guesses, score_selection, score_totals,
+from mlm_core.data import mask_sentence
+from mlm_core.errors import InputError
+from mlm_core.lessons import quiz
+from mlm_core.lessons.quiz import (
+    guess_ranks, guess_token_id, make_question, record_score, score_guesses, score_selection, score_totals,
 )
-
-STATES = [
-    {},
-    {"seed": 7, "p": 0.3, "mask": 0.5, "random": 0.25, "strategy": "whole_word"},
-    {"sentence": "Ça va? 東京 עברית 😀 & = + ? # % <script>alert(1)</script>\nsecond line", "seed": 2**31 - 1,
-     "strategy": "span", "p": 0.123457, "mask": 0.0, "random": 1.0, "model": "google/bert_uncased_L-2_H-128_A-2",
-     "step": 12, "quiz": "random", "round": 3},
-    {"sentence": "x" * classroom.MAX_SENTENCE_CHARS, "strategy": "exact_count", "p": 1.0, "mask": 1.0, "random": 0.0,
-     "model": "tiny-random", "step": 0, "quiz": "loss", "round": classroom.MAX_ROUND},
-    {"p": 0.0, "seed": 0, "step": 100_000, "model": "bert-base-uncased"},
-]
-
-
-def full(state):
-    return {**defaults(), **state}
-
-
-@pytest.mark.parametrize("state", STATES)
-def test_round_trip_is_identity(state):
-    values = full(state)
-    params = encode(values)
-    decoded = decode(params)
-    assert decoded.values == values
-    assert decoded.problems == ()
-    assert decoded.given == {k for k, v in state.items() if v != defaults()[k]}
-    # and through a real URL query string (percent-encoding, parse_qs lists)
-    url_params = parse_qs(urlencode(params), keep_blank_values=True)
-    assert decode(url_params).values == values
-
-
-def test_encode_leaves_out_defaults_and_empty_link_gives_defaults():
-    assert encode(defaults()) == {}
-    assert encode({**defaults(), "seed": 3}) == {"seed": "3"}
-    decoded = decode({})
-    assert decoded.values == defaults() and decoded.problems == () and decoded.given == frozenset()
-    assert defaults()["sentence"] == DEFAULT_SENTENCE
-    assert masking_config(defaults()) == MaskingConfig()
-
-
-BAD = [
-    ("seed", "-1"), ("seed", "abc"), ("seed", "1e3"), ("seed", "99999999999"), ("seed", "3.5"), ("seed", ""),
-    ("p", "nan"), ("p", "inf"), ("p", "1.5"), ("p", "-0.1"), ("p", "abc"), ("p", ""),
-    ("mask", "2"), ("random", "-1"),
-    ("strategy", "bogus"), ("strategy", "TOKEN"), ("strategy", ""),
-    ("model", "/etc/passwd"), ("model", "../secret"), ("model", "a b"), ("model", "http://evil.example/x"),
-    ("model", "~/models"), ("model", "a/b/c"), ("model", "x" * 200),
-    ("sentence", ""), ("sentence", "   "), ("sentence", "null\x00byte"), ("sentence", "bell\x07"),
-    ("sentence", "x" * (classroom.MAX_SENTENCE_CHARS + 1)),
-    ("step", "-3"), ("step", "many"), ("quiz", "exam"), ("round", "1.5"), ("round", str(classroom.MAX_ROUND + 1)),
-]
-
-
-@pytest.mark.parametrize("name,raw", BAD)
-def test_bad_params_fall_back_to_defaults_with_a_notice(name, raw):
-    decoded = decode({name: raw, "seed" if name != "seed" else "p": "5" if name != "seed" else "0.2"})
-    assert decoded.values[name] == defaults()[name]
-    assert name not in decoded.given
-    assert len(decoded.problems) == 1
-    label = next(f.what for f in FIELDS if f.name == name)
-    assert decoded.problems[0].startswith(label)
-    assert "\x00" not in decoded.problems[0]
-    # the other, valid parameter is still read
-    other = "seed" if name != "seed" else "p"
-    assert other in decoded.given
-
-
-def test_rates_that_add_up_to_more_than_one_fall_back_together():
-    decoded = decode({"mask": "0.9", "random": "0.5", "p": "0.3"})
-    assert (decoded.values["mask"], decoded.values["random"]) == (0.8, 0.1)
-    assert decoded.values["p"] == 0.3
-    assert "more than 1" in decoded.problems[0]
-    assert decoded.given == {"p"}
-    masking_config(decoded.values)  # a valid rule
-
-
-def test_repeated_and_unknown_params():
-    decoded = decode({"seed": ["1", "2"], "utm_source": "mail", "embed": "true", "p": []})
-    assert decoded.values["seed"] == 2
-    assert decoded.problems == ()
-    assert decoded.given == {"seed"}
-
-
-def test_decode_keeps_base_values_when_a_param_is_bad():
-    base = {**defaults(), "seed": 42}
-    decoded = decode({"seed": "oops"}, base=base)
-    assert decoded.values["seed"] == 42
-    assert "current value (42)" in decoded.problems[0]
-
-
-def test_from_values_cleans_session_values():
-    base = defaults()
-    values = from_values({"p": 0.35000000000000003, "seed": 3.0, "sentence": "a\x00b" + "c" * 5000,
-                          "strategy": "nope", "mask": 0.9, "random": 0.5, "step": None}, base=base)
-    assert values["p"] == 0.35 and values["seed"] == 3
-    assert values["sentence"].startswith("ab") and len(values["sentence"]) == classroom.MAX_SENTENCE_CHARS
-    assert values["strategy"] == "token"  # invalid: keeps the base
-    assert (values["mask"], values["random"]) == (0.8, 0.1)
-    assert decode(encode(values)).values == values
-
-
-def test_extra_page_fields():
-    fields = FIELDS + (Field("positions", "ints", (), 0, 511, label="clicked tokens"),
-                       Field("fill", "bool", False), Field("k", "int", 5, 1, 10))
-    values = {**defaults(fields), "positions": (3, 5, 9), "fill": True, "k": 8}
-    params = encode(values, fields)
-    assert params == {"positions": "3,5,9", "fill": "1", "k": "8"}
-    assert decode(params, fields).values == values
-    bad = decode({"positions": "3,x", "fill": "yes", "k": "11"}, fields)
-    assert len(bad.problems) == 3 and bad.values == defaults(fields)
-    assert decode({"positions": "9,3,3"}, fields).values["positions"] == (3, 9)
+from mlm_core.lessons.share_state import DEFAULT_SENTENCE, QUIZ_KINDS
+from mlm_core.masking import IGNORE_INDEX, MaskingConfig
 
 
 # --------------------------------------------------------------------------- scoring on hand-made cases
@@ -173,7 +64,7 @@ def test_guess_token_id(tokenizer):
 
 
 # --------------------------------------------------------------------------- questions
-@pytest.mark.parametrize("kind", classroom.QUIZ_KINDS)
+@pytest.mark.parametrize("kind", QUIZ_KINDS)
 def test_questions_are_reproducible_and_consistent(tokenizer, kind):
     q = make_question(tokenizer, kind, DEFAULT_SENTENCE, seed=3)
     again = make_question(tokenizer, kind, DEFAULT_SENTENCE, seed=3)
@@ -195,10 +86,8 @@ def test_questions_are_reproducible_and_consistent(tokenizer, kind):
 
 def test_question_masks_are_mask_sentence_for_the_same_seed(tokenizer):
     """Issue 17 item 20: the quiz changes nothing in the masks; the Masking page's path gives them."""
-    from mlm_core.data import mask_sentence
-
     config = MaskingConfig(mlm_probability=0.4)
-    for kind in classroom.QUIZ_KINDS:
+    for kind in QUIZ_KINDS:
         for seed in (0, 5, 11):
             q = make_question(tokenizer, kind, DEFAULT_SENTENCE, seed=seed, config=config)
             masked = mask_sentence(tokenizer, DEFAULT_SENTENCE, config, seed)
@@ -210,15 +99,15 @@ def test_question_masks_are_mask_sentence_for_the_same_seed(tokenizer):
 
 def test_pick_question_takes_the_first_seed_that_suits_and_never_edits_masks(tokenizer):
     sentences = workshop_sentences()
-    for kind in classroom.QUIZ_KINDS:
+    for kind in QUIZ_KINDS:
         for seed in range(8):
-            index, sentence = classroom.corpus_question_sentence(sentences, seed, 1)
-            q = classroom.pick_question(tokenizer, kind, sentence, seed=seed, round=1, source=f"corpus:{index}")
-            assert classroom.question_problem(q) is None, (kind, seed)
+            index, sentence = quiz.corpus_question_sentence(sentences, seed, 1)
+            q = quiz.pick_question(tokenizer, kind, sentence, seed=seed, round=1, source=f"corpus:{index}")
+            assert quiz.question_problem(q) is None, (kind, seed)
             assert q.seed >= seed
             for earlier in range(seed, q.seed):  # every seed skipped had a reason to be skipped
                 skipped = make_question(tokenizer, kind, sentence, seed=earlier, round=1)
-                problem = classroom.question_problem(skipped)
+                problem = quiz.question_problem(skipped)
                 assert problem is not None or (kind == "random" and not skipped.positions("UNCHANGED"))
             again = make_question(tokenizer, kind, sentence, seed=q.seed, round=1, source=f"corpus:{index}")
             assert again.decisions == q.decisions and again.shown == q.shown and again.qid == q.qid
@@ -230,14 +119,14 @@ def test_random_quiz_replacements_cannot_be_spotted_by_shape(tokenizer):
     found = 0
     for seed in range(12):
         for round_number in range(3):
-            index, sentence = classroom.corpus_question_sentence(sentences, seed, round_number)
-            q = classroom.pick_question(tokenizer, "random", sentence, seed=seed, round=round_number)
+            index, sentence = quiz.corpus_question_sentence(sentences, seed, round_number)
+            q = quiz.pick_question(tokenizer, "random", sentence, seed=seed, round=round_number)
             for i in q.positions("RANDOM"):
                 found += 1
-                assert classroom.word_shaped(q.shown[i]) and classroom.word_shaped(q.tokens[i]), q.shown[i]
+                assert quiz.word_shaped(q.shown[i]) and quiz.word_shaped(q.tokens[i]), q.shown[i]
                 assert q.whole_word[i]
     assert found >= 36  # at least one per question
-    shapes = [classroom.word_shaped(t) for t in ("##rew", "⁄", "[unused3]", "Ġhouse", "▁house", "house", ",")]
+    shapes = [quiz.word_shaped(t) for t in ("##rew", "⁄", "[unused3]", "Ġhouse", "▁house", "house", ",")]
     assert shapes == [False, False, False, True, True, True, False]
 
 
@@ -246,19 +135,19 @@ def test_question_problem_names_what_the_masks_lack(tokenizer):
     for kind, words in (("guess", "no token became [MASK]"), ("random", "no token was replaced"),
                         ("loss", "no token became [MASK]")):
         q = make_question(tokenizer, kind, DEFAULT_SENTENCE, seed=0, config=never)
-        assert words in classroom.question_problem(q)
+        assert words in quiz.question_problem(q)
     all_mask = MaskingConfig(mlm_probability=0.5, mask_replace_prob=1.0, random_replace_prob=0.0)
     q = make_question(tokenizer, "loss", DEFAULT_SENTENCE, seed=0, config=all_mask)
-    assert "every selected token is a [MASK]" in classroom.question_problem(q)
+    assert "every selected token is a [MASK]" in quiz.question_problem(q)
 
 
 def test_corpus_question_sentence_is_the_same_for_everyone():
     corpus = ["a", "b", "c", "d"]
-    picks = [classroom.corpus_question_sentence(corpus, 1, r) for r in range(6)]
-    assert picks == [classroom.corpus_question_sentence(corpus, 1, r) for r in range(6)]
+    picks = [quiz.corpus_question_sentence(corpus, 1, r) for r in range(6)]
+    assert picks == [quiz.corpus_question_sentence(corpus, 1, r) for r in range(6)]
     assert all(corpus[i] == s for i, s in picks)
     with pytest.raises(InputError):
-        classroom.corpus_question_sentence([], 1, 3)
+        quiz.corpus_question_sentence([], 1, 3)
 
 
 def test_question_ids_do_not_depend_on_the_words(tokenizer):
@@ -273,10 +162,10 @@ def test_question_ids_do_not_depend_on_the_words(tokenizer):
 def test_question_bank_ids_are_random_bounded_and_thread_safe():
     import threading
 
-    bank = classroom.QuestionBank(max_entries=50)
+    bank = quiz.QuestionBank(max_entries=50)
     first = bank.add("The cat sat on the mat.")
-    assert len(first) == classroom.QUESTION_ID_CHARS and "cat" not in first
-    assert classroom.QuestionBank().add("The cat sat on the mat.") != first  # random, not derived from the words
+    assert len(first) == quiz.QUESTION_ID_CHARS and "cat" not in first
+    assert quiz.QuestionBank().add("The cat sat on the mat.") != first  # random, not derived from the words
     ids: list[str] = []
     threads = [threading.Thread(target=lambda i=i: ids.extend(bank.add(f"sentence {i} {j}") for j in range(20)))
                for i in range(4)]
@@ -298,9 +187,9 @@ def test_rank_guesses_matches_the_model(tokenizer):
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=37, max_position_embeddings=128)
     model = BertForMaskedLM(config).eval()
-    q = classroom.pick_question(tokenizer, "guess", DEFAULT_SENTENCE, seed=1)
+    q = quiz.pick_question(tokenizer, "guess", DEFAULT_SENTENCE, seed=1)
     guesses = [q.answers[0].upper()] + ["zzzzqqq"] * (len(q.blanks) - 1)
-    reports = classroom.rank_guesses(model, tokenizer, q, guesses)
+    reports = quiz.rank_guesses(model, tokenizer, q, guesses)
     predictions = predict_masked(model, tokenizer, q.input_ids, q.attention_mask, q.labels, k=3)
     assert [r.position for r in reports] == list(q.blanks)
     assert reports[0].correct and reports[0].guess_rank == reports[0].answer_rank
@@ -317,15 +206,15 @@ def test_loss_quiz_replacements_cannot_be_spotted_by_shape(tokenizer):
     spotted = 0
     for seed in range(12):
         for round_number in range(3):
-            index, sentence = classroom.corpus_question_sentence(sentences, seed, round_number)
-            q = classroom.pick_question(tokenizer, "loss", sentence, seed=seed, round=round_number)
-            assert classroom.question_problem(q) is None, (seed, round_number)
+            index, sentence = quiz.corpus_question_sentence(sentences, seed, round_number)
+            q = quiz.pick_question(tokenizer, "loss", sentence, seed=seed, round=round_number)
+            assert quiz.question_problem(q) is None, (seed, round_number)
             for i in q.positions("RANDOM"):
-                assert classroom.word_shaped(q.shown[i]) and classroom.word_shaped(q.tokens[i]), q.shown[i]
+                assert quiz.word_shaped(q.shown[i]) and quiz.word_shaped(q.tokens[i]), q.shown[i]
                 assert q.whole_word[i]
             for s in range(seed, seed + 40):  # masks a loss question may no longer be asked on
                 other = make_question(tokenizer, "loss", sentence, seed=s, round=round_number)
-                if any(not classroom.word_shaped(other.shown[i]) for i in other.positions("RANDOM")):
+                if any(not quiz.word_shaped(other.shown[i]) for i in other.positions("RANDOM")):
                     spotted += 1
-                    assert classroom.question_problem(other) is not None
+                    assert quiz.question_problem(other) is not None
     assert spotted >= 1  # the rule was exercised on a giveaway

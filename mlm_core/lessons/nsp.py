@@ -22,11 +22,13 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.models.bert.modeling_bert import BertPooler, BertPreTrainingHeads
 
-from mlm_core.data import run_tokenizer
+from mlm_core.data import run_tokenizer, special_ids
 from mlm_core.errors import InputError
 from mlm_core.losses import LossOutput, full_cross_entropy
-from mlm_core.masking import IGNORE_INDEX
+from mlm_core.masking import IGNORE_INDEX, mask_tokens
+from mlm_core.training import TrainConfig, adamw, param_groups
 
 # What came after BERT, said wherever the NSP lesson is shown (sources checked: paper and section).
 AFTER_BERT = (
@@ -145,8 +147,6 @@ class BertPretrainingModel(nn.Module):
 
     def __init__(self, masked_lm: nn.Module, generator: torch.Generator):
         super().__init__()
-        from transformers.models.bert.modeling_bert import BertPooler, BertPreTrainingHeads
-
         if getattr(masked_lm.config, "model_type", None) != "bert" or not hasattr(masked_lm, "cls"):
             raise InputError(
                 "Next-sentence prediction needs a BERT masked LM (the bundled default, the tiny random "
@@ -173,9 +173,10 @@ class BertPretrainingModel(nn.Module):
         self.pooler.to(device=device, dtype=dtype)
         heads.seq_relationship.to(device=device, dtype=dtype)
 
-    def nsp_parameters(self) -> list[nn.Parameter]:
-        """The new parameters: pooler and NSP classifier."""
-        return list(self.pooler.parameters()) + list(self.cls.seq_relationship.parameters())
+    def nsp_head(self) -> nn.Module:
+        """The new modules, pooler and NSP classifier, together (shared, not copied): what a frozen-encoder
+        run trains."""
+        return nn.ModuleList([self.pooler, self.cls.seq_relationship])
 
     def encode(self, input_ids, attention_mask, token_type_ids) -> tuple[torch.Tensor, torch.Tensor]:
         """(sequence_output (B, T, H), pooled_output (B, H))."""
@@ -297,8 +298,9 @@ def train_nsp_head(
     if train_encoder:
         masked_lm = copy.deepcopy(masked_lm)
     model = build_pretraining_model(masked_lm, generator=generator)
-    optimizer = torch.optim.AdamW(model.parameters() if train_encoder else model.nsp_parameters(), lr=lr,
-                                  weight_decay=0.01)
+    # The training loop's AdamW (BERT's betas, eps and weight decay, none on biases and LayerNorm), not
+    # train() itself: train() steps a masked LM on token chunks, this is a 2-way classifier on [CLS] states.
+    optimizer = adamw(param_groups(model if train_encoder else model.nsp_head(), TrainConfig.weight_decay), lr)
     device = next(model.parameters()).device
     was_training = masked_lm.training
     masked_lm.train(train_encoder)  # frozen encoder: eval mode, no dropout
@@ -382,8 +384,6 @@ def combined_loss_on_pairs(
     Returns ``mlm_loss``, ``nsp_loss``, ``total``, ``mlm_weight``, ``nsp_weight``, ``selected``
     (how many tokens the MLM term covers) and ``is_next_prob`` (one float per pair).
     """
-    from mlm_core.data import special_ids
-
     batch = encode_pairs(tokenizer, pairs, max_length)
     masked = mask_tokens_for_pairs(tokenizer, batch, config, generator, special_ids(tokenizer))
     with torch.no_grad():
@@ -398,8 +398,6 @@ def combined_loss_on_pairs(
 def mask_tokens_for_pairs(tokenizer, batch: dict, config, generator: torch.Generator, special: Sequence[int]):
     """The learner's masking rule on encoded pairs ([CLS], [SEP] and padding never selected; whole-word and
     span masking use the pairs' word ids)."""
-    from mlm_core.masking import mask_tokens
-
     return mask_tokens(batch["input_ids"], batch["special_tokens_mask"], config, mask_token_id=tokenizer.mask_token_id,
                        vocab_size=len(tokenizer), generator=generator, special_ids=special,
                        word_ids=batch["word_ids"], attention_mask=batch["attention_mask"], trace=False)

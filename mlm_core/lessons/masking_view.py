@@ -1,6 +1,6 @@
-"""Masking, explained: per-token traces, the rates over many sentences, and the same masks elsewhere.
+"""The Masking page's view-model: per-token traces, the rates over many sentences, and the same masks elsewhere.
 
-The Masking page reads these: they turn a ``MaskingResult`` into the sentences and tables a learner
+The Masking page reads these (and the tests of its claims check the masking rule with them): they turn a ``MaskingResult`` into the sentences and tables a learner
 steps through, mask many sentences to compare what each rule promises with what it did, and write
 the code that masks the same sentence in MLM Lab and (where one exists) with Hugging Face's collator.
 

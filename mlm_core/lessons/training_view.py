@@ -1,4 +1,4 @@
-"""The Training page's lessons: each lesson's texts, settings (every default with the reason for it),
+"""The Training page's view-model: each lesson's texts, settings (every default with the reason for it),
 the variants it races, and the numbers the page shows about its probes.
 
 The page and benchmark P7 (`benchmarks/p7_visible_learning.py`) both build their runs here, so the
@@ -13,6 +13,7 @@ from typing import Any
 
 from mlm_core.bundled import gazetteer, workshop_sentences
 from mlm_core.errors import InputError
+from mlm_core.formatting import percent_text
 from mlm_core.training import TrainConfig
 
 LESSONS = {
@@ -190,15 +191,6 @@ def default_run(model_is_trained: bool = True) -> tuple[Texts, dict[str, TrainCo
 # --------------------------------------------------------------------------------------------
 # Probes: what the page reports about them
 # --------------------------------------------------------------------------------------------
-
-
-def percent_text(p: float) -> str:
-    """A probability as people read it: 42%, 0.31%, or 3.3e-05 when it is tiny (an untrained model).
-
-    >>> percent_text(0.42), percent_text(0.0031), percent_text(3.3e-05)
-    ('42.0%', '0.31%', '3.3e-05')
-    """
-    return f"{p:.1%}" if p >= 0.01 else (f"{p:.2%}" if p >= 1e-4 else f"{p:.1e}")
 
 
 def probe_rows(probes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

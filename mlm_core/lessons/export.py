@@ -1,4 +1,4 @@
-"""Lesson export: what a page showed, as one JSON file or a zip to take home.
+"""Lesson export, for every page: what a page showed, as one JSON file or a zip to take home.
 
 A lesson record holds the settings (sentence, seed, masking rule, model), the per-token decisions,
 the losses, the training curves and any other tables, plus the link that reproduces the view.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import enum
+import html as html_lib
 import io
 import json
 import math
@@ -24,6 +25,9 @@ import re
 import zipfile
 from pathlib import PurePath
 from typing import Any, Mapping
+
+import plotly.graph_objects as go
+import plotly.io as pio
 
 FORMAT = "mlm-lab-lesson/1"
 _ZIP_TIME = (2020, 1, 1, 0, 0, 0)  # fixed timestamps: the same lesson gives the same zip, byte for byte
@@ -127,11 +131,6 @@ def charts_html(figures: Mapping[str, Any], *, title: str = "MLM Lab charts") ->
 
     Each chart's camera button saves a PNG named after the chart.
     """
-    import html as html_lib
-
-    import plotly.graph_objects as go
-    import plotly.io as pio
-
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html_lib.escape(title)}</title></head>"
              f"<body style='font-family:sans-serif;max-width:1100px;margin:auto'><h1>{html_lib.escape(title)}</h1>"]
     for i, (name, fig) in enumerate(figures.items()):
