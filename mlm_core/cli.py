@@ -349,7 +349,7 @@ def _json_safe(node):
     return str(node)
 
 
-def _progress(rank: int, total: int, enabled: bool):
+def progress_reporter(rank: int, total: int, enabled: bool):
     """(on_event, close) for rank 0: a tqdm bar, or one log line per evaluation."""
     if rank != 0:
         return (lambda event: None), (lambda: None)
@@ -422,7 +422,7 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         name = None if run["model"] in ("default", "", None) else run["model"]
         model, tokenizer = models.load_masked_lm(name, device=device)
-        on_event, close = _progress(rank, config.steps, not args.no_progress)
+        on_event, close = progress_reporter(rank, config.steps, not args.no_progress)
         results = train_variants(model, tokenizer, texts, {"run": config}, on_event=on_event, stop=stop,
                                  device=device, deepspeed=ds_template)
         close()

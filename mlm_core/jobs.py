@@ -94,7 +94,8 @@ def default_max_run_s() -> float:
     return float(_env_number("MLMLAB_MAX_RUN_S", DEFAULT_MAX_RUN_S, float, 1.0))
 
 
-def _cores() -> int:
+def available_cores() -> int:
+    """The cores this process may run on (its affinity set on Linux, else the machine's count)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
@@ -103,7 +104,7 @@ def _cores() -> int:
 
 def default_threads() -> int:
     """`MLMLAB_TORCH_THREADS`, else half the cores (at least 1): the rest stay free for the pages."""
-    return int(_env_number("MLMLAB_TORCH_THREADS", max(1, _cores() // 2), int, 1))
+    return int(_env_number("MLMLAB_TORCH_THREADS", max(1, available_cores() // 2), int, 1))
 
 
 def cap_threads(threads: int | None = None) -> int:

@@ -40,7 +40,8 @@ BENCH_SHAPE = (256, 384, 1536)
 BENCH_ROUNDS = 7  # round-robin rounds (fp32, bf16, fp32, bf16, ...); the ratio is their median
 
 _lock = threading.Lock()
-_measured: dict[tuple[str, int], "PrecisionChoice"] = {}
+# the once-per-process measurements, by (device type, device index); tests replace it with a fresh dict
+measured_choices: dict[tuple[str, int], "PrecisionChoice"] = {}
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def auto_amp(device: str | torch.device | None = None) -> PrecisionChoice:
                                threads=threads)
     key = ("cpu", threads)
     with _lock:  # one measurement per process and thread count, even with many sessions at once
-        if key not in _measured:
+        if key not in measured_choices:
             start = time.perf_counter()
             rates = matmul_rates()
             seconds = time.perf_counter() - start
@@ -158,9 +159,9 @@ def auto_amp(device: str | torch.device | None = None) -> PrecisionChoice:
             reason += (", so training uses bf16 autocast." if fast else
                        f", less than the {BF16_MIN_SPEEDUP:g}× it takes to pay for autocast's casts, so training "
                        "stays in fp32.")
-            _measured[key] = PrecisionChoice("bf16" if fast else "off", reason, "cpu", rates["fp32_gflops"],
-                                             rates["bf16_gflops"], rates["speedup"], threads, seconds)
-        return _measured[key]
+            measured_choices[key] = PrecisionChoice("bf16" if fast else "off", reason, "cpu", rates["fp32_gflops"],
+                                                    rates["bf16_gflops"], rates["speedup"], threads, seconds)
+        return measured_choices[key]
 
 
 def resolve_amp(amp: str, device: str | torch.device | None = None) -> str:

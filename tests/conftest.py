@@ -1,24 +1,12 @@
-"""Shared test set-up: offline, quiet, and the repository root importable."""
+"""Shared test fixtures and helpers (the environment, offline and fp32, is set in the root conftest.py)."""
 
-import os
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("MLMLAB_MODEL", "tiny-random")
-# Training's default precision ("auto") is measured per machine: bf16 where bf16 matmuls are faster.
-# Tests that compare exact numbers must not depend on the machine, so the suite pins fp32;
-# tests/test_precision.py unsets this to test the choice itself.
-os.environ.setdefault("MLMLAB_AMP", "off")
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
 
-import pytest  # noqa: E402
-from streamlit.testing.v1 import AppTest  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
@@ -150,3 +138,58 @@ def head_rows():
     """Factory for the loss tests: ``head_rows(M, V, H, seed)`` → random ``hidden`` (M, H), ``weight`` (V, H),
     ``bias`` (V,) and ``targets`` (M,), the same numbers for the same arguments."""
     return _head_rows
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``): on a shared
+    2-core machine, two spinning OpenMP threads per process make every step several times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny random BERT (built from a config, no weights) on the CPU, one per test module."""
+    from mlm_core.models import load_masked_lm
+
+    return load_masked_lm("tiny-random", device="cpu")
+
+
+# the training and DDP tests' corpus: eight short sentences, four times
+SMALL_CORPUS = ["The cat sat on the mat.", "A dog ran in the park.", "The sun is hot in the day.",
+                "The night is cold and dark.", "A bird sang in a tall tree.", "We ate bread and cheese at noon.",
+                "The river runs past the old mill.", "She reads a book by the window."] * 4
+SMALL_WORDS = sorted({w.strip(".,").lower() for s in SMALL_CORPUS for w in s.split()} | {".", ","})
+
+
+def small_tokenizer():
+    """A WordPiece tokenizer over SMALL_CORPUS's words only: a ~50-token vocabulary keeps tests fast."""
+    from transformers import BertTokenizer
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *SMALL_WORDS]
+    return BertTokenizer(vocab={w: i for i, w in enumerate(vocab)})
+
+
+def small_model(tokenizer, seed=0):
+    """A 2-layer, 32-wide BERT masked LM for ``tokenizer``, seeded without touching the caller's RNG."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return BertForMaskedLM(config).eval()
+
+
+def probe_panels_label_every_candidate(layout: dict, k: int, font_px: int) -> list[float]:
+    """Each probe panel's height in px; plotly labels every one of k categories when it is >= k · 1.2 · font."""
+    from mlm_core.figures.training import probe_label_row_px
+
+    plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+    panels = [(layout[name]["domain"][1] - layout[name]["domain"][0]) * plot_px
+              for name in layout if name.startswith("yaxis")]
+    assert panels and all(p >= k * probe_label_row_px(font_px) for p in panels), panels
+    return panels

@@ -18,12 +18,7 @@ SENTENCES = ["The cat sat on the mat.", "A dog ran in the park.", "The sun is ho
              "The night is cold and dark.", "A bird sang in a tall tree."] * 6
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
@@ -157,7 +152,7 @@ def test_deepspeed_config_is_filled_from_the_train_config():
 def test_ctrl_c_finishes_the_step_saves_and_exits_130(tmp_path, corpus, monkeypatch, capsys):
     import signal
 
-    real_progress = cli._progress
+    real_progress = cli.progress_reporter
 
     def progress(rank, total, enabled):
         on_event, close = real_progress(rank, total, enabled)
@@ -169,7 +164,7 @@ def test_ctrl_c_finishes_the_step_saves_and_exits_130(tmp_path, corpus, monkeypa
 
         return interrupt_at_step_2, close
 
-    monkeypatch.setattr(cli, "_progress", progress)
+    monkeypatch.setattr(cli, "progress_reporter", progress)
     before = signal.getsignal(signal.SIGINT)
     out = tmp_path / "out"
     code = cli.main(["train", "--model", "tiny-random", "--corpus", str(corpus), "--steps", "50", "--batch-size", "2",

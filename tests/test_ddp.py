@@ -17,29 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import SMALL_CORPUS as CORPUS
+from tests.conftest import small_model, small_tokenizer
+
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 4
-CORPUS = ["The cat sat on the mat.", "A dog ran in the park.", "The sun is hot in the day.",
-          "The night is cold and dark.", "A bird sang in a tall tree.", "We ate bread and cheese at noon.",
-          "The river runs past the old mill.", "She reads a book by the window."] * 4
-
-
-def small_tokenizer():
-    from transformers import BertTokenizer
-
-    words = sorted({w.strip(".,").lower() for s in CORPUS for w in s.split()} | {".", ","})
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
-    return BertTokenizer(vocab={w: i for i, w in enumerate(vocab)})
-
-
-def small_model(tokenizer, seed=0):
-    from transformers import BertConfig, BertForMaskedLM
-
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return BertForMaskedLM(config).eval()
 
 
 def _run(args, tmp_path, name):

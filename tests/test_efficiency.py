@@ -17,13 +17,6 @@ from mlm_core.masking import IGNORE_INDEX
 from mlm_core.head import encoder_states, head_parts
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    from mlm_core.models import load_masked_lm
-
-    return load_masked_lm("tiny-random", device="cpu")
-
-
 # ------------------------------------------------------------------ size arithmetic (exact)
 @pytest.mark.parametrize("dtype", list(BYTES_PER_VALUE))
 def test_logits_size_is_exact(dtype):

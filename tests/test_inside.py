@@ -8,6 +8,7 @@ import math
 import threading
 
 import pytest
+import scipy.stats
 import torch
 from torch import nn
 
@@ -22,12 +23,7 @@ SENTENCE = "The cat sat on the mat, and the cat watched the birds."
 KNOWN_HEADS = ("bert", "distilbert", "roberta", "albert")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _strong(model: nn.Module, seed: int = 0) -> nn.Module:
@@ -279,13 +275,12 @@ def test_saliency_shapes_and_no_gradients_left_on_the_model(models, tokenizer, s
 
 
 def test_kendall_tau_matches_scipy_with_ties():
-    scipy_stats = pytest.importorskip("scipy.stats")
     g = torch.Generator().manual_seed(1)
     for _ in range(20):
         a = torch.randint(0, 5, (15,), generator=g).double()  # many ties
         b = torch.randn(15, generator=g, dtype=torch.float64)
         b[::4] = b[0]
-        expected = scipy_stats.kendalltau(a.numpy(), b.numpy()).statistic  # τ-b
+        expected = scipy.stats.kendalltau(a.numpy(), b.numpy()).statistic  # τ-b
         assert inside.kendall_tau(a, b) == pytest.approx(expected, abs=1e-12)
 
 

@@ -20,12 +20,7 @@ from mlm_core.training import TrainConfig, TrainEvent, TrainResult
 CFG = TrainConfig(steps=1000)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class FakeModel(nn.Module):
@@ -338,7 +333,7 @@ def test_environment_sets_the_limits(monkeypatch):
     monkeypatch.setenv("MLMLAB_TORCH_THREADS", "3")
     assert (jobs.default_max_step_tokens(), jobs.default_max_run_s(), jobs.default_threads()) == (2048, 90.0, 3)
     monkeypatch.delenv("MLMLAB_TORCH_THREADS")
-    assert 1 <= jobs.default_threads() <= max(1, (jobs._cores() + 1) // 2)
+    assert 1 <= jobs.default_threads() <= max(1, (jobs.available_cores() + 1) // 2)
 
 
 # ------------------------------------------------------------------ the teacher's view

@@ -23,11 +23,6 @@ from mlm_core.sampled_softmax import SAMPLED_SOFTMAX, SampledSoftmaxConfig
 TEXTS = ["The cat sat on the warm mat by the kitchen door.", "Every morning I drink a cup of coffee."] * 3
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return load_masked_lm("tiny-random", device="cpu")
-
-
 def test_loss_batch_runs_the_encoder_once(tiny):
     model, tokenizer = tiny
     calls = []

@@ -9,6 +9,8 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import probe_panels_label_every_candidate
+
 PAGE = Path(__file__).resolve().parent.parent / "pages" / "training.py"
 HOME = Path(__file__).resolve().parent.parent / "pages" / "home.py"
 
@@ -140,14 +142,12 @@ def test_presenter_view_enlarges_the_curves():
         assert spec["layout"]["height"] >= ui.PRESENTER_CHART_HEIGHT
         assert spec["layout"]["xaxis"]["tickfont"]["size"] == ui.PRESENTER_CHART_FONT_PX
     # the probe bars: 11 px text on the projector; at 20 px in 190-px panels plotly hid every other candidate
-    from tests.test_rehearsal import _probe_panels_label_every_candidate
-
     probes = [spec for key, spec in charts(at).items() if "training_probe_" in key]
     assert probes, list(charts(at))
     for spec in probes:
         assert spec["layout"]["yaxis"]["tickfont"]["size"] == ui.PRESENTER_CHART_FONT_PX
         k = max(len(trace["y"]) for trace in spec["data"])
-        _probe_panels_label_every_candidate(spec["layout"], k, ui.PRESENTER_CHART_FONT_PX)
+        probe_panels_label_every_candidate(spec["layout"], k, ui.PRESENTER_CHART_FONT_PX)
 
 
 def test_lr_lesson_races_clipping_off_on_and_a_sensible_rate():

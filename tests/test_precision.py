@@ -15,7 +15,7 @@ from mlm_core.training import TrainConfig, TrainStep, train
 def measured(monkeypatch):
     """The real choice (the suite pins fp32 through MLMLAB_AMP), with a fresh cache."""
     monkeypatch.delenv(AMP_ENV, raising=False)
-    monkeypatch.setattr(precision, "_measured", {})
+    monkeypatch.setattr(precision, "measured_choices", {})
     return monkeypatch
 
 
@@ -79,13 +79,6 @@ CORPUS = ["The cat sat on the mat by the door.", "A dog ran in the park after th
 BF16_TOLERANCE = 5e-3  # relative, per step: bf16 keeps 8 significant bits (0.4%), but the matmuls
 # accumulate in fp32 and weights, AdamW state and the loss stay fp32; measured on the bundled model
 # over 8 steps: at most 0.23% (tiny model: 0.005%)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    from mlm_core.models import load_masked_lm
-
-    return load_masked_lm("tiny-random", device="cpu")
 
 
 def short_run(model, tok, amp):

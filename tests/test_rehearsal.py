@@ -17,6 +17,7 @@ from mlm_core.figures.masking import DECISION_WORDS, decision_counts_figure
 from mlm_core.figures.predictions import loss_per_position_figure, topk_figure
 from mlm_core.lessons.masking_view import masking_statistics
 from mlm_core.predict import Predictions, TokenPrediction
+from tests.conftest import probe_panels_label_every_candidate
 
 ENUM_NAMES = {"MASK", "RANDOM", "UNCHANGED", "NOT_SELECTED", "SPECIAL"}
 
@@ -325,17 +326,6 @@ def test_clearing_the_sentence_drops_the_step_from_the_link(apptest):
     assert at.query_params["sentence"] in ("A dog ran.", ["A dog ran."])
 
 
-def _probe_panels_label_every_candidate(layout: dict, k: int, font_px: int) -> list[float]:
-    """Each probe panel's height in px; plotly labels every one of k categories when it is >= k · 1.2 · font."""
-    from mlm_core.figures.training import probe_label_row_px
-
-    plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
-    panels = [(layout[name]["domain"][1] - layout[name]["domain"][0]) * plot_px
-              for name in layout if name.startswith("yaxis")]
-    assert panels and all(p >= k * probe_label_row_px(font_px) for p in panels), panels
-    return panels
-
-
 def test_probe_panels_label_every_candidate_at_room_size():
     """Training: at 20 px the probe panels (190 px each, gaps included) showed every other candidate."""
     from mlm_core.figures.training import probe_figure
@@ -346,7 +336,7 @@ def test_probe_panels_label_every_candidate_at_room_size():
               for i in range(5)]
     fig = probe_figure(probes, title="facts: step 40", label_px=ui.PRESENTER_CHART_FONT_PX)
     layout = fig.to_plotly_json()["layout"]
-    _probe_panels_label_every_candidate(layout, 5, ui.PRESENTER_CHART_FONT_PX)
+    probe_panels_label_every_candidate(layout, 5, ui.PRESENTER_CHART_FONT_PX)
     assert all(a["font"]["size"] == ui.PRESENTER_CHART_FONT_PX for a in layout["annotations"])  # panel titles
     assert all(t.textfont.size == ui.PRESENTER_CHART_FONT_PX for t in fig.data)  # bar labels
     assert probe_figure(probes).layout.height == 140 + 190 * 5  # the screen layout is kept

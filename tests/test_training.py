@@ -16,47 +16,12 @@ from mlm_core.errors import InputError
 from mlm_core.head import GatheredMaskedLM
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig
 from mlm_core.training import TrainConfig, evaluate, make_chunks, train, train_variants
+from tests.conftest import SMALL_CORPUS as CORPUS
+from tests.conftest import small_model, small_tokenizer
 
 SENTENCE = "The cat sat on the mat."
-CORPUS = [
-    "The cat sat on the mat.",
-    "A dog ran in the park.",
-    "The sun is hot in the day.",
-    "The night is cold and dark.",
-    "A bird sang in a tall tree.",
-    "We ate bread and cheese at noon.",
-    "The river runs past the old mill.",
-    "She reads a book by the window.",
-] * 4
-WORDS = sorted({w.strip(".,").lower() for s in CORPUS for w in s.split()} | {".", ","})
 
-
-def small_tokenizer():
-    """A WordPiece tokenizer over the corpus words only: a ~50-token vocabulary keeps tests fast."""
-    from transformers import BertTokenizer
-
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    return BertTokenizer(vocab={w: i for i, w in enumerate(vocab)})
-
-
-def small_model(tokenizer, seed=0):
-    from transformers import BertConfig, BertForMaskedLM
-
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return BertForMaskedLM(config).eval()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine, two spinning OpenMP threads per process
-    make every step several times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -96,8 +96,17 @@ class TrainStep:
     rebuilding the optimizer, so several set-ups can be timed round-robin on one copy. ``groups``,
     ``betas`` and ``eps`` go to `Optimizer` (per-group learning rates, other AdamW constants).
 
-    >>> # step = TrainStep(copy.deepcopy(model), TrainConfig(amp="off"))
-    >>> # loss = step(input_ids, attention_mask, labels, lr=lr_at(cfg, s), seed=s); step.grad_norm
+    >>> from mlm_core.models import load_masked_lm
+    >>> model, tok = load_masked_lm("tiny-random", device="cpu")
+    >>> cfg = TrainConfig(steps=2, warmup_steps=0, amp="off")
+    >>> step = TrainStep(copy.deepcopy(model), cfg)
+    >>> batch = tok(["the cat sat on the mat."], return_tensors="pt")
+    >>> labels = torch.full_like(batch["input_ids"], IGNORE_INDEX)  # (1, T): one position to predict
+    >>> labels[0, 2] = batch["input_ids"][0, 2]
+    >>> losses = [step(batch["input_ids"], batch["attention_mask"], labels, lr=lr_at(cfg, s), seed=s)
+    ...           for s in range(cfg.steps)]
+    >>> all(isinstance(loss, float) and loss > 0 for loss in losses), step.grad_norm > 0
+    (True, True)
     """
 
     def __init__(self, model: nn.Module, cfg: TrainConfig, device: str | torch.device | None = None, *,
@@ -252,8 +261,13 @@ def train(model: nn.Module, tokenizer, texts: Sequence[str], config: TrainConfig
           eval_texts: Sequence[str] | None = None) -> TrainResult:
     """Train a copy of `model` on `texts`; the base model and the caller's RNG stay untouched.
 
-    >>> # result = train(model, tok, ["the cat sat on the mat."] * 64, TrainConfig(steps=50))
-    >>> # result.steps[-1]["loss"] < result.steps[0]["loss"]
+    >>> from mlm_core.models import load_masked_lm
+    >>> model, tok = load_masked_lm("tiny-random", device="cpu")
+    >>> cfg = TrainConfig(steps=30, batch_size=4, seq_len=16, learning_rate=1e-2, warmup_steps=0, eval_every=30,
+    ...                   amp="off")
+    >>> result = train(model, tok, ["the cat sat on the mat."] * 16, cfg)
+    >>> len(result.steps), result.steps[-1]["loss"] < result.steps[0]["loss"] / 2  # it learns the one sentence
+    (30, True)
     """
     return train_variants(model, tokenizer, texts, {"run": config}, on_event=on_event, stop=stop,
                           eval_texts=eval_texts)["run"]
