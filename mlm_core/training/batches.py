@@ -146,7 +146,7 @@ def split_chunks(tokenizer, texts: Sequence[str], cfg: TrainConfig,
     return chunks.take(order[n_eval:]), chunks.take(order[:n_eval]), False
 
 
-def token_counts(chunks: Chunks, vocab_size: int) -> torch.Tensor:
+def chunk_token_counts(chunks: Chunks, vocab_size: int) -> torch.Tensor:
     """How often each token id occurs in the chunks, special tokens and padding left out: (V,)."""
     ids = chunks.input_ids[chunks.special_tokens_mask == 0]
     ids = ids[ids < vocab_size]
