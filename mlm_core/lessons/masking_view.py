@@ -183,10 +183,6 @@ class MaskingStatistics:
     span_lengths: dict[int, int] = field(default_factory=dict)  # span: drawn length (words) -> spans
     span_kept_mean: float | None = None  # span: mean length kept (the budget and the row cut spans)
 
-    @property
-    def selection_z(self) -> float | None:
-        return self.selection.z
-
 
 def masking_statistics(
     tokenizer,
