@@ -188,7 +188,7 @@ def mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, voc
         # never the padding a short row carries up to seq_len.
         result = mask_tokens(chunks.input_ids[r], chunks.special_tokens_mask[r], masking,
                              mask_token_id=mask_token_id, vocab_size=vocab_size,
-                             generator=torch.Generator().manual_seed(s),
+                             generator=seeds.generator(s),
                              word_ids=chunks.word_ids[r], special_ids=special_ids,
                              attention_mask=chunks.attention_mask[r], trace=False)
         inputs.append(result.input_ids)
