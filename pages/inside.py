@@ -411,8 +411,9 @@ def lesson_bytes() -> bytes:
     if lens is not None:
         tables.update(logit_lens=lens.records(), logit_lens_corpus=profile.records())
     return lesson_zip("Inside the model", link=share, tables=tables,
-                      figures=lesson_figures(attention, patterns, result, lens=lens, profile=profile,
-                                             head=(layer, head)),
+                      figures=lesson_figures(attention, patterns, result,
+                                             layer_agreement(attention.weights, result.leave_one_out),
+                                             lens=lens, profile=profile, head=(layer, head)),
                       settings=masking_settings(sentence=text, seed=settings.seed, model=settings.model_name,
                                                 position=position, hidden=hidden,
                                                 trained_model=trained_entry.label if trained_entry else None))
