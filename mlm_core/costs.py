@@ -159,11 +159,6 @@ class HeadCost:
         return self.masked_positions * self.vocab_size * self.bytes_per_value
 
     @property
-    def head_parameters(self) -> int:
-        """Decoder weight (V, H), tied to the word embeddings, plus its bias (V,)."""
-        return self.vocab_size * self.hidden_size + self.vocab_size
-
-    @property
     def start_loss(self) -> float:
         """ln V: the cross-entropy of a model that has not learnt anything yet (uniform guess)."""
         return math.log(self.vocab_size)

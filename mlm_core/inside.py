@@ -438,13 +438,6 @@ def leave_one_out(model: nn.Module, tokenizer, input_ids, attention_mask, positi
     return result
 
 
-def _ranks(values: torch.Tensor) -> torch.Tensor:
-    """Average ranks (ties share the mean rank), 1-based, for a small 1-D tensor."""
-    less = (values[None, :] < values[:, None]).sum(1).double()
-    equal = (values[None, :] == values[:, None]).sum(1).double()
-    return less + (equal + 1) / 2
-
-
 def kendall_tau(a: torch.Tensor, b: torch.Tensor) -> float:
     """Kendall's τ-b between two 1-D tensors, over the entries where both are finite (NaN: < 2 such, or constant).
 

@@ -29,7 +29,7 @@ from transformers import (AlbertConfig, AutoConfig, AutoModelForMaskedLM, AutoTo
                           ElectraConfig, RobertaConfig)
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from mlm_core import default_model, hub, model_access
+from mlm_core import default_model, hub, model_access, seeds
 from mlm_core.bundled import load_default_tokenizer
 from mlm_core.errors import InputError, ModelLoadError
 from mlm_core.head import gathered_head_family
@@ -232,7 +232,7 @@ def tiny_random_masked_lm(tokenizer=None, seed: int = TINY_SEED, family: str = "
     # and the weights are then drawn again from our own generator, so they never depend on it.
     with torch.random.fork_rng(devices=[]):
         model = AutoModelForMaskedLM.from_config(config)
-    _seeded_init_(model, torch.Generator().manual_seed(seed), config.initializer_range)
+    _seeded_init_(model, seeds.generator(seed), config.initializer_range)
     return model.eval(), tokenizer
 
 

@@ -126,10 +126,6 @@ class TrainedModels:
     def __len__(self) -> int:
         return len(self.entries())
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(e.nbytes for e in self.entries())
-
     def clear(self) -> None:
         with self._lock:
             self._entries = []

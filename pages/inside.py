@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from mlm_core import MLMLabError, encode, seeds
+from mlm_core import MLMLabError, decision_names, encode, seeds
 from mlm_core.bundled import workshop_sentences
 from mlm_core.lessons import share_state
 from mlm_core.lessons.share_state import DEFAULT_SENTENCE
@@ -178,8 +178,7 @@ position = c1.selectbox("Look from", hidden, key="inside_position",
 true_id = int(labels[position])
 with c2:
     st.caption("What the model sees (the chip with the blue ring is the position we look from):")
-    ui.token_chips(seen_tokens, ["MASK" if i in hidden else ("SPECIAL" if encoded.special_tokens_mask[0][i] else
-                                                             "NOT_SELECTED") for i in range(len(tokens))],
+    ui.token_chips(seen_tokens, decision_names(masked, special_tokens_mask=encoded.special_tokens_mask[0]),
                    highlight=position)
 
 # The view travels in a share link (view=, ui.LINK_KEYS): the session's value, not a default, starts the control.
@@ -412,8 +411,9 @@ def lesson_bytes() -> bytes:
     if lens is not None:
         tables.update(logit_lens=lens.records(), logit_lens_corpus=profile.records())
     return lesson_zip("Inside the model", link=share, tables=tables,
-                      figures=lesson_figures(attention, patterns, result, lens=lens, profile=profile,
-                                             head=(layer, head)),
+                      figures=lesson_figures(attention, patterns, result,
+                                             layer_agreement(attention.weights, result.leave_one_out),
+                                             lens=lens, profile=profile, head=(layer, head)),
                       settings=masking_settings(sentence=text, seed=settings.seed, model=settings.model_name,
                                                 position=position, hidden=hidden,
                                                 trained_model=trained_entry.label if trained_entry else None))

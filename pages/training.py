@@ -1,11 +1,13 @@
 """Training: press Start and watch a masked LM learn facts it could not know, or race variants on identical batches."""
 
 
+from dataclasses import replace
+
 import pandas as pd
 import streamlit as st
 
 import ui
-from mlm_core import InputError, MaskingConfig, MLMLabError
+from mlm_core import InputError, MLMLabError
 from mlm_core.data import clean_text, read_text_upload, split_sentences
 from mlm_core.lessons.export import lesson_zip
 from mlm_core.figures.training import (bucket_figure, eval_figure, grad_norm_figure, loss_figure, lr_figure,
@@ -24,7 +26,8 @@ SEEN_KEY = "training_seen_status"  # the status the page last drew, to redraw on
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_PASTE_CHARS = 200_000
 LR_CHOICES = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 3e-2, 1e-1]
-TRAINED_VOCAB = "tiny-random+vocab"  # the tiny model with the Tokenizer page's trained vocabulary
+TRAINED_VOCAB = "tiny-random+vocab"
+P_MIN, P_MAX = 0.05, 0.5  # the masked-share slider's range (it starts at the shared rule's p, held inside it)  # the tiny model with the Tokenizer page's trained vocabulary
 
 settings = ui.page_setup("🏋️ Training: watch a masked LM learn")
 st.markdown(
@@ -93,6 +96,7 @@ def corpus_controls(from_scratch: bool) -> Texts | None:
 def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
     """The variants to train, as TrainConfigs; None (with a message) when a setting is impossible."""
     defaults = lesson_defaults(lesson, from_scratch=from_scratch)
+    rule = ui.shared_masking_config()  # the learner's rule (Masking page or link): strategy, 80/10/10, p
     suffix = f"{lesson}_{int(from_scratch)}"  # each lesson and model kind keeps its own defaults
     c1, c2, c3, c4 = st.columns(4)
     steps = c1.slider("Steps", 5, 1000, defaults["steps"].value, 5, key=f"training_steps_{suffix}",
@@ -124,9 +128,12 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
                            help="Fine-tuning only: keep the word embeddings, and the output layer that BERT ties "
                            "to them, fixed. That matrix (vocabulary × hidden) is half the default model's weights: "
                            "no gradient, no AdamW update, a faster step. A model trained from scratch needs them.")
-        mlm_p = a3.slider("Masked share", 0.05, 0.5, 0.15, 0.01, key="training_mlm_p",
-                          help="The share of tokens selected for prediction: BERT selects 15%, and of those 80% "
-                          "become [MASK], 10% a random token and 10% stay as they are.")
+        mlm_p = a3.slider("Masked share", P_MIN, P_MAX, min(max(round(rule.mlm_probability, 2), P_MIN), P_MAX), 0.01,
+                          key="training_mlm_p",
+                          help="The share of tokens selected for prediction; it starts at the Masking page's p. "
+                          f"The rest of the rule comes from the Masking page (or the link): "
+                          f"{rule.strategy.replace('_', ' ')}, of the selected {rule.mask_replace_prob:.0%} "
+                          f"[MASK], {rule.random_replace_prob:.0%} random, {rule.unchanged_prob:.0%} unchanged.")
         eval_every = a1.number_input("Evaluate every … steps", 1, 500, defaults["eval_every"].value,
                                      key=f"training_eval_every_{suffix}", help=defaults["eval_every"].why)
         num_sampled = a2.select_slider("Sampled softmax: K", [16, 64, 256, 1024, 4096], SAMPLED_SOFTMAX.num_sampled,
@@ -145,7 +152,7 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
                            steps=int(steps), batch_size=int(batch), seq_len=int(seq_len), learning_rate=float(lr),
                            warmup_steps=int(warmup), schedule=schedule, amp=amp,
                            gradient_checkpointing=bool(checkpointing), max_grad_norm=float(clip) or None,
-                           masking=MaskingConfig(mlm_probability=float(mlm_p)), eval_every=int(eval_every),
+                           masking=replace(rule, mlm_probability=float(mlm_p)), eval_every=int(eval_every),
                            num_sampled=int(num_sampled), freeze_word_embeddings=bool(freeze) and not from_scratch)
         if lesson == "lr_too_high":
             st.info(f"Three runs from the same weights on the same batches: the learning rate above ({lr:g}) "

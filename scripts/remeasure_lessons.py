@@ -62,7 +62,7 @@ from mlm_core.predict import predict_masked, summarize_by_decision  # noqa: E402
 from mlm_core.sampled_softmax import SampledSoftmaxConfig, sampled_softmax_sweep  # noqa: E402
 from mlm_core.training import (frequency_buckets, loss_by_group, make_eval_set, split_chunks, train_variants,  # noqa: E402
                                word_piece_ids)
-from mlm_core.training import token_counts as chunk_token_counts  # noqa: E402
+from mlm_core.training import chunk_token_counts  # noqa: E402
 
 NAME_FORMS = ("Veldoria", "Veldorian", "Veldorians")  # the invented name's forms in the gazetteer
 DOCS = (ROOT / "docs" / "lessons.md", ROOT / "docs" / "workshop.md")

@@ -65,7 +65,7 @@ def test_lesson_record_and_json(masking_lesson):
     assert loaded["settings"]["masking"]["mlm_probability"] == 0.4
     assert loaded["settings"]["sentence"] == "The café sat on the mat — naïvely."
     assert "café" in data.decode("utf-8")  # UTF-8, not \u escapes
-    assert [row["decision"] for row in loaded["decisions"]][0] == "NOT_SELECTED"
+    assert [row["decision"] for row in loaded["decisions"]][0] == "SPECIAL"  # [CLS], as the chips show it
     assert len(loaded["decisions"]) == len(parts["decisions"])
     assert loaded["curves"][2] == {"variant": "full", "step": 2, "loss": 1.0}
     assert lesson_json("Masking", **parts) == data  # pure: same input, same bytes

@@ -384,7 +384,11 @@ def test_lesson_export_holds_every_picture(models, tokenizer, sentence):
     patterns = lesson.measure_head_patterns(model, tokenizer, encode(tokenizer, [SENTENCE]))
     result = inside.saliency(model, tokenizer, seen, None, 6, true_id)
     lens = inside.logit_lens(model, tokenizer, seen, None, 6, true_id)
-    figures = lesson_figures(attention, patterns, result, lens=lens, head=(1, 1))
+    taus = inside.layer_agreement(attention.weights, result.leave_one_out)  # the caller computes, the figure draws
+    figures = lesson_figures(attention, patterns, result, taus, lens=lens, head=(1, 1))
+    drawn = figures["agreement"].data[0].y[2:]
+    assert [v if v is None else pytest.approx(v) for v in drawn] == \
+        [t if t == t else None for t in taus.tolist()]
     names = zip_contents(lesson_zip("Inside the model", figures=figures, html=False,
                                     tables={"saliency": result.records()}))
     for chart in ("head_grid", "enlarged_head", "layer_averages", "head_patterns", "saliency", "agreement",

@@ -230,3 +230,34 @@ def test_every_page_shows_the_runs_status_in_the_sidebar():
         assert run.last_polled > 0  # the other page's sidebar looked at the run
     finally:
         manager.shutdown()
+
+
+def test_the_run_trains_with_the_learners_masking_rule(monkeypatch):
+    """Review fix: the run's masking is the shared rule (strategy and 80/10/10 shares), p from the slider,
+    which starts at the rule's p; before, the page built MaskingConfig(p) and dropped the strategy."""
+    from mlm_core import jobs
+
+    submitted = {}
+
+    def capture(self, model, tokenizer, texts, variants, **kwargs):
+        submitted.update(variants)
+        raise jobs.BusyError("captured")  # nothing trains: only the submitted configs matter here
+
+    monkeypatch.setattr(jobs.RunManager, "submit", capture)
+    at = AppTest.from_file(str(PAGE), default_timeout=120)
+    at.query_params.update({"p": "0.5", "strategy": "whole_word", "mask": "0.6", "random": "0.2"})
+    at.run()
+    assert not at.exception
+    assert at.slider(key="training_mlm_p").value == 0.5
+    at.button(key="training_start").click().run()
+    assert not at.exception
+    assert submitted
+    for cfg in submitted.values():
+        assert (cfg.masking.strategy, cfg.masking.mlm_probability) == ("whole_word", 0.5)
+        assert (cfg.masking.mask_replace_prob, cfg.masking.random_replace_prob) == (0.6, 0.2)
+    submitted.clear()
+    at.slider(key="training_mlm_p").set_value(0.2).run()
+    at.button(key="training_start").click().run()
+    assert not at.exception
+    assert {(c.masking.strategy, c.masking.mlm_probability) for c in submitted.values()} == {("whole_word", 0.2)}
+    assert not [w for w in at.warning if "Session State API" in w.value]

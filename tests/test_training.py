@@ -267,7 +267,7 @@ def test_evaluation_is_full_cross_entropy(tok, model):
     labels[chunks.special_tokens_mask.bool()] = IGNORE_INDEX
     shown_mask = (labels != IGNORE_INDEX) & (torch.rand(labels.shape, generator=gen) < 0.8)  # the rest unchanged
     inputs = torch.where(shown_mask, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
-    counts = training.token_counts(chunks, len(tok))
+    counts = training.chunk_token_counts(chunks, len(tok))
     eval_set = training.EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 5,
                                  mask_token_id=tok.mask_token_id)
     got = evaluate(model, eval_set)
@@ -576,7 +576,7 @@ def test_evaluation_scores_the_focus_words_on_their_own(tok, model):
                          torch.full_like(chunks.input_ids, IGNORE_INDEX))
     labels[chunks.special_tokens_mask.bool()] = IGNORE_INDEX
     inputs = torch.where(labels != IGNORE_INDEX, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
-    counts = training.token_counts(chunks, len(tok))
+    counts = training.chunk_token_counts(chunks, len(tok))
     focus = training.focus_ids(tok, ["cat", "river", "not-a-token-of-this-vocabulary"])
     assert focus.tolist() == sorted(tok.convert_tokens_to_ids(["cat", "river"]))
     eval_set = training.EvalSet(inputs, chunks.attention_mask, labels, training.frequency_buckets(counts), 3,
@@ -605,7 +605,7 @@ def test_loss_by_group_splits_the_held_out_loss_into_parts_that_add_up(tok, mode
     labels[chunks.special_tokens_mask.bool()] = IGNORE_INDEX
     inputs = torch.where(labels != IGNORE_INDEX, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
     eval_set = training.EvalSet(inputs, chunks.attention_mask, labels,
-                                training.frequency_buckets(training.token_counts(chunks, len(tok))), 3)
+                                training.frequency_buckets(training.chunk_token_counts(chunks, len(tok))), 3)
     cat, river = tok.convert_tokens_to_ids(["cat", "river"])
     groups = {"cat": torch.tensor([cat]), "cat or river": torch.tensor([cat, river])}  # the first group wins
     split = training.loss_by_group(model, eval_set, groups)

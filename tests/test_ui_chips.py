@@ -6,6 +6,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import ui
+import ui.chips
+from mlm_core.figures import masking as figures
 
 HOSTILE = "<img src=x onerror=alert(1)>"  # a token (or a learner's text) that would run script as HTML
 
@@ -45,3 +47,11 @@ def test_markdown_helpers_show_text_as_typed():
     assert ui.markdown_text("v = 0.1 < 0.8 → [MASK] *x*") == r"v = 0\.1 \< 0\.8 → \[MASK\] \*x\*"
     assert ui.inline_code("<") == "`<`" and ui.inline_code("`") == "`` ` ``"
     assert ui.markdown_text(HOSTILE) == r"\<img src=x onerror=alert\(1\)\>"
+
+
+def test_chips_and_figures_share_one_decision_style():
+    """Review fix: one style table (mlm_core.figures.masking): a chip's border is the chart's colour, its word the legend's."""
+    assert ui.chips.DECISION_STYLE is figures.DECISION_STYLE
+    for name, (_, color, word) in figures.DECISION_STYLE.items():
+        assert figures.COLORS[name] == color and figures.DECISION_WORDS[name] == word
+        assert f"border:1px solid {color}" in ui.chips.chip_html("x", name)

@@ -11,15 +11,7 @@ import re
 
 import streamlit as st
 
-
-DECISION_STYLE = {
-    # decision name: (background, border, label shown to learners)
-    "NOT_SELECTED": ("#f1f3f5", "#ced4da", "not selected"),
-    "MASK": ("#ffe3e3", "#e03131", "→ [MASK]"),
-    "RANDOM": ("#fff3bf", "#f08c00", "→ random"),
-    "UNCHANGED": ("#d3f9d8", "#2f9e44", "unchanged"),
-    "SPECIAL": ("#e7f5ff", "#74c0fc", "special"),
-}
+from mlm_core.figures.masking import DECISION_STYLE  # the one style table of the decisions
 
 
 _MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$&])")

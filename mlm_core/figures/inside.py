@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from mlm_core.inside import LensProfile, LogitLens, PositionAttention, Saliency, layer_agreement
+from mlm_core.inside import LensProfile, LogitLens, PositionAttention, Saliency
 from mlm_core.lessons.inside import AgreementSummary, HeadPatterns, ModelComparison
 from mlm_core.formatting import signed
 
@@ -350,17 +350,20 @@ def loss_change_figure(comparison: ModelComparison, *, height: int = 340) -> go.
     return fig
 
 
-def lesson_figures(attention: PositionAttention, patterns: HeadPatterns, saliency: Saliency, *,
-                   lens: LogitLens | None = None, profile: LensProfile | None = None,
+def lesson_figures(attention: PositionAttention, patterns: HeadPatterns, saliency: Saliency, layer_tau: torch.Tensor,
+                   *, lens: LogitLens | None = None, profile: LensProfile | None = None,
                    head: tuple[int, int] = (0, 0)) -> dict[str, go.Figure]:
-    """Every picture of the page for one sentence, named, for ``mlm_core.lessons.export.lesson_zip``."""
+    """Every picture of the page for one sentence, named, for ``mlm_core.lessons.export.lesson_zip``.
+
+    ``layer_tau``: each layer's Kendall τ with leave-one-out (``mlm_core.inside.layer_agreement``), (L,).
+    """
     figures = {
         "head grid": head_grid_figure(attention, selected=head),
         "enlarged head": head_attention_figure(attention, *head),
         "layer averages": layer_attention_figure(attention),
         "head patterns": patterns_figure(patterns),
         "saliency": saliency_figure(saliency),
-        "agreement": agreement_figure(saliency, layer_agreement(attention.weights, saliency.leave_one_out)),
+        "agreement": agreement_figure(saliency, layer_tau),
     }
     if lens is not None:
         figures["logit lens"] = lens_figure(lens)

@@ -8,11 +8,18 @@ import plotly.graph_objects as go
 
 from mlm_core.masking import MaskingConfig
 
-COLORS = {"MASK": "#e03131", "RANDOM": "#f08c00", "UNCHANGED": "#2f9e44", "NOT_SELECTED": "#adb5bd",
-          "SPECIAL": "#74c0fc"}
-# The words of the chips' legend (ui.DECISION_STYLE shows the same ones): never the enum names.
-DECISION_WORDS = {"MASK": "→ [MASK]", "RANDOM": "→ random", "UNCHANGED": "unchanged", "NOT_SELECTED": "not selected",
-                  "SPECIAL": "special"}
+# The one style of each decision: the token chips (ui.chips), their legend and these figures all read it.
+DECISION_STYLE = {
+    # decision name: (chip background, colour: chip border and chart marks, word shown to learners)
+    "NOT_SELECTED": ("#f1f3f5", "#adb5bd", "not selected"),
+    "MASK": ("#ffe3e3", "#e03131", "→ [MASK]"),
+    "RANDOM": ("#fff3bf", "#f08c00", "→ random"),
+    "UNCHANGED": ("#d3f9d8", "#2f9e44", "unchanged"),
+    "SPECIAL": ("#e7f5ff", "#74c0fc", "special"),
+}
+COLORS = {name: color for name, (_, color, _) in DECISION_STYLE.items()}
+# The words of the chips' legend: never the enum names.
+DECISION_WORDS = {name: word for name, (_, _, word) in DECISION_STYLE.items()}
 
 
 def log_ticks(low: float, high: float) -> tuple[list[float], list[str]]:

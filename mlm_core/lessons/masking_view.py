@@ -29,7 +29,7 @@ from scipy import stats
 
 from mlm_core import seeds
 from mlm_core.data import Encoded, encode, mask_batch
-from mlm_core.masking import Decision, MaskingConfig
+from mlm_core.masking import SPECIAL, Decision, MaskingConfig, decision_names
 
 SPLIT = (Decision.MASK, Decision.RANDOM, Decision.UNCHANGED)
 
@@ -47,6 +47,8 @@ def token_trace(tokens: list[str], encoded_row: dict, result_row: dict, config: 
     m, r = config.mask_replace_prob, config.random_given_not_mask
     per_span = config.strategy == "span" and config.span_replacement == "per_span"
     span_words = _kept_span_words(draws, encoded_row.get("word_ids"))
+    names = decision_names(result_row["decisions"], special_tokens_mask=encoded_row["special_tokens_mask"],
+                           length=len(tokens))  # what the chips show: SPECIAL on [CLS] and [SEP]
     for i, token in enumerate(tokens):
         decision = Decision(int(result_row["decisions"][i]))
         special = bool(encoded_row["special_tokens_mask"][i])
@@ -69,7 +71,7 @@ def token_trace(tokens: list[str], encoded_row: dict, result_row: dict, config: 
             {
                 "position": i,
                 "token": token,
-                "decision": decision.name,
+                "decision": names[i],
                 "special": special,
                 "model_sees": shown,
                 "label": int(result_row["labels"][i]),
@@ -129,11 +131,10 @@ def running_counts(decisions: torch.Tensor, upto: int, special_tokens_mask: torc
     >>> running_counts(torch.tensor([0, 1, 0, 3, 0]), 4, torch.tensor([1, 0, 0, 0, 1]))
     {'NOT_SELECTED': 1, 'MASK': 1, 'RANDOM': 0, 'UNCHANGED': 1, 'SPECIAL': 1}
     """
-    part = decisions[:upto]
-    special = torch.zeros_like(part, dtype=torch.bool) if special_tokens_mask is None else special_tokens_mask[:upto].bool()
-    counts = {d.name: int(((part == d) & ~special).sum()) for d in Decision}
+    seen = Counter(decision_names(decisions, special_tokens_mask=special_tokens_mask, length=upto))
+    counts = {d.name: seen[d.name] for d in Decision}
     if special_tokens_mask is not None:
-        counts["SPECIAL"] = int(special.sum())
+        counts[SPECIAL] = seen[SPECIAL]
     return counts
 
 
@@ -181,10 +182,6 @@ class MaskingStatistics:
     p_value: float  # chi-square goodness of fit of the split to the configured 80/10/10
     span_lengths: dict[int, int] = field(default_factory=dict)  # span: drawn length (words) -> spans
     span_kept_mean: float | None = None  # span: mean length kept (the budget and the row cut spans)
-
-    @property
-    def selection_z(self) -> float | None:
-        return self.selection.z
 
 
 def masking_statistics(

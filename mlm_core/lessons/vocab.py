@@ -37,12 +37,6 @@ class FrequencyProfile:
         """Entries never used on this text: softmax classes the head pays for anyway."""
         return sum(1 for c in self.counts if c == 0)
 
-    def share_covered_by_top(self, fraction: float) -> float:
-        """Share of all token occurrences taken by the most frequent ``fraction`` of the vocabulary."""
-        total = sum(self.counts)
-        k = max(1, round(len(self.counts) * fraction))
-        return sum(self.counts[:k]) / total if total else float("nan")
-
 
 def frequency_profile(tokenizer, texts: Sequence[str]) -> FrequencyProfile:
     """Count every vocabulary entry on ``texts`` (special tokens left out).

@@ -11,7 +11,8 @@
 The names below are the package's public face: ``from mlm_core.training import TrainConfig, train``.
 """
 
-from mlm_core.training.batches import Batches, Chunks, frequency_buckets, make_chunks, mask_rows, split_chunks, token_counts
+from mlm_core.training.batches import (Batches, Chunks, chunk_token_counts, frequency_buckets, make_chunks, mask_rows,
+                                      split_chunks)
 from mlm_core.training.config import (AMP_MODES, BUCKET_MASS, BUCKETS, DATA_FIELDS, LOSSES, MAX_VARIANTS, SCHEDULES,
                                       Stream, TrainConfig, check_variants)
 from mlm_core.training.distributed import DeepSpeedOptimizer, World, current_world, deepspeed_config
@@ -27,8 +28,8 @@ __all__ = [
     "LOSSES", "MAX_VARIANTS", "SCHEDULES",
     "Batches", "Chunks", "Curves", "DeepSpeedOptimizer", "EvalSet", "Optimizer", "Probe", "Stream", "TrainConfig", "TrainEvent",
     "TrainResult", "TrainStep", "World",
-    "adamw", "autocast", "check_amp", "check_variants", "current_world", "curves_table", "deepspeed_config", "evaluate",
+    "adamw", "autocast", "check_amp", "check_variants", "chunk_token_counts", "current_world", "curves_table", "deepspeed_config", "evaluate",
     "focus_ids", "freeze_word_embeddings", "frequency_buckets", "loss_by_group", "lr_at", "make_chunks", "make_eval_set", "make_probes",
     "mask_rows", "param_groups", "probe_predictions", "set_checkpointing", "smooth",
-    "split_chunks", "token_counts", "train", "train_variants", "uncorrected_adam_step_ratio", "word_piece_ids",
+    "split_chunks", "train", "train_variants", "uncorrected_adam_step_ratio", "word_piece_ids",
 ]

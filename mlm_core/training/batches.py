@@ -146,7 +146,7 @@ def split_chunks(tokenizer, texts: Sequence[str], cfg: TrainConfig,
     return chunks.take(order[n_eval:]), chunks.take(order[:n_eval]), False
 
 
-def token_counts(chunks: Chunks, vocab_size: int) -> torch.Tensor:
+def chunk_token_counts(chunks: Chunks, vocab_size: int) -> torch.Tensor:
     """How often each token id occurs in the chunks, special tokens and padding left out: (V,)."""
     ids = chunks.input_ids[chunks.special_tokens_mask == 0]
     ids = ids[ids < vocab_size]
@@ -188,7 +188,7 @@ def mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, voc
         # never the padding a short row carries up to seq_len.
         result = mask_tokens(chunks.input_ids[r], chunks.special_tokens_mask[r], masking,
                              mask_token_id=mask_token_id, vocab_size=vocab_size,
-                             generator=torch.Generator().manual_seed(s),
+                             generator=seeds.generator(s),
                              word_ids=chunks.word_ids[r], special_ids=special_ids,
                              attention_mask=chunks.attention_mask[r], trace=False)
         inputs.append(result.input_ids)

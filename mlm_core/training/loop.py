@@ -33,7 +33,7 @@ from mlm_core import losses, sampled_softmax, seeds
 from mlm_core.data import special_ids
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX
-from mlm_core.training.batches import Batches, frequency_buckets, split_chunks, token_counts
+from mlm_core.training.batches import Batches, chunk_token_counts, frequency_buckets, split_chunks
 from mlm_core.training.config import Stream, TrainConfig, check_variants
 from mlm_core.training.distributed import (DeepSpeedOptimizer, World, all_reduce_sum, current_world,
                                            deepspeed_config, stop_requested)
@@ -334,7 +334,7 @@ def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, Train
 
     # Data: chunks, a held-out split, token counts, eval masks and probes: all from the seed.
     train_chunks, eval_chunks, eval_on_train = split_chunks(tokenizer, texts, first, eval_texts)
-    counts = token_counts(train_chunks, vocab_size)
+    counts = chunk_token_counts(train_chunks, vocab_size)
     buckets = frequency_buckets(counts)
     eval_set = make_eval_set(eval_chunks, first, tokenizer, buckets=buckets, micro_batch=max(1, micro),
                              vocab_size=mask_vocab)
