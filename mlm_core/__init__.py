@@ -17,12 +17,9 @@ from mlm_core.bundled import load_default_tokenizer, workshop_documents, worksho
 
 from mlm_core.models import available_models, load_masked_lm, model_description
 from mlm_core.head import HeadFallbackWarning, gathered_head_family, masked_lm_hidden, masked_lm_logits
-from mlm_core.predict import (
-    FillResult, Predictions, TokenPrediction, fill_masks, mask_positions, predict_masked, summarize_by_decision,
-)
-from mlm_core.default_model import cloze_eval, load_default_masked_lm, untrained_masked_lm
+from mlm_core.predict import Predictions, TokenPrediction, fill_masks, mask_positions, predict_masked
 from mlm_core.losses import (
     LossOutput, full_cross_entropy, loop_cross_entropy, token_counts, token_frequency_weights, weighted_cross_entropy,
 )
-from mlm_core.sampled_softmax import sampled_softmax_loss, sampled_softmax_sweep
+from mlm_core.sampled_softmax import sampled_softmax_loss
 from mlm_core.training import TrainConfig, TrainEvent, TrainResult, train, train_variants
