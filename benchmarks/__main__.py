@@ -14,12 +14,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
+import re
 import subprocess
 import sys
 import time
 import traceback
 
-from benchmarks._common import ROOT, Result, device_name, fmt, machine_info, report, table, target_line
+from benchmarks._common import (RESULTS_DIR, ROOT, Result, Target, device_name, fmt, machine_info, report, table,
+                                target_line)
 
 import torch  # noqa: E402
 
@@ -106,8 +109,6 @@ def _run_one(key: str, module: str, quick: bool) -> tuple[Result | None, str]:
 
 def _plain(name: str) -> str:
     """A target's name without its thread count, to match runs made with different counts."""
-    import re
-
     name = re.sub(r"\(\d+ threads?, reported\)", "(reported)", name)
     return re.sub(r" \(\d+ threads?\)", "", name)
 
@@ -119,10 +120,6 @@ def results_threads(results) -> str:
 
 def load_result(path) -> Result:
     """A Result back from its JSON file (for ``--from-json``)."""
-    import json
-
-    from benchmarks._common import Target
-
     data = json.loads(path.read_text(encoding="utf-8"))
     targets = [Target(**{k: v for k, v in t.items() if k != "met"}) for t in data.pop("targets", [])]
     return Result(**data, targets=targets)
@@ -143,8 +140,6 @@ def _gpu_smoke(quick: bool) -> str:
 
 def _other_runs() -> dict[str, Result]:
     """Results of an earlier full run kept for comparison (``benchmarks/results/threads-2/``)."""
-    from benchmarks._common import RESULTS_DIR
-
     out = {}
     for key, module in BENCHMARKS:
         path = RESULTS_DIR / "threads-2" / f"{module.rsplit('.', 1)[1]}.json"
@@ -224,7 +219,8 @@ def write_results(results: dict[str, Result | None], errors: dict[str, str], p6:
         lines += [f"- {target_line(t)}" for t in result.targets]
         lines += [f"- {result.seconds:.0f} s; JSON: `benchmarks/results/{result.name}.json`", ""]
     lines += ["## P6 — GPU (optional, reported separately)", "", p6, ""]
-    from benchmarks.classroom_load import kept_section  # its own run writes it (python -m benchmarks.classroom_load)
+    # here, not at the top: classroom_load imports playwright (optional); its own run writes the section
+    from benchmarks.classroom_load import kept_section
 
     lines += kept_section()
     RESULTS_MD.write_text("\n".join(lines), encoding="utf-8")
@@ -241,14 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-json", action="store_true",
                         help="run nothing: write RESULTS.md from benchmarks/results/*.json of earlier full runs")
     args = parser.parse_args(argv)
-    import os
-
     if args.threads:
         torch.set_num_threads(args.threads)
 
     if args.from_json:
-        from benchmarks._common import RESULTS_DIR
-
         results, errors = {}, {}
         for key, module in BENCHMARKS:
             path = RESULTS_DIR / f"{module.rsplit('.', 1)[1]}.json"

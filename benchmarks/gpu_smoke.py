@@ -28,29 +28,27 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
+if str(ROOT) not in sys.path:  # run as `python benchmarks/gpu_smoke.py`
     sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from transformers import BertConfig, BertForMaskedLM  # noqa: E402
+
+from mlm_core.bundled import load_default_tokenizer, workshop_sentences  # noqa: E402
+from mlm_core.costs import config_step_flops  # noqa: E402
+from mlm_core.models import load_masked_lm  # noqa: E402
+from mlm_core.training import TrainConfig, train  # noqa: E402
 
 H100_H200_BF16_DENSE_TFLOPS = 989.0  # NVIDIA H100/H200 SXM, dense bf16 (the 1,979 figure is with sparsity)
 
 
 def step_flops(config, batch: int, seq_len: int, tokens: float, masked: float) -> float:
     """Model FLOPs of one training step (forward + backward = 3 x forward) from the config's shapes."""
-    from mlm_core.costs import config_step_flops
-
     return config_step_flops(config, seq_len=seq_len, tokens=tokens, head_rows=masked)["total"]
 
 
 def load(name: str, device):
-    import torch
-
-    from mlm_core.models import load_masked_lm
-
     if name == "bert-base":  # bert-base-uncased's shapes with random weights: no download needed
-        from transformers import BertConfig, BertForMaskedLM
-
-        from mlm_core.bundled import load_default_tokenizer
-
         tokenizer = load_default_tokenizer()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
@@ -60,11 +58,6 @@ def load(name: str, device):
 
 
 def measure(name: str, args) -> dict:
-    import torch
-
-    from mlm_core.bundled import workshop_sentences
-    from mlm_core.training import TrainConfig, train
-
     device = torch.device(args.device)
     model, tokenizer = load(name, device)
     config = TrainConfig(steps=args.warmup + args.steps, batch_size=args.batch, seq_len=args.seq_len,
@@ -116,8 +109,6 @@ def measure(name: str, args) -> dict:
 
 
 def main(argv=None) -> int:
-    import torch
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--models", default="default,bert-base",

@@ -35,15 +35,15 @@ from benchmarks._common import Result, Target, cli, device
 
 import torch  # noqa: E402
 
+from mlm_core.lessons.efficiency import amp_and_checkpointing, step_time_breakdown  # noqa: E402
+from mlm_core.models import load_masked_lm  # noqa: E402
+from mlm_core.precision import auto_amp, matmul_rates  # noqa: E402
+
 MFU_TARGET, BF16_TARGET = 0.60, 1.5
 SETTINGS = (("off", False, False), ("bf16", False, False), ("off", False, True), ("bf16", False, True))
 
 
 def run(quick: bool = False, repeats: int = 5, batch_size: int = 16, seq_len: int = 64) -> Result:
-    from mlm_core.lessons.efficiency import amp_and_checkpointing, step_time_breakdown
-    from mlm_core.models import load_masked_lm
-    from mlm_core.precision import auto_amp, matmul_rates
-
     if quick:
         batch_size, seq_len, repeats = 4, 32, 2
     start = time.perf_counter()

