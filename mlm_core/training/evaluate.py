@@ -39,6 +39,22 @@ class EvalSet:
     focus_ids: torch.Tensor | None = None  # (F,) token ids whose positions get a loss of their own
 
 
+def _scored_batches(model: nn.Module, eval_set: EvalSet, amp: str):
+    """Each micro-batch of the held-out set that has a selected position: its slice, the fp32 logits
+    (M, V) at the selected rows, their targets (M,) and per-position cross-entropy (M,)."""
+    device = next(model.parameters()).device
+    for s in range(0, eval_set.input_ids.shape[0], eval_set.micro_batch):
+        sl = slice(s, s + eval_set.micro_batch)
+        labels = eval_set.labels[sl].to(device)
+        if not bool((labels != IGNORE_INDEX).any()):
+            continue
+        with autocast(device, amp):
+            logits, targets = masked_lm_logits(model, eval_set.input_ids[sl].to(device),
+                                               eval_set.attention_mask[sl].to(device), labels)
+        logits = logits.float()  # (M, V)
+        yield sl, logits, targets, nn.functional.cross_entropy(logits, targets, reduction="none")  # (M,)
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, eval_set: EvalSet, *, amp: str = "off") -> dict[str, Any]:
     """Held-out masked-token metrics with full cross-entropy: loss, MLM perplexity, top-1/top-5, per bucket.
@@ -57,16 +73,7 @@ def evaluate(model: nn.Module, eval_set: EvalSet, *, amp: str = "off") -> dict[s
     at_focus = torch.zeros(2, dtype=torch.float64)  # positions hiding a focus word, sum CE there
     per_bucket = torch.zeros(len(BUCKETS), 4, dtype=torch.float64)  # n, sum CE, top1, top5
     try:
-        for s in range(0, eval_set.input_ids.shape[0], eval_set.micro_batch):
-            sl = slice(s, s + eval_set.micro_batch)
-            labels = eval_set.labels[sl].to(device)
-            if not bool((labels != IGNORE_INDEX).any()):
-                continue
-            with autocast(device, amp):
-                logits, targets = masked_lm_logits(model, eval_set.input_ids[sl].to(device),
-                                                   eval_set.attention_mask[sl].to(device), labels)
-            logits = logits.float()  # (M, V)
-            ce = nn.functional.cross_entropy(logits, targets, reduction="none")  # (M,)
+        for sl, logits, targets, ce in _scored_batches(model, eval_set, amp):
             if eval_set.mask_token_id is not None:  # rows come row-major, as the selected positions
                 shown = eval_set.input_ids[sl].reshape(-1)[eval_set.labels[sl].reshape(-1) != IGNORE_INDEX]
                 is_mask = (shown == eval_set.mask_token_id).to(device)  # (M,)
@@ -113,21 +120,13 @@ def loss_by_group(model: nn.Module, eval_set: EvalSet, groups: Mapping[str, torc
     the mean over every position (their summed loss / all positions), so the parts add up to
     `evaluate`'s `loss` and the parts of a fall add up to the fall.
     """
-    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     names = [*groups, "rest"]
     sums = torch.zeros(len(names), 2, dtype=torch.float64)  # positions, summed CE
     try:
-        for s in range(0, eval_set.input_ids.shape[0], eval_set.micro_batch):
-            sl = slice(s, s + eval_set.micro_batch)
-            labels = eval_set.labels[sl].to(device)
-            if not bool((labels != IGNORE_INDEX).any()):
-                continue
-            with autocast(device, amp):
-                logits, targets = masked_lm_logits(model, eval_set.input_ids[sl].to(device),
-                                                   eval_set.attention_mask[sl].to(device), labels)
-            ce = nn.functional.cross_entropy(logits.float(), targets, reduction="none").double().cpu()  # (M,)
+        for _, _, targets, ce in _scored_batches(model, eval_set, amp):
+            ce = ce.double().cpu()  # (M,)
             free = torch.ones_like(ce, dtype=torch.bool)  # (M,) not yet in a group
             for k, ids in enumerate(groups.values()):
                 at = free & torch.isin(targets.cpu(), ids.cpu())
