@@ -567,15 +567,21 @@ def test_probe_chart_axis_reads_the_probabilities_it_shows(top):
     assert len(set(ticks)) == 4 and not any(set(t) <= set("0.%") for t in ticks), ticks
 
 
-def test_evaluation_scores_the_focus_words_on_their_own(tok, model):
-    """The Veldoria lesson's held-out loss falls mostly because the model learns to spell the invented name;
-    `focus_loss` is the same cross-entropy at the positions that hide one of the lesson's fact words."""
+def _all_masked_chunks(tok):
+    """The corpus as chunks with 40% of the non-special positions selected, every one shown as [MASK]."""
     chunks = make_chunks(tok, CORPUS, seq_len=24, overlap=4)
     gen = torch.Generator().manual_seed(1)
     labels = torch.where(torch.rand(chunks.input_ids.shape, generator=gen) < 0.4, chunks.input_ids,
                          torch.full_like(chunks.input_ids, IGNORE_INDEX))
     labels[chunks.special_tokens_mask.bool()] = IGNORE_INDEX
     inputs = torch.where(labels != IGNORE_INDEX, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
+    return chunks, inputs, labels
+
+
+def test_evaluation_scores_the_focus_words_on_their_own(tok, model):
+    """The Veldoria lesson's held-out loss falls mostly because the model learns to spell the invented name;
+    `focus_loss` is the same cross-entropy at the positions that hide one of the lesson's fact words."""
+    chunks, inputs, labels = _all_masked_chunks(tok)
     counts = training.chunk_token_counts(chunks, len(tok))
     focus = training.focus_ids(tok, ["cat", "river", "not-a-token-of-this-vocabulary"])
     assert focus.tolist() == sorted(tok.convert_tokens_to_ids(["cat", "river"]))
@@ -598,12 +604,7 @@ def test_evaluation_scores_the_focus_words_on_their_own(tok, model):
 def test_loss_by_group_splits_the_held_out_loss_into_parts_that_add_up(tok, model):
     """The facts lesson splits its held-out loss by the hidden token (the name's pieces, the facts' words,
     the rest): each group's mean is cross-entropy at its positions, and the parts add up to the loss."""
-    chunks = make_chunks(tok, CORPUS, seq_len=24, overlap=4)
-    gen = torch.Generator().manual_seed(1)
-    labels = torch.where(torch.rand(chunks.input_ids.shape, generator=gen) < 0.4, chunks.input_ids,
-                         torch.full_like(chunks.input_ids, IGNORE_INDEX))
-    labels[chunks.special_tokens_mask.bool()] = IGNORE_INDEX
-    inputs = torch.where(labels != IGNORE_INDEX, torch.full_like(labels, tok.mask_token_id), chunks.input_ids)
+    chunks, inputs, labels = _all_masked_chunks(tok)
     eval_set = training.EvalSet(inputs, chunks.attention_mask, labels,
                                 training.frequency_buckets(training.chunk_token_counts(chunks, len(tok))), 3)
     cat, river = tok.convert_tokens_to_ids(["cat", "river"])
