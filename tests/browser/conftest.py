@@ -47,7 +47,7 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(self.port),
              "--server.address", "127.0.0.1", "--server.headless", "true",
-             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+             "--browser.gatherUsageStats", "false"],  # the file watcher is off in .streamlit/config.toml, as users get it
             cwd=ROOT, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT,
         )
         deadline = time.time() + 120
