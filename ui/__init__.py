@@ -35,7 +35,10 @@ from ui.controls import (
     trained_models,
 )
 from ui.loaders import (
+    cached_blimp,
     cached_corpus_counts,
+    cached_lab_pairs,
+    cached_pair_score,
     cached_model,
     cached_tiny_for_vocab,
     cached_tokenizer,

@@ -10,6 +10,7 @@ import os
 
 import streamlit as st
 
+from mlm_core import grammar
 from mlm_core.bundled import load_default_tokenizer, workshop_sentences
 from mlm_core.losses import token_counts
 from mlm_core.model_access import any_model_allowed, check_access, is_builtin
@@ -84,3 +85,26 @@ def tokenizer_or_stop(settings: Settings):
     except Exception as exc:
         show_error(exc)
         st.stop()
+
+
+@st.cache_resource(show_spinner="Reading BLiMP…", max_entries=2)
+def _read_blimp(folder: str):
+    return tuple(grammar.read_blimp(folder))
+
+
+def cached_blimp():
+    """BLiMP's pairs when ``MLMLAB_BLIMP_DIR`` names a copy of its data folder (read once per server), else None."""
+    folder = grammar.blimp_folder()
+    return _read_blimp(str(folder)) if folder is not None else None
+
+
+@st.cache_resource(show_spinner=False)
+def cached_lab_pairs():
+    """MLM Lab's own minimal pairs (``assets/grammar_pairs.tsv``)."""
+    return tuple(grammar.read_lab_pairs())
+
+
+@st.cache_data(max_entries=256, show_spinner="Scoring both sentences…")
+def cached_pair_score(model_key: str, pair: tuple[str, str], _model, _tokenizer):
+    """``grammar.score_pairs`` of one pair, kept per model (``model_key``: the sidebar's model or a trained one)."""
+    return grammar.score_pairs(_model, _tokenizer, [pair])[0]

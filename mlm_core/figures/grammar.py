@@ -1,0 +1,62 @@
+"""Figures of the Grammar lesson: a minimal pair token by token, and accuracy per phenomenon beside the published models.
+
+Pure functions, data in, plotly figure out. Token text goes through ``html.escape`` (plotly renders HTML in labels).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from mlm_core.grammar import PairScore
+from mlm_core.lessons.grammar import ANCHORS
+
+GOOD_COLOR = "#2f9e44"
+BAD_COLOR = "#e03131"
+MODEL_COLOR = "#1c7ed6"
+ANCHOR_STYLE = {"5-gram": ("#adb5bd", "circle"), "LSTM": ("#868e96", "square"), "GPT-2": ("#7048e8", "diamond"),
+                "human": ("#212529", "star")}
+
+
+def _e(text: str) -> str:
+    return html.escape(str(text), quote=False)
+
+
+def pair_figure(score: PairScore, height: int = 420) -> go.Figure:
+    """Each token's surprisal -log P(token | the rest) for both sentences: the PLL is minus the bars' sum."""
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.22, subplot_titles=(
+        f"grammatical: PLL {score.good.total:.2f} nats", f"ungrammatical: PLL {score.bad.total:.2f} nats"))
+    for row, (pll, color) in enumerate(((score.good, GOOD_COLOR), (score.bad, BAD_COLOR)), 1):
+        labels = [f"{i + 1}. {_e(t)}" for i, t in enumerate(pll.tokens)]
+        fig.add_trace(go.Bar(x=labels, y=[-lp for lp in pll.log_probs], marker_color=color, showlegend=False,
+                             text=[f"{-lp:.1f}" for lp in pll.log_probs], textposition="outside", cliponaxis=False,
+                             hovertemplate="%{x}: −log P = %{y:.2f} nats<extra></extra>"), row=row, col=1)
+        fig.update_yaxes(title_text="−log P (nats)", row=row, col=1, rangemode="tozero")
+    fig.update_layout(height=height, margin=dict(t=50, b=20, l=60, r=20),
+                      title_text="Which tokens the model finds surprising (taller = less likely)")
+    return fig
+
+
+def phenomena_figure(rows: Sequence[dict], label: str, height: int = 520) -> go.Figure:
+    """Accuracy (%) per phenomenon: the measured model as bars with ±1 SE, the published models as markers."""
+    names = [r["phenomenon"] for r in rows]
+    fig = go.Figure()
+    if any(label in r for r in rows):
+        fig.add_trace(go.Bar(
+            y=names, x=[r.get(label) for r in rows], orientation="h", name=label, marker_color=MODEL_COLOR,
+            error_x=dict(type="data", array=[r.get(f"{label} ± SE", 0) for r in rows], visible=True),
+            text=[f"{r[label]:.0f}" if r.get(label) is not None else "" for r in rows], textposition="inside",
+            hovertemplate="%{y}: %{x:.1f}%<extra>" + _e(label) + "</extra>"))
+    for anchor in ANCHORS:
+        color, symbol = ANCHOR_STYLE[anchor]
+        fig.add_trace(go.Scatter(y=names, x=[r[anchor] for r in rows], mode="markers", name=anchor,
+                                 marker=dict(color=color, symbol=symbol, size=11, line=dict(width=1, color="white")),
+                                 hovertemplate="%{y}: %{x:.1f}%<extra>" + anchor + " (BLiMP Table 3)</extra>"))
+    fig.add_vline(x=50, line_dash="dot", line_color="#868e96", annotation_text="chance", annotation_position="top")
+    fig.update_layout(height=height, barmode="overlay", xaxis=dict(title="accuracy (%)", range=[0, 100]),
+                      yaxis=dict(autorange="reversed"), legend=dict(orientation="h", y=-0.15),
+                      margin=dict(t=40, b=60, l=10, r=20), title_text="Accuracy per phenomenon")
+    return fig

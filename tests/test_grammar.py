@@ -1,0 +1,135 @@
+"""mlm_core.grammar: a minimal pair's PLLs, BLiMP's reader, its fixed sample and the accuracy report (issue 26)."""
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mlm_core import grammar
+from mlm_core.errors import InputError
+from mlm_core.lessons.grammar import default_model_blimp, draw_pair, phenomenon_rows, token_rows, verdict
+from mlm_core.models import tiny_random_masked_lm
+from mlm_core.predict import pseudo_log_likelihood, pseudo_log_likelihoods
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_random_masked_lm()
+
+
+SENTENCES = ["The cats sleep.", "A dog that the children love barks at night.", "Who?", "She has eaten the apples."]
+
+
+def test_packed_plls_equal_one_sentence_at_a_time(tiny):
+    model, tokenizer = tiny
+    ids = [tokenizer(s)["input_ids"] for s in SENTENCES]
+    packed = pseudo_log_likelihoods(model, tokenizer, ids, batch_size=5)  # batches mix sentences of several lengths
+    for one_ids, got in zip(ids, packed):
+        alone = pseudo_log_likelihood(model, tokenizer, torch.tensor(one_ids))
+        assert got.positions == alone.positions == tuple(range(1, len(one_ids) - 1))  # [CLS], [SEP] never scored
+        assert got.tokens == alone.tokens
+        assert got.log_probs == pytest.approx(alone.log_probs, abs=1e-5)
+
+
+def test_a_pairs_pll_is_the_sum_of_its_tokens_each_masked_in_turn(tiny):
+    model, tokenizer = tiny
+    [score] = grammar.score_pairs(model, tokenizer, [("The cats sleep.", "The cats sleeps.")])
+    for text, pll in (("The cats sleep.", score.good), ("The cats sleeps.", score.bad)):
+        ids = torch.tensor(tokenizer(text)["input_ids"])
+        direct = []
+        for t in range(1, len(ids) - 1):  # by hand: mask position t, full forward pass, log-softmax there
+            masked = ids.clone()
+            masked[t] = tokenizer.mask_token_id
+            with torch.no_grad():
+                logits = model(input_ids=masked[None]).logits[0, t]
+            direct.append(float(F.log_softmax(logits.float(), -1)[ids[t]]))
+        assert pll.log_probs == pytest.approx(direct, abs=1e-5)
+        assert pll.total == pytest.approx(sum(direct), abs=1e-4)
+    assert score.margin == pytest.approx(score.good.total - score.bad.total)
+    assert score.prefers_good == (score.margin > 0)
+    rows = token_rows(score)
+    assert len(rows) == len(score.good.tokens) + len(score.bad.tokens)
+    assert sum(r["log P"] for r in rows if r["sentence"] == "grammatical") == pytest.approx(score.good.total, abs=1e-2)
+    assert ("grammatical" in verdict(score)) and f"{abs(score.margin):.2f}" in verdict(score)
+
+
+@pytest.mark.parametrize("text, message", [("", "both boxes"), ("   ", "both boxes"), ("x" * 201, "under 200")])
+def test_bad_sentences_get_a_message(text, message):
+    with pytest.raises(InputError, match=message):
+        grammar.check_sentence(text)
+
+
+def _write_blimp(folder, paradigms):
+    folder.mkdir()
+    for uid, term, n in paradigms:
+        rows = [{"sentence_good": f"{uid} good {i}.", "sentence_bad": f"{uid} bad {i}.", "field": "syntax",
+                 "linguistics_term": term, "UID": uid, "pairID": str(i)} for i in range(n)]
+        (folder / f"{uid}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    return folder
+
+
+def test_blimp_reader_maps_s_selection_to_argument_structure_and_refuses_unknown_terms(tmp_path, monkeypatch):
+    folder = _write_blimp(tmp_path / "data", [("animate_subject_trans", "s-selection", 3), ("wh_island", "island_effects", 2)])
+    pairs = grammar.read_blimp(folder)
+    assert [(p.uid, p.phenomenon) for p in pairs][:1] == [("animate_subject_trans", "argument_structure")]
+    assert {p.phenomenon for p in pairs} <= set(grammar.PHENOMENA) and len(pairs) == 5
+    assert grammar.blimp_folder(None) is None or grammar.blimp_folder(None) != folder
+    monkeypatch.setenv("MLMLAB_BLIMP_DIR", str(folder))
+    assert grammar.blimp_folder() == folder
+    assert grammar.blimp_folder(tmp_path / "nowhere") == folder  # a missing folder falls back to the variable
+    bad = _write_blimp(tmp_path / "bad", [("x", "phonology", 1)])
+    with pytest.raises(InputError, match="unknown BLiMP phenomenon"):
+        grammar.read_blimp(bad)
+
+
+def test_the_sample_is_fixed_by_uid_and_pair_id_not_by_order_or_model(tmp_path):
+    folder = _write_blimp(tmp_path / "data", [("a_paradigm", "binding", 50), ("b_paradigm", "ellipsis", 50)])
+    pairs = grammar.read_blimp(folder)
+    sample = grammar.subsample(pairs, 20)
+    again = grammar.subsample(list(reversed(pairs)), 20)
+    assert sample == again and len(sample) == 40
+    assert sum(p.uid == "a_paradigm" for p in sample) == 20
+    assert sorted(p.pair_id for p in sample if p.uid == "a_paradigm") != list(range(20))  # not the first 20 lines
+    assert grammar.subsample(pairs, 100) == grammar.subsample(pairs, 50)  # a paradigm smaller than n: all of it
+
+
+def test_accuracy_is_the_mean_over_paradigms_with_a_stratified_standard_error():
+    P = grammar.BlimpPair
+    pairs = [P("p1", "binding", i, "g", "b") for i in range(4)] + [P("p2", "binding", i, "g", "b") for i in range(4)] + \
+        [P("p3", "ellipsis", i, "g", "b") for i in range(2)]
+    right = [True] * 4 + [True, False, True, False] + [False, False]
+    report = grammar.accuracy(pairs, right)
+    # paradigms: p1 1.0 (4), p2 0.5 (4), p3 0.0 (2): overall = mean of paradigms, not of the 10 pairs (0.6)
+    assert report.overall == pytest.approx(0.5)
+    assert report.overall_se == pytest.approx(math.sqrt(0 + 0.25 / 4 + 0) / 3)
+    acc, se, n = report.by_phenomenon["binding"]
+    assert (acc, n) == (pytest.approx(0.75), 8) and se == pytest.approx(math.sqrt(0.25 / 4) / 2)
+    assert report.by_phenomenon["ellipsis"][:2] == (0.0, 0.0)
+    assert list(report.by_phenomenon) == ["binding", "ellipsis"]  # Table 3's order
+    back = default_model_blimp({"final_metrics": {"blimp": report.as_dict()}})
+    assert back.overall == pytest.approx(report.overall, abs=1e-4) and back.by_phenomenon.keys() == report.by_phenomenon.keys()
+    assert default_model_blimp({"final_metrics": {}}) is None and default_model_blimp(None) is None
+    with pytest.raises(ValueError):
+        grammar.accuracy(pairs, right[:-1])
+
+
+def test_published_anchors_are_blimps_table_3():
+    assert [grammar.PUBLISHED[m]["overall"] for m in ("5-gram", "LSTM", "Transformer-XL", "GPT-2", "human")] == \
+        [61.2, 69.8, 69.6, 83.0, 88.6]
+    for name in ("5-gram", "LSTM", "Transformer-XL", "GPT-2", "human"):
+        per = grammar.PUBLISHED[name]["by_phenomenon"]
+        assert list(per) == list(grammar.PHENOMENA) and all(0 < v <= 100 for v in per.values())
+    rows = phenomenon_rows(None, "model")
+    assert len(rows) == 12 and rows[-1]["GPT-2"] == 86.4 and "model" not in rows[0]
+
+
+def test_a_drawn_pair_depends_on_the_seed_and_the_draw_only():
+    pairs = [grammar.LabPair("binding", f"good {i}", f"bad {i}", f"note {i}") for i in range(30)]
+    a = draw_pair(pairs, "binding", seed=3, draw=1)
+    assert a == draw_pair(list(pairs), "binding", seed=3, draw=1)
+    assert len({draw_pair(pairs, "binding", seed=3, draw=d).good for d in range(10)}) > 3
+    assert a.source.startswith("MLM Lab's pairs")
+    with pytest.raises(ValueError):
+        draw_pair(pairs, "ellipsis", seed=0)
