@@ -96,7 +96,10 @@ def test_files_have_their_header_block_and_columns(path, columns):
     header, rows = header_and_rows(path, columns)
     block = " ".join(line.lstrip("# ") for line in header)
     assert "CC0 1.0" in block and "written by hand for mlm lab on 2026-12-01" in block.lower()
-    assert "Reported only: never used to choose a checkpoint, weight or recipe." in block
+    if path == GRAMMAR:  # the build's grammar dev set: it chooses, BLiMP reports
+        assert "A dev set: the default model's build chooses" in block and "BLiMP, never used to choose" in block
+    else:
+        assert "Reported only: never used to choose a checkpoint, weight or recipe." in block
     assert all(len(row) == len(columns) and all(f.strip() == f and f for f in row) for row in rows), path.name
     if path == GRAMMAR:
         assert "in the style of BLiMP's 12 phenomena (Warstadt et al. 2020, TACL), not BLiMP data" in block

@@ -1,0 +1,62 @@
+"""AppTest of the Grammar page: a pair scored token by token, a drawn pair, bad input, per-phenomenon accuracy,
+on the tiny random BERT and on the bundled default model (issue 26)."""
+
+import pytest
+
+from mlm_core import grammar
+from mlm_core.lessons.grammar import default_model_blimp
+from mlm_core.default_model import read_build_record
+
+
+def _text(at) -> str:
+    return "\n".join([m.value for m in at.markdown] + [s.value for s in at.success] + [w.value for w in at.warning]
+                     + [c.value for c in at.caption])
+
+
+def test_a_pair_is_scored_and_its_plls_are_shown(run_page):
+    at = run_page("pages/grammar.py")
+    assert not at.error
+    text = _text(at)
+    assert "PLL" in text and ("prefers the **grammatical**" in text or "prefers the **ungrammatical**" in text)
+    charts = at.get("plotly_chart")
+    assert len(charts) == 2  # the pair token by token; accuracy per phenomenon
+    assert "grammatical: PLL" in charts[0].proto.spec
+
+
+def test_a_drawn_pair_fills_both_boxes_and_a_page_switch_keeps_them(run_page):
+    at = run_page("pages/grammar.py")
+    at.selectbox(key="grammar_phenomenon").set_value("irregular_forms").run()
+    at.button(key="grammar_draw").click().run()
+    assert not at.exception and not at.error
+    good, bad = at.text_input(key="grammar_good").value, at.text_input(key="grammar_bad").value
+    lab = {(p.good, p.bad) for p in grammar.read_lab_pairs() if p.phenomenon == "irregular_forms"}
+    assert (good, bad) in lab
+    assert "MLM Lab's pairs" in _text(at)
+
+
+@pytest.mark.parametrize("good, bad", [("", "The cats sleeps."), ("The cats sleep.", "   ")])
+def test_bad_input_gets_a_message_not_a_traceback(run_page, good, bad):
+    at = run_page("pages/grammar.py", state={"grammar_good": good, "grammar_bad": bad})
+    assert any("both boxes" in e.value for e in at.error)  # longer than 200 characters: test_grammar
+    assert len(at.get("plotly_chart")) == 1  # the per-phenomenon chart still draws
+
+
+def test_measuring_on_the_lab_pairs_fills_the_chart_with_the_model(run_page):
+    at = run_page("pages/grammar.py")
+    at.button(key="grammar_lab_report_run").click().run()
+    assert not at.exception and not at.error
+    spec = at.get("plotly_chart")[1].proto.spec
+    assert "tiny-random" in spec and "error_x" in spec
+    assert "MLM Lab's 96 pairs (not BLiMP" in _text(at)
+
+
+def test_the_default_model_renders_with_its_build_measured_blimp(run_page, monkeypatch):
+    monkeypatch.setenv("MLMLAB_MODEL", "default")
+    at = run_page("pages/grammar.py", timeout=300)
+    assert not at.error
+    report = default_model_blimp(read_build_record())
+    text = _text(at)
+    if report is not None:
+        assert f"overall {100 * report.overall:.1f}%" in text and "measured when the default model was built" in text
+    else:
+        assert "Press the button" in text
