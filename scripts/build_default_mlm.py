@@ -84,11 +84,11 @@ from mlm_core import losses  # noqa: E402
 from mlm_core.bundled import load_default_tokenizer  # noqa: E402
 from mlm_core.training import TrainConfig, TrainStep, evaluate, lr_at  # noqa: E402
 from scripts.default_mlm_data import (  # noqa: E402
-    CLOZE_PATH, CORPUS_PATH, DAILY_PATH, DEV_PATH, EVERYDAY_PATH, GRAMMAR_DEV_PATH, NGRAM, REPEAT_PATH, UNSEEN_PATH, NPM_SOURCES, SOURCE_LABELS, SOURCES_DOC,
-    WORDNET_DIR, WORDNET_FILES, batch_plan, build_sources, continuation_pieces, heldout_set, make_masker,
-    npm_package, pack_documents, read_moby_documents, read_sotu_documents, read_workshop_documents, step_batch,
+    CLOZE_PATH, CORPUS_PATH, DAILY_PATH, DEV_PATH, EVERYDAY_PATH, GRAMMAR_DEV_PATH, NGRAM, PACKAGE_SOURCES,
+    REPEAT_PATH, SOURCE_LABELS, SOURCES_DOC, UNSEEN_PATH, WORDNET_DIR, WORDNET_FILES, batch_plan, build_sources,
+    continuation_pieces, fetch_package_source, heldout_set, make_masker, pack_documents, read_package_source,
+    read_workshop_documents, step_batch,
 )
-from scripts.default_mlm_data import PACKAGE_SOURCES, fetch_package_source, read_package_source  # noqa: E402
 
 COMMAND = "python scripts/build_default_mlm.py"
 LR_FLOOR = 0.05  # the cosine decays to 5% of the peak rate, not to 0
