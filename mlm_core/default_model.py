@@ -275,13 +275,35 @@ def build_scores(record: dict[str, Any] | None) -> dict[str, Any]:
             out[f"{key}_se"] = round(standard_error(out[key], n), 4)
     if final.get("cloze_copy_rate") is not None:
         out["copy_rate"] = final["cloze_copy_rate"]
-    # A build that started from an earlier asset counts that asset's steps and time too.
-    earlier = ((record.get("init_asset") or {}).get("build") or {})
+    # A build that started from an earlier asset counts that asset's steps and time too (and its ancestors').
+    earlier = lineage(record)
     if record.get("steps") is not None:
-        out["steps"] = record["steps"] + (earlier.get("steps") or 0)
+        out["steps"] = record["steps"] + sum(e.get("steps") or 0 for e in earlier)
     if record.get("wall_time_s") is not None:
-        out["hours"] = round((record["wall_time_s"] + (earlier.get("wall_time_s") or 0)) / 3600, 1)
+        out["hours"] = round((record["wall_time_s"] + sum(e.get("wall_time_s") or 0 for e in earlier)) / 3600, 1)
     return out
+
+
+def lineage(record: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The earlier builds a build started from, newest first: ``{"steps", "wall_time_s", "created"}`` each.
+
+    A record lists them under ``init_asset.build`` (its own start) and ``init_asset.build.lineage`` (that
+    start's ancestors); a record written before ``lineage`` existed is followed through ``init_asset.path``
+    when that folder still exists.
+
+    >>> lineage({"init_asset": {"build": {"steps": 10, "lineage": [{"steps": 5}]}}})
+    [{'steps': 10, 'wall_time_s': None, 'created': None}, {'steps': 5}]
+    """
+    init = (record or {}).get("init_asset") or {}
+    build = init.get("build") or {}
+    if not build:
+        return []
+    this = {k: build.get(k) for k in ("steps", "wall_time_s", "created")}
+    if "lineage" in build:
+        return [this, *build["lineage"]]
+    path = init.get("path")
+    older = read_build_record(path) if path and Path(path).is_dir() else None
+    return [this, *lineage(older)]
 
 
 # --------------------------------------------------------------------------- cloze evaluation

@@ -540,7 +540,8 @@ def build_record(b: Build, final_metrics: dict) -> dict:
                else "word embeddings (tied output layer) trained with a small lr." if args.emb_lr > 0
                else "word embeddings frozen.")
             + (" Started from the weights of an earlier build"
-               + (f" ({init_steps:,} steps)." if (init_steps := (dm.read_build_record(args.init_asset) or {}).get("steps"))
+               + (f" ({init_steps:,} steps in all)." if (init_steps := sum(e.get("steps") or 0 for e in dm.lineage(
+                   {"init_asset": {"path": args.init_asset, "build": dm.read_build_record(args.init_asset)}})))
                   else ".") if args.init_asset else "")
         ),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -598,8 +599,9 @@ def build_record(b: Build, final_metrics: dict) -> dict:
                         "sha256": hashlib.sha256((Path(args.init_asset) / dm.WEIGHTS_FILE).read_bytes()).hexdigest()
                         if (Path(args.init_asset) / dm.WEIGHTS_FILE).is_file() else None,
                         "note": "an earlier asset of this build (fetch it from git history by this hash)",
-                        "build": {k: (dm.read_build_record(args.init_asset) or {}).get(k)
-                                  for k in ("steps", "wall_time_s", "created")}}
+                        "build": {**{k: (dm.read_build_record(args.init_asset) or {}).get(k)
+                                     for k in ("steps", "wall_time_s", "created")},
+                                  "lineage": dm.lineage(dm.read_build_record(args.init_asset))}}
                        if args.init_asset else None),
         "final_metrics": final_metrics,
         "stages": b.stages,
