@@ -49,6 +49,8 @@ PATTERN_SENTENCES = 32  # workshop sentences the head patterns are measured on
 PROFILE_SENTENCES = 128  # workshop sentences (about 170 [MASK] positions) the lens is averaged over
 PROFILE_SEED = 0  # their masks: fixed, so the result is measured once per model
 AGREEMENT_SENTENCES = 24  # workshop sentences for the saliency agreement (a leave-one-out each)
+KEPT_KEY = "inside_masked_kept"  # the hidden tokens, kept when the page is left (the pills' own value is not)
+KEPT_POSITION_KEY = "inside_position_kept"  # the "Look from" position, kept the same way
 VIEWS = {
     "attention": "👀 Where [MASK] looks",
     "lens": "🔭 How the guess forms",
@@ -57,7 +59,7 @@ VIEWS = {
 }
 assert tuple(VIEWS) == share_state.INSIDE_VIEWS  # the views a link may name (mlm_core.lessons.share_state.FIELDS' view=)
 
-settings = ui.page_setup("🔬 Inside the model")
+settings = ui.page_setup("🔬 Inside the model", link=share_state.PAGE_LINKS["inside"])
 st.markdown(
     "The Predictions page shows what goes in and what comes out. This page opens the model at the one "
     "position that matters in MLM, the hidden one: **where it looks** (attention), **when the answer "
@@ -144,6 +146,8 @@ def mask_controls(tokens: list[str], special: list[bool]) -> list[int]:
         first = last_word(tokens, special)
         state["inside_masked"] = [] if first is None else [first]
         state["inside_masked_for"] = tokens
+    elif "inside_masked" not in state:  # back on the page: the pills lost their value, the page did not
+        state["inside_masked"] = [p for p in state.get(KEPT_KEY, []) if p in options]
     seen: dict[str, int] = {}
     labels = {}
     for i in options:  # pills are told apart by their text: a repeated token gets its occurrence number
@@ -151,6 +155,7 @@ def mask_controls(tokens: list[str], special: list[bool]) -> list[int]:
         labels[i] = tokens[i] if tokens.count(tokens[i]) == 1 else f"{tokens[i]} ({seen[tokens[i]]})"
     chosen = st.pills("Tokens to hide behind [MASK]", options, selection_mode="multi", format_func=labels.__getitem__,
                       key="inside_masked")
+    state[KEPT_KEY] = sorted(chosen or [])
     return sorted(chosen or [])
 
 
@@ -169,12 +174,14 @@ masked = mask_positions(tokenizer, original_ids, hidden, generator=seeds.generat
 seen_ids, labels = masked.input_ids, masked.labels  # (T,), (T,): every hidden token became [MASK]
 seen_tokens = tokenizer.convert_ids_to_tokens(seen_ids.tolist())
 ids_key = tuple(seen_ids.tolist())
-if st.session_state.get("inside_position") not in hidden:  # the masks changed: look from the first one
-    st.session_state["inside_position"] = hidden[0]
+if st.session_state.get("inside_position") not in hidden:  # back on the page, or the masks changed
+    kept = st.session_state.get(KEPT_POSITION_KEY)
+    st.session_state["inside_position"] = kept if kept in hidden else hidden[0]
 c1, c2 = st.columns([1, 1] if settings.presenter else [1, 2])  # the room's font needs the width: "13·[MASK] (hides …)"
 position = c1.selectbox("Look from", hidden, key="inside_position",
                         format_func=lambda p: f"{p}·{seen_tokens[p]} (hides “{tokens[p]}”)",
                         help="The masked position whose attention, logit lens and saliency are shown.")
+st.session_state[KEPT_POSITION_KEY] = position
 true_id = int(labels[position])
 with c2:
     st.caption("What the model sees (the chip with the blue ring is the position we look from):")

@@ -4,9 +4,10 @@ import pandas as pd
 import streamlit as st
 
 import ui
+from mlm_core.lessons import share_state
 from mlm_core import InputError, MaskingConfig, mask_sentence
 from mlm_core.bundled import workshop_sentences
-from mlm_core.data import clip_text
+from mlm_core.data import clip_text, typed_special_tokens
 from mlm_core.lessons.export import lesson_zip, masking_settings
 from mlm_core.figures.masking import (
     convergence_figure, decision_counts_figure, per_sentence_histogram, span_length_figure,
@@ -66,7 +67,7 @@ MLM Lab follows the paper (§3.1) and differs from SpanBERT's released code
   them uniformly from the non-special vocabulary, as for every rule here.
 """
 
-settings = ui.page_setup("🎭 Masking: what BERT hides, and why")
+settings = ui.page_setup("🎭 Masking: what BERT hides, and why", link=share_state.PAGE_LINKS["masking"])
 st.markdown(
     "BERT **selects 15%** of the tokens. Of those, **80%** become `[MASK]`, **10%** a random token and "
     "**10%** stay unchanged, and the model must predict the original at *every* selected position. "
@@ -140,6 +141,12 @@ except InputError as exc:
 encoded, result, tokens = masked.encoded, masked.result, masked.tokens
 if clipped or encoded.truncated[0]:
     st.info(f"Your text is longer than {MAX_TOKENS} tokens: only the first {MAX_TOKENS} (with [CLS] and [SEP]) are masked.")
+typed = typed_special_tokens(tokenizer, tokens)
+if typed:
+    names = ", ".join(dict.fromkeys(ui.inline_code(t) for t in typed))
+    st.caption(f"Your sentence has a typed {names}: like [CLS] and [SEP] it is a special token here, so no rule "
+               "selects it (Hugging Face's collator never selects special tokens either). To have the model fill "
+               "a blank you typed, open the Predictions page.")
 if encoded.n_eligible == 0:
     st.warning("This text has no tokens that can be masked (only special tokens).")
     st.stop()

@@ -21,13 +21,14 @@ from ui.settings import DEFAULT_MODEL, DEFAULT_SEED, KEYS, MAX_MODEL_NAME_CHARS,
 TRAINING_PAGE = "pages/training.py"  # the sidebar's link back to a running training run
 
 
-def page_setup(title: str, private: tuple[str, ...] = ()) -> Settings:
+def page_setup(title: str, link: tuple[str, ...] | None = None, shown: dict[str, str] | None = None) -> Settings:
     """Shared defaults, the sidebar and the page title; returns the settings every page uses.
 
-    ``private``: link fields this page keeps out of its address and share link (the Quiz keeps
-    ``sentence`` out: the address would give its answers away). They stay in the session.
+    ``link``: the fields this page's address and share link hold
+    (``mlm_core.lessons.share_state.PAGE_LINKS[page]``); the others stay in the session, for the pages
+    that show them. ``shown``: see ``ui.share.begin_page``.
     """
-    share.begin_page(private)
+    share.begin_page(link, shown)
     ensure_app_navigation()
     cap_torch_threads()
     state = st.session_state
@@ -108,7 +109,9 @@ def training_run_status() -> None:
     @st.fragment(run_every=None if run.snapshot().finished else 2.0)
     def status() -> None:
         snap = run.snapshot()
-        st.progress(min(1.0, snap.progress), text=f"Training run: {snap.status}, step {snap.step} of {snap.total_steps}")
+        where = f", {snap.queue.place} in line" if snap.queue is not None else ""
+        st.progress(min(1.0, snap.progress),
+                    text=f"Training run: {snap.status}{where}, step {snap.step} of {snap.total_steps}")
         try:
             st.page_link(TRAINING_PAGE, label="Open the Training page", icon="🏋️")
         except Exception:  # a page run on its own (tests) has no navigation to link into
