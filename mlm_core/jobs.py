@@ -215,26 +215,29 @@ class QueueForecast:
     place: int  # 1 = next in line
     running: int  # runs training now
     slots: int
-    start_s: float  # the expected wait, from the measured pace of the runs ahead
+    start_s: float | None  # the expected wait, from the measured pace of the runs ahead (None: not measured yet)
     start_max_s: float  # the wait if every run ahead uses its full time
     max_seconds: float  # the time it will have once it starts
     expected_s: float | None = None  # its own run time, measured on a run with the same settings
     expected_steps: int | None = None  # the step it should reach in that time (all of them, or where the cap stops it)
 
 
-def queue_forecast(running_left: Sequence[tuple[float, float]], ahead: Sequence[tuple[float, float]], slots: int,
-                   place: int, max_seconds: float, mine: tuple[float, int] | None = None) -> QueueForecast:
+def queue_forecast(running_left: Sequence[tuple[float | None, float]], ahead: Sequence[tuple[float | None, float]],
+                   slots: int, place: int, max_seconds: float, mine: tuple[float, int] | None = None) -> QueueForecast:
     """When the queued run at ``place`` should start: slots free as the running runs end
     (``running_left``: (expected, at most) seconds each) and the queued runs ahead take theirs
-    (``ahead``: (expected, at most) run seconds each, in queue order). ``mine``: (seconds, final step)
-    a run with the same settings took, when one was measured.
+    (``ahead``: (expected, at most) run seconds each, in queue order). An expected time that was not
+    measured yet (None) leaves the expected start unknown; the latest start is always known. ``mine``:
+    (seconds, final step) a run with the same settings took, when one was measured.
 
     >>> queue_forecast([(40.0, 250.0)], [], slots=1, place=1, max_seconds=300.0)
     QueueForecast(place=1, running=1, slots=1, start_s=40.0, start_max_s=250.0, max_seconds=300.0, expected_s=None, expected_steps=None)
     >>> queue_forecast([(40.0, 250.0)], [(70.0, 300.0)], slots=1, place=2, max_seconds=300.0).start_max_s
     550.0
     """
-    def wait(column: int) -> float:
+    def wait(column: int) -> float | None:
+        if any(r[column] is None for r in [*running_left, *ahead]):
+            return None
         free = sorted(r[column] for r in running_left)[:slots]
         free += [0.0] * (slots - len(free))
         heapq.heapify(free)
@@ -322,8 +325,12 @@ def queue_text(q: QueueForecast, total_steps: int) -> str:
     busy = f"{q.running} run{'s are' if q.running != 1 else ' is'} training"
     one_ahead = q.running + q.place - 1 == 1
     ahead = "the run ahead uses its" if one_ahead else "the runs ahead use their"
-    text = (f"{where} for {slots} ({busy}). It should start in about {_seconds(q.start_s)} (at the latest in "
-            f"about {_seconds(q.start_max_s)}, if {ahead} full time).")
+    if q.start_s is None:  # the run ahead has not measured its pace yet
+        text = (f"{where} for {slots} ({busy}). It starts at the latest in about {_seconds(q.start_max_s)}, if "
+                f"{ahead} full time; how much sooner, the first steps of the run ahead will tell.")
+    else:
+        text = (f"{where} for {slots} ({busy}). It should start in about {_seconds(q.start_s)} (at the latest "
+                f"in about {_seconds(q.start_max_s)}, if {ahead} full time).")
     then = f"Then it trains for up to {q.max_seconds:.0f} s"
     if q.expected_s is None:
         return f"{text} {then}."
@@ -667,15 +674,15 @@ class RunManager:
             snap = other.snapshot(touch=False)
             most = max(0.0, (other.max_seconds or cap) - snap.elapsed_s)
             if snap.eta_s is not None:
-                expected = snap.eta_s
+                expected = min(snap.eta_s, most)
             elif other.settings_key in measured:  # not measured yet: what the same settings took before
-                expected = max(0.0, measured[other.settings_key][0] - snap.elapsed_s)
+                expected = min(max(0.0, measured[other.settings_key][0] - snap.elapsed_s), most)
             else:
-                expected = most
-            left.append((min(expected, most), most))
+                expected = None
+            left.append((expected, most))
             if snap.eta_s is not None and not snap.stops_at_cap:  # a run with these settings, still going
                 measured.setdefault(other.settings_key, (snap.elapsed_s + snap.eta_s, snap.total_steps))
-        queued = [(min(measured.get(r.settings_key, (cap, 0))[0], cap), cap) for r in ahead]
+        queued = [(min(measured[r.settings_key][0], cap) if r.settings_key in measured else None, cap) for r in ahead]
         return queue_forecast(left, queued, self.max_runs, len(ahead) + 1, run.max_seconds or cap,
                               measured.get(run.settings_key))
 

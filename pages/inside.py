@@ -112,8 +112,9 @@ def cached_saliency(key: str, ids: tuple, position: int, true_id: int, _model, _
 
 
 @st.cache_data(max_entries=16, show_spinner="Measuring every head on the workshop sentences…")
-def cached_patterns(key: str, n: int, _model, _tokenizer):
-    return measure_head_patterns(_model, _tokenizer, encode(_tokenizer, workshop_sentences()[:n], max_length=64))
+def cached_patterns(key: str, n: int, _model, _tokenizer, at_mask: bool = False):
+    return measure_head_patterns(_model, _tokenizer, encode(_tokenizer, workshop_sentences()[:n], max_length=64),
+                                 at_mask=at_mask)
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading the lens on the workshop sentences (once per model)…")
@@ -163,6 +164,7 @@ text, clipped = clip_text(sentence_controls(), MAX_CHARS)
 if not text.strip():
     st.warning("The sentence is empty: type one above.")
     st.stop()
+ui.language_note(text, settings.model_name, model)
 encoded = ui.encode_or_stop(tokenizer, text, max_tokens=MAX_TOKENS, clipped=clipped)
 tokens = encoded.tokens[0]
 original_ids = encoded.input_ids[0]  # (T,)
@@ -240,20 +242,26 @@ def attention_view() -> None:
 
     st.subheader("Patterns: which heads do what, on this model")
     patterns = cached_patterns(model_key, PATTERN_SENTENCES, model, tokenizer)
+    at_mask = cached_patterns(model_key, PATTERN_SENTENCES, model, tokenizer, at_mask=True)
     st.markdown(
         "Clark et al. (2019, §3) measured BERT-base's heads on 1,000 Wikipedia segments and found heads that "
         "attend to the previous or next token, heads that put most of their weight on `[SEP]` (§3.2: in the "
         "middle layers; they argue it works as a *no-op* when a head's job does not apply), on `[CLS]` (early "
         "layers) or on periods and commas (late layers), and heads that attend broadly (§3.3). Those are "
         "findings about BERT-base. Here is **this** model, measured on "
-        f"{patterns.sentences} workshop sentences (\"even\": what a head spreading its attention evenly would score):"
+        f"{patterns.sentences} workshop sentences, **over every word** of the sentences as they are, without "
+        "masks (\"even\": what a head spreading its attention evenly would score). The grid above shows one "
+        "row of each head, the **[MASK]**'s, and at a [MASK] a head may look elsewhere: \"at a [MASK]\" is the "
+        "same head measured there, with each sentence's last word hidden as on this page."
     )
     lines = []
-    for name in patterns.names:
+    for p, name in enumerate(patterns.names):
         (l0, h0, best), count = patterns.top_heads(name, 1)[0], patterns.heads_above(name, 0.5)
-        even = float(patterns.uniform[patterns.names.index(name)])
+        even = float(patterns.uniform[p])
+        there = float(at_mask.scores[p, l0, h0])
         lines.append(f"- **{name}**: {count} of {L * H} heads put more than half their attention there; the "
-                     f"strongest is head {l0 + 1}-{h0 + 1} ({best:.0%}; even: {even:.0%}).")
+                     f"strongest is head {l0 + 1}-{h0 + 1} ({best:.0%} over every word; even: {even:.0%}; "
+                     f"at a [MASK]: {there:.0%}).")
     st.markdown("\n".join(lines) + "\n\n"
                 "\"Same token elsewhere\" is our addition (not one of Clark et al.'s patterns): a head that copies "
                 "what the same word looks like elsewhere in the sentence.")

@@ -220,6 +220,7 @@ def from_masking_page():
     if not text:
         st.info("The shared sentence is empty: type one on the Masking page, or mask one here.")
         return None
+    ui.language_note(text, settings.model_name, model)
     try:
         config = share_state.masking_config(values)
         masked = mask_sentence(tokenizer, text, config, settings.seed, max_length=MAX_TOKENS)
@@ -332,6 +333,7 @@ if picked is None:
     if not text:
         st.warning("The sentence is empty: pick an example or type a sentence.")
         st.stop()
+    ui.language_note(text, settings.model_name, model)
     encoded = ui.encode_or_stop(tokenizer, with_mask_token(tokenizer, text), max_tokens=MAX_TOKENS, clipped=clipped)
     tokens = encoded.tokens[0]
     blanks = [b for b in typed_blanks(tokenizer, encoded.input_ids[0]) if b < len(tokens)]

@@ -124,7 +124,7 @@ if state.get(QS_KEY) and own is None:
 if round_number == 0 and own is not None:
     sentence, source, where = own, f"teacher:{state[QS_KEY]}", "the teacher's sentence"
 else:
-    index, sentence = quiz.corpus_question_sentence(workshop_sentences(), settings.seed, round_number)
+    index, sentence = quiz.corpus_question_sentence(workshop_sentences(), settings.seed, round_number, kind)
     source, where = f"corpus:{index}", "a sentence of the workshop corpus"
 try:
     question = cached_question(tokenizer, settings.model_name, kind, sentence, source, settings.seed,

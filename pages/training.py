@@ -282,8 +282,9 @@ def draw_probes(snap) -> None:
             first_right, _ = probes_right(entries[0])
             st.metric(f"{name}: probes answered right (top-1)", f"{right} of {known}",
                       delta=f"{right - first_right:+d} since step {entries[0]['step']}")
+        # static HTML, whose cells wrap: at 1400 px the dataframe cut its right-hand columns off
         ui.table(pd.DataFrame(probe_rows(entries)), key=f"training_probe_table_{name}",
-                     percent=("answer's probability now",), column_config={"answer's probability now": st.column_config.NumberColumn(format="percent")})
+                 percent=("answer's probability now",), static=True)
         # presenter view: room-sized fonts, and panels tall enough that plotly labels all 5 candidates
         probe = probe_figure(entries[-1]["probes"], title=f"{name}: step {at}",
                              label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None)

@@ -169,6 +169,18 @@ def test_a_queued_run_says_where_it_is_and_what_it_will_get(setup):
     driven.finish(work2)
 
 
+def test_a_queued_run_behind_an_unmeasured_run_is_told_only_the_latest_start(setup):
+    """Before the run ahead has measured a step, "start in about 5 min" would be a guess: only the bound is told."""
+    clock, driven, manager = setup
+    _submit(manager, "a")
+    driven.wait_for(1)
+    queued = _submit(manager, "b")
+    q = queued.snapshot().queue
+    assert q.start_s is None and q.start_max_s == pytest.approx(300.0)
+    text = queued.snapshot().progress_text()
+    assert "at the latest in about 5 min" in text and "should start" not in text
+
+
 def test_the_queue_message_counts_the_runs_ahead_right(setup):
     """"Queued: 1 run(s) ahead of you" was said to the first in line, with nobody queued ahead."""
     clock, driven, manager = setup

@@ -30,7 +30,7 @@ def quiz(apptest):
 def page_question(tokenizer, kind, seed=0, round_number=0, config=None, sentence=None, source=None):
     """The question the page asks: a corpus sentence by (seed, round), masks of the first seed that suits."""
     if sentence is None:
-        index, sentence = corpus_question_sentence(workshop_sentences(), seed, round_number)
+        index, sentence = corpus_question_sentence(workshop_sentences(), seed, round_number, kind)
         source = f"corpus:{index}"
     return pick_question(tokenizer, kind, sentence, seed=seed, round=round_number,
                          config=config or MaskingConfig(), source=source)

@@ -154,6 +154,9 @@ def read_and_sync_link(page_fields=()) -> tuple[str, ...]:
     current = {name: state[key] for name, key in link["keys"].items() if name != "model" and key in state}
     values = share_state.from_values(current, fields, base=link["values"])
     model = (state.get(KEYS.custom_model) or "").strip() or state.get(KEYS.model) or _default_model()
+    failed = state.get(KEYS.model_failed)
+    if failed and failed[0] == model:  # the pages keep using the last model that loaded, and so does the link
+        model = state.get(KEYS.model_in_use) or _default_model()
     try:
         values["model"] = None if model == _default_model() else link["fields"]["model"].coerce(model)
     except ValueError:  # an absolute local folder: it cannot travel in a link
