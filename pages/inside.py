@@ -79,7 +79,7 @@ def show(fig, key: str, **kwargs):
     """
     if settings.presenter:
         fig.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
-        fig.update_traces(textfont_size=15, selector=dict(type="heatmap"))
+        fig.update_traces(textfont_size=ui.PRESENTER_CHART_FONT_PX, selector=dict(type="heatmap"))
     return st.plotly_chart(ui.room_figure(fig), key=key, config=ui.plotly_config(key), **kwargs)
 
 
@@ -235,7 +235,10 @@ def attention_view() -> None:
         "head weights most; **click a cell** to enlarge that head."
     )
     layer, head = pick_head(L, H)
-    show(head_grid_figure(attention, selected=(layer, head), height=ui.chart_height(grid_height(L))), "inside_grid",
+    # presenter view: a row per head, a column per layer, so the cells are wide enough for room-sized labels
+    room = ui.PRESENTER_CHART_FONT_PX if settings.presenter else None
+    show(head_grid_figure(attention, selected=(layer, head), label_px=room,
+                          height=ui.chart_height(grid_height(H if room else L))), "inside_grid",
          on_select=on_grid_click, selection_mode="points")
     show(head_attention_figure(attention, layer, head, height=ui.chart_height(380)), "inside_head_fig")
     show(layer_attention_figure(attention, height=ui.chart_height(layers_height(L))), "inside_layers_fig")

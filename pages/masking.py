@@ -163,7 +163,7 @@ st.session_state[ui.KEYS.masking] = {
 }
 
 st.subheader("The sentence, as the model will see it")
-c1, c2 = st.columns([3, 1])
+c1, c2 = st.columns([2, 1])  # room for "🎲 Re-roll (new seed)" on one line at a projector's 1280 px
 c1.caption(f"Seed {settings.seed} (set it in the sidebar) · {len(tokens)} tokens · strategy: {config.strategy.replace('_', ' ')}")
 c2.button("🎲 Re-roll (new seed)", on_click=reroll, key="masking_reroll", width="stretch")
 ui.decision_legend()
@@ -196,11 +196,13 @@ ui.token_chips(
     highlight=step - 1 if 0 < step else None,
     titles=[t["rule"] for t in trace],
 )
-if 0 < step:
-    current = trace[step - 1]
-    st.markdown(f"**Token {step} of {len(tokens)}: {ui.inline_code(current['token'])}** — {ui.markdown_text(current['rule'])}")
-else:
-    st.markdown("Press **Next token ▶** to walk through the decisions one token at a time.")
+with ui.room_large("masking_draw"):  # the draw line: what the room votes on, read from the back row
+    if 0 < step:
+        current = trace[step - 1]
+        st.markdown(f"**Token {step} of {len(tokens)}: {ui.inline_code(current['token'])}** — "
+                    f"{ui.markdown_text(current['rule'])}")
+    else:
+        st.markdown("Press **Next token ▶** to walk through the decisions one token at a time.")
 counts = running_counts(row["decisions"], step, special_row)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("selected so far", counts["MASK"] + counts["RANDOM"] + counts["UNCHANGED"])

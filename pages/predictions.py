@@ -314,7 +314,9 @@ def fill_lesson(tokens, original_ids, attention_mask, fill_positions) -> None:
         for column, mode in zip(columns, ("independent", "easy_first", "mask_predict")):
             with column:
                 show_fill(fills[mode])
-        chart(fill_comparison_figure(list(fills.values()), tokens), "pred_fill_fig", "predictions_filling")
+        chart(fill_comparison_figure(list(fills.values()), tokens,
+                                     label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None),
+              "pred_fill_fig", "predictions_filling")
         for mode in ("independent", "easy_first", "mask_predict"):
             st.markdown(f"**{FILL_LABELS[mode]}**: step by step")
             fill_table(fills[mode])

@@ -211,7 +211,7 @@ variants = run_controls(lesson, from_scratch, texts, about["device"].startswith(
 manager = get_manager()
 run = state.get(RUN_KEY)
 busy_here = run is not None and not run.snapshot().finished
-start_col, stop_col, info_col = st.columns([1, 1, 3])
+start_col, stop_col, info_col = st.columns([1.3, 1, 2.7])  # "▶ Start training" on one line at 1280 px, presenter view
 if start_col.button("▶ Start training", key="training_start", type="primary",
                     disabled=busy_here or variants is None or texts is None):
     try:

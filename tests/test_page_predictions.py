@@ -169,6 +169,8 @@ def test_a_model_that_cannot_load_shows_an_error_not_a_traceback(monkeypatch, tm
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     at = run_page("pages/predictions.py", state={ui.KEYS.custom_model: "nobody-here/no-such-model"})
     assert any("tiny-random" in e.value and "no-such-model" in e.value for e in at.error)
+    # and the page goes on with the model it had (issue 24: it used to stop until the box was cleared)
+    assert "What the model sees" in [h.value for h in at.subheader]
 
 
 def test_the_model_panel_names_the_mask_only_perplexity_when_the_build_recorded_it(monkeypatch, run_page):

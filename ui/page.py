@@ -53,7 +53,7 @@ def page_setup(title: str, link: tuple[str, ...] | None = None, shown: dict[str,
     if link_problems:
         share.link_notice(link_problems)
     if model_problem:
-        st.warning(model_problem, icon="⚠️")
+        st.error(model_problem)
     return settings
 
 
