@@ -58,9 +58,10 @@ PLL_KEY = "pred_pll"  # (model, ids) -> PseudoLogLikelihood, computed on request
 OWN_KEY = "pred_own_sentence"  # a sentence typed here, for this page only; None: the lesson's sentence
 KEPT_KEY = "pred_positions_kept"  # (tokens, positions): the clicked tokens, kept when the page is left
 
-# "Mask it here" shows this page's own sentence, and its link carries that one (the lesson's stays as it is)
+# "Mask it here" shows this page's own sentence when one was typed, and its link carries that one (the
+# lesson's stays as it is); without one (None) the link carries the lesson's, which the page shows then
 settings = ui.page_setup("🔮 Predictions: what the model guesses", link=share_state.PAGE_LINKS["predictions"],
-                         shown={"sentence": "pred_sentence"} if st.session_state.get("pred_source", "here") == "here"
+                         shown={"sentence": OWN_KEY} if st.session_state.get("pred_source", "here") == "here"
                          else None)
 
 
