@@ -46,7 +46,7 @@ def _watch(runs: dict[str, jobs.Run], t0: float, log: list[dict], stop: threadin
         for name, run in runs.items():
             s = run.snapshot()
             q = s.queue
-            log.append({"t": now, "run": name, "status": s.status, "step": s.step, "eta_s": s.eta_s,
+            log.append({"t": now, "run": name, "status": s.status, "step": s.step, "eta_s": s.eta_s, "step_s": s.step_s,
                         "final_step": s.final_step, "stops_at_cap": s.stops_at_cap,
                         "start_s": q.start_s if q else None, "start_max_s": q.start_max_s if q else None,
                         "text": s.progress_text()})
@@ -147,6 +147,10 @@ def run(quick: bool = False, max_runs: int | None = None) -> Result:
                                           unit="×"))
         if at10 is not None:
             notes.append(f"{name} at step {at10['step']} was told: {at10['text']}")
+        paces = [(_told_at(log, name, k) or {}).get("step_s") for k in (10, cfg.steps // 2, cfg.steps - 5)]
+        notes.append(f"{name}: measured seconds per step at steps 10, {cfg.steps // 2} and {cfg.steps - 5}: "
+                     + ", ".join("—" if x is None else f"{x:.2f}" for x in paces)
+                     + " (a pace that changes is what a forecast cannot know in advance: the machine's load)")
         rows.append(row)
     notes.insert(0, f"Load average (1, 5, 15 min) before → after: {tuple(round(x, 2) for x in load_before)} → "
                     f"{tuple(round(x, 2) for x in load_after)}; {os.cpu_count()} cores, {threads} torch thread(s) "

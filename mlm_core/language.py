@@ -72,11 +72,11 @@ def language_hint(text: str) -> str | None:
     return None
 
 
-def language_note(text: str, model_name: str | None, label: str = "this model") -> str | None:
+def language_note(text: str, model_name: str | None, label: str | None = None) -> str | None:
     """A sentence for the page when ``text`` does not look English and the model knows English only, else None.
 
-    >>> language_note("Der Hund schläft und die Katze spielt.", None, "The bundled default")[:60]
-    'This text looks like German, and The bundled default learned'
+    >>> language_note("Der Hund schläft und die Katze spielt.", None, "the bundled default")[:75]
+    'This text looks like German. The model in use learned English only (it is t'
     >>> language_note("Der Hund schläft und die Katze spielt.", "xlm-roberta-base") is None
     True
     """
@@ -86,6 +86,7 @@ def language_note(text: str, model_name: str | None, label: str = "this model") 
     if hint is None:
         return None
     what = f"like {hint}" if not hint.endswith("script") else f"like text in the {hint}"
-    return (f"This text looks {what}, and {label} learned English only: it still guesses, but with English words "
-            "and word pieces. For other languages, pick a multilingual model in the sidebar (such as "
+    which = f" (it is {label})" if label else ""
+    return (f"This text looks {what}. The model in use learned English only{which}: it still guesses, but with "
+            "English words and word pieces. For other languages, pick a multilingual model in the sidebar (such as "
             "bert-base-multilingual-cased or xlm-roberta-base, where this server offers one).")

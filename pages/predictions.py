@@ -170,8 +170,8 @@ def sentence_controls() -> str:
     ui.example_picker(EXAMPLES, key="pred_example", sentence_key="pred_sentence", container=c1, on_pick=adopt)
     text = c2.text_area("…or type your own sentence", key="pred_sentence", height=80, on_change=adopt)
     if own is not None:
-        st.caption(f"✏️ A sentence of this page only: the lesson's sentence on the other pages (Masking, Inside the "
-                   f"model, Quiz) is still “{ui.markdown_text(lesson)}”.")
+        st.caption(f"✏️ A sentence of this page only. The other pages (Masking, Inside the model, Quiz) keep the "
+                   f"lesson's sentence: “{ui.markdown_text(lesson)}”")
         b1, b2, _ = st.columns([1, 1, 1])
         b1.button("↩ Back to the lesson's sentence", key="pred_own_back", on_click=back, width="stretch")
         b2.button("📌 Use it on every page", key="pred_own_share", on_click=make_lesson, width="stretch",

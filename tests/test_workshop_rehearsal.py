@@ -250,7 +250,7 @@ def test_non_english_input_gets_a_note_that_the_model_is_english_only(apptest):
     assert not any("English only" in i.value for i in at.info)
     at.text_area(key="pred_sentence").set_value("Le chat est assis sur le tapis et regarde les oiseaux.").run()
     assert not at.exception
-    assert any("looks like French" in i.value and "English only" in i.value for i in at.info)
+    assert any("looks like French" in i.value and "learned English only" in i.value for i in at.info)
     inside = apptest("pages/inside.py", state={"inside_sentence": "Кошка сидит на ковре и смотрит на птиц."})
     inside.run()
     assert not inside.exception

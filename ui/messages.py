@@ -18,7 +18,7 @@ def show_error(exc: BaseException) -> None:
 
 def language_note(text: str, model_name: str | None, model) -> None:
     """A note when ``text`` does not look English and the model learned English only (``mlm_core.language``)."""
-    label = (getattr(model, "mlmlab_info", None) or {}).get("label") or "this model"
-    note = language.language_note(text, model_name, f"the model ({label})")
+    label = (getattr(model, "mlmlab_info", None) or {}).get("label")
+    note = language.language_note(text, model_name, label)
     if note:
         st.info(note, icon="🌐")
