@@ -218,20 +218,23 @@ class QueueForecast:
     start_s: float | None  # the expected wait, from the measured pace of the runs ahead (None: not measured yet)
     start_max_s: float  # the wait if every run ahead uses its full time
     max_seconds: float  # the time it will have once it starts
-    expected_s: float | None = None  # its own run time, measured on a run with the same settings
+    expected_s: float | None = None  # its own run time: what a run with the same settings took (or will take)
     expected_steps: int | None = None  # the step it should reach in that time (all of them, or where the cap stops it)
+    expected_done: bool = True  # expected_s was measured on a run that ended (else: the forecast of one still going)
 
 
 def queue_forecast(running_left: Sequence[tuple[float | None, float]], ahead: Sequence[tuple[float | None, float]],
-                   slots: int, place: int, max_seconds: float, mine: tuple[float, int] | None = None) -> QueueForecast:
+                   slots: int, place: int, max_seconds: float, mine: tuple[float, int] | None = None,
+                   mine_done: bool = True) -> QueueForecast:
     """When the queued run at ``place`` should start: slots free as the running runs end
     (``running_left``: (expected, at most) seconds each) and the queued runs ahead take theirs
     (``ahead``: (expected, at most) run seconds each, in queue order). An expected time that was not
     measured yet (None) leaves the expected start unknown; the latest start is always known. ``mine``:
-    (seconds, final step) a run with the same settings took, when one was measured.
+    (seconds, final step) a run with the same settings took, when one was measured (``mine_done``), or the
+    forecast of one still training.
 
     >>> queue_forecast([(40.0, 250.0)], [], slots=1, place=1, max_seconds=300.0)
-    QueueForecast(place=1, running=1, slots=1, start_s=40.0, start_max_s=250.0, max_seconds=300.0, expected_s=None, expected_steps=None)
+    QueueForecast(place=1, running=1, slots=1, start_s=40.0, start_max_s=250.0, max_seconds=300.0, expected_s=None, expected_steps=None, expected_done=True)
     >>> queue_forecast([(40.0, 250.0)], [(70.0, 300.0)], slots=1, place=2, max_seconds=300.0).start_max_s
     550.0
     """
@@ -246,7 +249,8 @@ def queue_forecast(running_left: Sequence[tuple[float | None, float]], ahead: Se
         return free[0]
 
     expected_s, expected_steps = mine if mine is not None else (None, None)
-    return QueueForecast(place, len(running_left), slots, wait(0), wait(1), max_seconds, expected_s, expected_steps)
+    return QueueForecast(place, len(running_left), slots, wait(0), wait(1), max_seconds, expected_s, expected_steps,
+                         mine_done)
 
 
 def _seconds(s: float) -> str:
@@ -337,6 +341,9 @@ def queue_text(q: QueueForecast, total_steps: int) -> str:
     if q.expected_steps is not None and q.expected_steps < total_steps:
         return (f"{text} {then}: at the pace measured for these settings the limit stops it near step "
                 f"{q.expected_steps} of {total_steps}.")
+    if not q.expected_done:
+        return (f"{text} {then}: the run training now has the same settings and should take about "
+                f"{_seconds(q.expected_s)} for all {total_steps} steps.")
     return f"{text} {then}: a run with these settings took about {_seconds(q.expected_s)} for all {total_steps} steps here."
 
 
@@ -669,6 +676,7 @@ class RunManager:
             running, ahead = list(self._running), self._queue[: self._queue.index(run)]
             measured = dict(self._measured)
         cap = self.max_run_s
+        done = set(measured)  # settings measured on runs that ended
         left = []
         for other in running:
             snap = other.snapshot(touch=False)
@@ -684,7 +692,7 @@ class RunManager:
                 measured.setdefault(other.settings_key, (snap.elapsed_s + snap.eta_s, snap.total_steps))
         queued = [(min(measured[r.settings_key][0], cap) if r.settings_key in measured else None, cap) for r in ahead]
         return queue_forecast(left, queued, self.max_runs, len(ahead) + 1, run.max_seconds or cap,
-                              measured.get(run.settings_key))
+                              measured.get(run.settings_key), mine_done=run.settings_key in done)
 
     def reap(self, now: float | None = None) -> list[Run]:
         """Stop every run whose session has been gone for `abandon_s`, and every run past `max_run_s`.

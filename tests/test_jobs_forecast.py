@@ -144,7 +144,7 @@ def test_a_queued_run_says_where_it_is_and_what_it_will_get(setup):
     first = _submit(manager, "a")
     work = driven.wait_for(1)
     driven.evaluate(work, 0, 2.0)
-    driven.steps(work, 20, 0.5, eval_s=2.0)  # 32 s so far; 60 steps and 6 evaluations to go: 42 s
+    driven.steps(work, 20, 0.5, eval_s=2.0)  # 16 s so far; 60 steps and 6 evaluations to go: 42 s
     second = _submit(manager, "b")
     third = _submit(manager, "c")
     q2, q3 = second.snapshot().queue, third.snapshot().queue
@@ -156,6 +156,8 @@ def test_a_queued_run_says_where_it_is_and_what_it_will_get(setup):
     assert q3.start_s == pytest.approx(q2.start_s + first.snapshot().elapsed_s + first.snapshot().eta_s)
     text = second.snapshot().progress_text()
     assert "Next in line" in text and "should start in about 45 s" in text and "up to 300 s" in text
+    # what it will get, before any run with these settings ended: the running one's forecast, said as one
+    assert "the run training now has the same settings and should take about 60 s" in text and "took" not in text
     assert "Number 2 in line (1 queued ahead)" in third.snapshot().progress_text()
 
     driven.steps(work, 60, 0.5, eval_s=2.0)  # the first run ends: 2 + 80 x 0.5 + 8 x 2 = 58 s for all 80 steps
