@@ -56,6 +56,28 @@ _LOCKS: "weakref.WeakKeyDictionary[object, threading.RLock]" = weakref.WeakKeyDi
 _LOCKS_GUARD = threading.Lock()
 
 
+def typed_special_ids(tokenizer) -> tuple[int, ...]:
+    """The special ids that stay special when the text itself holds them (a typed ``[MASK]``): all but [UNK].
+
+    Hugging Face's ``DataCollatorForLanguageModeling``, given no ``special_tokens_mask``, never selects
+    any id of ``all_special_ids`` (``get_special_tokens_mask(..., already_has_special_tokens=True)``,
+    transformers 5.24). MLM Lab does the same, except for [UNK]: it stands for a word of the text the
+    vocabulary cannot spell, and stays a word that can be masked.
+    """
+    return tuple(i for i in special_ids(tokenizer) if i != tokenizer.unk_token_id)
+
+
+def typed_special_tokens(tokenizer, tokens) -> list[str]:
+    """The special tokens written in the text itself (``[MASK]`` typed), not the ones the tokenizer adds.
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> typed_special_tokens(load_default_tokenizer(), ["[CLS]", "the", "[MASK]", ".", "[SEP]"])
+    ['[MASK]']
+    """
+    special = set(tokenizer.convert_ids_to_tokens(list(typed_special_ids(tokenizer))))
+    return [t for t in list(tokens)[1:-1] if t in special]
+
+
 def tokenizer_lock(tokenizer) -> threading.RLock:
     """The lock that gives one caller at a time ``tokenizer``'s backend settings (one lock per tokenizer).
 
@@ -110,12 +132,15 @@ def plain_encodings(tokenizer, texts) -> list:
 def encode(tokenizer, texts: str | list[str], max_length: int = 128) -> Encoded:
     """Tokenize texts with special tokens, padding, word ids and a flag for each truncated row.
 
-    Safe to call from many sessions at once on one shared tokenizer (``tokenizer_lock``).
+    Safe to call from many sessions at once on one shared tokenizer (``tokenizer_lock``). A special
+    token typed into the text (``[MASK]``) is special too, never selected (``typed_special_ids``).
 
     >>> from mlm_core.bundled import load_default_tokenizer
     >>> enc = encode(load_default_tokenizer(), ["The cat sat."])
     >>> enc.tokens[0], enc.word_ids[0].tolist()
     (['[CLS]', 'the', 'cat', 'sat', '.', '[SEP]'], [-1, 0, 1, 2, 3, -1])
+    >>> encode(load_default_tokenizer(), "The [MASK] sat.").special_tokens_mask[0].tolist()
+    [1, 0, 1, 0, 0, 1]
     """
     if isinstance(texts, str):
         texts = [texts]
@@ -131,7 +156,8 @@ def encode(tokenizer, texts: str | list[str], max_length: int = 128) -> Encoded:
             full = tokenizer(list(texts), add_special_tokens=True, truncation=False)
             truncated = [len(ids) > max_length for ids in full["input_ids"]]
     attention = batch["attention_mask"]
-    special = batch["special_tokens_mask"].bool() | (attention == 0)
+    typed = torch.tensor(typed_special_ids(tokenizer), dtype=batch["input_ids"].dtype)
+    special = batch["special_tokens_mask"].bool() | (attention == 0) | torch.isin(batch["input_ids"], typed)
     words = torch.full_like(batch["input_ids"], -1)
     for row in range(len(texts)):
         for position, word in enumerate(batch.word_ids(row)):

@@ -17,7 +17,13 @@ most one queued or running run per client; `MLMLAB_MAX_STEP_TOKENS` tokens per s
 sequence length, 4,096; up to 4x that with gradient checkpointing, which recomputes activations
 instead of storing them); `MLMLAB_MAX_RUN_S` seconds per run (300), after which it stops with its
 curves kept; `MLMLAB_TORCH_THREADS` torch threads (half the cores), set process-wide and in every
-run's thread, so the pages keep the other cores. `MLMLAB_TEACHER_KEY`, when set, lets whoever
+run's thread, so the pages keep the other cores.
+
+What a learner is told comes from measured times, never from a guess: a running run's time left is its
+recent step time x the steps left plus its measured evaluation time x the evaluations left, and never
+runs past the time cap (``forecast``: then it says at which step the cap will stop it); a queued run
+is told its place, when it should start (and at the latest, if every run ahead uses its full time) and
+what it will get (``queue_forecast``; ``RunSnapshot.progress_text`` words both). `MLMLAB_TEACHER_KEY`, when set, lets whoever
 knows it see and stop every run (`teacher_runs`, `teacher_stop`); without it no session can reach
 another session's run.
 """
@@ -25,13 +31,15 @@ another session's run.
 from __future__ import annotations
 
 import gc
+import heapq
 import hmac
+import math
 import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -148,6 +156,111 @@ def _teacher_key_ok(key: str | None) -> bool:
     return bool(expected) and isinstance(key, str) and hmac.compare_digest(key.encode(), expected.encode())
 
 
+PACE_STEPS = 10  # the time left uses the mean of the last steps: a run that starts sharing the machine slows down
+
+
+def eval_points(total_steps: int, eval_every: int) -> list[int]:
+    """The steps after which the loop evaluates: every ``eval_every`` steps and after the last one.
+
+    (The evaluation before the first step has happened by the time a step is measured.)
+
+    >>> eval_points(25, 10)
+    [10, 20, 25]
+    """
+    every = max(1, int(eval_every))
+    points = list(range(every, total_steps + 1, every))
+    return points if points and points[-1] == total_steps else points + [total_steps]
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Where a running run will end: seconds left (never past the cap), the step it ends at, and whether
+    the time cap is what ends it."""
+
+    eta_s: float
+    final_step: int
+    stops_at_cap: bool
+
+
+def forecast(step: int, total_steps: int, step_s: float, eval_s: float, evals_left: Sequence[int],
+             elapsed_s: float, max_seconds: float | None) -> Forecast:
+    """The rest of a run at its measured pace: each step takes ``step_s``, each evaluation still to come
+    (``evals_left``: the steps after which one runs) ``eval_s``; the cap stops it after the step in
+    progress at ``max_seconds``, with no evaluation after that step.
+
+    >>> forecast(2, 80, 0.5, 2.0, [10, 20, 30, 40, 50, 60, 70, 80], 10.0, 300.0)
+    Forecast(eta_s=55.0, final_step=80, stops_at_cap=False)
+    >>> forecast(2, 80, 4.0, 2.0, [10, 20, 30, 40, 50, 60, 70, 80], 10.0, 300.0)
+    Forecast(eta_s=290.0, final_step=71, stops_at_cap=True)
+    """
+    evals = set(evals_left)
+    left = math.inf if max_seconds is None else max(0.0, max_seconds - elapsed_s)
+    t, s = 0.0, step
+    while s < total_steps:
+        t += step_s
+        s += 1
+        if t >= left:  # the watchdog stops it after the step in progress
+            return Forecast(left, s, True)
+        if s in evals:
+            t += eval_s
+            if t >= left and s < total_steps:  # ... or after the evaluation in progress
+                return Forecast(left, s, True)
+    return Forecast(min(t, left), total_steps, False)  # (the last evaluation always runs to its end)
+
+
+@dataclass(frozen=True)
+class QueueForecast:
+    """What a queued run is told: its place, when it should start, at the latest, and what it will get."""
+
+    place: int  # 1 = next in line
+    running: int  # runs training now
+    slots: int
+    start_s: float | None  # the expected wait, from the measured pace of the runs ahead (None: not measured yet)
+    start_max_s: float  # the wait if every run ahead uses its full time
+    max_seconds: float  # the time it will have once it starts
+    expected_s: float | None = None  # its own run time: what a run with the same settings took (or will take)
+    expected_steps: int | None = None  # the step it should reach in that time (all of them, or where the cap stops it)
+    expected_done: bool = True  # expected_s was measured on a run that ended (else: the forecast of one still going)
+
+
+def queue_forecast(running_left: Sequence[tuple[float | None, float]], ahead: Sequence[tuple[float | None, float]],
+                   slots: int, place: int, max_seconds: float, mine: tuple[float, int] | None = None,
+                   mine_done: bool = True) -> QueueForecast:
+    """When the queued run at ``place`` should start: slots free as the running runs end
+    (``running_left``: (expected, at most) seconds each) and the queued runs ahead take theirs
+    (``ahead``: (expected, at most) run seconds each, in queue order). An expected time that was not
+    measured yet (None) leaves the expected start unknown; the latest start is always known. ``mine``:
+    (seconds, final step) a run with the same settings took, when one was measured (``mine_done``), or the
+    forecast of one still training.
+
+    >>> queue_forecast([(40.0, 250.0)], [], slots=1, place=1, max_seconds=300.0)
+    QueueForecast(place=1, running=1, slots=1, start_s=40.0, start_max_s=250.0, max_seconds=300.0, expected_s=None, expected_steps=None, expected_done=True)
+    >>> queue_forecast([(40.0, 250.0)], [(70.0, 300.0)], slots=1, place=2, max_seconds=300.0).start_max_s
+    550.0
+    """
+    def wait(column: int) -> float | None:
+        if any(r[column] is None for r in [*running_left, *ahead]):
+            return None
+        free = sorted(r[column] for r in running_left)[:slots]
+        free += [0.0] * (slots - len(free))
+        heapq.heapify(free)
+        for run in ahead:
+            heapq.heappush(free, heapq.heappop(free) + run[column])
+        return free[0]
+
+    expected_s, expected_steps = mine if mine is not None else (None, None)
+    return QueueForecast(place, len(running_left), slots, wait(0), wait(1), max_seconds, expected_s, expected_steps,
+                         mine_done)
+
+
+def _seconds(s: float) -> str:
+    """A wait or a duration in words: "about 45 s", "about 4 min"."""
+    s = max(0.0, s)
+    if s < 90:
+        return f"{max(5, int(math.ceil(s / 5.0)) * 5)} s"
+    return f"{s / 60:.0f} min" if s < 3600 else f"{s / 3600:.1f} h"
+
+
 @dataclass(frozen=True)
 class RunSnapshot:
     """A run as it is now: status, progress and every curve, copied out of the training thread."""
@@ -159,11 +272,16 @@ class RunSnapshot:
     step: int
     total_steps: int
     elapsed_s: float
-    eta_s: float | None
+    eta_s: float | None  # seconds left at the measured pace, never past the time cap; None until measured
     queue_position: int | None
     variants: dict[str, Curves]  # copies, safe to keep and draw
     error: str | None = None
     configs: dict[str, dict[str, Any]] | None = None  # each variant's TrainConfig as plain values
+    final_step: int | None = None  # the step it should end at: total_steps, or where the time cap stops it
+    stops_at_cap: bool = False  # the time cap will stop it before its last step
+    max_seconds: float | None = None  # the time cap of this run
+    step_s: float | None = None  # the measured time of one step (recent steps, every variant)
+    queue: QueueForecast | None = None  # for a queued run
 
     @property
     def progress(self) -> float:
@@ -173,9 +291,60 @@ class RunSnapshot:
     def finished(self) -> bool:
         return self.status in FINISHED
 
+    def progress_text(self) -> str:
+        """What the run is doing, in words, from what was measured (the Training page's progress bar).
+
+        >>> snap = RunSnapshot("r", "", "running", "Training…", 2, 80, 12.0, 290.0, None, {}, final_step=71,
+        ...                    stops_at_cap=True, max_seconds=300.0, step_s=4.0)
+        >>> snap.progress_text()
+        'Running: step 2 of 80 (12 s). At the pace so far (4.0 s a step) the 300 s limit per run stops it in about 5 min, near step 71 of 80: the curves so far are kept.'
+        """
+        head = f"{self.status.capitalize()}: step {self.step} of {self.total_steps} ({self.elapsed_s:.0f} s)."
+        if self.status == QUEUED and self.queue is not None:
+            return f"{head} {queue_text(self.queue, self.total_steps)}"
+        if self.status != RUNNING:
+            return f"{head} {self.message}"
+        if self.eta_s is None:
+            return f"{head} Measuring the pace of the first steps…"
+        pace = f"At the pace so far ({self.step_s:.1f} s a step)" if self.step_s else "At the pace so far"
+        if self.stops_at_cap:
+            return (f"{head} {pace} the {self.max_seconds:.0f} s limit per run stops it in about "
+                    f"{_seconds(self.eta_s)}, near step {self.final_step} of {self.total_steps}: the curves so far "
+                    "are kept.")
+        return f"{head} {pace} about {_seconds(self.eta_s)} left."
+
     def curves_rows(self) -> list[dict[str, Any]]:
         """All curves as flat rows (variant, kind, step, metrics) for a table or a CSV export."""
         return curves_table(self.variants)
+
+
+def queue_text(q: QueueForecast, total_steps: int) -> str:
+    """A queued run's place, expected start and what it will get, in words.
+
+    >>> print(queue_text(QueueForecast(1, 1, 1, 40.0, 250.0, 300.0, 70.0, 80), 80))
+    Next in line for the training slot (1 run is training). It should start in about 40 s (at the latest in about 4 min, if the run ahead uses its full time). Then it trains for up to 300 s: a run with these settings took about 70 s for all 80 steps here.
+    """
+    where = "Next in line" if q.place == 1 else f"Number {q.place} in line ({q.place - 1} queued ahead)"
+    slots = "the training slot" if q.slots == 1 else f"one of {q.slots} training slots"
+    busy = f"{q.running} run{'s are' if q.running != 1 else ' is'} training"
+    one_ahead = q.running + q.place - 1 == 1
+    ahead = "the run ahead uses its" if one_ahead else "the runs ahead use their"
+    if q.start_s is None:  # the run ahead has not measured its pace yet
+        text = (f"{where} for {slots} ({busy}). It starts at the latest in about {_seconds(q.start_max_s)}, if "
+                f"{ahead} full time; how much sooner, the first steps of the run ahead will tell.")
+    else:
+        text = (f"{where} for {slots} ({busy}). It should start in about {_seconds(q.start_s)} (at the latest "
+                f"in about {_seconds(q.start_max_s)}, if {ahead} full time).")
+    then = f"Then it trains for up to {q.max_seconds:.0f} s"
+    if q.expected_s is None:
+        return f"{text} {then}."
+    if q.expected_steps is not None and q.expected_steps < total_steps:
+        return (f"{text} {then}: at the pace measured for these settings the limit stops it near step "
+                f"{q.expected_steps} of {total_steps}.")
+    if not q.expected_done:
+        return (f"{text} {then}: the run training now has the same settings and should take about "
+                f"{_seconds(q.expected_s)} for all {total_steps} steps.")
+    return f"{text} {then}: a run with these settings took about {_seconds(q.expected_s)} for all {total_steps} steps here."
 
 
 TrainFn = Callable[..., Mapping[str, TrainResult]]
@@ -220,6 +389,18 @@ class Run:
         self.last_polled = clock()
         self.queue_position: int | None = None
         self._on_finish: Callable[[Run], None] | None = None
+        self._manager: RunManager | None = None  # for a queued run's forecast
+        # the measured pace (lock held): wall seconds of each finished step (every variant) and evaluation
+        self._mark: float | None = None  # when the last event arrived
+        self._step_wall: dict[int, list] = {}  # step -> [seconds so far, variants reported]
+        self._eval_wall: dict[int, float] = {}  # step -> seconds of its evaluations and probes
+        eval_every = next(iter(variants.values())).eval_every
+        self._eval_points = eval_points(self.total_steps, eval_every)
+
+    @property
+    def settings_key(self) -> tuple:
+        """What makes two runs take the same time: the label (model, text, variants) and every setting."""
+        return self.label, tuple(sorted((name, tuple(sorted(map(repr, c.items())))) for name, c in self._configs.items()))
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -240,9 +421,24 @@ class Run:
                 return 0.0
             return (self._finished_at or self._clock()) - self._started_at
 
+    def pace(self) -> tuple[float | None, float]:
+        """(seconds per step, seconds per evaluation) as measured so far (None: no step measured yet).
+
+        A step's time is the mean of the last ``PACE_STEPS`` steps (every variant's part of it), so a
+        run that starts sharing the machine with another is re-estimated within a few steps. The first
+        step is left out: it may hold the set-up (copying the model, masking the held-out set).
+        """
+        with self._lock:
+            n = len(self._curves)
+            done = [wall for step, (wall, count) in sorted(self._step_wall.items()) if count >= n and step > 1]
+            step_s = sum(done[-PACE_STEPS:]) / len(done[-PACE_STEPS:]) if done else None
+            eval_s = sum(self._eval_wall.values()) / len(self._eval_wall) if self._eval_wall else 0.0
+            return step_s, eval_s
+
     def snapshot(self, touch: bool = True) -> RunSnapshot:
         """A copy of everything recorded so far; with `touch`, also tells the watchdog someone looks."""
         now = self._clock()
+        step_s, eval_s = self.pace()
         with self._lock:
             if touch:
                 self.last_polled = now
@@ -251,18 +447,25 @@ class Run:
             elapsed = 0.0
             if self._started_at is not None:
                 elapsed = (self._finished_at or now) - self._started_at
-            eta = None
-            slowest = min(self._curves.values(), key=lambda c: len(c.steps)).steps
-            if self._status == RUNNING and step > 0:
-                first, last = (slowest[0].get("elapsed_s"), slowest[-1].get("elapsed_s")) if slowest else (None, None)
-                if len(slowest) >= 2 and first is not None and last is not None and last > first:
-                    # the pace since the first step: the set-up before it says nothing about the rest
-                    eta = (last - first) / (len(slowest) - 1) * (self.total_steps - step)
-                else:
-                    eta = elapsed / step * (self.total_steps - step)
-            return RunSnapshot(self.run_id, self.label, self._status, self._message, step,
-                               self.total_steps, elapsed, eta, self.queue_position, variants, self._error,
-                               {name: dict(c) for name, c in self._configs.items()})
+            status = self._status
+            ahead = None
+            if status == RUNNING and step_s is not None:
+                # forecast from the last event; the time since belongs to the step (or evaluation) in progress
+                since = max(0.0, now - self._mark) if self._mark is not None else 0.0
+                evals_left = [k for k in self._eval_points if k >= step and k not in self._eval_wall]
+                ahead = forecast(step, self.total_steps, step_s, eval_s, evals_left, elapsed - since,
+                                 self.max_seconds)
+                ahead = Forecast(max(0.0, ahead.eta_s - since), ahead.final_step, ahead.stops_at_cap)
+            snap = RunSnapshot(self.run_id, self.label, status, self._message, step, self.total_steps, elapsed,
+                               ahead.eta_s if ahead else None, self.queue_position, variants, self._error,
+                               {name: dict(c) for name, c in self._configs.items()},
+                               final_step=ahead.final_step if ahead else None,
+                               stops_at_cap=bool(ahead and ahead.stops_at_cap), max_seconds=self.max_seconds,
+                               step_s=step_s)
+        manager = self._manager
+        if status == QUEUED and manager is not None:  # outside the run's lock: the manager reads other runs
+            snap = replace(snap, queue=manager.queue_forecast(self))
+        return snap
 
     def stop(self, reason: str = "Stopped by you.") -> None:
         """Ask the run to stop after its current step (a queued run never starts)."""
@@ -312,17 +515,29 @@ class Run:
             self._status = RUNNING
             self._message = "Training…"
             self._started_at = self._clock()
+            self._mark = self._started_at
             self.queue_position = None
             self._thread = threading.Thread(target=self._work, name=f"mlmlab-run-{self.run_id}", daemon=True)
         self._thread.start()
         return True
 
     def _on_event(self, event: TrainEvent) -> None:
+        now = self._clock()
         with self._lock:
             curves = self._curves.get(event.variant)
             if curves is None:
                 return
             curves.record(event)
+            gap = max(0.0, now - (self._mark if self._mark is not None else now))
+            self._mark = now
+            if event.kind == "step":
+                wall = self._step_wall.setdefault(event.step, [0.0, 0])
+                wall[0] += gap
+                wall[1] += 1
+            elif event.kind in ("eval", "probe"):
+                # the loop times its evaluation (eval_s); the gap before the first one also holds the set-up
+                cost = event.values.get("eval_s", gap) if event.kind == "eval" else gap
+                self._eval_wall[event.step] = self._eval_wall.get(event.step, 0.0) + float(cost)
             if event.kind == "error":
                 self._error = event.values.get("message")
 
@@ -392,6 +607,7 @@ class RunManager:
         self._lock = threading.Lock()
         self._running: list[Run] = []
         self._queue: list[Run] = []
+        self._measured: dict[tuple, tuple[float, int]] = {}  # settings -> (seconds, last step) of the last run that ended
         self._closed = threading.Event()
         self._watchdog_on = watchdog
         self._watchdog: threading.Thread | None = None
@@ -413,6 +629,7 @@ class RunManager:
                   eval_texts=eval_texts, client=client, alive=alive, max_seconds=self.max_run_s,
                   threads=self.threads, keep_trained=keep_trained)
         run._on_finish = self._finished
+        run._manager = self
         with self._lock:
             mine = [r for r in self._running + self._queue
                     if client is not None and r.client == client and r.status not in FINISHED]
@@ -444,6 +661,38 @@ class RunManager:
     def counts(self) -> dict[str, int]:
         with self._lock:
             return {"running": len(self._running), "queued": len(self._queue), "max_runs": self.max_runs}
+
+    def queue_forecast(self, run: Run) -> QueueForecast | None:
+        """When a queued ``run`` should start and what it will get, from the measured pace of the runs
+        ahead (``queue_forecast``); None once it is no longer queued.
+
+        A running run is expected to end at its forecast (at the latest at its time cap); a queued run
+        ahead, or this one, is expected to take what the last run with the same settings took on this
+        server (else, and at the latest, the full time cap).
+        """
+        with self._lock:
+            if run not in self._queue:
+                return None
+            running, ahead = list(self._running), self._queue[: self._queue.index(run)]
+            measured = dict(self._measured)
+        cap = self.max_run_s
+        done = set(measured)  # settings measured on runs that ended
+        left = []
+        for other in running:
+            snap = other.snapshot(touch=False)
+            most = max(0.0, (other.max_seconds or cap) - snap.elapsed_s)
+            if snap.eta_s is not None:
+                expected = min(snap.eta_s, most)
+            elif other.settings_key in measured:  # not measured yet: what the same settings took before
+                expected = min(max(0.0, measured[other.settings_key][0] - snap.elapsed_s), most)
+            else:
+                expected = None
+            left.append((expected, most))
+            if snap.eta_s is not None and not snap.stops_at_cap:  # a run with these settings, still going
+                measured.setdefault(other.settings_key, (snap.elapsed_s + snap.eta_s, snap.total_steps))
+        queued = [(min(measured[r.settings_key][0], cap) if r.settings_key in measured else None, cap) for r in ahead]
+        return queue_forecast(left, queued, self.max_runs, len(ahead) + 1, run.max_seconds or cap,
+                              measured.get(run.settings_key), mine_done=run.settings_key in done)
 
     def reap(self, now: float | None = None) -> list[Run]:
         """Stop every run whose session has been gone for `abandon_s`, and every run past `max_run_s`.
@@ -511,12 +760,18 @@ class RunManager:
     def _renumber(self) -> None:
         for i, run in enumerate(self._queue, 1):
             run.queue_position = i
-            run._message = (f"Queued: {i} run(s) ahead of you wait for one of {self.max_runs} "
-                            "training slot(s). It starts by itself.")
+            ahead = "next in line" if i == 1 else f"number {i} in line"
+            run._message = (f"Queued: {ahead} for {'the' if self.max_runs == 1 else f'one of {self.max_runs}'} "
+                            f"training slot{'s' if self.max_runs > 1 else ''}. It starts by itself.")
 
     def _finished(self, run: Run) -> None:
         nxt: list[Run] = []
+        snap = run.snapshot(touch=False)
         with self._lock:
+            if snap.step > 0 and run.status in (DONE, STOPPED) and snap.elapsed_s > 0:
+                # what these settings took here (a run stopped early by its owner says less: only a full or capped run)
+                if snap.step >= snap.total_steps or snap.elapsed_s >= (run.max_seconds or self.max_run_s):
+                    self._measured[run.settings_key] = (snap.elapsed_s, snap.step)
             if run in self._running:
                 self._running.remove(run)
             while self._queue and len(self._running) + len(nxt) < self.max_runs:

@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
+from mlm_core.lessons import share_state
 from mlm_core import MLMLabError
 from mlm_core.figures.losses import museum_figure
 from mlm_core.formatting import readable
@@ -15,7 +16,7 @@ from mlm_core.sampled_softmax import CORRECTION_LABELS, SAMPLED_SOFTMAX
 BATCH_SENTENCES = 8
 MAX_CHARS = 4_000
 
-settings = ui.page_setup("🐞 Bug museum")
+settings = ui.page_setup("🐞 Bug museum", link=share_state.PAGE_LINKS["bug_museum"])
 st.markdown(
     "Tutorials, blog posts and first attempts get the MLM loss subtly wrong. Every exhibit below runs "
     "**the buggy code and the correct code on the same batch** (the seed in the sidebar) and shows both "

@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
+from mlm_core.lessons import share_state
 from mlm_core.costs import logits_size
 from mlm_core.lessons.efficiency import (LOOP_MAX_ROWS, LOOP_SWEEP_ROWS, amp_and_checkpointing, loop_vs_vectorised,
                                          loss_paths, step_time_breakdown)
@@ -17,7 +18,7 @@ from mlm_core.precision import auto_amp
 VOCABS = [1_000, 8_000, 30_522, 50_265, 128_000, 250_002]  # toy, small, BERT, RoBERTa, Llama 3, XLM-R
 SEQ_LENS = [32, 64, 128, 256, 512]
 
-settings = ui.page_setup("⚡ Efficiency: what the masked-only loss saves")
+settings = ui.page_setup("⚡ Efficiency: what the masked-only loss saves", link=share_state.PAGE_LINKS["efficiency"])
 height = 600 if settings.presenter else 380
 st.markdown(
     "The MLM loss only looks at the **selected** positions, about 15% of the tokens. The head that turns a "

@@ -3,9 +3,10 @@
 import streamlit as st
 
 import ui
+from mlm_core.lessons import share_state
 from mlm_core.figures.home import flow_figure
 
-settings = ui.page_setup("🎭 MLM Lab")
+settings = ui.page_setup("🎭 MLM Lab", link=share_state.PAGE_LINKS["home"])
 st.markdown(
     """
 **Masked-language modelling (MLM)** is how BERT and its relatives learn language without labels:

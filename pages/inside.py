@@ -49,6 +49,8 @@ PATTERN_SENTENCES = 32  # workshop sentences the head patterns are measured on
 PROFILE_SENTENCES = 128  # workshop sentences (about 170 [MASK] positions) the lens is averaged over
 PROFILE_SEED = 0  # their masks: fixed, so the result is measured once per model
 AGREEMENT_SENTENCES = 24  # workshop sentences for the saliency agreement (a leave-one-out each)
+KEPT_KEY = "inside_masked_kept"  # the hidden tokens, kept when the page is left (the pills' own value is not)
+KEPT_POSITION_KEY = "inside_position_kept"  # the "Look from" position, kept the same way
 VIEWS = {
     "attention": "👀 Where [MASK] looks",
     "lens": "🔭 How the guess forms",
@@ -57,7 +59,7 @@ VIEWS = {
 }
 assert tuple(VIEWS) == share_state.INSIDE_VIEWS  # the views a link may name (mlm_core.lessons.share_state.FIELDS' view=)
 
-settings = ui.page_setup("🔬 Inside the model")
+settings = ui.page_setup("🔬 Inside the model", link=share_state.PAGE_LINKS["inside"])
 st.markdown(
     "The Predictions page shows what goes in and what comes out. This page opens the model at the one "
     "position that matters in MLM, the hidden one: **where it looks** (attention), **when the answer "
@@ -77,7 +79,7 @@ def show(fig, key: str, **kwargs):
     """
     if settings.presenter:
         fig.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
-        fig.update_traces(textfont_size=15, selector=dict(type="heatmap"))
+        fig.update_traces(textfont_size=ui.PRESENTER_CHART_FONT_PX, selector=dict(type="heatmap"))
     return st.plotly_chart(ui.room_figure(fig), key=key, config=ui.plotly_config(key), **kwargs)
 
 
@@ -110,8 +112,9 @@ def cached_saliency(key: str, ids: tuple, position: int, true_id: int, _model, _
 
 
 @st.cache_data(max_entries=16, show_spinner="Measuring every head on the workshop sentences…")
-def cached_patterns(key: str, n: int, _model, _tokenizer):
-    return measure_head_patterns(_model, _tokenizer, encode(_tokenizer, workshop_sentences()[:n], max_length=64))
+def cached_patterns(key: str, n: int, _model, _tokenizer, at_mask: bool = False):
+    return measure_head_patterns(_model, _tokenizer, encode(_tokenizer, workshop_sentences()[:n], max_length=64),
+                                 at_mask=at_mask)
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading the lens on the workshop sentences (once per model)…")
@@ -144,6 +147,8 @@ def mask_controls(tokens: list[str], special: list[bool]) -> list[int]:
         first = last_word(tokens, special)
         state["inside_masked"] = [] if first is None else [first]
         state["inside_masked_for"] = tokens
+    elif "inside_masked" not in state:  # back on the page: the pills lost their value, the page did not
+        state["inside_masked"] = [p for p in state.get(KEPT_KEY, []) if p in options]
     seen: dict[str, int] = {}
     labels = {}
     for i in options:  # pills are told apart by their text: a repeated token gets its occurrence number
@@ -151,6 +156,7 @@ def mask_controls(tokens: list[str], special: list[bool]) -> list[int]:
         labels[i] = tokens[i] if tokens.count(tokens[i]) == 1 else f"{tokens[i]} ({seen[tokens[i]]})"
     chosen = st.pills("Tokens to hide behind [MASK]", options, selection_mode="multi", format_func=labels.__getitem__,
                       key="inside_masked")
+    state[KEPT_KEY] = sorted(chosen or [])
     return sorted(chosen or [])
 
 
@@ -158,6 +164,7 @@ text, clipped = clip_text(sentence_controls(), MAX_CHARS)
 if not text.strip():
     st.warning("The sentence is empty: type one above.")
     st.stop()
+ui.language_note(text, settings.model_name, model)
 encoded = ui.encode_or_stop(tokenizer, text, max_tokens=MAX_TOKENS, clipped=clipped)
 tokens = encoded.tokens[0]
 original_ids = encoded.input_ids[0]  # (T,)
@@ -169,12 +176,14 @@ masked = mask_positions(tokenizer, original_ids, hidden, generator=seeds.generat
 seen_ids, labels = masked.input_ids, masked.labels  # (T,), (T,): every hidden token became [MASK]
 seen_tokens = tokenizer.convert_ids_to_tokens(seen_ids.tolist())
 ids_key = tuple(seen_ids.tolist())
-if st.session_state.get("inside_position") not in hidden:  # the masks changed: look from the first one
-    st.session_state["inside_position"] = hidden[0]
+if st.session_state.get("inside_position") not in hidden:  # back on the page, or the masks changed
+    kept = st.session_state.get(KEPT_POSITION_KEY)
+    st.session_state["inside_position"] = kept if kept in hidden else hidden[0]
 c1, c2 = st.columns([1, 1] if settings.presenter else [1, 2])  # the room's font needs the width: "13·[MASK] (hides …)"
 position = c1.selectbox("Look from", hidden, key="inside_position",
                         format_func=lambda p: f"{p}·{seen_tokens[p]} (hides “{tokens[p]}”)",
                         help="The masked position whose attention, logit lens and saliency are shown.")
+st.session_state[KEPT_POSITION_KEY] = position
 true_id = int(labels[position])
 with c2:
     st.caption("What the model sees (the chip with the blue ring is the position we look from):")
@@ -226,27 +235,36 @@ def attention_view() -> None:
         "head weights most; **click a cell** to enlarge that head."
     )
     layer, head = pick_head(L, H)
-    show(head_grid_figure(attention, selected=(layer, head), height=ui.chart_height(grid_height(L))), "inside_grid",
+    # presenter view: a row per head, a column per layer, so the cells are wide enough for room-sized labels
+    room = ui.PRESENTER_CHART_FONT_PX if settings.presenter else None
+    show(head_grid_figure(attention, selected=(layer, head), label_px=room,
+                          height=ui.chart_height(grid_height(H if room else L))), "inside_grid",
          on_select=on_grid_click, selection_mode="points")
     show(head_attention_figure(attention, layer, head, height=ui.chart_height(380)), "inside_head_fig")
     show(layer_attention_figure(attention, height=ui.chart_height(layers_height(L))), "inside_layers_fig")
 
     st.subheader("Patterns: which heads do what, on this model")
     patterns = cached_patterns(model_key, PATTERN_SENTENCES, model, tokenizer)
+    at_mask = cached_patterns(model_key, PATTERN_SENTENCES, model, tokenizer, at_mask=True)
     st.markdown(
         "Clark et al. (2019, §3) measured BERT-base's heads on 1,000 Wikipedia segments and found heads that "
         "attend to the previous or next token, heads that put most of their weight on `[SEP]` (§3.2: in the "
         "middle layers; they argue it works as a *no-op* when a head's job does not apply), on `[CLS]` (early "
         "layers) or on periods and commas (late layers), and heads that attend broadly (§3.3). Those are "
         "findings about BERT-base. Here is **this** model, measured on "
-        f"{patterns.sentences} workshop sentences (\"even\": what a head spreading its attention evenly would score):"
+        f"{patterns.sentences} workshop sentences, **over every word** of the sentences as they are, without "
+        "masks (\"even\": what a head spreading its attention evenly would score). The grid above shows one "
+        "row of each head, the **[MASK]**'s, and at a [MASK] a head may look elsewhere: \"at a [MASK]\" is the "
+        "same head measured there, with each sentence's last word hidden as on this page."
     )
     lines = []
-    for name in patterns.names:
+    for p, name in enumerate(patterns.names):
         (l0, h0, best), count = patterns.top_heads(name, 1)[0], patterns.heads_above(name, 0.5)
-        even = float(patterns.uniform[patterns.names.index(name)])
+        even = float(patterns.uniform[p])
+        there = float(at_mask.scores[p, l0, h0])
         lines.append(f"- **{name}**: {count} of {L * H} heads put more than half their attention there; the "
-                     f"strongest is head {l0 + 1}-{h0 + 1} ({best:.0%}; even: {even:.0%}).")
+                     f"strongest is head {l0 + 1}-{h0 + 1} ({best:.0%} over every word; even: {even:.0%}; "
+                     f"at a [MASK]: {there:.0%}).")
     st.markdown("\n".join(lines) + "\n\n"
                 "\"Same token elsewhere\" is our addition (not one of Clark et al.'s patterns): a head that copies "
                 "what the same word looks like elsewhere in the sentence.")

@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
+from mlm_core.lessons import share_state
 from mlm_core import MLMLabError, decision_names, seeds
 from mlm_core.bundled import workshop_documents
 from mlm_core.lessons.export import lesson_zip, masking_settings
@@ -55,7 +56,7 @@ MAX_CHARS = 4_000
 K_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 4096)  # and V, added for the loaded model
 NSP_STEPS = 40
 
-settings = ui.page_setup("📉 Loss: full, weighted and sampled softmax")
+settings = ui.page_setup("📉 Loss: full, weighted and sampled softmax", link=share_state.PAGE_LINKS["losses"])
 st.markdown(
     "The MLM loss is the cross-entropy of the model's prediction at the **selected** positions. Below, "
     "three ways to compute it run on **the same batch and the same seed**: the full softmax over all "

@@ -4,9 +4,10 @@ import pandas as pd
 import streamlit as st
 
 import ui
+from mlm_core.lessons import share_state
 from mlm_core import InputError, MaskingConfig, mask_sentence
 from mlm_core.bundled import workshop_sentences
-from mlm_core.data import clip_text
+from mlm_core.data import clip_text, typed_special_tokens
 from mlm_core.lessons.export import lesson_zip, masking_settings
 from mlm_core.figures.masking import (
     convergence_figure, decision_counts_figure, per_sentence_histogram, span_length_figure,
@@ -66,7 +67,7 @@ MLM Lab follows the paper (§3.1) and differs from SpanBERT's released code
   them uniformly from the non-special vocabulary, as for every rule here.
 """
 
-settings = ui.page_setup("🎭 Masking: what BERT hides, and why")
+settings = ui.page_setup("🎭 Masking: what BERT hides, and why", link=share_state.PAGE_LINKS["masking"])
 st.markdown(
     "BERT **selects 15%** of the tokens. Of those, **80%** become `[MASK]`, **10%** a random token and "
     "**10%** stay unchanged, and the model must predict the original at *every* selected position. "
@@ -140,6 +141,12 @@ except InputError as exc:
 encoded, result, tokens = masked.encoded, masked.result, masked.tokens
 if clipped or encoded.truncated[0]:
     st.info(f"Your text is longer than {MAX_TOKENS} tokens: only the first {MAX_TOKENS} (with [CLS] and [SEP]) are masked.")
+typed = typed_special_tokens(tokenizer, tokens)
+if typed:
+    names = ", ".join(dict.fromkeys(ui.inline_code(t) for t in typed))
+    st.caption(f"Your sentence has a typed {names}: like [CLS] and [SEP] it is a special token here, so no rule "
+               "selects it (Hugging Face's collator never selects special tokens either). To have the model fill "
+               "a blank you typed, open the Predictions page.")
 if encoded.n_eligible == 0:
     st.warning("This text has no tokens that can be masked (only special tokens).")
     st.stop()
@@ -156,7 +163,7 @@ st.session_state[ui.KEYS.masking] = {
 }
 
 st.subheader("The sentence, as the model will see it")
-c1, c2 = st.columns([3, 1])
+c1, c2 = st.columns([2, 1])  # room for "🎲 Re-roll (new seed)" on one line at a projector's 1280 px
 c1.caption(f"Seed {settings.seed} (set it in the sidebar) · {len(tokens)} tokens · strategy: {config.strategy.replace('_', ' ')}")
 c2.button("🎲 Re-roll (new seed)", on_click=reroll, key="masking_reroll", width="stretch")
 ui.decision_legend()
@@ -189,11 +196,13 @@ ui.token_chips(
     highlight=step - 1 if 0 < step else None,
     titles=[t["rule"] for t in trace],
 )
-if 0 < step:
-    current = trace[step - 1]
-    st.markdown(f"**Token {step} of {len(tokens)}: {ui.inline_code(current['token'])}** — {ui.markdown_text(current['rule'])}")
-else:
-    st.markdown("Press **Next token ▶** to walk through the decisions one token at a time.")
+with ui.room_large("masking_draw"):  # the draw line: what the room votes on, read from the back row
+    if 0 < step:
+        current = trace[step - 1]
+        st.markdown(f"**Token {step} of {len(tokens)}: {ui.inline_code(current['token'])}** — "
+                    f"{ui.markdown_text(current['rule'])}")
+    else:
+        st.markdown("Press **Next token ▶** to walk through the decisions one token at a time.")
 counts = running_counts(row["decisions"], step, special_row)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("selected so far", counts["MASK"] + counts["RANDOM"] + counts["UNCHANGED"])

@@ -50,13 +50,19 @@ CORRUPTIONS = {
     "left unchanged": (0.0, 0.0),
     "BERT's 80/10/10 draw": (0.8, 0.1),
 }
-SOURCES = ("Mask it here", "Take it from the Masking page")
+SOURCES = dict(zip(share_state.PREDICTION_SOURCES, ("Mask it here", "Take it from the Masking page")))  # in links: source=
 FILL_VIEWS = ("side by side", "independent", "easy_first", "mask_predict")
 SUMMARY_COLUMNS = {"decision": "what masking did", "count": "positions", "mean_true_prob": "mean p(true token)",
                    "sem_true_prob": "± standard error", "top1_accuracy": "top-1 correct", "mean_loss": "mean loss"}
 PLL_KEY = "pred_pll"  # (model, ids) -> PseudoLogLikelihood, computed on request
+OWN_KEY = "pred_own_sentence"  # a sentence typed here, for this page only; None: the lesson's sentence
+KEPT_KEY = "pred_positions_kept"  # (tokens, positions): the clicked tokens, kept when the page is left
 
-settings = ui.page_setup("🔮 Predictions: what the model guesses")
+# "Mask it here" shows this page's own sentence when one was typed, and its link carries that one (the
+# lesson's stays as it is); without one (None) the link carries the lesson's, which the page shows then
+settings = ui.page_setup("🔮 Predictions: what the model guesses", link=share_state.PAGE_LINKS["predictions"],
+                         shown={"sentence": OWN_KEY} if st.session_state.get("pred_source", "here") == "here"
+                         else None)
 
 
 def chart(figure, key: str, name: str, height: int | None = None) -> None:
@@ -140,25 +146,52 @@ model_panel(model, tokenizer)
 
 # --------------------------------------------------------------------------- the masked sentence
 def sentence_controls() -> str:
-    state = st.session_state
-    state.setdefault("pred_sentence", state.get(ui.KEYS.sentence) or EXAMPLES[0])
+    """The sentence to mask here: the lesson's (Masking page, link), or one typed here for this page only.
 
-    def share():
-        state[ui.KEYS.sentence] = state["pred_sentence"]
+    A sentence typed or picked here never silently becomes the lesson's sentence on the other pages: it
+    is marked as this page's own, with a button back to the lesson's and one to make it the lesson's.
+    """
+    state = st.session_state
+    lesson = state.get(ui.KEYS.sentence) or EXAMPLES[0]
+    own = state.get(OWN_KEY)
+    state["pred_sentence"] = lesson if own is None else own
+
+    def adopt():
+        text = state.get("pred_sentence") or ""
+        state[OWN_KEY] = None if text.strip() == lesson.strip() else text
+
+    def back():
+        state[OWN_KEY] = None
+
+    def make_lesson():
+        state[ui.KEYS.sentence], state[OWN_KEY] = state[OWN_KEY], None
 
     c1, c2 = st.columns([1, 2])
-    ui.example_picker(EXAMPLES, key="pred_example", sentence_key="pred_sentence", container=c1)
-    return c2.text_area("…or type your own sentence", key="pred_sentence", height=80, on_change=share)
+    ui.example_picker(EXAMPLES, key="pred_example", sentence_key="pred_sentence", container=c1, on_pick=adopt)
+    text = c2.text_area("…or type your own sentence", key="pred_sentence", height=80, on_change=adopt)
+    if own is not None:
+        st.caption(f"✏️ A sentence of this page only. The other pages (Masking, Inside the model, Quiz) keep the "
+                   f"lesson's sentence: “{ui.markdown_text(lesson)}”")
+        b1, b2, _ = st.columns([1, 1, 1])
+        b1.button("↩ Back to the lesson's sentence", key="pred_own_back", on_click=back, width="stretch")
+        b2.button("📌 Use it on every page", key="pred_own_share", on_click=make_lesson, width="stretch",
+                  help="Make it the lesson's sentence: the Masking page and the others show it too.")
+    return text
 
 
 def pick_controls(tokens: list[str], word_ids: list[int]) -> tuple[list[int], tuple[float, float]]:
     """Which tokens to hide (clicked), and how: returns (positions, (mask share, random share))."""
     state = st.session_state
     options = [i for i, w in enumerate(word_ids) if w >= 0]
-    picked = [p for p in state.get("pred_positions", []) if p in options]
-    if not picked and options and state.get("pred_positions_for") != tokens:
+    kept_for, kept = state.get(KEPT_KEY, (None, []))
+    if "pred_positions" in state and state.get("pred_positions_for") == tokens:
+        picked = state["pred_positions"]  # this visit's clicks
+    elif kept_for == tokens:
+        picked = kept  # back on the page: the pills lost their value, the page did not
+    else:  # a new sentence
         first = default_blank(tokens, word_ids)  # a content word, never punctuation
         picked = [first] if first is not None else []
+    picked = [p for p in picked if p in options]
     state["pred_positions"] = picked
     state["pred_positions_for"] = tokens
     # Pills are told apart by their text, so a repeated token gets its occurrence number: the (2).
@@ -169,6 +202,7 @@ def pick_controls(tokens: list[str], word_ids: list[int]) -> tuple[list[int], tu
         labels[i] = tokens[i] if tokens.count(tokens[i]) == 1 else f"{tokens[i]} ({seen[tokens[i]]})"
     chosen = st.pills("Click the tokens to hide from the model", options, selection_mode="multi",
                       format_func=labels.__getitem__, key="pred_positions")
+    state[KEPT_KEY] = (tokens, sorted(chosen or []))
     how = st.radio("The clicked tokens become", list(CORRUPTIONS), horizontal=True, key="pred_corruption",
                    help="BERT's draw: each clicked token becomes [MASK] with 80%, a random token with 10%, "
                         "or stays as it is with 10% (seeded by the sidebar's seed).")
@@ -187,6 +221,7 @@ def from_masking_page():
     if not text:
         st.info("The shared sentence is empty: type one on the Masking page, or mask one here.")
         return None
+    ui.language_note(text, settings.model_name, model)
     try:
         config = share_state.masking_config(values)
         masked = mask_sentence(tokenizer, text, config, settings.seed, max_length=MAX_TOKENS)
@@ -280,7 +315,9 @@ def fill_lesson(tokens, original_ids, attention_mask, fill_positions) -> None:
         for column, mode in zip(columns, ("independent", "easy_first", "mask_predict")):
             with column:
                 show_fill(fills[mode])
-        chart(fill_comparison_figure(list(fills.values()), tokens), "pred_fill_fig", "predictions_filling")
+        chart(fill_comparison_figure(list(fills.values()), tokens,
+                                     label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None),
+              "pred_fill_fig", "predictions_filling")
         for mode in ("independent", "easy_first", "mask_predict"):
             st.markdown(f"**{FILL_LABELS[mode]}**: step by step")
             fill_table(fills[mode])
@@ -289,14 +326,17 @@ def fill_lesson(tokens, original_ids, attention_mask, fill_positions) -> None:
         fill_table(fills[view])
 
 
-source = st.radio("Masked sentence", SOURCES, horizontal=True, key="pred_source")
-picked = from_masking_page() if source == SOURCES[1] else None
+source = st.radio("Masked sentence", list(SOURCES), horizontal=True, key="pred_source", format_func=SOURCES.get,
+                  help="The Masking page's masks are rebuilt from the shared sentence, seed and rule, and the "
+                       "share link carries this choice.")
+picked = from_masking_page() if source == "masking" else None
 shared_masks = picked is not None
 if picked is None:
     text, clipped = clip_text(sentence_controls(), MAX_CHARS)
     if not text:
         st.warning("The sentence is empty: pick an example or type a sentence.")
         st.stop()
+    ui.language_note(text, settings.model_name, model)
     encoded = ui.encode_or_stop(tokenizer, with_mask_token(tokenizer, text), max_tokens=MAX_TOKENS, clipped=clipped)
     tokens = encoded.tokens[0]
     blanks = [b for b in typed_blanks(tokenizer, encoded.input_ids[0]) if b < len(tokens)]

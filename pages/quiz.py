@@ -20,7 +20,7 @@ QS_FIELD = share_state.Field("qs", "text", None, max_chars=quiz.QUESTION_ID_CHAR
 QS_KEY = "quiz_qs"  # the bank id of the teacher's own sentence (question 1), shared by link as qs=
 
 # The sentence stays out of this page's address and share link: it would give the answers away.
-settings = ui.page_setup("❓ Quiz: think before the answer appears", private=("sentence",))
+settings = ui.page_setup("❓ Quiz: think before the answer appears", link=share_state.PAGE_LINKS["quiz"])
 GO_MASKING = "quiz_go_masking"
 if st.session_state.pop(GO_MASKING, False):
     st.switch_page("pages/masking.py")
@@ -124,7 +124,7 @@ if state.get(QS_KEY) and own is None:
 if round_number == 0 and own is not None:
     sentence, source, where = own, f"teacher:{state[QS_KEY]}", "the teacher's sentence"
 else:
-    index, sentence = quiz.corpus_question_sentence(workshop_sentences(), settings.seed, round_number)
+    index, sentence = quiz.corpus_question_sentence(workshop_sentences(), settings.seed, round_number, kind)
     source, where = f"corpus:{index}", "a sentence of the workshop corpus"
 try:
     question = cached_question(tokenizer, settings.model_name, kind, sentence, source, settings.seed,

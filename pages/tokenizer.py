@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
+from mlm_core.lessons import share_state
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import clean_text, read_text_upload, split_sentences
 from mlm_core.errors import MLMLabError
@@ -38,7 +39,7 @@ MAX_SENTENCE_CHARS = 1_000
 DEFAULT_SENTENCE = "Tokenization splits unbelievably uncommon words into several pieces."
 HIDDEN_SIZES = {"tiny (H = 64)": 64, "MiniLM (H = 384)": 384, "bert-base (H = 768)": 768}
 
-settings = ui.page_setup("🧩 Tokenizer: what the vocabulary size changes")
+settings = ui.page_setup("🧩 Tokenizer: what the vocabulary size changes", link=share_state.PAGE_LINKS["tokenizer"])
 st.markdown(
     "Before masking, the tokenizer decides what a *token* is. A small vocabulary cuts words into many "
     "pieces (longer sequences, and token masking hides only part of a word); a large one keeps words "

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
+from mlm_core.lessons import share_state
 from mlm_core import InputError, MLMLabError
 from mlm_core.data import clean_text, read_text_upload, split_sentences
 from mlm_core.lessons.export import lesson_zip
@@ -29,10 +30,12 @@ LR_CHOICES = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 3e-2, 
 TRAINED_VOCAB = "tiny-random+vocab"
 P_MIN, P_MAX = 0.05, 0.5  # the masked-share slider's range (it starts at the shared rule's p, held inside it)  # the tiny model with the Tokenizer page's trained vocabulary
 
-settings = ui.page_setup("🏋️ Training: watch a masked LM learn")
+REDRAW_S = 2.0  # how often the live view redraws (see live_view below)
+
+settings = ui.page_setup("🏋️ Training: watch a masked LM learn", link=share_state.PAGE_LINKS["training"])
 st.markdown(
     "Press **Start** and the model trains in the background while the curves below update every "
-    "second. Each step masks fresh tokens, runs the encoder once, scores only the masked positions, "
+    f"{REDRAW_S:.0f} seconds. Each step masks fresh tokens, runs the encoder once, scores only the masked positions, "
     "and takes one AdamW step. The first lesson fine-tunes the bundled model on the gazetteer of "
     "**Veldoria**, a country invented for MLM Lab: before training the model guesses generic words, "
     "after about a minute it names Veldoria's capital, its mountains, the grain of its bread and its "
@@ -208,7 +211,7 @@ variants = run_controls(lesson, from_scratch, texts, about["device"].startswith(
 manager = get_manager()
 run = state.get(RUN_KEY)
 busy_here = run is not None and not run.snapshot().finished
-start_col, stop_col, info_col = st.columns([1, 1, 3])
+start_col, stop_col, info_col = st.columns([1.3, 1, 2.7])  # "▶ Start training" on one line at 1280 px, presenter view
 if start_col.button("▶ Start training", key="training_start", type="primary",
                     disabled=busy_here or variants is None or texts is None):
     try:
@@ -279,8 +282,9 @@ def draw_probes(snap) -> None:
             first_right, _ = probes_right(entries[0])
             st.metric(f"{name}: probes answered right (top-1)", f"{right} of {known}",
                       delta=f"{right - first_right:+d} since step {entries[0]['step']}")
+        # static HTML, whose cells wrap: at 1400 px the dataframe cut its right-hand columns off
         ui.table(pd.DataFrame(probe_rows(entries)), key=f"training_probe_table_{name}",
-                     percent=("answer's probability now",), column_config={"answer's probability now": st.column_config.NumberColumn(format="percent")})
+                 percent=("answer's probability now",), static=True)
         # presenter view: room-sized fonts, and panels tall enough that plotly labels all 5 candidates
         probe = probe_figure(entries[-1]["probes"], title=f"{name}: step {at}",
                              label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None)
@@ -289,10 +293,8 @@ def draw_probes(snap) -> None:
 
 def draw(snap) -> None:
     """Everything the page shows about a run, from one snapshot."""
-    eta = f", about {snap.eta_s:.0f} s left" if snap.eta_s is not None else ""
-    st.progress(min(1.0, snap.progress),
-                text=f"{snap.status.capitalize()}: step {snap.step} of {snap.total_steps} "
-                     f"({snap.elapsed_s:.0f} s{eta}). {snap.message}")
+    # the time left from the measured step and evaluation times, never past the time cap; a queued run's place
+    st.progress(min(1.0, snap.progress), text=snap.progress_text())
     if snap.error:
         st.error(snap.error)
     steps = steps_by_variant(snap)
@@ -366,7 +368,6 @@ def draw(snap) -> None:
                        key="training_lesson_zip", on_click="ignore")
 
 
-REDRAW_S = 2.0
 run = state.get(RUN_KEY)
 if run is None:
     st.info("Set up a run above and press **▶ Start training**.")

@@ -116,6 +116,9 @@ def _claims() -> list[Claim]:
         add("heads", f"the strongest head's share of attention on {name}, %", percent(0), f"heads_{key}_top_pct")
     add("heads", "even attention's share, smallest and largest over the patterns, %", percent(0),
         "heads_even_min", "heads_even_max")
+    add("heads", "the strongest previous-token head at a [MASK] (each sentence's last word hidden): its share on "
+        "the previous token and on the [MASK] itself, %", percent(0), "heads_prev_top_mask_pct",
+        "heads_prev_top_mask_self_pct")
     # the logit lens (256 workshop sentences, BERT's rule, seed 1, [MASK] positions)
     add("lens", "[MASK] positions the lens profile averages over", fixed(0), "lens_positions")
     add("lens", "share of [MASK] positions whose answer is in the lens's top 5 at depth d (0 = embeddings), %",
@@ -317,6 +320,11 @@ def measure_heads(ctx: Context) -> dict:
         out[f"heads_{key}_top"] = f"{layer + 1}-{head + 1}"
         out[f"heads_{key}_top_pct"] = score
     out["heads_even_min"], out["heads_even_max"] = float(p.uniform.min()), float(p.uniform.max())
+    at_mask = measure_head_patterns(ctx.model, ctx.tokenizer, encode(ctx.tokenizer, ctx.texts[:32], max_length=64),
+                                    at_mask=True)  # what the page's grid shows: the [MASK]'s row
+    layer, head, _ = p.top_heads("previous token", 1)[0]
+    out["heads_prev_top_mask_pct"] = float(at_mask.scores[at_mask.names.index("previous token"), layer, head])
+    out["heads_prev_top_mask_self_pct"] = float(at_mask.scores[at_mask.names.index("itself"), layer, head])
     return out
 
 

@@ -83,20 +83,28 @@ def test_a_trained_model_beside_its_base(run_page):
     assert {c.proto.id for c in at.get("plotly_chart")} and len(at.get("plotly_chart")) >= 4  # top-k ×2, loss, lens
     at.selectbox(key=ui.KEYS.trained_choice).set_value("abc123.0").run()  # look inside the trained copy itself
     assert not at.exception and not at.error
-    assert at.query_params.get("trained") in ("abc123.0", ["abc123.0"])
+    assert "trained" not in at.query_params  # a trained model lives in this session only: never in a link
     for view in ("attention", "lens", "saliency"):
         at.segmented_control(key="inside_view").set_value(view).run()
         assert not at.exception and not at.error, view
 
 
-def test_a_link_to_another_sessions_trained_model_falls_back_with_a_notice(apptest):
+def test_an_old_link_naming_a_trained_model_shows_the_sidebar_model(apptest):
+    """Links no longer carry trained= (issue 24 item 8: a private id); an old one opens the sidebar's model."""
     at = apptest("pages/inside.py")
     at.query_params["trained"] = "ffff0000.1"
     at.run()
     assert not at.exception
-    assert any("trained in another session" in i.value for i in at.info)
     assert at.session_state[ui.KEYS.trained_choice] == ui.BASE_CHOICE
-    assert "trained" not in at.query_params  # the link no longer names it
+    assert "trained" not in at.query_params  # dropped from the address
+
+
+def test_a_trained_model_the_session_no_longer_keeps_falls_back_with_a_notice(apptest):
+    at = apptest("pages/inside.py", state={ui.KEYS.trained_choice: "ffff0000.1"})
+    at.run()
+    assert not at.exception
+    assert any("no longer keeps" in i.value for i in at.info)
+    assert at.session_state[ui.KEYS.trained_choice] == ui.BASE_CHOICE
 
 
 def test_predictions_page_offers_the_trained_model(run_page):

@@ -61,7 +61,7 @@ def test_sentence_from_the_masking_page_and_corpus_comparison(run_page):
     shared = at.session_state[ui.KEYS.masking]
 
     page = run_page("pages/predictions.py",
-                    state={ui.KEYS.masking: shared, "pred_source": "Take it from the Masking page"})
+                    state={ui.KEYS.masking: shared, "pred_source": "masking"})
     assert any("From the Masking page" in c.value for c in page.caption)
     # the fill lesson says that it hides every scored position, unchanged and random ones too
     assert any("all start as [MASK] in the original sentence" in c.value for c in page.caption)
@@ -106,7 +106,7 @@ def test_a_predictions_link_rebuilds_the_masking_pages_masks(apptest, tokenizer)
     link = {"sentence": "Paris is the capital of France, and Berlin is the capital of Germany.", "seed": "11",
             "p": "0.4", "strategy": "whole_word"}
     page = apptest("pages/predictions.py")
-    page.session_state["pred_source"] = "Take it from the Masking page"
+    page.session_state["pred_source"] = "masking"
     page.query_params.update(link)
     page.run()
     assert not page.exception
@@ -169,6 +169,8 @@ def test_a_model_that_cannot_load_shows_an_error_not_a_traceback(monkeypatch, tm
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     at = run_page("pages/predictions.py", state={ui.KEYS.custom_model: "nobody-here/no-such-model"})
     assert any("tiny-random" in e.value and "no-such-model" in e.value for e in at.error)
+    # and the page goes on with the model it had (issue 24: it used to stop until the box was cleared)
+    assert "What the model sees" in [h.value for h in at.subheader]
 
 
 def test_the_model_panel_names_the_mask_only_perplexity_when_the_build_recorded_it(monkeypatch, run_page):

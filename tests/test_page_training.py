@@ -98,7 +98,9 @@ def test_start_progress_probes_curves_stop():
     # the probes: the gazetteer's from-scratch probes, with the hidden word's rank
     table = frame(at, "sentence", "answer", "answer's rank now")
     assert list(table["answer"]) == ["the", ".", "the", "of", "whistle"]
-    assert table["answer's rank now"].min() >= 1
+    assert min(int(str(r).replace(",", "")) for r in table["answer's rank now"]) >= 1
+    # static HTML whose cells wrap (issue 24: a dataframe cut the probe table off at the right at 1400 px)
+    assert not [d for d in at.dataframe if "answer's rank now" in d.value.columns]
     assert any("probes answered right" in m.label for m in at.metric)
 
     at.button(key="training_stop").click().run()

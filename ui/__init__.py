@@ -45,7 +45,7 @@ from ui.loaders import (
     model_or_stop,
     tokenizer_or_stop,
 )
-from ui.messages import show_error
+from ui.messages import language_note, show_error
 from ui.page import page_setup
 from ui.presenter import (
     PRESENTER_CHART_FONT_PX,
@@ -56,6 +56,7 @@ from ui.presenter import (
     chart_height,
     plotly_config,
     room_figure,
+    room_large,
     table,
     wrap_title,
 )
@@ -68,8 +69,8 @@ __all__ = [
     "PRESENTER_CHART_FONT_PX", "PRESENTER_CHART_HEIGHT", "PRESENTER_CHART_TITLE_PX", "PRESENTER_TITLE_CHARS",
     "Settings", "advanced", "batch_sentences_controls", "cached_corpus_counts", "cached_model",
     "cached_tiny_for_vocab", "cached_tokenizer", "chart_height", "chip_html", "client_id", "decision_legend",
-    "encode_or_stop", "example_picker", "inline_code", "loss_batch_controls", "markdown_text", "model_or_stop", "on_demand", "page_setup", "plotly_config",
-    "room_figure", "session_alive_check", "share_link", "share_url", "shared_masking_config", "show_error",
+    "encode_or_stop", "example_picker", "inline_code", "language_note", "loss_batch_controls", "markdown_text", "model_or_stop", "on_demand", "page_setup", "plotly_config",
+    "room_figure", "room_large", "session_alive_check", "share_link", "share_url", "shared_masking_config", "show_error",
     "sync_query_params", "table", "token_chips", "tokenizer_or_stop", "trained_model_choice", "trained_models",
     "value_chips", "wrap_title",
 ]

@@ -76,7 +76,7 @@ def token_chips(tokens: list[str], decisions: list[str] | None = None, originals
 def decision_legend() -> None:
     """The colour key of the chips."""
     items = [chip_html(label, name) for name, (_, _, label) in DECISION_STYLE.items()]
-    st.markdown(f'<div class="mlm-chips">{"".join(items)}</div>', unsafe_allow_html=True)
+    st.markdown(f'<div class="mlm-legend"><div class="mlm-chips">{"".join(items)}</div></div>', unsafe_allow_html=True)
 
 
 def value_chips(tokens: list[str], values: list[float | None], *, highlight: int | None = None,

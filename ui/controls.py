@@ -10,12 +10,10 @@ from mlm_core.bundled import workshop_sentences
 from mlm_core.data import Encoded, clip_text, encode, split_sentences
 from mlm_core.errors import MLMLabError
 from mlm_core.lessons.loss_lab import LossBatch, loss_batch, pick_sentences
-from mlm_core.lessons.share_state import Field
 from mlm_core.session_models import TrainedModels
 from ui.loaders import cached_corpus_counts
 from ui.messages import show_error
 from ui.settings import KEYS, Settings
-from ui.share import sync_query_params
 
 BATCH_SOURCES = ("Workshop corpus", "Your text")
 
@@ -88,11 +86,12 @@ def on_demand(label: str, key: str, spinner: str, inputs, compute):
 CUSTOM_SENTENCE = "✏️ your own sentence"  # the example picker's choice when the sentence is none of its examples
 
 
-def example_picker(examples: list[str], *, key: str, sentence_key: str, container=None) -> None:
+def example_picker(examples: list[str], *, key: str, sentence_key: str, container=None, on_pick=None) -> None:
     """The "Pick an example" select box, in step with the sentence it fills (``st.session_state[sentence_key]``).
 
     It shows the example the sentence is (also when a shared link brought the sentence), or
-    "your own sentence" when it is none of them; picking an example puts it into the sentence.
+    "your own sentence" when it is none of them; picking an example puts it into the sentence
+    (then ``on_pick()`` is called, if given).
     """
     state = st.session_state
     text = (state.get(sentence_key) or "").strip()
@@ -101,6 +100,8 @@ def example_picker(examples: list[str], *, key: str, sentence_key: str, containe
     def use_example():
         if state[key] != CUSTOM_SENTENCE:
             state[sentence_key] = state[key]
+            if on_pick is not None:
+                on_pick()
 
     (container or st).selectbox("Pick an example", [*examples, CUSTOM_SENTENCE], key=key, on_change=use_example)
 
@@ -128,20 +129,16 @@ def trained_model_choice(model, tokenizer):
     """The page's model: the sidebar's, or one trained in this session. Returns ``(model, tokenizer, entry)``.
 
     The picker shows only when the session has trained models; ``entry`` is the chosen
-    ``TrainedModel`` or None. A share link carries the choice (``trained=``); in another session no
-    such model exists, so the page falls back to the sidebar's model with a notice.
+    ``TrainedModel`` or None. A share link never carries the choice: a trained model lives in the
+    session that trained it, so its id means nothing to anyone else.
     """
     state = st.session_state
-    field = Field("trained", "text", default=BASE_CHOICE, max_chars=40, label="trained model")
     state.setdefault(KEYS.trained_choice, BASE_CHOICE)
-    sync_query_params([(field, KEYS.trained_choice)])  # reads a link's trained= once per session
     entries = {e.key: e for e in trained_models().entries()}
     if state.get(KEYS.trained_choice, BASE_CHOICE) not in (BASE_CHOICE, *entries):
-        st.info("This view names a model trained in another session, or one this session no longer keeps. "
-                "Trained models live only in the session that trained them, so the sidebar's model is shown "
-                "instead.", icon="🔗")
+        st.info("The trained model chosen here is one this session no longer keeps (it keeps the last few), "
+                "so the sidebar's model is shown instead.", icon="🧠")
         state[KEYS.trained_choice] = BASE_CHOICE
-        sync_query_params([(field, KEYS.trained_choice)])
     if not entries:
         return model, tokenizer, None
     labels = {BASE_CHOICE: f"{(getattr(model, 'mlmlab_info', None) or {}).get('label', 'The sidebar model')} (sidebar)",

@@ -10,10 +10,14 @@ import os
 
 import streamlit as st
 
+from dataclasses import replace
+
+from mlm_core.errors import MLMLabError
 from mlm_core.jobs import cap_threads
-from mlm_core.model_access import allowed_models, any_model_allowed
+from mlm_core.model_access import allowed_models, any_model_allowed, is_builtin
 from mlm_core.models import available_models
 from ui import session, share
+from ui.loaders import cached_tokenizer
 from ui.navigation import ensure_app_navigation
 from ui.presenter import room_styles
 from ui.settings import DEFAULT_MODEL, DEFAULT_SEED, KEYS, MAX_MODEL_NAME_CHARS, Settings
@@ -21,13 +25,14 @@ from ui.settings import DEFAULT_MODEL, DEFAULT_SEED, KEYS, MAX_MODEL_NAME_CHARS,
 TRAINING_PAGE = "pages/training.py"  # the sidebar's link back to a running training run
 
 
-def page_setup(title: str, private: tuple[str, ...] = ()) -> Settings:
+def page_setup(title: str, link: tuple[str, ...] | None = None, shown: dict[str, str] | None = None) -> Settings:
     """Shared defaults, the sidebar and the page title; returns the settings every page uses.
 
-    ``private``: link fields this page keeps out of its address and share link (the Quiz keeps
-    ``sentence`` out: the address would give its answers away). They stay in the session.
+    ``link``: the fields this page's address and share link hold
+    (``mlm_core.lessons.share_state.PAGE_LINKS[page]``); the others stay in the session, for the pages
+    that show them. ``shown``: see ``ui.share.begin_page``.
     """
-    share.begin_page(private)
+    share.begin_page(link, shown)
     ensure_app_navigation()
     cap_torch_threads()
     state = st.session_state
@@ -38,13 +43,47 @@ def page_setup(title: str, private: tuple[str, ...] = ()) -> Settings:
     state.setdefault(KEYS.custom_model, "")
     link_problems = share.read_and_sync_link()  # classroom: a shared link sets the state before any widget
     settings = sidebar()
+    settings, model_problem = usable_model(settings)
+    if model_problem:
+        share.read_and_sync_link()  # the address names the model the pages use, not the one that failed
     share.share_box()
     if settings.presenter:
         room_styles()
     st.title(title)
     if link_problems:
         share.link_notice(link_problems)
+    if model_problem:
+        st.error(model_problem)
     return settings
+
+
+def usable_model(settings: Settings) -> tuple[Settings, str | None]:
+    """The sidebar's model if it loads, else the last one that did, with a message saying so.
+
+    A hub id that cannot be loaded (misspelt, not in this server's cache, not allowed) used to stop
+    every page until the box was cleared; the pages now keep working on the model they had. A failed
+    name is not tried again on every rerun (a download attempt each time); typing another name is.
+    """
+    state = st.session_state
+    name = settings.model_name
+    failed = state.get(KEYS.model_failed)
+    if is_builtin(name):
+        state[KEYS.model_in_use] = name
+        return settings, None
+    if not (failed and failed[0] == name):
+        try:
+            cached_tokenizer(name)  # a hub model's tokenizer comes with its model: this loads it, once per server
+            state[KEYS.model_in_use] = name
+            state.pop(KEYS.model_failed, None)
+            return settings, None
+        except Exception as exc:  # a bad id, no internet, not allowed here: said below, never a traceback
+            failed = state[KEYS.model_failed] = (name, str(exc) if isinstance(exc, MLMLabError) else
+                                                 f"{type(exc).__name__}: {exc}")
+    previous = state.get(KEYS.model_in_use)
+    label = next((m["label"] for m in available_models() if m["name"] == previous), previous) or "the bundled default"
+    return replace(settings, model_name=previous), (
+        f"{failed[1]} The pages keep using {label} until the sidebar's box holds a model that loads "
+        "(clear it to go back to the list above it).")
 
 
 def model_options() -> list[tuple[str, str]]:
@@ -108,7 +147,9 @@ def training_run_status() -> None:
     @st.fragment(run_every=None if run.snapshot().finished else 2.0)
     def status() -> None:
         snap = run.snapshot()
-        st.progress(min(1.0, snap.progress), text=f"Training run: {snap.status}, step {snap.step} of {snap.total_steps}")
+        where = f", {snap.queue.place} in line" if snap.queue is not None else ""
+        st.progress(min(1.0, snap.progress),
+                    text=f"Training run: {snap.status}{where}, step {snap.step} of {snap.total_steps}")
         try:
             st.page_link(TRAINING_PAGE, label="Open the Training page", icon="🏋️")
         except Exception:  # a page run on its own (tests) has no navigation to link into

@@ -24,15 +24,24 @@ PRESENTER_TABLE_PX = 22  # table text in presenter view: as large as the page's 
 PRESENTER_CHART_FONT_PX = 20  # ticks, axis titles, legends and bar labels in presenter view
 PRESENTER_CHART_TITLE_PX = 26
 PRESENTER_TITLE_CHARS = 55  # a chart title this long fits one line at PRESENTER_CHART_TITLE_PX on a 1280-px projector
+PRESENTER_SUB_PX = 22  # "was: …" under a chip
+PRESENTER_LEGEND_PX = 20  # the chips of the colour key
+PRESENTER_LARGE_PX = 26  # text in a ``room_large_*`` container (the Masking page's draw line)
 
 PRESENTER_CSS = f"""
 <style>
 .mlm-chips .mlm-chip {{ font-size: {PRESENTER_TOKEN_PX}px !important; padding: 8px 12px !important; }}
-.mlm-chips .mlm-sub {{ font-size: 18px !important; }}
+.mlm-chips .mlm-sub {{ font-size: {PRESENTER_SUB_PX}px !important; line-height: 1.2; }}
+/* the colour key is read once, not from the back row every step: smaller than the tokens, so it takes one line */
+.mlm-legend .mlm-chips .mlm-chip {{ font-size: {PRESENTER_LEGEND_PX}px !important; padding: 3px 9px !important; }}
 div[data-testid="stMarkdownContainer"] p, div[data-testid="stMarkdownContainer"] li {{ font-size: 1.25rem; }}
+/* what the room reads at each step (the Masking page's draw line): larger than the body text */
+div[class*="st-key-room_large_"] div[data-testid="stMarkdownContainer"] p {{ font-size: {PRESENTER_LARGE_PX}px !important;
+  line-height: 1.35; }}
+/* 20 px labels with room to spare: at 1280 px "◀ Previous token" and "Re-roll (new seed)" fit on one line */
 div.stButton button, div.stFormSubmitButton button, div.stDownloadButton button {{
-  font-size: 1.4rem; padding: 0.6rem 1.4rem; min-height: 3.2rem; }}
-div.stButton button p, div.stFormSubmitButton button p, div.stDownloadButton button p {{ font-size: 1.4rem; }}
+  font-size: 1.25rem; padding: 0.45rem 0.8rem; min-height: 3rem; }}
+div.stButton button p, div.stFormSubmitButton button p, div.stDownloadButton button p {{ font-size: 1.25rem; }}
 div[data-testid="stButtonGroup"] button {{ min-height: 2.8rem; padding: 0.3rem 1rem; }}
 div[data-testid="stButtonGroup"] button p, div[data-testid="stRadioOption"] p {{ font-size: 1.35rem; }}
 div[data-testid="stTextInput"] input, div[data-testid="stTextArea"] textarea {{ font-size: 1.4rem !important; }}
@@ -168,6 +177,11 @@ def readable_frame(data, percent: tuple[str, ...] = ()) -> pd.DataFrame:
             texts = list(frame[column])
         frame[column] = ["—" if gone else text for gone, text in zip(missing, texts)]
     return frame
+
+
+def room_large(name: str):
+    """A container whose text is large in presenter view: ``with ui.room_large("masking_draw"): st.markdown(...)``."""
+    return st.container(key=f"room_large_{name}")
 
 
 def advanced(name: str):

@@ -26,6 +26,8 @@ class KEYS:
     training_run = "training_run"  # the Training page's mlm_core.jobs.Run; the sidebar shows it on every page
     trained_models = "trained_models"  # models trained in this session: mlm_core.session_models.TrainedModels
     trained_choice = "trained_choice"  # Predictions / Inside the model: "base" or a trained model's key
+    model_failed = "_model_failed"  # (name, message): the sidebar's model that could not be loaded
+    model_in_use = "_model_in_use"  # the last sidebar model that loaded (None: the bundled default)
 
 
 STICKY_KEYS = (KEYS.presenter,)  # kept across page switches too, but never put in a link

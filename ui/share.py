@@ -35,14 +35,44 @@ LINK_KEYS = {
     "quiz": "quiz_kind",
     "round": "quiz_round",
     "view": "inside_view",
+    "source": "pred_source",
 }
 _LINK = "_mlm_link"  # session entry: {"values", "read", "fields", "keys"}
-_RUN = threading.local()  # per script run: the page's private fields, the sidebar slot of the share box
+_RUN = threading.local()  # per script run: the page's link fields and shown values, the sidebar slot of the share box
 
 
-def begin_page(private: tuple[str, ...] = ()) -> None:
-    """Start a page's run: ``private`` link fields stay out of its address and share link (``page_setup``)."""
-    _RUN.private = frozenset(private)
+def begin_page(link: tuple[str, ...] | None = None, shown: dict[str, str] | None = None) -> None:
+    """Start a page's run (``page_setup``): its address and share link hold the fields ``link`` names
+    (``mlm_core.lessons.share_state.PAGE_LINKS``; None: every field), and nothing else.
+
+    ``shown``: {field: session key} for a value this page shows from its own widget instead of the
+    shared one (the Predictions page's own sentence): its link carries what the page shows, while the
+    shared value every other page uses stays as it is.
+    """
+    _RUN.link = None if link is None else frozenset(link)
+    _RUN.shown = dict(shown or {})
+
+
+def _in_link(name: str) -> bool:
+    link = getattr(_RUN, "link", None)
+    return link is None or name in link
+
+
+def _page_values(values: dict) -> dict:
+    """The values this page's link shows: the shared ones, with the page's own (``begin_page(shown=...)``)."""
+    shown = getattr(_RUN, "shown", {})
+    if not shown:
+        return values
+    state = st.session_state
+    fields = _link_state()["fields"]
+    out = dict(values)
+    for name, key in shown.items():
+        if name in fields and key in state:
+            try:
+                out[name] = fields[name].coerce(state[key])
+            except (ValueError, TypeError):  # an empty box: the shared value stands
+                pass
+    return out
 
 
 def _default_model() -> str:
@@ -124,6 +154,9 @@ def read_and_sync_link(page_fields=()) -> tuple[str, ...]:
     current = {name: state[key] for name, key in link["keys"].items() if name != "model" and key in state}
     values = share_state.from_values(current, fields, base=link["values"])
     model = (state.get(KEYS.custom_model) or "").strip() or state.get(KEYS.model) or _default_model()
+    failed = state.get(KEYS.model_failed)
+    if failed and failed[0] == model:  # the pages keep using the last model that loaded, and so does the link
+        model = state.get(KEYS.model_in_use) or _default_model()
     try:
         values["model"] = None if model == _default_model() else link["fields"]["model"].coerce(model)
     except ValueError:  # an absolute local folder: it cannot travel in a link
@@ -134,7 +167,7 @@ def read_and_sync_link(page_fields=()) -> tuple[str, ...]:
         value = values.get(name)
         if name != "model" and key not in state and value is not None and value != link["fields"][name].default:
             _apply(name, key, value)  # (a default needs no restoring: the page's widget starts there)
-    _write_query_params(share_state.encode(values, fields), fields)
+    _write_query_params(share_state.encode(_page_values(values), fields), fields)
     return problems
 
 
@@ -150,17 +183,20 @@ def _refused_link_model(decoded) -> str | None:
 
 
 def _write_query_params(params: dict[str, str], fields) -> None:
-    """Set our parameters in the URL (only when they changed), leaving any others alone."""
-    private = getattr(_RUN, "private", frozenset())
+    """Set this page's parameters in the URL (only when they changed) and drop the other pages' ones
+    (and retired ones, such as a trained model's id), leaving any unknown others alone."""
     try:
         query = st.query_params
         for f in fields:
-            want = None if f.name in private else params.get(f.name)
+            want = params.get(f.name) if _in_link(f.name) else None
             have = query.get_all(f.name) if f.name in query else []
             if want is None and have:
                 del query[f.name]
             elif want is not None and have != [want]:
                 query[f.name] = want
+        for name in share_state.RETIRED:
+            if name in query:
+                del query[name]
     except Exception:  # a parameter bound to a widget, or no script run context: the link stays as it is
         pass
 
@@ -219,9 +255,8 @@ def _base_url() -> str:
 def share_url() -> str:
     """The link that reproduces the current view: this page's URL with the shared values as its query."""
     link = _link_state()
-    private = getattr(_RUN, "private", frozenset())
     query = urlencode({name: value for name, value in share_state.encode(
-        link["values"], list(link["fields"].values())).items() if name not in private})
+        _page_values(link["values"]), list(link["fields"].values())).items() if _in_link(name)})
     base = _base_url()
     return f"{base}?{query}" if query else (base or "?")
 

@@ -66,47 +66,60 @@ def layers_height(layers: int) -> int:
 
 
 def head_grid_figure(attention: PositionAttention, *, selected: tuple[int, int] | None = None,
-                     height: int | None = None) -> go.Figure:
+                     height: int | None = None, label_px: int | None = None) -> go.Figure:
     """Layers × heads: each cell names the token that head's row from the position attends to most.
 
     Colour: that token's weight (1 = all attention on one token). A transparent marker per cell
     carries ``customdata = [layer, head]`` (0-based), so a click selects the cell
     (``st.plotly_chart(on_select=...)``: Streamlit 1.67 reports clicks through Plotly's selection
     events, which heatmaps do not send, so the clickable layer is a scatter trace).
+
+    ``label_px``: cell labels of that size, for a room (presenter view). The grid then has a row per
+    head and a column per layer: 12 heads side by side left about 50 px a cell at a projector's 1280 px,
+    too narrow for "several" at 20 px; 6 layers side by side leave twice that.
     """
     weights = attention.weights  # (L, H, T)
     L, H, _ = weights.shape
     top_w, top_i = weights.max(-1)  # (L, H)
     names = [[_e(_short(attention.tokens[int(top_i[l, h])])) for h in range(H)] for l in range(L)]
-    hover = []
-    for l in range(L):
-        for h in range(H):
-            best = ", ".join(f"{_e(t)} {w:.2f}" for _, t, w in attention.top(l, h, 3))
-            hover.append(f"layer {l + 1}, head {h + 1}<br>attends most to: {best}<br>click to enlarge")
-    x = list(range(1, H + 1))
-    y = list(range(1, L + 1))
+    hover = [[f"layer {l + 1}, head {h + 1}<br>attends most to: "
+              + ", ".join(f"{_e(t)} {w:.2f}" for _, t, w in attention.top(l, h, 3)) + "<br>click to enlarge"
+              for h in range(H)] for l in range(L)]
+    heads, layers = list(range(1, H + 1)), list(range(1, L + 1))
+    by_head = label_px is not None  # rows: heads, columns: layers
+    z, text = top_w.tolist(), names
+    if by_head:
+        z, text = top_w.T.tolist(), [list(row) for row in zip(*names)]
+    cells = [(l, h) for h in range(H) for l in range(L)] if by_head else [(l, h) for l in range(L) for h in range(H)]
+    cx = [l + 1 if by_head else h + 1 for l, h in cells]
+    cy = [h + 1 if by_head else l + 1 for l, h in cells]
     fig = go.Figure(go.Heatmap(
-        z=top_w.tolist(), x=x, y=y, text=names, texttemplate="%{text}", zmin=0, zmax=1,
-        colorscale=ATTENTION_SCALE, colorbar=dict(title="weight", thickness=12), hoverinfo="skip",
-        xgap=2, ygap=2, textfont=dict(size=11),
+        z=z, x=layers if by_head else heads, y=heads if by_head else layers, text=text, texttemplate="%{text}",
+        zmin=0, zmax=1, colorscale=ATTENTION_SCALE, colorbar=dict(title="weight", thickness=12), hoverinfo="skip",
+        xgap=2, ygap=2, textfont=dict(size=label_px or 11),
     ))
     fig.add_trace(go.Scatter(
-        x=[h for l in y for h in x], y=[l for l in y for _ in x], mode="markers",
+        x=cx, y=cy, mode="markers",
         marker=dict(size=28, symbol="square", color="rgba(0,0,0,0)"),
-        customdata=[[l, h] for l in range(L) for h in range(H)], text=hover,
+        customdata=[[l, h] for l, h in cells], text=[hover[l][h] for l, h in cells],
         hovertemplate="%{text}<extra></extra>", showlegend=False,
         selected=dict(marker=dict(opacity=1)), unselected=dict(marker=dict(opacity=1)),
     ))
     if selected is not None and 0 <= selected[0] < L and 0 <= selected[1] < H:
         layer, head = selected
-        fig.add_shape(type="rect", x0=head + 0.5, x1=head + 1.5, y0=layer + 0.5, y1=layer + 1.5,
+        col, row = (layer, head) if by_head else (head, layer)
+        fig.add_shape(type="rect", x0=col + 0.5, x1=col + 1.5, y0=row + 0.5, y1=row + 1.5,
                       line=dict(color=SELF_COLOR, width=3))
+    x_axis, y_axis = ("layer", "head") if by_head else ("head", "layer")
     fig.update_layout(
         title=f"Where position {attention.position} ({_e(attention.tokens[attention.position])}) looks: "
               "the token each head attends to most (click a cell)",
-        xaxis=dict(title="head", tickmode="array", tickvals=x, showgrid=False, zeroline=False),
-        yaxis=dict(title="layer", tickmode="array", tickvals=y, autorange="reversed", showgrid=False, zeroline=False),
-        height=height or grid_height(L), margin=dict(t=60, b=40, l=50, r=20), dragmode=False,
+        xaxis=dict(title=x_axis, tickmode="array", tickvals=layers if by_head else heads, showgrid=False,
+                   zeroline=False),
+        yaxis=dict(title=y_axis, tickmode="array", tickvals=heads if by_head else layers, autorange="reversed",
+                   showgrid=False, zeroline=False),
+        height=height or (grid_height(H) if by_head else grid_height(L)), margin=dict(t=60, b=40, l=50, r=20),
+        dragmode=False,
     )
     return fig
 

@@ -159,28 +159,50 @@ def loss_per_position_figure(predictions: Predictions, *, height: int = 320) -> 
     return fig
 
 
-def fill_comparison_figure(results, tokens: list[str], *, height: int = 360) -> go.Figure:
+def fill_comparison_figure(results, tokens: list[str], *, height: int = 360, label_px: int | None = None) -> go.Figure:
     """p(chosen token) at each filled position, one group of bars per filling mode; labels show the token.
 
     ``results``: FillResults of the same positions (independent, easy-first, Mask-Predict).
+    ``label_px``: bar labels of that size, for a room (presenter view): the bars then lie across, one
+    row each, so a label never has to fit a narrow bar (plotly shrinks an outside label to the bar's
+    width, and side by side they overlapped).
     """
     fig = go.Figure()
     names = {"independent": "independent: one pass", "easy_first": "greedy easy-first: most confident first",
              "mask_predict": "Mask-Predict: re-mask the least sure"}
+    across = label_px is not None
+    positions = 0
     for result in results:
         steps = sorted(result.steps, key=lambda s: s.position)
+        positions = max(positions, len(steps))
         order = {position: i + 1 for i, position in enumerate(result.order)}
         text = [f"{_e(s.token)}" + (f" (#{order[s.position]})" if result.mode == "easy_first" else "") for s in steps]
+        where = [f"{s.position}: {_e(tokens[s.position]) if s.position < len(tokens) else ''}" for s in steps]
+        probs = [s.prob for s in steps]
         fig.add_trace(go.Bar(
             name=names.get(result.mode, result.mode),
-            x=[f"{s.position}: {_e(tokens[s.position]) if s.position < len(tokens) else ''}" for s in steps],
-            y=[s.prob for s in steps], text=text, textposition="outside", cliponaxis=False,
+            x=probs if across else where, y=where if across else probs, orientation="h" if across else "v",
+            text=text, textposition="outside", cliponaxis=False,
+            textfont=dict(size=label_px) if across else None,
             marker_color=MODE_COLORS.get(result.mode, OTHER_COLOR),
-            hovertemplate="%{x}<br>chose %{text}, p = %{y:.3f}<extra></extra>",
+            hovertemplate=("%{y}<br>chose %{text}, p = %{x:.3f}" if across else
+                           "%{x}<br>chose %{text}, p = %{y:.3f}") + "<extra></extra>",
         ))
+    title = "Filling several masks: the chosen token and its probability (#n = easy-first fill order)"
+    if across:
+        bars = max(1, positions) * max(1, len(results))
+        fig.update_layout(
+            barmode="group", title=title, bargap=0.25, bargroupgap=0.05,
+            xaxis=dict(title="p(chosen token)", range=[0, 1.35], tickformat=".0%",  # room for labels right of 100%
+                       tickvals=[0, 0.25, 0.5, 0.75, 1.0]),
+            yaxis=dict(title="position: original token", autorange="reversed"),
+            legend=dict(orientation="h", y=-0.2), height=max(height, 160 + bars * int(label_px * 1.9)),
+            margin=dict(t=60, b=40),
+        )
+        return fig
     fig.update_layout(
         barmode="group",
-        title="Filling several masks: the chosen token and its probability (#n = easy-first fill order)",
+        title=title,
         yaxis=dict(title="p(chosen token)", range=[0, 1.1], tickformat=".0%"),
         xaxis=dict(title="position: original token"),
         legend=dict(orientation="h", y=-0.3), height=height, margin=dict(t=60, b=40),

@@ -178,6 +178,9 @@ def head_cost_figure(points: Sequence[tuple[str, str, HeadCost]], height: int = 
     return fig
 
 
+_DASHES = ("solid", "dot", "dash", "dashdot", "longdash", "longdashdot")  # one per size of a family (at most 6 picked)
+
+
 def _log_spaced_ranks(n: int, points: int = 300) -> list[int]:
     if n <= points:
         return list(range(n))
@@ -191,7 +194,9 @@ def frequency_profile_figure(profiles: Sequence[tuple[str, str, FrequencyProfile
     the legend says how many there are among the non-special entries (the profile leaves special tokens out).
     """
     fig = go.Figure()
+    seen: dict[str, int] = {}
     for index, (family, label, profile) in enumerate(profiles):
+        nth = seen[family] = seen.get(family, -1) + 1  # the colour says the family, the dash which size in it
         used = [c for c in profile.counts if c > 0]
         ranks = _log_spaced_ranks(len(used))
         # frequency_profile leaves the special tokens out ([PAD], [UNK], [CLS], [SEP], [MASK]): say so, or a
@@ -203,7 +208,7 @@ def frequency_profile_figure(profiles: Sequence[tuple[str, str, FrequencyProfile
                 y=[used[r] for r in ranks],
                 mode="lines",
                 name=name,
-                line=dict(color=_color(family, index), width=2, dash="solid" if index % 2 == 0 else "dot"),
+                line=dict(color=_color(family, index), width=2, dash=_DASHES[nth % len(_DASHES)]),
                 text=[profile.tokens[r] for r in ranks],
                 hovertemplate="rank %{x:,}: %{text}<br>%{y:,} times<extra>" + label + "</extra>",
             )

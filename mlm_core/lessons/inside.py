@@ -91,13 +91,14 @@ def _bare(token: str) -> str:
 
 def head_patterns(attention: torch.Tensor, input_ids, attention_mask, tokens: Sequence[Sequence[str]], *,
                   cls_id: int | None, sep_id: int | None, special_ids: Sequence[int] = (),
-                  mask_id: int | None = None) -> HeadPatterns:
+                  mask_id: int | None = None, query_mask=None) -> HeadPatterns:
     """Score every head of ``attention`` (B, L, H, T, T) for each of ``PATTERNS``.
 
     Query tokens: real tokens other than [CLS], [SEP] and ``special_ids`` — what words and masks
-    look at. Keys: the pattern's tokens (for "same token elsewhere": another position with the same
-    id; specials and ``mask_id`` never count as the same word). A query counts for a pattern only
-    if it has at least one such key (the first token has no previous one).
+    look at — or only those where ``query_mask`` (B, T) is set (the [MASK] positions). Keys: the
+    pattern's tokens (for "same token elsewhere": another position with the same id; specials and
+    ``mask_id`` never count as the same word). A query counts for a pattern only if it has at least
+    one such key (the first token has no previous one).
     """
     attention = attention.float()
     B, L, H, T, _ = attention.shape
@@ -109,6 +110,8 @@ def head_patterns(attention: torch.Tensor, input_ids, attention_mask, tokens: Se
         special |= ids == i
     queries = real & ~special  # (B, T)
     words = queries & (ids != mask_id if mask_id is not None else True)  # (B, T) tokens that can repeat
+    if query_mask is not None:
+        queries = queries & torch.as_tensor(query_mask).reshape(B, T).bool()
     punct = torch.tensor([[_bare(t) in PUNCTUATION for t in list(row)[:T]] + [False] * (T - len(row))
                           for row in tokens], dtype=torch.bool).reshape(B, T)
     index = torch.arange(T)
@@ -149,13 +152,29 @@ def _cls_sep(tokenizer) -> tuple[int | None, int | None]:
     return cls, sep
 
 
-def measure_head_patterns(model: nn.Module, tokenizer, encoded) -> HeadPatterns:
-    """``head_patterns`` of ``model`` on a tokenized batch (``mlm_core.data.Encoded``): one forward pass."""
-    attention = attention_maps(model, encoded.input_ids, encoded.attention_mask)  # (B, L, H, T, T)
+def measure_head_patterns(model: nn.Module, tokenizer, encoded, *, at_mask: bool = False) -> HeadPatterns:
+    """``head_patterns`` of ``model`` on a tokenized batch (``mlm_core.data.Encoded``): one forward pass.
+
+    By default over every word of the sentences as they are (no [MASK]). ``at_mask``: each sentence's
+    last word (``last_word``, where the Inside page puts its first [MASK]) hidden behind [MASK], and
+    the heads measured at that position only: what the page's grid shows, one row per head.
+    """
+    ids, queries = encoded.input_ids, None
+    if at_mask:
+        ids = ids.clone()  # (B, T): never the caller's tensor
+        queries = torch.zeros_like(ids, dtype=torch.bool)
+        for row, tokens in enumerate(encoded.tokens):
+            special = [bool(x) for x in encoded.special_tokens_mask[row, : len(tokens)].tolist()]
+            position = last_word(tokens, special)
+            if position is not None:
+                ids[row, position] = tokenizer.mask_token_id
+                queries[row, position] = True
+    attention = attention_maps(model, ids, encoded.attention_mask)  # (B, L, H, T, T)
     cls, sep = _cls_sep(tokenizer)
     special = [i for i in tokenizer.all_special_ids if i != tokenizer.mask_token_id]
-    return head_patterns(attention, encoded.input_ids, encoded.attention_mask, encoded.tokens,
-                         cls_id=cls, sep_id=sep, special_ids=special, mask_id=tokenizer.mask_token_id)
+    return head_patterns(attention, ids, encoded.attention_mask, encoded.tokens,
+                         cls_id=cls, sep_id=sep, special_ids=special, mask_id=tokenizer.mask_token_id,
+                         query_mask=queries)
 
 
 def lens_profile_on_texts(model: nn.Module, tokenizer, texts: Sequence[str], *, seed: int = 0,

@@ -194,11 +194,21 @@ def _shape_giveaway(question: Question) -> str | None:
     return None
 
 
-def corpus_question_sentence(sentences: Sequence[str], seed: int, round: int) -> tuple[int, str]:
-    """(index, sentence): the corpus sentence of question ``round`` for ``seed``, the same for everyone."""
+def corpus_question_sentence(sentences: Sequence[str], seed: int, round: int,
+                             kind: str = QUIZ_KINDS[0]) -> tuple[int, str]:
+    """(index, sentence): the corpus sentence of question ``round`` of quiz ``kind`` for ``seed``, the same for everyone.
+
+    Each quiz takes its questions a third of the corpus apart from the others', so that after "Guess the
+    token" has revealed a sentence's words, question 1 of "Which one was random?" is another sentence.
+
+    >>> corpus = [f"sentence {i}" for i in range(30)]
+    >>> len({corpus_question_sentence(corpus, 7, 0, kind)[0] for kind in QUIZ_KINDS})
+    3
+    """
     if not sentences:
         raise InputError("There is no corpus to take quiz sentences from.")
     index = int(torch.randint(len(sentences), (1,), generator=seeds.generator(seed, "quiz_sentence", round)))
+    index = (index + QUIZ_KINDS.index(kind) * (len(sentences) // len(QUIZ_KINDS))) % len(sentences)
     return index, sentences[index]
 
 

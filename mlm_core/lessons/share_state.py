@@ -37,6 +37,7 @@ _NUMBER = re.compile(r"\d{1,12}")
 # The choices a link may name for a page's state (the quiz and the Inside page check theirs against these).
 QUIZ_KINDS = ("guess", "random", "loss")  # the Quiz page's quizzes, first the default
 INSIDE_VIEWS = ("attention", "lens", "saliency", "training")  # the Inside-the-model page's views, first the default
+PREDICTION_SOURCES = ("here", "masking")  # the Predictions page's masks: clicked there, or the Masking page's
 
 
 # --------------------------------------------------------------------------- link fields
@@ -173,7 +174,27 @@ FIELDS: tuple[Field, ...] = (
     Field("quiz", "choice", QUIZ_KINDS[0], choices=QUIZ_KINDS, label="quiz"),
     Field("round", "int", 0, 0, MAX_ROUND, label="quiz question number"),
     Field("view", "choice", INSIDE_VIEWS[0], choices=INSIDE_VIEWS, label="Inside-the-model view"),
+    Field("source", "choice", PREDICTION_SOURCES[0], choices=PREDICTION_SOURCES, label="Predictions' masked sentence"),
 )
+
+# What each page's link holds: what that page shows, never another page's state (a Quiz link with the
+# Masking page's step= or the Inside page's view=) and never a trained model's id (it lives in one session
+# only). Every page reads any of FIELDS from a link it is opened with; it writes only its own.
+RULE_FIELDS = ("strategy", "p", "mask", "random", "span_replace")  # the masking rule
+LESSON_FIELDS = ("sentence", "seed", "model", *RULE_FIELDS)  # one sentence, its masks, the model
+PAGE_LINKS: dict[str, tuple[str, ...]] = {
+    "home": LESSON_FIELDS,  # where students start: the lesson they walk through the pages with
+    "masking": (*LESSON_FIELDS, "step"),
+    "predictions": (*LESSON_FIELDS, "source"),
+    "inside": (*LESSON_FIELDS, "view"),
+    "losses": ("seed", "model", *RULE_FIELDS),  # a batch of workshop sentences picked by the seed
+    "bug_museum": ("seed", "model", *RULE_FIELDS),  # the Loss page's batch
+    "tokenizer": ("seed",),  # its own sentence and vocabularies; the seed of its masking demo
+    "training": ("seed", "model", *RULE_FIELDS),
+    "efficiency": ("seed", "model"),
+    "quiz": ("seed", "model", *RULE_FIELDS, "quiz", "round", "qs"),  # never the sentence: it would give answers away
+}
+RETIRED = ("trained",)  # names old links carried: dropped from the address, never read
 
 
 def defaults(fields: Sequence[Field] = FIELDS) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from tests.browser.conftest import SLOW, chips, go_to, open_link, student, wait_
 LINK = {"sentence": "Paris is the capital of France, and Berlin is the capital of Germany.", "seed": "7",
         "strategy": "whole_word", "p": "0.3", "mask": "0.5", "random": "0.25", "step": "5"}
 CORE = {k: v for k, v in LINK.items() if k != "step"}
-BIG_CHIPS = "() => { const c = document.querySelector('.mlm-chip'); return c && parseFloat(getComputedStyle(c).fontSize) >= 28; }"
+BIG_CHIPS = ("() => { const c = Array.from(document.querySelectorAll('.mlm-chip')).find(e => !e.closest('.mlm-legend'));"
+             " return c && parseFloat(getComputedStyle(c).fontSize) >= 28; }")  # tokens (the colour key is smaller)
 TITLES = {"Masking": "Masking", "Predictions": "Predictions", "Quiz": "Quiz", "Home": "MLM Lab"}
 
 

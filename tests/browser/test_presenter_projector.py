@@ -1,0 +1,108 @@
+"""Presenter view on a 1280x720 projector (issue 24 §3 item 6): a presenter steps through the masking
+decisions without scrolling, and what the room reads (the draw line, "was: …", the head grid's cell
+labels, the bars of "Filling several masks", the buttons) is large and on one line."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from tests.browser.conftest import open_page, presenter_view, student, wait_idle
+
+SENTENCE = "Unbelievably, the tokenizer splits rare words into several word pieces."
+MIN_PX = 20  # what the back row reads (ui.PRESENTER_CHART_FONT_PX)
+
+BOXES = """() => {
+  const rect = e => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, height: r.height}; };
+  const button = name => Array.from(document.querySelectorAll('[data-testid="stMain"] .stButton button'))
+    .find(b => b.textContent.includes(name));
+  const row = button('Next token').closest('[data-testid="stHorizontalBlock"]');
+  const chips = Array.from(document.querySelectorAll('.mlm-chips')).find(c => c.textContent.includes('##bel'));
+  const draw = Array.from(document.querySelectorAll('[data-testid="stMain"] [data-testid="stMarkdownContainer"] p'))
+    .find(e => /^Token \d+ of \d+/.test(e.textContent));
+  const header = document.querySelector('[data-testid="stHeader"]');
+  const sub = document.querySelector('.mlm-chips .mlm-sub');
+  const oneLine = b => { const p = b.querySelector('p') || b; const px = parseFloat(getComputedStyle(p).fontSize);
+    return p.getBoundingClientRect().height < 1.9 * px; };
+  return {viewport: window.innerHeight, header: header ? header.getBoundingClientRect().bottom : 0,
+          buttons: rect(row), chips: rect(chips), draw: rect(draw),
+          drawPx: parseFloat(getComputedStyle(draw).fontSize), drawText: draw.textContent,
+          subPx: sub ? parseFloat(getComputedStyle(sub).fontSize) : null,
+          oneLine: ['Start over', 'Previous token', 'Next token', 'Show all', 'Re-roll']
+            .map(n => [n, oneLine(button(n))])};
+}"""
+
+SCROLL_TO_BUTTONS = """() => {
+  const b = Array.from(document.querySelectorAll('[data-testid="stMain"] .stButton button'))
+    .find(x => x.textContent.includes('Start over'));
+  const row = b.closest('[data-testid="stHorizontalBlock"]');
+  let box = row.parentElement;
+  while (box && box.scrollHeight <= box.clientHeight + 1) box = box.parentElement;
+  const header = document.querySelector('[data-testid="stHeader"]');
+  box.scrollBy(0, row.getBoundingClientRect().top - (header ? header.getBoundingClientRect().bottom : 0) - 8);
+}"""
+
+
+def test_a_presenter_steps_through_masking_without_scrolling(browser, server):
+    with student(browser, 1280, 720) as page:
+        open_page(page, server, f"masking?sentence={quote(SENTENCE)}&seed=144&step=0")
+        presenter_view(page)
+        page.evaluate(SCROLL_TO_BUTTONS)  # once, as a presenter would, before the first step
+        page.wait_for_timeout(300)
+        for step in range(1, 5):  # [CLS], un, ##bel ([MASK]: "was: ##bel"), ##ie
+            page.get_by_role("button", name="Next token ▶").click()
+            wait_idle(page)
+            page.wait_for_timeout(300)
+            box = page.evaluate(BOXES)
+            assert f"Token {step} of" in box["drawText"], box
+            assert box["buttons"]["top"] >= box["header"] - 1, box  # nothing scrolled away
+            assert box["chips"]["bottom"] <= box["viewport"] and box["draw"]["bottom"] <= box["viewport"], box
+        assert box["drawPx"] >= 24, box  # the draw line, larger than the body text
+        assert box["subPx"] is not None and box["subPx"] >= MIN_PX, box  # "was: ##bel"
+        assert all(ok for _, ok in box["oneLine"]), box["oneLine"]  # no button label wraps
+
+
+HEATMAP_LABELS = """() => Array.from(document.querySelectorAll('.js-plotly-plot .heatmap-label text')).map(t => {
+  const r = t.getBoundingClientRect();
+  return {px: parseFloat(t.style.fontSize), width: r.width, centre: Math.round(r.left + r.width / 2)}; })"""
+BAR_LABELS = """() => {
+  const plot = Array.from(document.querySelectorAll('.js-plotly-plot'))
+    .find(p => (p.querySelector('.gtitle') || {}).textContent.startsWith('Filling several masks'));
+  return Array.from(plot.querySelectorAll('text.bartext')).map(t => {
+    const r = t.getBoundingClientRect(); return {px: parseFloat(t.style.fontSize), left: r.left, right: r.right,
+      top: r.top, bottom: r.bottom, text: t.textContent}; });
+}"""
+
+
+def test_the_head_grid_and_the_fill_bars_are_room_sized_at_1280x720(browser, server):
+    with student(browser, 1280, 720) as page:
+        open_page(page, server, f"inside?sentence={quote(SENTENCE)}&seed=144")
+        presenter_view(page)
+        page.wait_for_selector(".js-plotly-plot .heatmap-label text", timeout=120_000)
+        page.wait_for_timeout(800)
+        labels = page.evaluate(HEATMAP_LABELS)
+        assert labels and min(x["px"] for x in labels) >= MIN_PX, labels[:5]  # were 15 px
+        grid = page.evaluate("""() => document.querySelector('.js-plotly-plot .nsewdrag').getBoundingClientRect().width""")
+        columns = len({x["centre"] // 10 for x in labels})
+        assert max(x["width"] for x in labels) < grid / columns, (labels, grid, columns)  # every label inside its cell
+
+        typed = "The [MASK] sat on the [MASK] and watched the [MASK] in the garden."
+        open_page(page, server, f"predictions?sentence={quote(typed)}&seed=144")
+        presenter_view(page)  # a new page load is a new session: presenter view is the tab's, never the link's
+        page.wait_for_selector(".js-plotly-plot text.bartext", timeout=120_000)
+        page.wait_for_timeout(800)
+        bars = [b for b in page.evaluate(BAR_LABELS) if b["text"]]
+        assert len(bars) == 9 and min(b["px"] for b in bars) >= MIN_PX, bars  # 3 blanks x 3 ways of filling
+        for i, a in enumerate(bars):  # no two labels overlap
+            for b in bars[i + 1:]:
+                apart = a["right"] <= b["left"] or b["right"] <= a["left"] or a["bottom"] <= b["top"] or b["bottom"] <= a["top"]
+                assert apart, (a, b)
+
+
+def test_start_training_fits_on_one_line_at_1280x720(browser, server):
+    with student(browser, 1280, 720) as page:
+        open_page(page, server, "training")
+        presenter_view(page)
+        high = page.evaluate("""() => { const b = Array.from(document.querySelectorAll('.stButton button'))
+          .find(x => x.textContent.includes('Start training')); const p = b.querySelector('p');
+          return [p.getBoundingClientRect().height, parseFloat(getComputedStyle(p).fontSize)]; }""")
+        assert high[0] < 1.9 * high[1] and high[1] >= MIN_PX, high
