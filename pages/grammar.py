@@ -5,6 +5,7 @@ import streamlit as st
 import ui
 from mlm_core import MLMLabError
 from mlm_core.default_model import read_build_record
+from mlm_core.lessons import share_state
 from mlm_core.figures.grammar import pair_figure, phenomena_figure
 from mlm_core.grammar import MAX_SENTENCE_CHARS, PHENOMENA, PUBLISHED, check_sentence
 from mlm_core.lessons.grammar import default_model_blimp, draw_pair, lab_pairs_report, phenomenon_rows, token_rows, verdict
@@ -12,7 +13,7 @@ from mlm_core.lessons.grammar import default_model_blimp, draw_pair, lab_pairs_r
 GOOD, BAD, SHADOW = "grammar_good", "grammar_bad", "_grammar_pair"  # the boxes, and their copy across page switches
 FIRST = ("The keys to the cabinet are on the table.", "The keys to the cabinet is on the table.")
 
-settings = ui.page_setup("📐 Grammar")
+settings = ui.page_setup("📐 Grammar: what the model knows about English", link=share_state.PAGE_LINKS["grammar"])
 st.markdown(
     "Does the model know English grammar? Give it a **minimal pair**: two sentences that differ in one place, "
     "one grammatical and one not. The model scores each by its **pseudo-log-likelihood** (PLL): every token "

@@ -187,6 +187,7 @@ PAGE_LINKS: dict[str, tuple[str, ...]] = {
     "masking": (*LESSON_FIELDS, "step"),
     "predictions": (*LESSON_FIELDS, "source"),
     "inside": (*LESSON_FIELDS, "view"),
+    "grammar": ("seed", "model"),  # its own pair (the seed draws it); the lesson sentence is not used there
     "losses": ("seed", "model", *RULE_FIELDS),  # a batch of workshop sentences picked by the seed
     "bug_museum": ("seed", "model", *RULE_FIELDS),  # the Loss page's batch
     "tokenizer": ("seed",),  # its own sentence and vocabularies; the seed of its masking demo
