@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from mlm_core.data import special_ids
 from mlm_core.errors import InputError
-from mlm_core.head import check_shapes, masked_lm_logits, selected_index
+from mlm_core.head import SCORES_AT_ONCE, check_shapes, head_parts, masked_lm_logits, row_groups, selected_index
 from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, mask_tokens
 
 __all__ = [
@@ -105,6 +105,13 @@ class Predictions:
         return rows
 
 
+def _vocab_size(model) -> int:
+    """V of the model's output layer (its config's where the model has none to show)."""
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(out, "weight", None)
+    return int(weight.shape[0]) if weight is not None else int(getattr(model.config, "vocab_size", 1) or 1)
+
+
 @torch.no_grad()
 def predict_masked(model, tokenizer, input_ids, attention_mask, labels, *, k: int = 5, decisions=None) -> Predictions:
     """Top-k, p(true), rank, entropy and loss at every position where ``labels != IGNORE_INDEX``.
@@ -113,6 +120,15 @@ def predict_masked(model, tokenizer, input_ids, attention_mask, labels, *, k: in
     trained on all three. ``decisions`` (shaped like ``labels``) tags each position with its Decision.
     """
     input_ids, attention_mask, labels = check_shapes(input_ids, attention_mask, labels)
+    groups = row_groups(labels, _vocab_size(model), gathered=head_parts(model) is not None)
+    if len(groups) > 1:  # many selected positions: a few sentences at a time, so (M, V) stays small
+        rows = []
+        for g in groups:
+            part = predict_masked(model, tokenizer, input_ids[g], None if attention_mask is None else attention_mask[g],
+                                  labels[g], k=k, decisions=None if decisions is None else decisions.reshape(labels.shape)[g])
+            rows += [replace(p, row=p.row + g.start) for p in part.positions]
+            k, vocab = part.k, part.vocab_size
+        return Predictions(tuple(rows), k, vocab)
     logits, targets = masked_lm_logits(model, input_ids, attention_mask, labels)  # (M, V), (M,)
     log_probs = F.log_softmax(logits.float(), dim=-1)  # (M, V), in fp32 even for a bf16 model
     probs = log_probs.exp()  # (M, V)
@@ -322,7 +338,10 @@ def pseudo_log_likelihood(model, tokenizer, input_ids, attention_mask=None, *, b
     positions = [t for t in range(ids.shape[0])
                  if int(ids[t]) not in special and (mask is None or int(mask[t]) == 1)]
     log_probs: list[float] = []
-    for start in range(0, len(positions), max(1, int(batch_size))):
+    # A copy per row: a gathered head scores one position of each (N × V), any other head all of them (N × T × V).
+    per_copy = _vocab_size(model) * (1 if head_parts(model) is not None else ids.shape[0])
+    batch_size = max(1, min(int(batch_size), SCORES_AT_ONCE // per_copy))
+    for start in range(0, len(positions), batch_size):
         chunk = positions[start:start + batch_size]
         rows = torch.arange(len(chunk))
         copies = ids.repeat(len(chunk), 1)  # (N, T)
