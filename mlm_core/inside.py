@@ -353,7 +353,7 @@ def lens_profile(model: nn.Module, input_ids, attention_mask, labels) -> LensPro
         for states in out.hidden_states:  # (B, T, H) at each depth
             rows = states.reshape(-1, states.shape[-1])[selected.to(device)]  # (M, H)
             true_parts, rank_parts = [], []
-            for start in range(0, rows.shape[0], chunk):
+            for start in range(0, max(1, rows.shape[0]), chunk):  # no selected row: one empty chunk, as before
                 log_probs = F.log_softmax(head.decoder(head.transform(rows[start:start + chunk])).float(), dim=-1)
                 true_parts.append(log_probs.gather(1, targets[start:start + chunk, None]))  # (chunk, 1)
                 rank_parts.append((log_probs > true_parts[-1]).sum(-1) + 1)  # (chunk,)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import plain
+
 ROOT = Path(__file__).resolve().parent.parent
 # The project's own code only: its top-level script and package folders, never a virtual environment or other
 # checkout that a user keeps inside the clone (README makes .venv there; its site-packages hold non-UTF-8 files).
@@ -202,7 +204,7 @@ def test_malformed_uploads_show_a_clear_message(apptest, page, state, uploader, 
     assert not at.exception
     at.file_uploader(key=uploader).set_value(file).run()
     assert not at.exception
-    shown = [e.value for e in (*at.error, *at.warning)]
+    shown = [plain(e.value) for e in (*at.error, *at.warning)]  # as the reader sees the escaped message
     assert any(file[0] in text and ("nested too deeply" in text or "number too long" in text or "never closed" in text)
                for text in shown), shown
 
