@@ -134,7 +134,10 @@ def encoder_states(model: nn.Module, input_ids, attention_mask) -> torch.Tensor:
     return out[0]  # last_hidden_state (B, T, H)
 
 
-SCORES_AT_ONCE = 2**23  # head scores computed at once when predicting (rows × V): 32 MB in fp32, a few copies per click
+# Head scores computed at once when predicting (rows × V): 64 MiB in fp32, a few copies per click. Above glibc's
+# largest heap block (32 MiB), so each chunk gets its own mapping and goes back whole when freed: chunks just
+# under it came from the heap, and small tensors kept between them grew it by a chunk each time.
+SCORES_AT_ONCE = 2**24
 
 
 def row_groups(labels: torch.Tensor, vocab_size: int, *, gathered: bool = True,

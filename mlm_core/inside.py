@@ -352,13 +352,14 @@ def lens_profile(model: nn.Module, input_ids, attention_mask, labels) -> LensPro
         chunk = max(1, SCORES_AT_ONCE // head.decoder.weight.shape[0])  # rows scored at once: (chunk, V) stays small
         for states in out.hidden_states:  # (B, T, H) at each depth
             rows = states.reshape(-1, states.shape[-1])[selected.to(device)]  # (M, H)
-            true_parts, rank_parts = [], []
-            for start in range(0, max(1, rows.shape[0]), chunk):  # no selected row: one empty chunk, as before
+            # filled chunk by chunk: nothing small is kept between the chunks' large scores (see head.SCORES_AT_ONCE)
+            true = torch.empty(rows.shape[0], 1, device=device)  # (M, 1)
+            rank = torch.empty(rows.shape[0], dtype=torch.long, device=device)  # (M,)
+            for start in range(0, rows.shape[0], chunk):
                 log_probs = F.log_softmax(head.decoder(head.transform(rows[start:start + chunk])).float(), dim=-1)
-                true_parts.append(log_probs.gather(1, targets[start:start + chunk, None]))  # (chunk, 1)
-                rank_parts.append((log_probs > true_parts[-1]).sum(-1) + 1)  # (chunk,)
+                true[start:start + chunk] = log_probs.gather(1, targets[start:start + chunk, None])  # (chunk, 1)
+                rank[start:start + chunk] = (log_probs > true[start:start + chunk]).sum(-1) + 1  # (chunk,)
                 del log_probs
-            true, rank = torch.cat(true_parts), torch.cat(rank_parts)  # (M, 1), (M,)
             top1.append((rank == 1).float().mean())
             top5.append((rank <= 5).float().mean())
             mean_lp.append(true.mean())
