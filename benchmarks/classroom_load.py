@@ -249,7 +249,7 @@ HEAVY = "heavy: "  # the costliest-clicks student's interactions: kept out of th
 
 async def widest(page, key: str, steps_back: int = 0) -> None:
     """A select slider (its Streamlit key) to its largest value, then ``steps_back`` values down, from the keyboard."""
-    thumb = page.locator(f".st-key-{key} [role='slider']").first
+    thumb = page.locator(f".st-key-{key} input[type='range']").first  # the slider's keyboard handle
     await thumb.focus()
     await thumb.press("End")
     for _ in range(steps_back):
