@@ -11,9 +11,14 @@ start over, step through three tokens), Predictions, Quiz (type a guess into eac
 reveal). On top of that, student 0 first visits every page once (pressing Masking's "Mask the
 corpus" and Predictions' "Compare on many sentences") and makes one Efficiency measurement, and students 1 and 2 each
 start a training run at the beginning, leave it for the other pages, come back to it between
-rounds, and download its curves at the end.
+rounds, and download its curves at the end. The last student (``--no-heavy`` leaves it out) does only
+the costliest clicks the pages allow, again and again, while the others work: the Efficiency page's
+three loss paths at batch 16 × 128, its training step five ways and the profile at the widest size the
+page accepts (8 × 64 on the bundled model), and Predictions' "Compare on many sentences" on 256 sentences
+with a link's p = 1 (every token selected).
 
-Measured, for RESULTS.md: interactions completed; p50/p95 latency per interaction (from the click
+Measured, for RESULTS.md: the server's peak RSS; the other students' p95 latency while the heavy one
+clicks; interactions completed; p50/p95 latency per interaction (from the click
 to the end of the script run it caused, read from the page's own ``data-test-script-state``);
 exceptions (Streamlit exception boxes, browser page errors, tracebacks in the server log, a server
 that died: all must be 0); the server's resident memory (RSS) over time; both training runs
@@ -239,6 +244,41 @@ async def efficiency_measurement(page, stats: Stats) -> None:
                 lambda: page.get_by_role("button", name=re.compile("Measure the three loss paths")).click(), timeout=600)
 
 
+HEAVY = "heavy: "  # the costliest-clicks student's interactions: kept out of the others' latencies
+
+
+async def widest(page, key: str, steps_back: int = 0) -> None:
+    """A select slider (its Streamlit key) to its largest value, then ``steps_back`` values down, from the keyboard."""
+    thumb = page.locator(f".st-key-{key} input[type='range']").first  # the slider's keyboard handle
+    await thumb.focus()
+    await thumb.press("End")
+    for _ in range(steps_back):
+        await thumb.press("ArrowLeft")
+    await idle(page)
+
+
+async def heavy_round(page, stats: Stats, server: Server) -> None:
+    """The costliest clicks the pages allow, one after another (each waits for its turn in the measurement queue)."""
+    await go(page, stats, "Efficiency")
+    await widest(page, "eff_seq")
+    await widest(page, "eff_batch")
+    await timed(page, stats, HEAVY + "efficiency loss paths 16 × 128",
+                lambda: page.get_by_role("button", name=re.compile("Measure the three loss paths")).click(), timeout=900)
+    await widest(page, "eff_seq", 1)
+    await widest(page, "eff_batch", 1)
+    await timed(page, stats, HEAVY + "efficiency step five ways 8 × 64",
+                lambda: page.get_by_role("button", name=re.compile("Measure the training step five ways")).click(),
+                timeout=900)
+    await timed(page, stats, HEAVY + "efficiency profile 8 × 64",
+                lambda: page.get_by_role("button", name=re.compile("Profile one step")).click(), timeout=900)
+    await page.goto(server.url + "/predictions?p=1&mask=1&random=0", timeout=300_000)  # a link's widest rule
+    await idle(page, 300)
+    await page.evaluate(OBSERVER)
+    await widest(page, "pred_corpus_n")
+    await timed(page, stats, HEAVY + "predictions compare 256 sentences, p = 1",
+                lambda: page.get_by_role("button", name=re.compile("Compare on many sentences")).click(), timeout=900)
+
+
 async def start_training(page, stats: Stats, train_model: str) -> None:
     await go(page, stats, "Training")
     option = page.get_by_role("radio", name=re.compile("Tiny random BERT: train from scratch" if train_model == "tiny-random"
@@ -315,6 +355,12 @@ async def student(browser, server: Server, stats: Stats, number: int, stop_at: f
         await page.goto(server.url + "/masking", timeout=300_000)
         await idle(page, 300)
         await page.evaluate(OBSERVER)
+        if args.heavy and number == args.students - 1:
+            while True:  # at least one round, then as many as fit
+                await heavy_round(page, stats, server)
+                if time.monotonic() >= stop_at:
+                    break
+            stop_at = 0.0  # no workshop rounds for this one
         if number in TRAINERS:
             await start_training(page, stats, args.train_model)
         if number == MEASURER:
@@ -419,6 +465,7 @@ def summarise(outcome: dict, args) -> dict:
         if name not in stats.latency:
             rows.append({"interaction": name, "completed": 0, "failed": count, "p50_s": None, "p95_s": None, "max_s": None})
     rss = [m for _, m in outcome["rss"] if m is not None]
+    others = [x for name, values in stats.latency.items() if not name.startswith(HEAVY) for x in values]
     exceptions = (len([p for p in stats.problems if "exception" in p]) + len(stats.page_errors)
                   + outcome["tracebacks_in_log"] + (0 if outcome["server_alive_at_end"] else 1))
     return {
@@ -428,6 +475,9 @@ def summarise(outcome: dict, args) -> dict:
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "started": outcome["started"], "seconds": outcome["seconds"],
         "load_average_before": outcome["load_before"], "load_average_after": outcome["load_after"],
+        "heavy_student": bool(args.heavy),
+        "others_p50_s": round(statistics.median(others), 3) if others else None,
+        "others_p95_s": round(percentile(others, 0.95), 3) if others else None,
         "interactions_completed": sum(len(v) for v in stats.latency.values()),
         "interactions_failed": sum(stats.failed.values()),
         "students_stopped_early": stats.students_stopped,
@@ -470,8 +520,11 @@ def markdown(summary: dict) -> str:
         f"students whose flow stopped early: {summary['students_stopped_early']}).",
         f"- Exceptions: **{summary['exceptions']}** (exception boxes, browser page errors, tracebacks in the "
         f"server log: {summary['tracebacks_in_server_log']}; server alive at the end: {summary['server_alive_at_end']}).",
-        f"- Server memory (RSS): {rss['start']:.0f} MiB at the start, {rss['max']:.0f} MiB at most, {rss['end']:.0f} MiB at the end."
-        if rss["start"] is not None else "- Server memory: not sampled.",
+        f"- Server memory (RSS): {rss['start']:.0f} MiB at the start, **{rss['max']:.0f} MiB at most**, {rss['end']:.0f} MiB at "
+        "the end." if rss["start"] is not None else "- Server memory: not sampled.",
+        (f"- With one student doing only the costliest allowed clicks (rows marked `heavy:`), the other students' "
+         f"interactions took **{summary['others_p95_s']} s at p95** ({summary['others_p50_s']} s median)."
+         if summary["heavy_student"] else f"- The students' interactions: {summary['others_p95_s']} s at p95."),
         f"- Largest WebSocket message from the server: {summary['largest_websocket_message_bytes'] / 1e6:.2f} MB "
         f"(on {summary['largest_message_page']}), of {summary['websocket_messages']:,} messages.",
         "",
@@ -524,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="what the two training runs train (default tiny-random: a run ends within the test)")
     parser.add_argument("--run-timeout", type=float, default=600, help="seconds to wait for a run to end")
     parser.add_argument("--quick", action="store_true", help="smoke run: 60 s; results go to a temporary folder")
+    parser.add_argument("--no-heavy", dest="heavy", action="store_false",
+                        help="leave out the student who does only the costliest clicks (the last student, by default)")
     parser.add_argument("--note", default="", help="a sentence about the machine's state for RESULTS.md "
                         "(other work running at the same time, ...)")
     args = parser.parse_args(argv)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mlm_core.errors import InputError
+from mlm_core.model_access import estimate_parameters  # the one parameter count from a config
 
 BYTES_PER_VALUE = {"fp32": 4, "bf16": 2, "fp16": 2}
 MASK_RATE = 0.15  # BERT's selection probability (Devlin et al. 2019, §3.1): the share of positions the loss needs
@@ -111,6 +112,72 @@ def logits_size(batch_size: int, seq_len: int, vocab_size: int, *, mask_rate: fl
         "full_bytes": full_values * per, "gathered_bytes": gathered_values * per,
         "ratio": full_values / gathered_values if gathered_values else math.inf,
     }
+
+
+# --------------------------------------------------------------------------------------------
+# Memory a measurement holds at once: what a server checks before it runs one
+# --------------------------------------------------------------------------------------------
+
+LOSS_PATH_COPIES = 3.5  # (B·T, V) fp32 tensors at once: log-softmax, its gradient, the scores' gradient, and slack
+STEP_BYTES_PER_PARAMETER = 28  # the private copy, its gradients, AdamW's two moments, foreach temporaries (fp32)
+SCORE_COPIES = 3  # (M, V) scores, their softmax and their gradient in a training step
+
+
+def loss_paths_bytes(batch_size: int, seq_len: int, vocab_size: int) -> int:
+    """About the most the Efficiency page's three loss paths hold at once: ``LOSS_PATH_COPIES`` full (B·T, V)
+    fp32 tensors (the vectorised path: the scores are dropped once their log-softmax exists, the backward
+    pass then holds that log-softmax, its gradient and the scores' gradient). Checked against measured
+    peaks in ``tests/test_memory_budget.py``.
+
+    >>> round(loss_paths_bytes(16, 128, 30522) / 2**20)  # MiB: the page's widest batch, BERT's vocabulary
+    835
+    """
+    _check_whole(batch_size=batch_size, sequence_length=seq_len, vocabulary_size=vocab_size)
+    return int(LOSS_PATH_COPIES * batch_size * seq_len * vocab_size * BYTES_PER_VALUE["fp32"])
+
+
+LOSS_PAGE_COPIES = 10  # (M, V) fp32 tensors the Loss page and the Bug museum hold at once, K sweep up to V included
+
+
+def loss_page_bytes(masked: int, vocab_size: int) -> int:
+    """About the most the Loss page (and the Bug museum, on the same batch) holds at once: ``LOSS_PAGE_COPIES``
+    (M, V) fp32 tensors (the scores, three losses and their softmaxes, the gradients, a sampled softmax with
+    K = V drawn from the full softmax). Checked against measured peaks in ``tests/test_memory_budget.py``.
+
+    >>> round(loss_page_bytes(496, 30522) / 2**20)  # MiB: 8 sentences of 64 tokens, every one selected
+    578
+    """
+    _check_whole(vocabulary_size=vocab_size)
+    return int(LOSS_PAGE_COPIES * max(0, int(masked)) * vocab_size * BYTES_PER_VALUE["fp32"])
+
+
+def train_step_bytes(config, *, batch_size: int, seq_len: int, masked: int) -> int:
+    """About the most one measured training step holds beyond the model it copies (fp32, no checkpointing).
+
+    ``STEP_BYTES_PER_PARAMETER`` per parameter (a private copy, its gradients, AdamW's two moments and the
+    temporaries of its foreach update), what autograd keeps per token and layer with the gradients flowing
+    back through it (about ``40·H + 6·I`` values, plus ``6·heads·T`` for attention scores; the largest of the
+    five set-ups, bf16 and checkpointing included, fitted to the default model's measured peaks), and
+    ``SCORE_COPIES`` (M, V) tensors for the head. Checked against measured peaks in
+    ``tests/test_memory_budget.py``.
+
+    >>> from transformers import BertConfig
+    >>> small = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+    ...                    intermediate_size=1536)
+    >>> round(train_step_bytes(small, batch_size=8, seq_len=64, masked=77) / 2**20)  # MiB: the default model's shape
+    976
+    """
+    _check_whole(batch_size=batch_size, sequence_length=seq_len)
+    params = estimate_parameters(config)
+    hidden = int(getattr(config, "hidden_size", None) or getattr(config, "dim", 0) or 0)
+    layers = int(getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", 0) or 0)
+    inner = int(getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 0) or 4 * hidden)
+    heads = int(getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", 0) or 1)
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    per_token_layer = 40 * hidden + 6 * inner + 6 * heads * seq_len
+    activations = batch_size * seq_len * layers * per_token_layer * BYTES_PER_VALUE["fp32"]
+    scores = SCORE_COPIES * max(0, int(masked)) * vocab * BYTES_PER_VALUE["fp32"]
+    return int(STEP_BYTES_PER_PARAMETER * params + activations + scores)
 
 
 # --------------------------------------------------------------------------------------------

@@ -42,6 +42,8 @@ __all__ = [
     "masked_lm_hidden",
     "masked_lm_logits",
     "GatheredMaskedLM",
+    "SCORES_AT_ONCE",
+    "row_groups",
 ]
 
 
@@ -130,6 +132,37 @@ def encoder_states(model: nn.Module, input_ids, attention_mask) -> torch.Tensor:
         attention_mask=None if attention_mask is None else attention_mask.to(device),
     )
     return out[0]  # last_hidden_state (B, T, H)
+
+
+# Head scores computed at once when predicting (rows × V): 64 MiB in fp32, a few copies per click. Above glibc's
+# largest heap block (32 MiB), so each chunk gets its own mapping and goes back whole when freed: chunks just
+# under it came from the heap, and small tensors kept between them grew it by a chunk each time.
+SCORES_AT_ONCE = 2**24
+
+
+def row_groups(labels: torch.Tensor, vocab_size: int, *, gathered: bool = True,
+               budget: int = SCORES_AT_ONCE) -> list[slice]:
+    """Consecutive groups of a batch's rows (``labels`` (B, T)) whose head scores stay within ``budget`` values.
+
+    A gathered head scores the selected positions only (M_group × V); a head ``head_parts`` does not know
+    scores every position (B_group × T × V). A row that alone is over the budget is a group of its own.
+    Predicting group by group bounds what a page holds at once, whatever the batch and the masking rate.
+
+    >>> labels = torch.full((4, 3), IGNORE_INDEX); labels[:, 1] = 7  # one selected position per row
+    >>> row_groups(labels, vocab_size=10, budget=20), row_groups(labels, vocab_size=10, budget=20, gathered=False)
+    ([slice(0, 2, None), slice(2, 4, None)], [slice(0, 1, None), slice(1, 2, None), slice(2, 3, None), slice(3, 4, None)])
+    """
+    labels = torch.as_tensor(labels)
+    labels = labels.reshape(1, -1) if labels.dim() == 1 else labels
+    per_row = ((labels != IGNORE_INDEX).sum(-1) if gathered else torch.full((labels.shape[0],), labels.shape[-1]))
+    groups, start, used = [], 0, 0
+    for row, count in enumerate((per_row * int(vocab_size)).tolist()):
+        if row > start and used + count > budget:
+            groups.append(slice(start, row))
+            start, used = row, 0
+        used += count
+    groups.append(slice(start, labels.shape[0]))
+    return groups
 
 
 def masked_lm_hidden(model: nn.Module, input_ids, attention_mask, labels):

@@ -52,7 +52,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from mlm_core.errors import InputError
-from mlm_core.head import head_parts, masked_lm_logits
+from mlm_core.head import SCORES_AT_ONCE, head_parts, masked_lm_logits
 from mlm_core.masking import IGNORE_INDEX
 
 __all__ = [
@@ -349,11 +349,17 @@ def lens_profile(model: nn.Module, input_ids, attention_mask, labels) -> LensPro
         out = model.base_model(input_ids=torch.as_tensor(input_ids).to(device),
                                attention_mask=None if attention_mask is None else torch.as_tensor(attention_mask).to(device),
                                output_hidden_states=True)
+        chunk = max(1, SCORES_AT_ONCE // head.decoder.weight.shape[0])  # rows scored at once: (chunk, V) stays small
         for states in out.hidden_states:  # (B, T, H) at each depth
             rows = states.reshape(-1, states.shape[-1])[selected.to(device)]  # (M, H)
-            log_probs = F.log_softmax(head.decoder(head.transform(rows)).float(), dim=-1)  # (M, V)
-            true = log_probs.gather(1, targets[:, None])  # (M, 1)
-            rank = (log_probs > true).sum(-1) + 1  # (M,)
+            # filled chunk by chunk: nothing small is kept between the chunks' large scores (see head.SCORES_AT_ONCE)
+            true = torch.empty(rows.shape[0], 1, device=device)  # (M, 1)
+            rank = torch.empty(rows.shape[0], dtype=torch.long, device=device)  # (M,)
+            for start in range(0, rows.shape[0], chunk):
+                log_probs = F.log_softmax(head.decoder(head.transform(rows[start:start + chunk])).float(), dim=-1)
+                true[start:start + chunk] = log_probs.gather(1, targets[start:start + chunk, None])  # (chunk, 1)
+                rank[start:start + chunk] = (log_probs > true[start:start + chunk]).sum(-1) + 1  # (chunk,)
+                del log_probs
             top1.append((rank == 1).float().mean())
             top5.append((rank <= 5).float().mean())
             mean_lp.append(true.mean())

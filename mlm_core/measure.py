@@ -1,7 +1,7 @@
 """Measuring honestly on a shared machine: one measurement at a time, median times, peak memory.
 
-Many students share one server process, so every timed measurement takes turns
-(``exclusive_measurement``) and every use of ``torch.profiler`` goes through ``exclusive_profiler``
+Many students share one server process, so every timed measurement takes turns in one fair queue
+(``measurement_turn``, ``exclusive_measurement``) and every use of ``torch.profiler`` goes through ``exclusive_profiler``
 (two profilers at once crash the process). Times are medians over interleaved repeats
 (``median_times``) and a speed-up is the median of per-round ratios (``paired_ratio``), so a burst of
 load hits every contender alike. The Efficiency page's lesson (``mlm_core.lessons.efficiency``) and
@@ -15,6 +15,10 @@ the benchmarks in ``benchmarks/`` use these; what the numbers should be, by arit
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
+import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,11 +45,93 @@ class MeasurementBusyError(MLMLabError):
 # through ``exclusive_profiler``.
 _PROFILER_LOCK = threading.Lock()
 # Timed measurements share the CPU: two at once would slow each other and both report nonsense.
-_MEASURE_LOCK = threading.Lock()
+# They take turns in one queue (``measurement_turn``), first come first served, one place per client.
 PROFILER_WAIT_S = 120.0  # a profiled call waits this long for another one to end
-MEASURE_WAIT_S = 2.0  # a page's measurement waits this long before it says "busy"
+MEASURE_WAIT_S = 300.0  # how long a measurement waits for its turn before it says "busy"
+MEASURE_QUEUE = 8  # measurements that may wait at once behind the one running
 BUSY_MESSAGE = ("Another measurement is running on this server (perhaps another student pressed Measure): "
                 "measurements take turns so that their times stay honest. Try again in a few seconds.")
+QUEUE_FULL_MESSAGE = ("{waiting} measurements are already waiting for their turn on this server: try again in a "
+                      "minute.")
+ALREADY_WAITING_MESSAGE = ("You already have a measurement running or waiting (perhaps in another tab): one at a "
+                           "time per person, so that everyone gets a turn.")
+
+
+class _Ticket:
+    __slots__ = ("client", "thread")
+
+    def __init__(self, client: str | None, thread: int):
+        self.client, self.thread = client, thread
+
+
+class MeasurementQueue:
+    """One timed measurement at a time, taken in turns: first come, first served, one place per client.
+
+    A client (an IP address; ``None``: anonymous, a script or a test) that is already measuring or
+    waiting is refused a second place, so several tabs do not buy several turns, and one who presses
+    again goes to the back, behind everyone who waited. ``on_wait(ahead)`` is told how many are
+    ahead whenever that changes (the page shows it). The thread holding the turn may enter again
+    (a lesson function inside a page's turn). Thread-safe.
+    """
+
+    def __init__(self, max_waiting: int = MEASURE_QUEUE):
+        self.max_waiting = max_waiting
+        self._cond = threading.Condition()
+        self._line: list[_Ticket] = []  # the first holds the turn
+
+    def waiting(self) -> int:
+        with self._cond:
+            return max(0, len(self._line) - 1)
+
+    @contextlib.contextmanager
+    def turn(self, client: str | None = None, *, wait_s: float = MEASURE_WAIT_S,
+             on_wait: Callable[[int], Any] | None = None) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._cond:
+            if self._line and self._line[0].thread == me:  # already this thread's turn
+                reentered = True
+            else:
+                reentered = False
+                if client is not None and any(t.client == client for t in self._line):
+                    raise MeasurementBusyError(ALREADY_WAITING_MESSAGE)
+                if len(self._line) > self.max_waiting:
+                    raise MeasurementBusyError(QUEUE_FULL_MESSAGE.format(waiting=len(self._line) - 1))
+                ticket = _Ticket(client, me)
+                self._line.append(ticket)
+        if reentered:
+            yield
+            return
+        try:
+            deadline, told = time.monotonic() + wait_s, None
+            while True:
+                with self._cond:
+                    ahead = self._line.index(ticket)
+                    if ahead == 0:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise MeasurementBusyError(BUSY_MESSAGE)
+                    if ahead == told or on_wait is None:
+                        self._cond.wait(min(left, 1.0))
+                        continue
+                told = ahead
+                on_wait(ahead)  # outside the lock: a page may take its time to draw
+            yield
+        finally:
+            with self._cond:
+                if ticket in self._line:
+                    self._line.remove(ticket)
+                self._cond.notify_all()
+
+
+_MEASUREMENTS = MeasurementQueue()
+
+
+def measurement_turn(client: str | None = None, *, wait_s: float = MEASURE_WAIT_S,
+                     on_wait: Callable[[int], Any] | None = None):
+    """This process's measurement queue (``MeasurementQueue.turn``): a page takes its turn around a whole
+    measurement, naming its client and showing ``on_wait(ahead)`` while it waits."""
+    return _MEASUREMENTS.turn(client, wait_s=wait_s, on_wait=on_wait)
 
 
 @contextlib.contextmanager
@@ -61,20 +147,16 @@ def exclusive_profiler(wait_s: float = PROFILER_WAIT_S) -> Iterator[None]:
         if torch.autograd.profiler._is_profiler_enabled:
             raise MeasurementBusyError("A profiler is already running in this server process: memory cannot be "
                                        "measured until it stops.")
-        yield
+        with large_blocks_mapped():  # the profiler's own records must not grow the heap
+            yield
     finally:
         _PROFILER_LOCK.release()
 
 
-@contextlib.contextmanager
-def exclusive_measurement(wait_s: float = MEASURE_WAIT_S) -> Iterator[None]:
-    """One timed measurement at a time in this process; the second caller is told the server is busy."""
-    if not _MEASURE_LOCK.acquire(timeout=wait_s):
-        raise MeasurementBusyError(BUSY_MESSAGE)
-    try:
-        yield
-    finally:
-        _MEASURE_LOCK.release()
+def exclusive_measurement(wait_s: float = MEASURE_WAIT_S):
+    """One timed measurement at a time in this process: inside the caller's turn (``measurement_turn``),
+    or in a turn of its own, queued anonymously; "busy" after ``wait_s`` seconds in line."""
+    return _MEASUREMENTS.turn(None, wait_s=wait_s)
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,13 +221,94 @@ def median_times(fns: Mapping[str, Callable[[], Any]], *, warmup: int = 1, repea
     return times
 
 
+# --------------------------------------------------------------------------------------------
+# Memory: one click's budget, and keeping the profiler from growing the heap
+# --------------------------------------------------------------------------------------------
+
+DEFAULT_CLICK_MB = 1024  # one click may use this much beyond the loaded model: a laptop serving a class has 8-16 GB
+
+
+def click_budget_bytes() -> int:
+    """``MLMLAB_CLICK_MB`` (default 1024) in bytes: the most one click (one measurement, one page view) may
+    hold at once beyond the model it runs on. Lessons refuse settings whose estimate is larger."""
+    raw = os.environ.get("MLMLAB_CLICK_MB", "").strip()
+    return (int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_CLICK_MB) * 2**20
+
+
+def _mallopt():
+    """glibc's ``mallopt`` (Linux), or None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return None
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+_MAPPED_WHILE_PROFILING = 1 << 20  # blocks of 1 MiB and more get their own mapping while the profiler runs
+_MMAP_THRESHOLD_AFTER = 32 << 20  # glibc's own ceiling for its moving threshold (DEFAULT_MMAP_THRESHOLD_MAX)
+
+
+@contextlib.contextmanager
+def large_blocks_mapped() -> Iterator[None]:
+    """While inside, every allocation of 1 MiB or more gets its own memory mapping, given back when freed.
+
+    Why: the profiler that measures CPU peak memory records every operator in small allocations.
+    Between the large tensors of a step they pin the heap: a freed 18 MB gradient leaves a hole the
+    next one no longer fits, so the heap grows by one tensor per row (the per-position loop's 149
+    rows of (M, V) zeros grew the server by 2.4 GB, though no more than 307 MB were ever alive at
+    once). Mapped blocks leave no holes. Afterwards the threshold stays fixed at glibc's own ceiling
+    (where its moving threshold ends up in a warm server), because mapping every block costs page
+    faults (a training step took 1.5x as long). glibc only; elsewhere a no-op.
+    """
+    mallopt = _mallopt()
+    if mallopt is None:
+        yield
+        return
+    mallopt(_M_MMAP_THRESHOLD, _MAPPED_WHILE_PROFILING)
+    try:
+        yield
+    finally:
+        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_AFTER)
+        mallopt(_M_TRIM_THRESHOLD, 2 * _MMAP_THRESHOLD_AFTER)
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as handle:
+            found = re.search(rf"^{field}:\s+(\d+) kB", handle.read(), re.M)
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None
+
+
+def peak_rss_above(fn: Callable[[], Any]) -> tuple[Any, int | None]:
+    """``(fn(), bytes)``: how far this process's resident memory rose above where it stood when ``fn`` began.
+
+    Linux only (None elsewhere): the kernel's high-water mark (VmHWM) is reset through
+    ``/proc/self/clear_refs`` first. It counts everything the process holds (tensors, Python objects,
+    the allocator's holes), across all its threads: run it in a process of its own to measure one call.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+    except OSError:
+        return fn(), None
+    before = _status_kib("VmRSS")
+    result = fn()
+    peak = _status_kib("VmHWM")
+    return result, None if before is None or peak is None else max(0, peak - before) * 1024
+
+
 def peak_memory_bytes(fn: Callable[[], Any], device: torch.device | str | None = None) -> int:
     """The most memory ``fn`` holds at once beyond what was allocated before it started, in bytes.
 
     CUDA: ``torch.cuda.max_memory_allocated`` after resetting the peak. CPU: the allocator has no
     peak counter, so ``fn`` runs under ``torch.profiler`` with ``profile_memory=True``, which
     records every allocation (+bytes) and free (−bytes) as an event; the peak is the largest
-    running sum of those events in time order. Tensors that existed before (the weights) do not
+    running sum of those events in time order (with ``large_blocks_mapped``, so that the profiler's
+    own records do not grow the heap). Tensors that existed before (the weights) do not
     count; what ``fn`` returns counts while it is alive. The profiler runs under
     ``exclusive_profiler``: a second thread waits for the first (two at once would crash the process).
     """

@@ -7,7 +7,10 @@ One server serves a whole class, so a model name is untrusted input. It may be h
 - every name is checked first (length, characters) and every problem with it becomes one kind of
   ``ModelLoadError`` that never shows a server path;
 - the parameter count is estimated from the config, and read from the safetensors headers, before
-  any weight is allocated or downloaded, and refused above ``MLMLAB_MAX_PARAMS``;
+  any weight is allocated or downloaded, and refused above ``MLMLAB_MAX_PARAMS``; then the model is built
+  on PyTorch's ``meta`` device (shapes, no memory) and what it would really allocate is counted, and its
+  depth (layers one forward pass runs: ALBERT's shared layers × inner groups) is capped by
+  ``MLMLAB_MAX_LAYERS``, so no config field we do not read (inner groups, position buckets) slips by;
 - a session that is not on the server's own machine (a student on a classroom server) may load only
   the bundled default, the tiny random BERT, models already in the server's Hugging Face cache and
   the teacher's list ``MLMLAB_ALLOWED_MODELS``; ``MLMLAB_ALLOW_ANY_MODEL=1`` lifts that. A model
@@ -27,6 +30,9 @@ import re
 import unicodedata
 from typing import Iterable
 
+import torch
+from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
+
 from mlm_core.errors import ModelLoadError
 
 __all__ = [
@@ -42,6 +48,11 @@ __all__ = [
     "check_access",
     "estimate_parameters",
     "check_parameter_count",
+    "DEFAULT_MAX_LAYERS",
+    "max_layers",
+    "forward_depth",
+    "parameters_on_meta",
+    "check_built_size",
 ]
 
 # Hub ids are at most 96 characters; local folders get some room beyond that.
@@ -49,6 +60,8 @@ MAX_NAME_CHARS = 200
 # A laptop holds bert-large (335M parameters) and xlm-roberta-large (560M, 2.2 GB in fp32) with room
 # to spare; a training run needs about four copies' worth (weights, gradients, AdamW's two moments).
 DEFAULT_MAX_PARAMS = 600_000_000
+# Layers one forward pass runs: bert-large and xlm-roberta-large run 24, ALBERT-xxlarge 12 (one shared group).
+DEFAULT_MAX_LAYERS = 48
 # Read before transformers parses it: a real config.json is a few KB.
 MAX_CONFIG_BYTES = 1_000_000
 # tokenizer.json of xlm-roberta-large is 17 MB; anything far above is not a tokenizer file.
@@ -194,6 +207,63 @@ def estimate_parameters(config) -> int:
     layer = 4 * (hidden * hidden + hidden) + 2 * hidden * inner + inner + hidden + 4 * hidden
     head = hidden * embed + embed + 2 * embed + vocab
     return embeddings + layers * layer + head
+
+
+def max_layers() -> int:
+    """``MLMLAB_MAX_LAYERS`` (a count), else ``DEFAULT_MAX_LAYERS``: the most layers one forward pass may run."""
+    raw = (os.environ.get("MLMLAB_MAX_LAYERS") or "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_MAX_LAYERS
+
+
+_DEPTH_FIELDS = ("num_hidden_layers", "n_layers", "num_layers", "n_layer", "encoder_layers")
+
+
+def forward_depth(config) -> int:
+    """How many transformer layers one forward pass runs, from the config alone, before anything is built.
+
+    ALBERT shares its layers: ``num_hidden_layers`` passes, each through ``inner_group_num`` layers (and it
+    builds ``num_hidden_groups × inner_group_num`` of them); Funnel sums its ``block_sizes``.
+
+    >>> from transformers import AlbertConfig
+    >>> forward_depth(AlbertConfig(num_hidden_layers=12, inner_group_num=60))
+    720
+    """
+    layers = max([_positive_int(config, name, default=0) or 0 for name in _DEPTH_FIELDS] + [1])
+    inner = _positive_int(config, "inner_group_num", default=1) or 1
+    groups = _positive_int(config, "num_hidden_groups", default=1) or 1
+    blocks = getattr(config, "block_sizes", None)
+    funnel = sum(int(b) for b in blocks) if isinstance(blocks, (list, tuple)) and all(
+        isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in blocks) else 0
+    return max(layers * inner, groups * inner, funnel)
+
+
+def parameters_on_meta(config) -> int:
+    """The parameters the masked LM of ``config`` really allocates (each shared tensor once), counted on a model
+    built on PyTorch's ``meta`` device: shapes only, no memory, no weights read."""
+    cls = MODEL_FOR_MASKED_LM_MAPPING.get(type(config), None)
+    if cls is None:
+        raise ModelLoadError(f"A {shown_name(str(getattr(config, 'model_type', '?')), 30)!s} model has no masked-LM "
+                             "class in Hugging Face Transformers.")
+    try:
+        with torch.device("meta"):
+            model = cls(config)
+    except Exception:
+        raise ModelLoadError("The model's config cannot be built to check its size before loading (an impossible "
+                             "combination of sizes), so MLM Lab does not load it.") from None
+    return sum({id(p): p.numel() for p in (*model.parameters(), *model.buffers())}.values())
+
+
+def check_built_size(config, what: str, limit: int | None = None) -> None:
+    """``ModelLoadError`` when the model of ``config`` runs more than ``MLMLAB_MAX_LAYERS`` layers per forward
+    pass, or allocates more than ``MLMLAB_MAX_PARAMS`` numbers (counted on the meta device); depth first,
+    since building a model of a million layers, even without memory, takes the server's time."""
+    depth, most = forward_depth(config), max_layers()
+    if depth > most:
+        raise ModelLoadError(
+            f"{what} runs {depth:,} layers per forward pass (its config's layers × inner groups); this server runs "
+            f"models of up to {most:,} (MLMLAB_MAX_LAYERS), so it does not load it."
+        )
+    check_parameter_count(parameters_on_meta(config), what, limit)
 
 
 def check_parameter_count(count: int, what: str, limit: int | None = None) -> None:

@@ -371,7 +371,9 @@ def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dt
             "Transformers, so it cannot fill in [MASK] tokens. Pick a masked LM such as BERT, "
             "DistilBERT, RoBERTa or ALBERT." + _offline_hint()
         )
-    model_access.check_parameter_count(model_access.estimate_parameters(config), where[0].upper() + where[1:], limit)
+    what = where[0].upper() + where[1:]
+    model_access.check_parameter_count(model_access.estimate_parameters(config), what, limit)  # quick, from fields
+    model_access.check_built_size(config, what, limit)  # what it would really allocate and run, on the meta device
     if is_local or snapshot is not None:
         _check_weight_files(folder if is_local else snapshot, name, limit, problem)
     try:

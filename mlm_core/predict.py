@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from mlm_core.data import special_ids
 from mlm_core.errors import InputError
-from mlm_core.head import check_shapes, masked_lm_logits, selected_index
+from mlm_core.head import SCORES_AT_ONCE, check_shapes, head_parts, masked_lm_logits, row_groups, selected_index
 from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, mask_tokens
 
 __all__ = [
@@ -106,6 +106,13 @@ class Predictions:
         return rows
 
 
+def _vocab_size(model) -> int:
+    """V of the model's output layer (its config's where the model has none to show)."""
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(out, "weight", None)
+    return int(weight.shape[0]) if weight is not None else int(getattr(model.config, "vocab_size", 1) or 1)
+
+
 @torch.no_grad()
 def predict_masked(model, tokenizer, input_ids, attention_mask, labels, *, k: int = 5, decisions=None) -> Predictions:
     """Top-k, p(true), rank, entropy and loss at every position where ``labels != IGNORE_INDEX``.
@@ -114,6 +121,15 @@ def predict_masked(model, tokenizer, input_ids, attention_mask, labels, *, k: in
     trained on all three. ``decisions`` (shaped like ``labels``) tags each position with its Decision.
     """
     input_ids, attention_mask, labels = check_shapes(input_ids, attention_mask, labels)
+    groups = row_groups(labels, _vocab_size(model), gathered=head_parts(model) is not None)
+    if len(groups) > 1:  # many selected positions: a few sentences at a time, so (M, V) stays small
+        rows = []
+        for g in groups:
+            part = predict_masked(model, tokenizer, input_ids[g], None if attention_mask is None else attention_mask[g],
+                                  labels[g], k=k, decisions=None if decisions is None else decisions.reshape(labels.shape)[g])
+            rows += [replace(p, row=p.row + g.start) for p in part.positions]
+            k, vocab = part.k, part.vocab_size
+        return Predictions(tuple(rows), k, vocab)
     logits, targets = masked_lm_logits(model, input_ids, attention_mask, labels)  # (M, V), (M,)
     log_probs = F.log_softmax(logits.float(), dim=-1)  # (M, V), in fp32 even for a bf16 model
     probs = log_probs.exp()  # (M, V)
@@ -336,8 +352,12 @@ def pseudo_log_likelihoods(model, tokenizer, sentences: Sequence[Sequence[int]],
     pad_id = getattr(tokenizer, "pad_token_id", None) or 0  # any id: padded columns are masked out
     rows = [(s, t) for s, ids in enumerate(sentences) for t, tok in enumerate(ids) if int(tok) not in special]
     rows.sort(key=lambda r: len(sentences[r[0]]))  # similar lengths share a batch: little padding
+    longest = max((len(ids) for ids in sentences), default=1)
+    # A copy per row: a gathered head scores one position of each (N × V), any other head all of them (N × T × V).
+    per_copy = _vocab_size(model) * (1 if head_parts(model) is not None else longest)
+    batch_size = max(1, min(int(batch_size), SCORES_AT_ONCE // per_copy))
     scores: dict[tuple[int, int], float] = {}
-    for start in range(0, len(rows), max(1, int(batch_size))):
+    for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
         width = max(len(sentences[s]) for s, _ in chunk)
         copies = torch.full((len(chunk), width), pad_id, dtype=torch.long)  # (N, T)

@@ -7,6 +7,12 @@ model. They belong to one session (the store lives in its ``st.session_state``) 
 the shared cached models are never replaced or changed. The store keeps at most ``max_models``
 copies and ``max_bytes`` of weights: adding one drops the oldest ones that no longer fit.
 
+Many sessions share one server, so every store also belongs to one ``ServerBudget``: all sessions'
+trained models together stay within ``MLMLAB_SERVER_TRAINED_MODELS`` (12) and
+``MLMLAB_SERVER_TRAINED_MB`` (1024). When a new one does not fit, the budget drops the least recently
+used model of the client (IP address) that holds the most, and that session is told
+(``TrainedModels.take_notes``): a student keeping runs in four tabs loses their own first.
+
 >>> from mlm_core.models import tiny_random_masked_lm
 >>> base, tokenizer = tiny_random_masked_lm()
 >>> store = TrainedModels(max_models=1)
@@ -20,9 +26,12 @@ copies and ``max_bytes`` of weights: adding one drops the oldest ones that no lo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from dataclasses import dataclass
+import time
+import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
@@ -31,6 +40,8 @@ from mlm_core.models import INFO_ATTR
 
 DEFAULT_MAX_MODELS = 3  # a run races up to three loss variants: one run's worth
 DEFAULT_MAX_MB = 512  # about five copies of the bundled 22M-parameter default in fp32
+DEFAULT_SERVER_MODELS = 12  # every session together: four students' three-variant runs
+DEFAULT_SERVER_MB = 1024  # every session together: about eleven copies of the bundled default (90 MB each)
 
 
 def model_bytes(model: nn.Module) -> int:
@@ -56,6 +67,7 @@ class TrainedModel:
     tokenizer: Any
     base_model: nn.Module
     nbytes: int
+    used: list[float] = field(default_factory=lambda: [time.monotonic()], compare=False)  # when last shown
 
 
 def _env_int(name: str, default: int) -> int:
@@ -63,43 +75,123 @@ def _env_int(name: str, default: int) -> int:
     return int(raw) if raw.isdigit() else default
 
 
+class ServerBudget:
+    """Every session's trained models together: at most ``max_models`` and ``max_bytes`` on the server.
+
+    Stores register here (weakly: a store that ended with its session is gone). ``make_room`` drops,
+    one at a time, the least recently used model of the client holding the most bytes, until the new
+    one fits; its session gets a note. Defaults: ``MLMLAB_SERVER_TRAINED_MODELS`` (12) and
+    ``MLMLAB_SERVER_TRAINED_MB`` (1024); 0 models keeps none anywhere.
+    """
+
+    def __init__(self, max_models: int | None = None, max_bytes: int | None = None):
+        self.max_models = (_env_int("MLMLAB_SERVER_TRAINED_MODELS", DEFAULT_SERVER_MODELS)
+                           if max_models is None else max_models)
+        self.max_bytes = (_env_int("MLMLAB_SERVER_TRAINED_MB", DEFAULT_SERVER_MB) * 2**20
+                          if max_bytes is None else max_bytes)
+        self.lock = threading.RLock()  # taken before any store's own lock, never after
+        self._stores: weakref.WeakSet[TrainedModels] = weakref.WeakSet()
+
+    def register(self, store: "TrainedModels") -> None:
+        with self.lock:
+            self._stores.add(store)
+
+    def held(self) -> tuple[int, int]:
+        """(models, bytes) kept by every session now."""
+        with self.lock:
+            entries = [e for store in list(self._stores) for e in store.entries()]
+        return len(entries), sum(e.nbytes for e in entries)
+
+    def make_room(self, nbytes: int, keep: "TrainedModels") -> None:
+        """Drop models of other sessions (or ``keep``'s own oldest) until one more of ``nbytes`` fits."""
+        with self.lock:
+            while True:
+                held = [(store, e) for store in list(self._stores) for e in store.entries()]
+                if len(held) + 1 <= self.max_models and sum(e.nbytes for _, e in held) + nbytes <= self.max_bytes:
+                    return
+                if not held:
+                    return
+                by_client: dict[str, int] = {}
+                for store, e in held:
+                    by_client[store.client] = by_client.get(store.client, 0) + e.nbytes
+                biggest = max(by_client.values())
+                store, victim = min(((st, e) for st, e in held if by_client[st.client] == biggest),
+                                    key=lambda pair: pair[1].used[0])
+                store._drop(victim.key, f"{victim.label} was dropped to make room: the server keeps "
+                            f"{self.max_models} trained models ({self.max_bytes / 2**20:,.0f} MB) for the whole "
+                            "class, and it was the least recently used of the machine holding the most. "
+                            "Train it again to get it back.")
+
+
 class TrainedModels:
     """A session's trained models, newest first, at most ``max_models`` and ``max_bytes`` of weights.
 
     Defaults: ``MLMLAB_TRAINED_MODELS`` (3) and ``MLMLAB_TRAINED_MB`` (512) from the environment;
-    0 models keeps none.
+    0 models keeps none. With a ``budget`` (the server's ``ServerBudget``) the session's models also
+    count against every session's together; ``client`` says whose they are.
     """
 
-    def __init__(self, max_models: int | None = None, max_bytes: int | None = None):
+    def __init__(self, max_models: int | None = None, max_bytes: int | None = None, *,
+                 budget: ServerBudget | None = None, client: str = ""):
         self.max_models = _env_int("MLMLAB_TRAINED_MODELS", DEFAULT_MAX_MODELS) if max_models is None else max_models
         self.max_bytes = _env_int("MLMLAB_TRAINED_MB", DEFAULT_MAX_MB) * 2**20 if max_bytes is None else max_bytes
+        self.client = client
+        self.budget = budget
         self._entries: list[TrainedModel] = []
+        self._notes: list[str] = []
         self._lock = threading.Lock()
+        if budget is not None:
+            budget.register(self)
 
     def add(self, key: str, label: str, model: nn.Module, tokenizer, base_model: nn.Module) -> list[str]:
         """Keep ``model`` (a copy this session owns) under ``key``; returns notes on what was dropped."""
         size = model_bytes(model)
-        if self.max_models < 1 or size > self.max_bytes:
-            return [f"{label} was not kept: it needs {size / 2**20:,.0f} MB and this session keeps "
-                    f"{self.max_models} trained model(s) of at most {self.max_bytes / 2**20:,.0f} MB in all."]
+        server = self.budget
+        if self.max_models < 1 or size > self.max_bytes or (server is not None and (
+                server.max_models < 1 or size > server.max_bytes)):
+            limit = (f"this session keeps {self.max_models} trained model(s) of at most "
+                     f"{self.max_bytes / 2**20:,.0f} MB in all")
+            if server is not None:
+                limit += f", the server {server.max_models} ({server.max_bytes / 2**20:,.0f} MB) for everyone"
+            return [f"{label} was not kept: it needs {size / 2**20:,.0f} MB and {limit}."]
         model.eval()  # ours: a session-owned copy, never the shared cached model
         model.requires_grad_(False)
         info = dict(getattr(model, INFO_ATTR, None) or {})
         setattr(model, INFO_ATTR, dict(info, label=label, trained=True, source="session", name=None,
                                        description=f"Trained in this session from {info.get('label', 'a base model')}."))
         notes = []
+        with server.lock if server is not None else contextlib.nullcontext():
+            with self._lock:
+                entries = [TrainedModel(key, label, model, tokenizer, base_model, size)] + \
+                    [e for e in self._entries if e.key != key]
+                kept, total = [], 0
+                for entry in entries:
+                    if len(kept) < self.max_models and total + entry.nbytes <= self.max_bytes:
+                        kept.append(entry)
+                        total += entry.nbytes
+                    else:
+                        notes.append(f"Dropped {entry.label}: this session keeps {self.max_models} trained model"
+                                     f"{'s' if self.max_models != 1 else ''} at most.")
+                self._entries = kept[1:]  # the new one is not counted while room is made for it
+            if server is not None:
+                server.make_room(size, self)
+            with self._lock:
+                self._entries = [kept[0], *self._entries]
+        notes += self.take_notes()
+        return notes
+
+    def _drop(self, key: str, note: str) -> None:
+        """The server's budget took this model away (``ServerBudget.make_room``): say so to the session."""
         with self._lock:
-            entries = [TrainedModel(key, label, model, tokenizer, base_model, size)] + \
-                [e for e in self._entries if e.key != key]
-            kept, total = [], 0
-            for entry in entries:
-                if len(kept) < self.max_models and total + entry.nbytes <= self.max_bytes:
-                    kept.append(entry)
-                    total += entry.nbytes
-                else:
-                    notes.append(f"Dropped {entry.label}: this session keeps {self.max_models} trained model"
-                                 f"{'s' if self.max_models != 1 else ''} at most.")
-            self._entries = kept
+            before = len(self._entries)
+            self._entries = [e for e in self._entries if e.key != key]
+            if len(self._entries) < before:
+                self._notes.append(note)
+
+    def take_notes(self) -> list[str]:
+        """What the server's budget dropped since the last call (each said once)."""
+        with self._lock:
+            notes, self._notes = self._notes, []
         return notes
 
     def add_run(self, run) -> list[str]:
@@ -116,8 +208,12 @@ class TrainedModels:
         return notes
 
     def get(self, key: str | None) -> TrainedModel | None:
+        """The model kept under ``key`` (now its most recent use), or None."""
         with self._lock:
-            return next((e for e in self._entries if e.key == key), None)
+            entry = next((e for e in self._entries if e.key == key), None)
+        if entry is not None:
+            entry.used[0] = time.monotonic()
+        return entry
 
     def entries(self) -> list[TrainedModel]:
         with self._lock:
@@ -129,3 +225,4 @@ class TrainedModels:
     def clear(self) -> None:
         with self._lock:
             self._entries = []
+

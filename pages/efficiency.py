@@ -77,7 +77,8 @@ st.markdown(
     "The encoder runs once, outside the clock; each path runs the head and the loss, forward and backward."
 )
 rows = ui.on_demand("⏱ Measure the three loss paths", "eff_paths", "Running the head and the loss three ways…", here,
-                    lambda: loss_paths(model, tokenizer, batch_size=mb, seq_len=mt, repeats=repeats, seed=settings.seed))
+                    lambda: loss_paths(model, tokenizer, batch_size=mb, seq_len=mt, repeats=repeats, seed=settings.seed),
+                    queued=True)
 if rows is not None:
     st.plotly_chart(ui.room_figure(loss_paths_figure(rows, height=height)), key="eff_paths_fig")
     by = {r["path"]: r for r in rows}
@@ -117,7 +118,8 @@ st.markdown(
 )
 rows = ui.on_demand("⏱ Measure the loop against one call", "eff_sweep", "Timing the loss alone, two ways, six sizes…",
                     (sweep_vocabs, repeats, settings.seed),
-                    lambda: loop_vs_vectorised(vocab_sizes=sweep_vocabs, repeats=repeats, seed=settings.seed))
+                    lambda: loop_vs_vectorised(vocab_sizes=sweep_vocabs, repeats=repeats, seed=settings.seed),
+                    queued=True)
 if rows is not None:
     st.plotly_chart(ui.room_figure(loop_sweep_figure(rows, height=height)), key="eff_sweep_fig")
     low = min(rows, key=lambda r: (r["rows"], r["vocab"]))
@@ -152,7 +154,7 @@ st.markdown(
 rows = ui.on_demand("⏱ Measure the training step five ways", "eff_steps",
                     "Training a copy of the model, one step at a time, five ways…", here,
                     lambda: amp_and_checkpointing(model, tokenizer, batch_size=mb, seq_len=mt, repeats=repeats,
-                                                  seed=settings.seed))
+                                                  seed=settings.seed), queued=True)
 if rows is not None:
     st.plotly_chart(ui.room_figure(step_settings_figure(rows, height=height)), key="eff_steps_fig")
     st.caption("Blue: fp32; purple: bf16 autocast; hatched: gradient checkpointing; dotted: word embeddings frozen.")
@@ -191,7 +193,7 @@ st.markdown(
 breakdowns = ui.on_demand(
     "⏱ Profile one step", "eff_profile", "Profiling one step in fp32 and one in bf16…", here,
     lambda: {label: step_time_breakdown(model, tokenizer, amp=amp, batch_size=mb, seq_len=mt, seed=settings.seed)
-             for label, amp in (("fp32", "off"), ("bf16", "bf16"))})
+             for label, amp in (("fp32", "off"), ("bf16", "bf16"))}, queued=True)
 if breakdowns is not None:
     st.plotly_chart(ui.room_figure(step_breakdown_figure(breakdowns, height=height)), key="eff_profile_fig")
     share = {name: next(r["share"] for r in rows if r["category"] == "matrix multiplies")

@@ -154,7 +154,8 @@ def mask_controls(tokens: list[str], special: list[bool]) -> list[int]:
     for i in options:  # pills are told apart by their text: a repeated token gets its occurrence number
         seen[tokens[i]] = seen.get(tokens[i], 0) + 1
         labels[i] = tokens[i] if tokens.count(tokens[i]) == 1 else f"{tokens[i]} ({seen[tokens[i]]})"
-    chosen = st.pills("Tokens to hide behind [MASK]", options, selection_mode="multi", format_func=labels.__getitem__,
+    chosen = st.pills("Tokens to hide behind [MASK]", options, selection_mode="multi",
+                      format_func=lambda i: ui.markdown_text(labels[i]),  # pill labels render markdown
                       key="inside_masked")
     state[KEPT_KEY] = sorted(chosen or [])
     return sorted(chosen or [])
@@ -289,7 +290,7 @@ def lens_view() -> None:
     try:
         lens = cached_lens(model_key, ids_key, position, true_id, k, model, tokenizer)
     except LensUnavailable as exc:
-        st.info(str(exc))
+        ui.show_error(exc, "info")
         return
     except MLMLabError as exc:
         ui.show_error(exc)
@@ -306,9 +307,9 @@ def lens_view() -> None:
     first = lens.first_top1
     last_rank = int(lens.true_rank[-1])
     if first is not None:
-        st.success(f"“{lens.true_token}” is the first guess from **{lens.depth_labels[first]}** on.")
+        st.success(f"“{ui.markdown_text(lens.true_token)}” is the first guess from **{lens.depth_labels[first]}** on.")
     else:
-        st.warning(f"“{lens.true_token}” is not the model's first guess even after the last layer "
+        st.warning(f"“{ui.markdown_text(lens.true_token)}” is not the model's first guess even after the last layer "
                    f"(rank {last_rank:,}).")
     with st.expander("Every depth as a table"):
         ui.table(pd.DataFrame(lens.records()))
@@ -325,7 +326,7 @@ def lens_view() -> None:
 # --------------------------------------------------------------------------- 3. saliency
 def saliency_view() -> None:
     st.markdown(
-        f"Which tokens does the guess of “{tokens[position]}” depend on? **Gradient × input** takes one "
+        f"Which tokens does the guess of “{ui.markdown_text(tokens[position])}” depend on? **Gradient × input** takes one "
         "forward and one backward pass: the gradient of log p(true token) with respect to each input "
         "embedding, times that embedding. With `[MASK]`'s embedding subtracted first, it is the first-order "
         "(linear) estimate of what **leave-one-out** measures exactly: hide each other token behind `[MASK]` "
@@ -384,7 +385,7 @@ def training_view() -> None:
         entry = st.selectbox("Trained model", candidates, format_func=lambda e: e.label, key="inside_compare")
     else:
         entry = candidates[0]
-    st.markdown(f"**{entry.label}** beside the model it started from, on the same sentence and the same masks.")
+    st.markdown(f"**{ui.markdown_text(entry.label)}** beside the model it started from, on the same sentence and the same masks.")
     k = st.slider("Guesses per position (k)", 3, 10, 5, key="inside_compare_k")
     try:
         comparison = compare_models(entry.base_model, entry.model, entry.tokenizer, seen_ids, None, labels,

@@ -104,7 +104,7 @@ def masking_controls() -> MaskingConfig | None:
             config = MaskingConfig(mlm_probability=p, mask_replace_prob=mask, random_replace_prob=rand,
                                    strategy=strategy, span_replacement=span_replacement)
         except InputError as exc:
-            st.error(str(exc))
+            ui.show_error(exc)
             return None
         unit = "spans" if strategy == "span" and span_replacement == "per_span" else "selected tokens"
         st.caption(
@@ -136,7 +136,7 @@ tokenizer = ui.tokenizer_or_stop(settings)
 try:
     masked = mask_sentence(tokenizer, text, config, settings.seed, max_length=MAX_TOKENS)
 except InputError as exc:
-    st.warning(str(exc))
+    ui.show_error(exc, "warning")
     st.stop()
 encoded, result, tokens = masked.encoded, masked.result, masked.tokens
 if clipped or encoded.truncated[0]:

@@ -101,13 +101,13 @@ def how_good(sc: dict) -> None:
 def model_panel(model, tokenizer) -> None:
     about = model_description(model, tokenizer)
     if about.get("trained") is False:
-        st.warning(f"**{about['label']}**: this prediction head is untrained, so its guesses are noise "
+        st.warning(f"**{ui.markdown_text(about['label'])}**: this prediction head is untrained, so its guesses are noise "
                    "until it is trained (Training page). Details below.")
-    with st.expander(f"Model: {about['label']}", expanded=False):
+    with st.expander(f"Model: {ui.markdown_text(about['label'])}", expanded=False):  # the name a learner typed
         if about.get("warning"):
-            st.info(about["warning"])
+            st.info(ui.markdown_text(about["warning"]))
         if about.get("description"):
-            st.caption(about["description"])
+            st.caption(ui.markdown_text(about["description"]))  # may name the folder or id a learner typed
         c1, c2, c3, c4 = st.columns(4)
         c1.metric("parameters", f"{about['params'] / 1e6:.1f} M")
         c2.metric("layers · hidden", f"{about['layers']} · {about['hidden']}")
@@ -124,7 +124,7 @@ def model_panel(model, tokenizer) -> None:
         else:
             c4.metric("cloze top-5", f"{about['cloze_top5']:.0%}" if about.get("cloze_top5") is not None else "—",
                       help="Share of the bundled fill-in-the-blank sentences where the answer is in the top 5.")
-        st.caption(f"Mask token `{about['mask_token']}` · head: {about['head']} · {about['device']}, {about['dtype']}")
+        st.caption(f"Mask token {ui.inline_code(about['mask_token'])} · head: {about['head']} · {about['device']}, {about['dtype']}")
         if about.get("scores"):
             how_good(about["scores"])
         st.markdown("**Models you can pick in the sidebar**")
@@ -140,7 +140,9 @@ except MLMLabError as exc:
     st.markdown("These models work offline right now:")
     st.dataframe(pd.DataFrame([m for m in available_models() if m["offline"]]), hide_index=True)
     st.stop()
-model, tokenizer, _ = ui.trained_model_choice(model, tokenizer)  # a model trained in this session, if chosen
+model, tokenizer, trained_entry = ui.trained_model_choice(model, tokenizer)  # a model trained here, if chosen
+# What a kept result was computed on: the sidebar's model, or which trained one (never the base's numbers for it).
+model_key = (settings.model_name, trained_entry.key if trained_entry is not None else None)
 model_panel(model, tokenizer)
 
 
@@ -201,7 +203,7 @@ def pick_controls(tokens: list[str], word_ids: list[int]) -> tuple[list[int], tu
         seen[tokens[i]] = seen.get(tokens[i], 0) + 1
         labels[i] = tokens[i] if tokens.count(tokens[i]) == 1 else f"{tokens[i]} ({seen[tokens[i]]})"
     chosen = st.pills("Click the tokens to hide from the model", options, selection_mode="multi",
-                      format_func=labels.__getitem__, key="pred_positions")
+                      format_func=lambda i: ui.markdown_text(labels[i]), key="pred_positions")  # markdown labels
     state[KEPT_KEY] = (tokens, sorted(chosen or []))
     how = st.radio("The clicked tokens become", list(CORRUPTIONS), horizontal=True, key="pred_corruption",
                    help="BERT's draw: each clicked token becomes [MASK] with 80%, a random token with 10%, "
@@ -239,7 +241,7 @@ def from_masking_page():
 def typed_blank_lesson(tokens: list[str], encoded, blanks: list[int]) -> None:
     """A sentence with blanks the learner typed: the model's guesses there (no true token, so no loss)."""
     st.info(f"Your sentence has {len(blanks)} typed blank{'s' if len(blanks) > 1 else ''} "
-            f"(`{tokenizer.mask_token}`): the model predicts {'them' if len(blanks) > 1 else 'it'}. There is no "
+            f"({ui.inline_code(tokenizer.mask_token)}): the model predicts {'them' if len(blanks) > 1 else 'it'}. There is no "
             "true token to score, so no loss here: to see the loss, type the whole sentence and click words to hide.")
     k = st.slider("How many guesses to show (k)", 1, 10, 5, key="pred_k")
     try:
@@ -406,7 +408,7 @@ st.markdown(
     "PLL = Σₜ log P(wₜ | the sentence without wₜ). Nothing is drawn, so the same sentence always gets the same "
     "score; −PLL / N is on the scale of the MLM loss above."
 )
-pll_key = (settings.model_name, tuple(int(i) for i in original_ids.tolist()))
+pll_key = (model_key, tuple(int(i) for i in original_ids.tolist()))
 n_scored = sum(1 for t in tokens if t not in tokenizer.all_special_tokens)
 if st.button(f"Score the sentence: mask each of its {n_scored} tokens in turn",
              key="pred_pll_run"):
@@ -446,7 +448,7 @@ st.markdown(
 n_sentences = st.select_slider("Sentences of the workshop corpus", [32, 64, 128, 256], value=64,
                                key="pred_corpus_n")
 rule = ui.shared_masking_config()  # the learner's rule (Masking page or link), BERT's by default
-corpus_key = (settings.model_name, settings.seed, n_sentences, rule)
+corpus_key = (model_key, settings.seed, n_sentences, rule)
 if st.button(f"📊 Compare on many sentences ({rule.describe()})", key="pred_corpus_run"):
     sentences = workshop_sentences()[:n_sentences]
     with st.spinner("Masking and predicting…"):

@@ -64,8 +64,8 @@ def reset_score():
 
 def use_own_sentence():
     text = str(state.get("quiz_own_text") or "").strip()[: share_state.MAX_SENTENCE_CHARS]
-    if text:
-        state[QS_KEY] = question_bank().add(text)
+    if text:  # the teacher's (the server's own machine) are kept; a student's count against their own few
+        state[QS_KEY] = question_bank().add(text, client=ui.client_id(), keep=ui.session.session_is_local())
         state["quiz_round"] = 0
     state["quiz_own_text"] = ""  # the box never shows the sentence again: a student may open it
 
@@ -162,7 +162,7 @@ def masking_page_button() -> None:
 
 def labels_for(positions) -> dict[int, str]:
     """Pill labels: the token as the model sees it, with its position (pills need distinct labels)."""
-    return {i: f"{question.shown[i]} ({i})" for i in positions}
+    return {i: f"{ui.markdown_text(question.shown[i])} ({i})" for i in positions}  # pills render markdown
 
 
 def neutral(decisions):

@@ -74,7 +74,7 @@ def corpus_controls() -> tuple[list[str], str] | None:
             sentences = split_sentences(read_text_upload(upload.name, upload.getvalue(), max_bytes=MAX_UPLOAD_BYTES))
             name = upload.name
     except MLMLabError as exc:
-        st.warning(str(exc))
+        ui.show_error(exc, "warning")
         return None
     if not sentences:
         st.warning("There are no sentences in this text.")
@@ -146,16 +146,17 @@ corpus = corpus_controls()
 if corpus is None:
     st.stop()
 sentences, corpus_name = corpus
+shown_corpus = ui.markdown_text(corpus_name)  # an upload's file name is the learner's text: shown as text
 algorithms = algorithm_control()
 train_texts, test_texts = holdout_split(sentences)
 try:
     largest = largest_vocabularies(train_texts, algorithms)
 except MLMLabError as exc:
-    st.error(str(exc))
+    ui.show_error(exc)
     st.stop()
 supported = min(largest.values())
 st.info(
-    f"{corpus_name[:1].upper() + corpus_name[1:]} ({len(train_texts):,} training sentences) supports at most "
+    f"{ui.markdown_text(corpus_name[:1].upper() + corpus_name[1:])} ({len(train_texts):,} training sentences) supports at most "
     + " and ".join(f"{n:,} {ALGORITHM_LABELS[a]}" for a, n in largest.items())
     + f" entries: by then every piece seen at least {MIN_FREQUENCY} times is in, so a larger size would give the "
     f"same vocabulary. Only sizes it can fill are offered"
@@ -169,7 +170,7 @@ if len(picked_sizes) < 2:
 try:
     trained = train_vocabularies(train_texts, algorithms, [v for v in picked_sizes.values() if v is not None])
 except MLMLabError as exc:
-    st.error(str(exc))
+    ui.show_error(exc)
     st.stop()
 
 # Every vocabulary on the page: (family, label, tokenizer, trained-or-None, cache key).
@@ -193,10 +194,10 @@ def cached_stats(kind: str, key: tuple, texts: list[str], compute):
 
 
 if test_texts is train_texts:
-    st.caption(f"{corpus_name}: {len(sentences):,} sentences, too few to hold some out, so the numbers below "
+    st.caption(f"{shown_corpus}: {len(sentences):,} sentences, too few to hold some out, so the numbers below "
                "are measured on the training text itself.")
 else:
-    st.caption(f"Trained on {len(train_texts):,} sentences of {corpus_name}; measured on the other "
+    st.caption(f"Trained on {len(train_texts):,} sentences of {shown_corpus}; measured on the other "
                f"{len(test_texts):,} (every 10th sentence, never seen in training).")
 # --- 1. One sentence, every vocabulary ---------------------------------------------------------
 st.subheader("One sentence, cut by each vocabulary")
@@ -290,7 +291,7 @@ profiles = [
     for family, label, tokenizer, _, key in vocabs
 ]
 chart(frequency_profile_figure(profiles, height=height + 40), "tokenizer_freq_fig", "tokenizer_frequency_profile")
-st.caption(f"Counted over all of {corpus_name}. The head scores every entry at every masked position, "
+st.caption(f"Counted over all of {shown_corpus}. The head scores every entry at every masked position, "
            "including the ones this text never uses.")
 
 # --- 3. Whole-word vs token masking ------------------------------------------------------------
@@ -308,26 +309,27 @@ word = c2.selectbox("Word to watch", word_choices,
 try:
     demo = whole_word_demo(tokenizer, sentence, word, seed=settings.seed)
 except MLMLabError as exc:
-    st.warning(str(exc))
+    ui.show_error(exc, "warning")
     demo = None
 if demo is not None:
     n_pieces = len(demo.word_positions)
+    shown_word = ui.markdown_text(demo.word)  # a word of the learner's sentence: shown as text
     if n_pieces < 2:
-        st.info(f"'{demo.word}' is a single token in {chosen}: both strategies treat it the same. "
+        st.info(f"'{shown_word}' is a single token in {chosen}: both strategies treat it the same. "
                 "Pick a smaller vocabulary or a rarer word.")
     ui.decision_legend()
     for strategy, title in (("token", "Token masking (BERT's original)"), ("whole_word", "Whole-word masking")):
         example = demo.examples[strategy]
         originals = [o if o != t else None for t, o in zip(example.tokens, example.originals)]
         st.markdown(f"**{title}** — draw {example.draw + 1} of {demo.n_draws}: {example.word_hidden} of the "
-                    f"{n_pieces} pieces of '{demo.word}' selected")
+                    f"{n_pieces} pieces of '{shown_word}' selected")
         ui.token_chips(example.tokens, example.decisions, originals)
     c1, c2 = st.columns(2)
     c1.metric("token masking: word only partly hidden", f"{demo.partial_share['token']:.0%}",
               help="Of the draws that selected any piece of the word.")
     c2.metric("whole-word masking: word only partly hidden", f"{demo.partial_share['whole_word']:.0%}")
     st.caption(
-        f"'{demo.word}' is {n_pieces} piece{'s' if n_pieces != 1 else ''} in {chosen}. Over {demo.n_draws} draws "
+        f"'{shown_word}' is {n_pieces} piece{'s' if n_pieces != 1 else ''} in {chosen}. Over {demo.n_draws} draws "
         f"(seed {settings.seed}), token masking touched it in {demo.hit_share['token']:.0%} of them and usually "
         "left other pieces visible, so the model can guess a piece from its neighbours inside the same word. "
         "Whole-word masking hides all of its pieces or none."

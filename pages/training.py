@@ -58,7 +58,7 @@ def model_controls(lesson: str) -> str | None:
         labels[TRAINED_VOCAB] = f"Tiny random BERT with your {vocab.label} vocabulary (Tokenizer page)"
     index = options.index(sidebar) if sidebar in options else 0
     choice = st.radio("Model", options, index=index, key=f"training_model_{lesson}", horizontal=True,
-                      format_func=lambda v: labels.get(v, f"{v} (sidebar): fine-tune it"),
+                      format_func=lambda v: ui.markdown_text(labels.get(v, f"{v} (sidebar): fine-tune it")),
                       help="A trained model starts near its held-out loss and learns what is new to it; the "
                       "tiny random one starts near ln V ≈ 10.3 (a uniform guess over 30,522 tokens) and first "
                       "learns which words are common.")
@@ -92,7 +92,7 @@ def corpus_controls(from_scratch: bool) -> Texts | None:
         st.caption(texts.about)
         return texts
     except InputError as exc:
-        st.warning(str(exc))
+        ui.show_error(exc, "warning")
         return None
 
 
@@ -183,7 +183,7 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
             return lesson_variants(lesson, base, from_scratch=from_scratch, losses=chosen)
         return lesson_variants(lesson, base, from_scratch=from_scratch)
     except InputError as exc:
-        st.error(str(exc))
+        ui.show_error(exc)
         return None
 
 
@@ -201,7 +201,7 @@ except MLMLabError as exc:
     ui.show_error(exc)
     st.stop()
 from_scratch = about.get("trained") is False
-st.caption(f"{about['label']}: {about['params']:,} parameters, {about['layers']} layers, on {about['device']}. "
+st.caption(f"{ui.markdown_text(about['label'])}: {about['params']:,} parameters, {about['layers']} layers, on {about['device']}. "
            + ("Untrained: its first loss is near ln V, a uniform guess." if from_scratch else ""))
 texts = corpus_controls(from_scratch)
 if texts is not None:
@@ -223,7 +223,7 @@ if start_col.button("▶ Start training", key="training_start", type="primary",
         state[SEEN_KEY] = None
         st.rerun()  # redraw the buttons: Start off, Stop on
     except BusyError as exc:
-        st.warning(str(exc))
+        ui.show_error(exc, "warning")
     except MLMLabError as exc:
         ui.show_error(exc)
 if stop_col.button("■ Stop run", key="training_stop", disabled=run is None or run.snapshot().finished):
@@ -241,17 +241,21 @@ if teacher_key_set():
                             help="The value of MLMLAB_TEACHER_KEY the server was started with.")
         if key:
             try:
-                runs = manager.teacher_runs(key)
+                runs = manager.teacher_runs(key, client=ui.guess_client())
                 ui.table(pd.DataFrame([[s.run_id, s.label, s.status, f"{s.step} / {s.total_steps}",
                                             round(s.elapsed_s)] for s in runs],
                                           columns=["run", "what", "status", "step", "seconds"]), key="training_teacher_runs")
                 if runs:
                     target = st.selectbox("Run to stop", [s.run_id for s in runs], key="training_teacher_target")
                     if st.button("■ Stop this run", key="training_teacher_stop"):
-                        manager.teacher_stop(key, target)
+                        manager.teacher_stop(key, target, client=ui.guess_client())
                         st.toast(f"Stopping run {target}…")
+                wrong = manager.key_guard.failures()
+                if wrong:
+                    st.caption("Wrong teacher keys since the server started (also in the server's terminal): "
+                               + "; ".join(f"{f.total} from {ui.markdown_text(f.client)}" for f in wrong[:10]) + ".")
             except InputError as exc:
-                st.warning(str(exc))
+                ui.show_error(exc, "warning")
 
 
 # ------------------------------------------------------------------------------------- live view
@@ -296,7 +300,7 @@ def draw(snap) -> None:
     # the time left from the measured step and evaluation times, never past the time cap; a queued run's place
     st.progress(min(1.0, snap.progress), text=snap.progress_text())
     if snap.error:
-        st.error(snap.error)
+        st.error(ui.markdown_text(snap.error))
     steps = steps_by_variant(snap)
     evals = evals_by_variant(snap)
     if not any(steps.values()) and not any(evals.values()):

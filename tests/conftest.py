@@ -1,5 +1,6 @@
 """Shared test fixtures and helpers (the environment, offline and fp32, is set in the root conftest.py)."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,12 @@ def tokenizer():
 def _chdir_root(monkeypatch):
     """AppTest paths (pages/x.py) are relative to the repository root."""
     monkeypatch.chdir(ROOT)
+
+
+def plain(text) -> str:
+    """What a reader sees of markdown that ``ui.markdown_text`` escaped: without its backslashes and word joiners
+    (a page shows text from a learner, a link or an error message that way)."""
+    return re.sub(r"\\(.)", r"\1", str(text)).replace("\u2060", "")
 
 
 TINY_MODEL = "tiny-random"  # every page test runs on the tiny random BERT, built from a config (no weights)

@@ -5,6 +5,8 @@ No timing is asserted here (timings belong in benchmarks/): only values, shapes 
 
 import math
 
+import time
+
 import pytest
 import torch
 
@@ -253,7 +255,7 @@ def test_two_simultaneous_memory_measurements_do_not_crash_the_process():
     assert "done []" in proc.stdout
 
 
-def test_a_second_measurement_is_told_the_server_is_busy():
+def test_a_second_measurement_waits_in_line_and_is_told_busy_only_after_its_wait():
     import threading
 
     from mlm_core.measure import MeasurementBusyError, exclusive_measurement
@@ -277,3 +279,83 @@ def test_a_second_measurement_is_told_the_server_is_busy():
         holder.join()
     with exclusive_measurement(wait_s=0.05):  # free again once the first one ended
         pass
+
+
+def test_measurements_take_fair_turns_one_place_per_client():
+    """Issue 29 item 3: one global lock, a 2 s wait, then "busy": a student pressing a 55 s measurement again and
+    again kept every other student out. Now a queue: first come, first served, one place per client (tabs do
+    not buy turns), a client who presses again goes behind those who waited, and each waiter is told how many
+    are ahead."""
+    import threading
+
+    from mlm_core.measure import MeasurementBusyError, MeasurementQueue
+
+    queue = MeasurementQueue()
+    order, told = [], {}
+    hog_inside, hog_release = threading.Event(), threading.Event()
+
+    def measure(client, hold=None, inside=None):
+        with queue.turn(client, wait_s=30, on_wait=lambda ahead: told.setdefault(client, []).append(ahead)):
+            order.append(client)
+            if inside is not None:
+                inside.set()
+            if hold is not None:
+                hold.wait(30)
+
+    hog = threading.Thread(target=measure, args=("ip:hog", hog_release, hog_inside))
+    hog.start()
+    assert hog_inside.wait(10)
+    with pytest.raises(MeasurementBusyError, match="already have a measurement"):  # a second tab of the hog
+        with queue.turn("ip:hog", wait_s=30):
+            pass
+    waiters = []
+    for name in ("ip:a", "ip:b"):
+        t = threading.Thread(target=measure, args=(name,))
+        t.start()
+        waiters.append(t)
+        for _ in range(200):  # until it is in line
+            if queue.waiting() == len(waiters):
+                break
+            time.sleep(0.01)
+    assert queue.waiting() == 2
+    hog_release.set()
+    hog.join(10)
+    again = threading.Thread(target=measure, args=("ip:hog",))  # presses again at once: goes to the back
+    again.start()
+    for t in (*waiters, again):
+        t.join(30)
+    assert order[0] == "ip:hog" and order[1:3] == ["ip:a", "ip:b"]
+    assert told["ip:a"][0] == 1 and told["ip:b"][0] == 2  # then fewer ahead, as those ahead are done
+    assert told["ip:b"] == sorted(told["ip:b"], reverse=True)
+    assert queue.waiting() == 0
+
+
+def test_a_full_queue_says_so_and_a_turn_can_be_reentered():
+    import threading
+
+    from mlm_core.measure import MeasurementBusyError, MeasurementQueue
+
+    queue = MeasurementQueue(max_waiting=1)
+    inside, release = threading.Event(), threading.Event()
+
+    def hold():
+        with queue.turn("ip:1"):
+            with queue.turn("ip:1"):  # the lesson's own turn, inside the page's: the same thread goes on
+                inside.set()
+                release.wait(10)
+
+    threads = [threading.Thread(target=hold)]
+    threads[0].start()
+    assert inside.wait(10)
+    threads.append(threading.Thread(target=lambda: queue.turn("ip:2", wait_s=10).__enter__()))
+    threads[1].start()
+    for _ in range(200):
+        if queue.waiting() == 1:
+            break
+        time.sleep(0.01)
+    with pytest.raises(MeasurementBusyError, match="already waiting"):
+        with queue.turn("ip:3"):
+            pass
+    release.set()
+    for t in threads:
+        t.join(10)

@@ -365,3 +365,59 @@ def test_only_the_teacher_key_sees_and_stops_other_sessions_runs(monkeypatch):
         assert manager.teacher_stop("s3cret-key", "nosuchid") is False
     finally:
         manager.shutdown()
+
+
+def test_teacher_key_guesses_are_slowed_per_client_and_logged(monkeypatch, caplog):
+    """Issue 29 item 4: 41 guesses in 50 s from one tab, with no delay, lockout or log. Now: three free, then a
+    wait that doubles; while waiting, even the right key is refused unread; every tab of one address shares the
+    count; another client is not held up; a right key clears the count; every wrong key is logged and listed."""
+    monkeypatch.setenv(jobs.TEACHER_KEY_ENV, "s3cret-key")
+    now = [0.0]
+    manager = jobs.RunManager(max_runs=1, watchdog=False, train_fn=fake_train, clock=lambda: now[0])
+    student, other = "ip:10.0.0.5", "ip:10.0.0.6"
+    with caplog.at_level("WARNING", logger="mlm_core.jobs"):
+        for guess in ("a", "b", "c"):
+            with pytest.raises(InputError, match="^Wrong teacher key.$"):
+                manager.teacher_runs(guess, client=student)
+        with pytest.raises(InputError, match="Wait 1 s"):
+            manager.teacher_runs("d", client=student)  # the fourth: 1 s, then 2, 4, ...
+        with pytest.raises(InputError, match="Too many wrong teacher keys"):
+            manager.teacher_runs("s3cret-key", client=student)  # even the right key waits: nothing is learnt
+        with pytest.raises(InputError, match="Too many wrong teacher keys"):
+            manager.teacher_stop("s3cret-key", "x", client=student)
+        assert manager.teacher_runs("s3cret-key", client=other) == []  # another machine is not held up
+        now[0] = 1.5
+        with pytest.raises(InputError, match="Wait 2 s"):
+            manager.teacher_runs("e", client=student)
+        now[0] = 4.0
+        with pytest.raises(InputError, match="^Wrong teacher key.$"):
+            manager.teacher_runs("e", client=student)  # the same wrong key again (a redraw): not a new guess
+        assert manager.key_guard.wait_s(student) == 0
+        guesses = 5
+        for i in range(40):  # the attack: as fast as the answers come, for an hour at most
+            now[0] += max(manager.key_guard.wait_s(student), 0.1)
+            if now[0] > 3600:
+                break
+            with pytest.raises(InputError):
+                manager.teacher_runs(f"guess {i}", client=student)
+            guesses += 1
+        assert guesses < 20, guesses  # was: about 3,000 in an hour at 41 per 50 s
+    wrong = [r for r in caplog.records if "Wrong teacher key from ip:10.0.0.5" in r.getMessage()]
+    assert len(wrong) == guesses
+    listed = manager.key_guard.failures()
+    assert [(f.client, f.total) for f in listed] == [(student, guesses)]
+    now[0] += manager.key_guard.wait_s(student)
+    manager.teacher_runs("s3cret-key", client=student)
+    assert manager.key_guard.wait_s(student) == 0 and manager.key_guard.failures()[0].count == 0
+
+
+def test_teacher_key_comparison_is_constant_time(monkeypatch):
+    """Issue 29 item 4: the key is compared with hmac.compare_digest on hashes of both sides (so the length does
+    not show either), never with ==."""
+    monkeypatch.setenv(jobs.TEACHER_KEY_ENV, "s3cret-key")
+    calls = []
+    real = jobs.hmac.compare_digest
+    monkeypatch.setattr(jobs.hmac, "compare_digest", lambda a, b: calls.append((len(a), len(b))) or real(a, b))
+    assert jobs._teacher_key_ok("s3cret-key") and not jobs._teacher_key_ok("s")
+    assert calls == [(32, 32), (32, 32)]
+

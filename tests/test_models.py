@@ -349,3 +349,49 @@ def test_default_model_failure_names_no_server_path(monkeypatch):
     with pytest.raises(ModelLoadError, match="bundled default") as info:
         load_masked_lm(device="cpu")
     assert "/srv/teacher" not in str(info.value)
+
+
+@pytest.mark.parametrize("config_kwargs, why", [
+    ({"model_type": "albert", "inner_group_num": 60}, "MLMLAB_MAX_LAYERS"),  # estimated 16.9M, allocated 755M
+    ({"model_type": "albert", "num_hidden_layers": 1_000_000}, "MLMLAB_MAX_LAYERS"),  # few parameters, a hang
+    ({"model_type": "deberta-v2", "position_buckets": 4_000_000, "relative_attention": True}, "MLMLAB_MAX_PARAMS"),
+], ids=["albert-inner-groups", "albert-million-layers", "deberta-position-buckets"])
+def test_what_a_config_really_allocates_and_runs_is_capped_before_loading(tmp_path, no_weights_loaded,
+                                                                          config_kwargs, why):
+    """Issue 29: MLMLAB_MAX_PARAMS was estimated from fields that miss some architectures' real size. ALBERT with
+    inner_group_num=60 was estimated at 16.9M and allocated 755M (peak 3.3 GB) before it was refused; DeBERTa-v2
+    with huge position_buckets likewise; an ALBERT with 1,000,000 shared layers loaded and then hung any page. Now
+    the model is built on the meta device and counted, and its depth is capped, before anything is allocated."""
+    import transformers as tf
+
+    from mlm_core.model_access import estimate_parameters, parameters_on_meta
+
+    config_kwargs = dict(config_kwargs)
+    kind = config_kwargs.pop("model_type")
+    small = dict(hidden_size=768, num_attention_heads=12, intermediate_size=3072, vocab_size=30_000)
+    config = (tf.AlbertConfig(embedding_size=128, **small, **config_kwargs) if kind == "albert"
+              else tf.DebertaV2Config(**small, **config_kwargs))
+    assert estimate_parameters(config) < 600_000_000  # the fields alone let it through
+    if "num_hidden_layers" not in config_kwargs:
+        assert parameters_on_meta(config) > 20 * estimate_parameters(config)  # what it would really allocate
+    folder = tmp_path / "model"
+    config.save_pretrained(folder)
+    _write_safetensors_header(folder / "model.safetensors", {"embeddings.word_embeddings.weight": [10, 128]})
+    no_weights_loaded()
+    with pytest.raises(ModelLoadError, match=why):
+        load_masked_lm(str(folder), device="cpu")
+
+
+def test_the_meta_count_is_the_real_count_and_depth_has_a_cap(tiny_mlms, monkeypatch):
+    import transformers as tf
+
+    from mlm_core.model_access import forward_depth, max_layers, parameters_on_meta
+
+    for arch in ("bert", "albert", "distilbert", "electra"):
+        model = tiny_mlms.model(arch)
+        real = sum({id(t): t.numel() for t in (*model.parameters(), *model.buffers())}.values())
+        assert parameters_on_meta(model.config) == real
+    assert forward_depth(tf.BertConfig(num_hidden_layers=24)) == 24 <= max_layers()
+    assert forward_depth(tf.AlbertConfig(num_hidden_layers=12, num_hidden_groups=2, inner_group_num=3)) == 36
+    monkeypatch.setenv("MLMLAB_MAX_LAYERS", "8")
+    assert max_layers() == 8

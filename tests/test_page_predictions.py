@@ -5,6 +5,7 @@ import json
 import pytest
 
 import ui
+from tests.conftest import plain
 
 
 @pytest.fixture
@@ -168,7 +169,7 @@ def test_a_model_that_cannot_load_shows_an_error_not_a_traceback(monkeypatch, tm
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     at = run_page("pages/predictions.py", state={ui.KEYS.custom_model: "nobody-here/no-such-model"})
-    assert any("tiny-random" in e.value and "no-such-model" in e.value for e in at.error)
+    assert any("tiny-random" in plain(e.value) and "no-such-model" in plain(e.value) for e in at.error)
     # and the page goes on with the model it had (issue 24: it used to stop until the box was cleared)
     assert "What the model sees" in [h.value for h in at.subheader]
 
@@ -187,3 +188,26 @@ def test_the_model_panel_names_the_mask_only_perplexity_when_the_build_recorded_
     at = run_page("pages/predictions.py")
     metric = next(m for m in at.metric if m.label == "held-out MLM perplexity")
     assert metric.value == "27" and "[MASK] positions alone the build measured 31." in metric.proto.help
+
+
+def test_a_trained_model_never_shows_the_base_models_scores(run_page):
+    """Issue 29: the PLL and the corpus comparison stayed on screen after switching to a trained model, showing the
+    base model's numbers as the trained one's (their keys ignored the model choice)."""
+    from tests.test_page_inside import _store_with_a_trained_copy
+
+    at = run_page("pages/predictions.py", state={ui.KEYS.trained_models: _store_with_a_trained_copy()})
+    at.select_slider(key="pred_corpus_n").set_value(32)
+    at.button(key="pred_pll_run").click().run()
+    at.button(key="pred_corpus_run").click().run()
+    assert not at.exception
+    base_pll = next(m.value for m in at.metric if m.label == "PLL (nats)")
+    assert any("standard error" in m.value for m in at.markdown)
+    at.selectbox(key=ui.KEYS.trained_choice).set_value("abc123.0").run()
+    assert not at.exception
+    assert not any(m.label == "PLL (nats)" for m in at.metric)  # the base's numbers are gone
+    assert not any("standard error" in m.value for m in at.markdown)
+    at.button(key="pred_pll_run").click().run()
+    trained_pll = next(m.value for m in at.metric if m.label == "PLL (nats)")
+    assert trained_pll != base_pll  # its own (the trained copy's head differs)
+    at.selectbox(key=ui.KEYS.trained_choice).set_value(ui.BASE_CHOICE).run()
+    assert not any(m.label == "PLL (nats)" for m in at.metric)  # the trained one's are not the base's either

@@ -233,3 +233,40 @@ def test_decision_comparison_text_follows_the_numbers():
     clear = decision_comparison_text([row("MASK", 0.40, 0.01, 80), row("RANDOM", 0.05, 0.01, 10),
                                              row("UNCHANGED", 0.90, 0.01, 10)], 64)
     assert "surer at **[MASK]** than at **random**" in clear
+
+
+def test_many_selected_positions_are_predicted_a_few_sentences_at_a_time(tiny_mlms, monkeypatch):
+    """Issue 29 item 1: "compare on many sentences" at a link's p = 1 held (M, V) scores for 16,000 rows (2 GB in
+    fp32, five such tensors). predict_masked now goes a few sentences at a time (head.row_groups), with the same
+    predictions, rows and order."""
+    import mlm_core.predict as predict
+
+    for arch in ("bert", "electra"):  # a gathered head and one scored at every position
+        model = tiny_mlms.model(arch)
+        input_ids, attention_mask, labels = tiny_mlms.batch(rate=0.9)
+        decisions = torch.where(labels != IGNORE_INDEX, int(Decision.MASK), int(Decision.NOT_SELECTED))
+        tokenizer = _Ids()
+        whole = predict_masked(model, tokenizer, input_ids, attention_mask, labels, k=3, decisions=decisions)
+        monkeypatch.setattr(predict, "row_groups", lambda lab, vocab, gathered=True: [slice(i, i + 1) for i in range(lab.shape[0])])
+        split = predict_masked(model, tokenizer, input_ids, attention_mask, labels, k=3, decisions=decisions)
+        monkeypatch.undo()
+        assert [(p.row, p.position, p.top_ids, p.true_rank, p.decision) for p in split.positions] == \
+            [(p.row, p.position, p.top_ids, p.true_rank, p.decision) for p in whole.positions]
+        assert split.mean_loss == pytest.approx(whole.mean_loss, abs=1e-5) and split.vocab_size == whole.vocab_size
+
+
+def test_row_groups_bound_the_scores_a_prediction_holds():
+    from mlm_core.head import row_groups
+
+    labels = torch.full((6, 5), IGNORE_INDEX)
+    labels[:, :3] = 1  # three selected positions per row
+    groups = row_groups(labels, vocab_size=100, budget=700)
+    assert groups == [slice(0, 2), slice(2, 4), slice(4, 6)]  # 2 rows × 3 × 100 = 600 ≤ 700
+    assert row_groups(labels, vocab_size=1000, budget=10) == [slice(i, i + 1) for i in range(6)]  # one row each
+
+
+class _Ids:
+    """A stand-in tokenizer for tiny random vocabularies: ids shown as text."""
+
+    def convert_ids_to_tokens(self, ids):
+        return [str(i) for i in ids] if isinstance(ids, (list, tuple)) else str(ids)

@@ -178,6 +178,37 @@ def test_question_bank_ids_are_random_bounded_and_thread_safe():
     assert sum(bank.get(i) is not None for i in ids) == 50
 
 
+
+def test_a_student_cannot_push_the_teachers_question_out_of_the_bank():
+    """Issue 29 item 6: 1,000 clicks of "Use my sentence" evicted the teacher's qs= entry, and the class link said
+    "not on this server any more". Now each client keeps its own few, the teacher's are kept, and the whole bank
+    stays bounded with thirty busy students."""
+    bank = quiz.QuestionBank()
+    teacher = bank.add("The teacher's own sentence about Zanzibar.", client="session:teacher", keep=True)
+    remote_teacher = bank.add("A question typed on the teacher's laptop over the network.", client="ip:10.0.0.2")
+    spam = [bank.add(f"student sentence {i}", client="ip:10.0.0.9") for i in range(1000)]
+    assert bank.get(teacher) == "The teacher's own sentence about Zanzibar."
+    assert bank.get(remote_teacher) is not None  # another client's own few are never the spammer's to drop
+    assert sum(bank.get(q) is not None for q in spam) == bank.max_per_client  # the spammer's newest
+    assert all(bank.get(q) is not None for q in spam[-bank.max_per_client:])
+    for c in range(60):  # sixty busy students, each at their own bound: the bank stays bounded
+        for i in range(bank.max_per_client + 5):
+            bank.add(f"class {c} sentence {i}", client=f"ip:10.0.1.{c}")
+    assert len(bank) <= bank.max_entries + 1
+    assert bank.get(teacher) is not None
+    assert bank.add("The teacher's own sentence about Zanzibar.", client="ip:10.0.0.9") == teacher  # same id
+
+
+def test_the_teachers_sentences_have_their_own_bound():
+    bank = quiz.QuestionBank(max_kept=3)
+    ids = [bank.add(f"teacher {i}", client="session:t", keep=True) for i in range(5)]
+    assert [bank.get(q) is not None for q in ids] == [False, False, True, True, True]
+    student = bank.add("a student's", client="ip:10.0.0.9")
+    assert bank.add("a student's", client="session:t", keep=True) == student  # the teacher adopts it: kept now
+    for i in range(2 * bank.max_per_client):
+        bank.add(f"more {i}", client="ip:10.0.0.9")
+    assert bank.get(student) == "a student's"
+
 def test_rank_guesses_matches_the_model(tokenizer):
     from transformers import BertConfig, BertForMaskedLM
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import plain
+
 ROOT = Path(__file__).resolve().parent.parent
 # The project's own code only: its top-level script and package folders, never a virtual environment or other
 # checkout that a user keeps inside the clone (README makes .venv there; its site-packages hold non-UTF-8 files).
@@ -202,7 +204,7 @@ def test_malformed_uploads_show_a_clear_message(apptest, page, state, uploader, 
     assert not at.exception
     at.file_uploader(key=uploader).set_value(file).run()
     assert not at.exception
-    shown = [e.value for e in (*at.error, *at.warning)]
+    shown = [plain(e.value) for e in (*at.error, *at.warning)]  # as the reader sees the escaped message
     assert any(file[0] in text and ("nested too deeply" in text or "number too long" in text or "never closed" in text)
                for text in shown), shown
 
@@ -287,3 +289,69 @@ def test_first_loads_in_many_sessions_at_once_all_succeed(tmp_path):
                           text=True, env=env, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ERRORS: []" in proc.stdout, proc.stdout[-2000:]
+
+
+# --------------------------------------------------------------------------- link and typed text is text (issue 29 item 5)
+EVIL = "evil.example"
+HOSTILE_LINK = {"seed": f"![](http://{EVIL}/x.png)", "p": f"[Quiz answers](http://{EVIL}/a)",
+                "strategy": f"<img src=http://{EVIL}/y>", "model": f"[m](http://{EVIL}/m)", "view": f"www.{EVIL}"}
+_UNESCAPED_LINK = re.compile(r"(?<!\\)\]\((?!\))|(?<!\\)!(?<!\\)\[|(?<!\\)<(?:img|a)\b|https?(?<!\\):|(?<!\\)" + re.escape(EVIL))
+
+
+def markdown_bodies(at) -> list[str]:
+    """Everything of an AppTest page that Streamlit renders as markdown: texts, boxes, labels, options."""
+    bodies = []
+    for kind in ("markdown", "caption", "info", "warning", "error", "success", "toast", "title", "header", "subheader"):
+        bodies += [str(e.value) for e in at.get(kind)]
+    bodies += [str(e.label) for e in at.get("expander")]
+    for kind in ("radio", "pills", "segmented_control"):
+        for widget in at.get(kind):
+            bodies += [str(o) for o in getattr(widget, "options", [])]
+    return bodies
+
+
+def assert_shown_as_text(bodies: list[str]) -> None:
+    """No link or image survives: the payload is there only with its punctuation escaped (and, where
+    markdown-it is installed, rendering the bodies creates no <a> or <img> pointing at it)."""
+    assert any(EVIL.replace(".", r"\.") in b for b in bodies), "the link's values are shown"
+    for body in bodies:
+        if "unsafe" in body or body.lstrip().startswith("<div"):  # the escaped HTML chips: tested elsewhere
+            continue
+        assert not _UNESCAPED_LINK.search(body), body
+    for body in bodies:  # GitHub-flavoured autolinks are found after escapes are undone: none may be left
+        undone = re.sub(r"\\(.)", r"\1", body)
+        assert not re.search(r"(?i)https?://|www\.|[\w.+-]+@[\w-]+\.", undone), body
+    try:
+        from markdown_it import MarkdownIt
+    except ImportError:  # pragma: no cover - the CommonMark check above still ran
+        return
+    rendered = MarkdownIt("commonmark").render("\n\n".join(bodies))
+    assert not re.search(r"<(a|img)\b[^>]*" + re.escape(EVIL), rendered), rendered
+
+
+@pytest.mark.parametrize("page", ["pages/masking.py", "pages/quiz.py", "pages/inside.py"])
+def test_link_values_are_shown_as_text_never_as_links_or_images(apptest, page):
+    """Issue 29 item 5: ?seed=![](http://…/x) made every browser that opened the link fetch a remote image, and
+    ?p=[Quiz answers](http://…) put a clickable link in the app's own info box. The notice now shows them as
+    the characters they are."""
+    import ui
+
+    at = apptest(page, query=HOSTILE_LINK).run()
+    assert not at.exception
+    notice = next(i.value for i in at.info if "cannot use" in i.value)
+    joiner = ui.chips.WORD_JOINER
+    assert rf"\!\[\]\(http\:{joiner}//evil\.example/x\.png\)" in notice and r"\[Quiz answers\]\(http\:" in notice
+    assert_shown_as_text(markdown_bodies(at))
+
+
+def test_typed_text_and_model_names_are_shown_as_text(apptest):
+    """What a learner types reaches error boxes, captions and labels too: a model name, a sentence's tokens."""
+    import ui
+
+    at = apptest("pages/predictions.py", state={ui.KEYS.custom_model: f"[m](http://{EVIL}/m)"}).run()
+    assert not at.exception and at.error
+    assert_shown_as_text(markdown_bodies(at))
+    at = apptest("pages/inside.py", state={"inside_sentence": f"The [MASK] ![](http://{EVIL}/p.png) sat."}).run()
+    assert not at.exception
+    bodies = markdown_bodies(at)
+    assert not any(re.search(r"(?<!\\)!(?<!\\)\[", b) for b in bodies if not b.lstrip().startswith("<div"))

@@ -12,7 +12,7 @@ from torch import nn
 
 from mlm_core import jobs
 from mlm_core.models import INFO_ATTR
-from mlm_core.session_models import TrainedModels, model_bytes, same_vocabulary
+from mlm_core.session_models import ServerBudget, TrainedModels, model_bytes, same_vocabulary
 from mlm_core.training import TrainConfig, TrainResult
 
 CFG = TrainConfig(steps=3)
@@ -113,6 +113,50 @@ def test_store_limits_come_from_the_environment(monkeypatch):
     store = TrainedModels()
     assert store.max_models == 1 and store.max_bytes == 7 * 2**20
 
+
+
+def test_the_server_keeps_every_sessions_trained_models_within_one_budget():
+    """Issue 29 item 2: 3 models / 512 MB per session and no server-wide cap: four tabs of one student, each
+    keeping a 3-variant run, took the server from 616 MB to 2.8 GB (30 students about 15 GB). Now all sessions
+    together stay within the server's budget; the machine holding the most loses its least recently used first,
+    and that session is told."""
+    one = model_bytes(Weights())
+    budget = ServerBudget(max_models=5, max_bytes=100 * one)
+    tabs = [TrainedModels(max_models=3, max_bytes=10**9, budget=budget, client="ip:10.0.0.9") for _ in range(4)]
+    quiet = TrainedModels(max_models=3, max_bytes=10**9, budget=budget, client="ip:10.0.0.2")
+    quiet.add("q0", "the quiet student's model", Weights(), None, None)
+    for t, tab in enumerate(tabs):
+        for v in range(3):
+            tab.add(f"t{t}.{v}", f"tab {t} variant {v}", Weights(), None, None)
+    assert budget.held() == (5, 5 * one)  # was 13 models, and 4 x 3 with one more student
+    assert quiet.get("q0") is not None  # the busy machine paid for its own runs
+    assert [e.key for e in tabs[3].entries()] == ["t3.2", "t3.1", "t3.0"]
+    assert len(tabs[0]) == 0
+    notes = tabs[0].take_notes()
+    assert len(notes) == 3 and "dropped to make room" in notes[0] and "tab 0 variant 0" in notes[0]
+    assert tabs[0].take_notes() == []  # each said once
+    assert [e.key for e in tabs[2].entries()] == ["t2.2"]
+    tabs[2].get("t2.2")  # looked at: now the most recently used of the busy machine, so t3.0 goes next
+    tabs[3].add("t3.3", "tab 3 variant 3", Weights(), None, None)
+    assert tabs[2].get("t2.2") is not None and tabs[3].get("t3.0") is None and quiet.get("q0") is not None
+    big = quiet.add("huge", "a model bigger than the server keeps", Weights(200 * 256), None, None)
+    assert "not kept" in big[0] and "for everyone" in big[0]
+
+
+def test_the_server_budget_forgets_sessions_that_ended():
+    budget = ServerBudget(max_models=2, max_bytes=10**9)
+    gone = TrainedModels(budget=budget, client="ip:10.0.0.9")
+    gone.add("a", "a", Weights(), None, None)
+    del gone
+    gc.collect()
+    assert budget.held() == (0, 0)
+
+
+def test_server_budget_limits_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("MLMLAB_SERVER_TRAINED_MODELS", "4")
+    monkeypatch.setenv("MLMLAB_SERVER_TRAINED_MB", "64")
+    budget = ServerBudget()
+    assert budget.max_models == 4 and budget.max_bytes == 64 * 2**20
 
 def test_vocabularies_compare(tokenizer):
     from transformers import BertTokenizer

@@ -14,16 +14,32 @@ import streamlit as st
 from mlm_core.figures.masking import DECISION_STYLE  # the one style table of the decisions
 
 
-_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$&])")
+# The ASCII punctuation that can start something in markdown (CommonMark lets a backslash escape each):
+# links and images [ ] ( ) !, autolinks < > : . @ (http://…, www.…, a@b.c), emphasis * _ ~, code `,
+# headings and lists # + -, tables |, HTML entities &, and Streamlit's :emoji:, :red[colour], $math$.
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$&@^])")
+_LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029]+")
+# GitHub-flavoured autolinks (http://…, https://…, www.…, a@b.c) are found in the text after escapes are
+# undone, so a backslash does not stop them: a word joiner (U+2060, invisible) inside each does.
+_AUTOLINKS = re.compile(r"(?i)(https?:)(?=//)|\b(www)(?=\.)|(@)")
+WORD_JOINER = "\u2060"
 
 
 def markdown_text(text: str) -> str:
-    """Token or user text for ``st.markdown``, shown as typed: markdown punctuation backslash-escaped.
+    """Token, link or user text for ``st.markdown`` / ``st.info`` / ``st.caption`` / a widget label, shown
+    as typed: every markdown punctuation character backslash-escaped, line breaks as spaces (a new line
+    could start a heading, a list or a table), and an invisible word joiner inside ``http://``, ``www.``
+    and ``@``, which GitHub-flavoured markdown would turn into links whatever the escapes.
+    ``![](http://x/y)`` stays those characters: no image, no link.
 
     ``st.markdown`` without ``unsafe_allow_html`` never renders HTML, so ``html.escape`` here would show
     ``&lt;`` for ``<`` (the escape is applied twice).
+
+    >>> print(markdown_text("![](http://x/y) [a](www.x) a@b.c").replace(WORD_JOINER, "|"))
+    \\!\\[\\]\\(http\\:|//x/y\\) \\[a\\]\\(www|\\.x\\) a\\@|b\\.c
     """
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", str(text))
+    text = _AUTOLINKS.sub(lambda m: m.group(0) + WORD_JOINER, _LINE_BREAKS.sub(" ", str(text)))
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
 
 
 def inline_code(text: str) -> str:

@@ -4,15 +4,21 @@ the page's model (the sidebar's or one trained in this session), and "press to m
 
 from __future__ import annotations
 
+import contextlib
+
 import streamlit as st
 
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import Encoded, clip_text, encode, split_sentences
 from mlm_core.errors import MLMLabError
 from mlm_core.lessons.loss_lab import LossBatch, loss_batch, pick_sentences
-from mlm_core.session_models import TrainedModels
+from mlm_core.lessons.share_state import Field
+from mlm_core.measure import measurement_turn
+from mlm_core.session_models import ServerBudget, TrainedModels
+from ui.chips import markdown_text
 from ui.loaders import cached_corpus_counts
 from ui.messages import show_error
+from ui.session import client_id
 from ui.settings import KEYS, Settings
 
 BATCH_SOURCES = ("Workshop corpus", "Your text")
@@ -63,16 +69,27 @@ def loss_batch_controls(prefix: str, settings: Settings, model, tokenizer, rule,
 STALE_MEASUREMENT = "The model, sizes or seed changed since this was measured: press the button again."
 
 
-def on_demand(label: str, key: str, spinner: str, inputs, compute):
+def on_demand(label: str, key: str, spinner: str, inputs, compute, *, queued: bool = False):
     """A button that runs ``compute()`` and keeps its result in the session with the ``inputs`` it
     was computed for; returns the kept result (or None), with a note when the inputs have changed
-    since. A problem we can explain is shown and the last result stays."""
+    since. A problem we can explain is shown and the last result stays. ``queued``: a timed
+    measurement, which waits for its turn in the server's queue (``mlm_core.measure.measurement_turn``,
+    one place per client) and says how many are ahead while it waits."""
     state = st.session_state
     if st.button(label, key=f"{key}_run"):
+        notice = st.empty()
+
+        def waiting(ahead: int) -> None:
+            notice.info(f"Waiting for your turn: {ahead} measurement{'s' if ahead != 1 else ''} ahead of you "
+                        "on this server (measurements take turns so that their times stay honest).", icon="⏳")
+
         with st.spinner(spinner):
             try:
-                state[key] = (inputs, compute())
+                with measurement_turn(client_id(), on_wait=waiting) if queued else contextlib.nullcontext():
+                    notice.empty()
+                    state[key] = (inputs, compute())
             except MLMLabError as exc:
+                notice.empty()
                 show_error(exc)
     kept = state.get(key)
     if kept is None:
@@ -109,19 +126,28 @@ def example_picker(examples: list[str], *, key: str, sentence_key: str, containe
 BASE_CHOICE = "base"  # the sidebar's model, in the trained-model picker
 
 
+@st.cache_resource(show_spinner=False)
+def server_budget() -> ServerBudget:
+    """Every session's trained models together (``mlm_core.session_models.ServerBudget``): one per server."""
+    return ServerBudget()
+
+
 def trained_models():
     """This session's trained models (``mlm_core.session_models.TrainedModels``), a finished Training run's included.
 
     The store lives in the session, so the copies go with it; the shared cached models are never replaced.
+    It counts against the server's budget for every session's trained models; when that budget dropped
+    one of this session's, the page says so.
     """
     state = st.session_state
     store = state.get(KEYS.trained_models)
     if store is None:
-        store = state[KEYS.trained_models] = TrainedModels()
+        store = state[KEYS.trained_models] = TrainedModels(budget=server_budget(), client=client_id())
     run = state.get(KEYS.training_run)
-    if run is not None and getattr(run, "keep_trained", False):
-        for note in store.add_run(run):  # takes the copies once the run has finished, then nothing
-            st.toast(note, icon="🧠")
+    notes = store.add_run(run) if run is not None and getattr(run, "keep_trained", False) else []
+    for note in notes + store.take_notes():  # the run's copies are taken once it has finished, then nothing
+        st.toast(markdown_text(note), icon="🧠")
+        st.info(markdown_text(note), icon="🧠")
     return store
 
 
@@ -146,5 +172,5 @@ def trained_model_choice(model, tokenizer):
     st.selectbox("Model on this page", list(labels), key=KEYS.trained_choice, format_func=labels.get,
                  help="Models you trained on the Training page stay in your session (the last few), beside "
                  "the sidebar's model. They are yours only: a shared link shows others the sidebar's model.")
-    entry = entries.get(state[KEYS.trained_choice])
+    entry = trained_models().get(state[KEYS.trained_choice])  # get: now its most recent use
     return (model, tokenizer, None) if entry is None else (entry.model, entry.tokenizer, entry)

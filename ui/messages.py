@@ -1,4 +1,8 @@
-"""How a page says that something failed: our own errors in their words, anything else briefly."""
+"""How a page says that something failed: our own errors in their words, anything else briefly.
+
+A message may hold what a learner typed or a link carried (a model name, a file name, a value), so it
+is shown as text: its markdown punctuation is escaped (``ui.chips.markdown_text``).
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,19 @@ import streamlit as st
 
 from mlm_core import language
 from mlm_core.errors import MLMLabError
+from ui.chips import markdown_text
 
 
-def show_error(exc: BaseException) -> None:
-    """A clear message for a problem we can explain, a short generic one for anything else."""
+def show_error(exc: BaseException, kind: str = "error") -> None:
+    """A clear message for a problem we can explain, a short generic one for anything else, shown as text.
+
+    ``kind``: ``"error"``, ``"warning"`` or ``"info"`` (the box it is shown in).
+    """
+    box = {"error": st.error, "warning": st.warning, "info": st.info}[kind]
     if isinstance(exc, MLMLabError):
-        st.error(str(exc))
+        box(markdown_text(str(exc)))
     else:
-        st.error(f"Something went wrong: {type(exc).__name__}: {exc}")
+        box(markdown_text(f"Something went wrong: {type(exc).__name__}: {exc}"))
 
 
 def language_note(text: str, model_name: str | None, model) -> None:

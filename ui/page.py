@@ -18,6 +18,7 @@ from mlm_core.model_access import allowed_models, any_model_allowed, is_builtin
 from mlm_core.models import available_models
 from ui import session, share
 from ui.loaders import cached_tokenizer
+from ui.controls import trained_models
 from ui.navigation import ensure_app_navigation
 from ui.presenter import room_styles
 from ui.settings import DEFAULT_MODEL, DEFAULT_SEED, KEYS, MAX_MODEL_NAME_CHARS, Settings
@@ -143,6 +144,8 @@ def training_run_status() -> None:
     run = st.session_state.get(KEYS.training_run)
     if run is None:
         return
+    if getattr(run, "keep_trained", False) and run.snapshot(touch=False).finished:
+        trained_models()  # the finished run's copies go to the session's store, where the server's budget counts them
 
     @st.fragment(run_every=None if run.snapshot().finished else 2.0)
     def status() -> None:

@@ -1,29 +1,93 @@
-"""Who is connected: a local browser or a student's, the client behind a run, whether the session is alive."""
+"""Who is connected: a local browser or a student's, the client behind a run, whether the session is alive.
+
+"Local" (the teacher, on the server's own machine) is decided from the connection's TCP peer as
+Streamlit's server saw it, and it fails closed: a session without a known peer (its connection
+just dropped, or Streamlit has no client for it) is a student. ``MLMLAB_TRUST_LOCALHOST=0`` makes
+loopback connections students too, for servers behind a relay on the same machine (``ssh -L``, a
+reverse proxy that does not pass the client's address): there every student arrives as 127.0.0.1.
+"""
 
 from __future__ import annotations
 
-import streamlit as st
+import ipaddress
+import os
+from unittest import mock
+
 from streamlit import runtime
 from streamlit.runtime import scriptrunner  # scriptrunner.get_script_run_ctx: a test may stand in for it
 
+TRUST_LOCALHOST_ENV = "MLMLAB_TRUST_LOCALHOST"
+
+
+def _is_apptest() -> bool:
+    """Streamlit's AppTest runs pages on a stand-in runtime (a ``unittest.mock`` object): the test is the
+    server's own machine. A real server's runtime is never a mock."""
+    try:
+        return runtime.exists() and isinstance(runtime.get_instance(), mock.Mock)
+    except Exception:
+        return False
+
+
+def peer_address() -> str | None:
+    """The TCP peer of this session's connection as the server saw it ('127.0.0.1' on this machine), or
+    None when there is none: no script run, no client (a connection that just dropped), AppTest.
+
+    Streamlit's ``st.context.ip_address`` answers None both for localhost and for "no client", so it
+    cannot fail closed; this reads the same field Streamlit's own loopback check reads
+    (``runtime.get_instance().get_client(session_id).client_context.remote_ip``).
+    """
+    ctx = scriptrunner.get_script_run_ctx()
+    if ctx is None or not runtime.exists() or _is_apptest():
+        return None
+    try:
+        client = runtime.get_instance().get_client(ctx.session_id)
+        remote = client.client_context.remote_ip if client is not None and client.client_context is not None else None
+    except Exception:
+        return None
+    return remote if isinstance(remote, str) and remote else None
+
+
+def _loopback(address: str | None) -> bool:
+    try:
+        return address is not None and ipaddress.ip_address(address.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def localhost_trusted() -> bool:
+    """False when the server was started with ``MLMLAB_TRUST_LOCALHOST=0`` (behind a same-machine relay)."""
+    return os.environ.get(TRUST_LOCALHOST_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
 
 def session_is_local() -> bool:
-    """The browser runs on the server's own machine (Streamlit gives no IP address for localhost)."""
-    try:
-        ip = st.context.ip_address  # None for 127.0.0.1 and ::1 (the TCP peer, not a header)
-    except Exception:  # no script run context (bare mode): nobody else is connected
+    """The browser runs on the server's own machine: its connection comes from a loopback address.
+
+    Fails closed: no known peer (a dropped connection) is a student. Outside a server (bare mode, a
+    script) and in AppTest nobody else is connected, so that counts as local.
+    """
+    if scriptrunner.get_script_run_ctx() is None or not runtime.exists() or _is_apptest():
         return True
-    return not isinstance(ip, str)  # AppTest has no client address at all
+    return localhost_trusted() and _loopback(peer_address())
 
 
 def client_id() -> str:
-    """Who is asking, for "one run per client": the IP address, or the session for local connections
-    (st.context.ip_address is None on localhost, and a teacher's tabs are not one student)."""
-    ip = st.context.ip_address
-    if isinstance(ip, str) and ip:  # AppTest's stand-in runtime answers with a mock: not an address
-        return f"ip:{ip}"
+    """Who is asking, for "one run per client": the peer's address, or the session for local connections
+    (a teacher's tabs are not one student). A session with no known peer is one unknown student
+    ("ip:unknown", shared by all such sessions): it never gets a client of its own."""
     ctx = scriptrunner.get_script_run_ctx()
-    return f"session:{ctx.session_id if ctx else 'unknown'}"
+    if session_is_local():
+        return f"session:{ctx.session_id if ctx else 'unknown'}"
+    peer = peer_address()
+    return f"ip:{peer or 'unknown'}"
+
+
+def guess_client() -> str:
+    """Who is guessing the teacher key: the peer's address, for local tabs too ("ip:127.0.0.1"), so that
+    tabs, and students behind one relay, share one allowance of guesses."""
+    if _is_apptest():
+        ctx = scriptrunner.get_script_run_ctx()
+        return f"session:{ctx.session_id if ctx else 'unknown'}"
+    return f"ip:{peer_address() or 'unknown'}"
 
 
 def session_alive_check():

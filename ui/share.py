@@ -16,6 +16,7 @@ import streamlit as st
 
 from mlm_core.errors import MLMLabError
 from mlm_core.lessons import share_state
+from ui.chips import markdown_text
 from ui.loaders import check_model_access
 from ui.settings import DEFAULT_MODEL, KEYS, STICKY_KEYS
 
@@ -226,8 +227,10 @@ def shared_masking_config():
 
 
 def link_notice(problems) -> None:
+    """The link's values MLM Lab could not use, one per line: as text (a value like ``![](http://…)`` is shown,
+    never fetched or linked)."""
     text = "This link had values MLM Lab cannot use, so defaults are shown instead:\n" + "\n".join(
-        f"- {p}" for p in problems)
+        f"- {markdown_text(p)}" for p in problems)
     try:
         st.toast("Some link values were ignored: see the note at the top of the page.", icon="⚠️")
     except Exception:

@@ -35,14 +35,14 @@ from torch.profiler import ProfilerActivity, profile
 
 from mlm_core import seeds
 from mlm_core.bundled import workshop_sentences
-from mlm_core.costs import MASK_RATE, step_gemms
+from mlm_core.costs import MASK_RATE, loss_paths_bytes, masked_positions, step_gemms, train_step_bytes
 from mlm_core.data import encode, mask_batch
 from mlm_core.errors import InputError
 from mlm_core.head import encoder_states, head_parts
 from mlm_core.losses import full_cross_entropy, loop_cross_entropy
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig
-from mlm_core.measure import (exclusive_measurement, exclusive_profiler, gemm_timer, median, median_times,
-                              paired_ratio, peak_memory_bytes)
+from mlm_core.measure import (click_budget_bytes, exclusive_measurement, exclusive_profiler, gemm_timer, human_bytes,
+                              median, median_times, paired_ratio, peak_memory_bytes)
 from mlm_core.training import TrainConfig, TrainStep
 
 LOSS_PATHS = ("loop", "vectorised", "gathered")
@@ -111,18 +111,25 @@ def loss_path_functions(transform: Callable, decoder: nn.Module, states: torch.T
         if grads is not None:
             grads[name] = list(found)
 
+    # The full scores are let go before the backward pass (no backward needs them), so a path holds
+    # one (B·T, V) tensor less at its peak (costs.loss_paths_bytes).
     def loop():
         logits = decoder(transform(leaf))  # (B, T, V): every position
+        values = logits.numel()
         rows = logits.reshape(B * T, -1).index_select(0, index)  # (M, V)
+        del logits
         loss = loop_cross_entropy(rows, targets).loss  # a Python loop over the M rows
+        del rows
         backward("loop", loss)
-        return float(loss.detach()), logits.numel()
+        return float(loss.detach()), values
 
     def vectorised():
         logits = decoder(transform(leaf))  # (B, T, V): every position
+        values = logits.numel()
         loss = F.cross_entropy(logits.reshape(B * T, -1).float(), flat_labels, ignore_index=IGNORE_INDEX)
+        del logits
         backward("vectorised", loss)
-        return float(loss.detach()), logits.numel()
+        return float(loss.detach()), values
 
     def gathered():
         rows = leaf.reshape(B * T, H).index_select(0, index)  # (M, H): gather first
@@ -143,6 +150,22 @@ def _batch(tokenizer, batch_size: int, seq_len: int, seed: int, mask_rate: float
     result = mask_batch(tokenizer, encoded, MaskingConfig(mlm_probability=mask_rate),
                         seeds.generator(seed))  # the Loss page's stream: this seed's masks
     return result.input_ids, encoded.attention_mask, result.labels
+
+
+def _check_budget(what: str, need: int, batch_size: int, seq_len: int) -> None:
+    """Refuse, before anything is allocated, a measurement whose estimate is above one click's memory budget."""
+    budget = click_budget_bytes()
+    if need > budget:
+        raise InputError(
+            f"{what} at batch {batch_size} × {seq_len} tokens would hold about {human_bytes(need)} at once on this "
+            f"model, more than one click may use on this server ({human_bytes(budget)}, MLMLAB_CLICK_MB): choose a "
+            "smaller batch or sequence length.")
+
+
+def _step_bytes(model: nn.Module, batch_size: int, seq_len: int) -> int:
+    """``costs.train_step_bytes`` for this model, at the masking rate's expected M."""
+    return train_step_bytes(model.config, batch_size=batch_size, seq_len=seq_len,
+                            masked=masked_positions(batch_size, seq_len))
 
 
 def _check_sizes(batch_size: int, seq_len: int, repeats: int) -> None:
@@ -168,6 +191,8 @@ def loss_paths(model: nn.Module, tokenizer, *, batch_size: int = 4, seq_len: int
     """
     _check_sizes(batch_size, seq_len, repeats)
     transform, decoder = _split_head(model)
+    _check_budget("The three loss paths", loss_paths_bytes(batch_size, seq_len, decoder.weight.shape[0]),
+                  batch_size, seq_len)
     device = next(model.parameters()).device
     input_ids, attention_mask, labels = _batch(tokenizer, batch_size, seq_len, seed)
     if int((labels != IGNORE_INDEX).sum()) == 0:
@@ -287,7 +312,8 @@ def _setting(value: Sequence) -> tuple[str, bool, bool]:
 
 
 def _snapshot(model: nn.Module) -> list[torch.Tensor]:
-    return [t.detach().clone() for t in (*model.parameters(), *model.buffers())]
+    """The starting weights: the model's own tensors, detached (``_restore`` copies them into the private copy)."""
+    return [t.detach() for t in (*model.parameters(), *model.buffers())]
 
 
 @torch.no_grad()
@@ -323,6 +349,7 @@ def amp_and_checkpointing(model: nn.Module, tokenizer, *, batch_size: int = 4, s
     chosen = [_setting(s) for s in settings]
     if not chosen:
         raise InputError("Choose at least one setting to measure.")
+    _check_budget("A training step", _step_bytes(model, batch_size, seq_len), batch_size, seq_len)
     device = next(model.parameters()).device
     input_ids, attention_mask, labels = _batch(tokenizer, batch_size, seq_len, seed)
     masked = int((labels != IGNORE_INDEX).sum())
@@ -338,7 +365,7 @@ def amp_and_checkpointing(model: nn.Module, tokenizer, *, batch_size: int = 4, s
             gemms = {}  # not a BERT-shaped model: times and memory only
     with exclusive_measurement():
         work = copy.deepcopy(model).to(device=device, dtype=torch.float32)
-        start = _snapshot(work)
+        start = _snapshot(model)  # the caller's own tensors (read, never written): no second copy held
         first_amp, first_ckpt, first_frozen = chosen[0]
         step = TrainStep(work, TrainConfig(amp=first_amp, learning_rate=1e-5, seed=seed), device)
         losses: dict[int, list[float]] = {i: [] for i in range(len(chosen))}
@@ -414,6 +441,7 @@ def step_time_breakdown(model: nn.Module, tokenizer, *, amp: str = "off", batch_
     """
     _check_sizes(batch_size, seq_len, 1)
     amp, _, frozen = _setting((amp, False, frozen))
+    _check_budget("A profiled training step", _step_bytes(model, batch_size, seq_len), batch_size, seq_len)
     device = next(model.parameters()).device
     input_ids, attention_mask, labels = _batch(tokenizer, batch_size, seq_len, seed)
     if int((labels != IGNORE_INDEX).sum()) == 0:

@@ -17,8 +17,10 @@ from typing import Any, Sequence
 import torch
 
 from mlm_core import seeds
+from mlm_core.costs import loss_page_bytes
 from mlm_core.data import Encoded, encode, mask_batch
 from mlm_core.errors import InputError
+from mlm_core.measure import click_budget_bytes, human_bytes
 from mlm_core.formatting import readable, row_decimals, signed, significant
 from mlm_core.head import masked_lm_hidden, masked_lm_logits
 from mlm_core.losses import (
@@ -151,6 +153,14 @@ def loss_batch(model, tokenizer, texts: Sequence[str], config: MaskingConfig | N
         V = len(tokenizer)
         counts = token_counts(tokenizer, texts, V) if counts is None else counts
         return LossBatch(tokenizer, texts, config, int(seed), encoded, result, counts, **rows)
+    V = model.get_output_embeddings().weight.shape[0]
+    need, budget = loss_page_bytes(len(positions), V), click_budget_bytes()
+    if need > budget:  # refused before the model runs: a large vocabulary with a link's p = 1
+        raise InputError(
+            f"This batch selects {len(positions):,} tokens; with this model's {V:,}-token vocabulary the losses, their "
+            f"gradients and the K sweep would hold about {human_bytes(need)} at once, more than one click may use on "
+            f"this server ({human_bytes(budget)}, MLMLAB_CLICK_MB). Lower the selection probability on the Masking "
+            "page, or use fewer or shorter sentences.")
     with torch.no_grad():
         hidden, weight, bias, targets = masked_lm_hidden(model, result.input_ids, encoded.attention_mask, result.labels)
         hidden, weight, bias = hidden.float().cpu(), weight.detach().float().cpu(), bias.detach().float().cpu()

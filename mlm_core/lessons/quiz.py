@@ -238,38 +238,79 @@ class QuestionBank:
     """Teachers' own quiz sentences, kept on the server: a shared link carries an id, never the words.
 
     One bank serves every session of a server (a teacher's link works for the whole room). Ids are
-    random, so an id says nothing about its sentence. Holds ``max_entries`` sentences, the oldest
-    dropped first; thread-safe.
+    random, so an id says nothing about its sentence. Thread-safe. It is bounded three ways, so that
+    no student can push the teacher's question out:
 
-    >>> bank = QuestionBank()
-    >>> qs = bank.add("The cat sat on the mat.")
+    - each ``client`` (an IP address) keeps at most ``max_per_client`` sentences: its own oldest go first;
+    - all clients together keep ``max_entries``: past that, the oldest sentence of whoever holds the
+      most goes first;
+    - sentences added with ``keep=True`` (the teacher's: from the server's own machine) are never
+      dropped for anyone else's; only the teacher's own ``max_kept``-th newer one drops the oldest.
+
+    >>> bank = QuestionBank(max_per_client=2)
+    >>> qs = bank.add("The cat sat on the mat.", client="teacher", keep=True)
     >>> bank.get(qs), bank.add("The cat sat on the mat.") == qs, bank.get("nope")
     ('The cat sat on the mat.', True, None)
+    >>> spam = [bank.add(f"spam {i}", client="ip:10.0.0.9") for i in range(1000)]
+    >>> bank.get(qs), sum(bank.get(i) is not None for i in spam)
+    ('The cat sat on the mat.', 2)
     """
 
-    def __init__(self, max_entries: int = 1_000):
+    def __init__(self, max_entries: int = 1_000, *, max_per_client: int = 20, max_kept: int = 200):
         self.max_entries = max_entries
+        self.max_per_client = max_per_client
+        self.max_kept = max_kept
         self._lock = threading.Lock()
-        self._by_id: dict[str, str] = {}
+        self._by_id: dict[str, tuple[str, str | None, bool]] = {}  # id -> (sentence, client, kept), oldest first
         self._by_sentence: dict[str, str] = {}
 
-    def add(self, sentence: str) -> str:
+    def add(self, sentence: str, client: str | None = None, *, keep: bool = False) -> str:
+        """The sentence's id (a new random one, or the one it already has); ``client``: who adds it."""
         with self._lock:
-            if sentence in self._by_sentence:
-                return self._by_sentence[sentence]
+            qs = self._by_sentence.get(sentence)
+            if qs is not None:
+                text, owner, kept = self._by_id.pop(qs)
+                self._by_id[qs] = (text, owner, kept or keep)  # now the newest; the teacher's from now on
+                self._trim()
+                return qs
             qs = secrets.token_hex(5)
             while qs in self._by_id:
                 qs = secrets.token_hex(5)
-            self._by_id[qs] = sentence
+            self._by_id[qs] = (sentence, client, keep)
             self._by_sentence[sentence] = qs
-            while len(self._by_id) > self.max_entries:
-                old = next(iter(self._by_id))
-                self._by_sentence.pop(self._by_id.pop(old), None)
+            self._trim(client)
             return qs
+
+    def _drop(self, qs: str) -> None:
+        sentence, _, _ = self._by_id.pop(qs)
+        self._by_sentence.pop(sentence, None)
+
+    def _trim(self, client: str | None = None) -> None:
+        kept = [qs for qs, (_, _, k) in self._by_id.items() if k]
+        for qs in kept[:max(0, len(kept) - self.max_kept)]:
+            self._drop(qs)
+        if client is not None:
+            mine = [qs for qs, (_, owner, k) in self._by_id.items() if owner == client and not k]
+            for qs in mine[:max(0, len(mine) - self.max_per_client)]:
+                self._drop(qs)
+        while True:
+            others = [(qs, owner) for qs, (_, owner, k) in self._by_id.items() if not k]
+            if len(others) <= self.max_entries:
+                return
+            held: dict[str | None, int] = {}
+            for _, owner in others:
+                held[owner] = held.get(owner, 0) + 1
+            biggest = max(held.values())
+            self._drop(next(qs for qs, owner in others if held[owner] == biggest))  # its oldest
 
     def get(self, qs: str | None) -> str | None:
         with self._lock:
-            return self._by_id.get(str(qs)) if qs else None
+            entry = self._by_id.get(str(qs)) if qs else None
+            return entry[0] if entry else None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._by_id)
 
 
 # --------------------------------------------------------------------------- scoring (pure)

@@ -1,0 +1,81 @@
+"""Every page's costliest click, at its widest allowed settings, fits one click's memory budget (issue 29 item 1).
+
+The budget: ``mlm_core.measure.click_budget_bytes()``, 1 GiB by default (``MLMLAB_CLICK_MB``), above the
+loaded model. Each click (``tests/memory_clicks.py``) runs in a fresh process and reports how far its
+resident memory rose (the kernel's high-water mark: tensors, Python objects and the allocator's holes
+alike). Before issue 29, "Measure the three loss paths" at batch 16 × 64 rose 3.1 GB and "compare on many
+sentences" at a link's p = 1 held five (M, V) tensors of 330 MB each.
+
+Linux only (the high-water mark is read from /proc). No timing is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlm_core.measure import click_budget_bytes, human_bytes
+from tests.memory_clicks import CLICKS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="reads Linux's /proc")
+
+
+def measure(name: str) -> dict:
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("MLMLAB_CLICK_MB", None)
+    proc = subprocess.run([sys.executable, "-m", "tests.memory_clicks", name], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", sorted(CLICKS))
+def test_the_widest_click_fits_the_budget(name):
+    result = measure(name)
+    assert result["peak_bytes"] is not None
+    budget = click_budget_bytes()
+    assert result["peak_bytes"] <= budget, (
+        f"{name} {result}: {human_bytes(result['peak_bytes'])} above the loaded model, budget {human_bytes(budget)}")
+
+
+def test_efficiency_refuses_settings_above_the_budget_before_allocating(monkeypatch):
+    """What the sliders allow beyond the budget is refused with a message, from the estimate, before anything runs
+    (bert-base's training step, a copy with AdamW's state, needs 2.5 GB at any size)."""
+    import transformers as tf
+
+    from mlm_core.bundled import load_default_tokenizer
+    from mlm_core.errors import InputError
+    from mlm_core.lessons.efficiency import amp_and_checkpointing, loss_paths, step_time_breakdown
+
+    tokenizer = load_default_tokenizer()
+    config = tf.BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=64)
+    model = tf.BertForMaskedLM(config).eval()
+    monkeypatch.setenv("MLMLAB_CLICK_MB", "64")
+    with pytest.raises(InputError, match="more than one click may use on this server"):
+        loss_paths(model, tokenizer, batch_size=16, seq_len=128, repeats=1)
+    big = tf.BertForMaskedLM(tf.BertConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2,
+                                           num_attention_heads=2, intermediate_size=64))
+    big.config.hidden_size, big.config.num_hidden_layers = 768, 12  # what the estimate reads: bert-base's shape
+    monkeypatch.setenv("MLMLAB_CLICK_MB", "1024")
+    for measure_step in (amp_and_checkpointing, step_time_breakdown):
+        with pytest.raises(InputError, match="MLMLAB_CLICK_MB"):
+            measure_step(big, tokenizer, batch_size=1, seq_len=16)
+
+
+def test_the_loss_page_refuses_a_batch_above_the_budget():
+    """XLM-R's 250,002-token vocabulary with a link's p = 1 on eight sentences: ten (496, 250,002) tensors, 5 GB."""
+    from mlm_core.errors import InputError
+    from mlm_core.lessons.loss_lab import loss_batch
+    from tests.memory_clicks import EVERY_TOKEN, big_vocab_model, long_texts
+
+    model, tokenizer = big_vocab_model()
+    with pytest.raises(InputError, match="Lower the selection probability"):
+        loss_batch(model, tokenizer, long_texts(8), EVERY_TOKEN, seed=0)
+    assert loss_batch(model, tokenizer, long_texts(1), EVERY_TOKEN, seed=0).targets.numel() > 0
