@@ -18,6 +18,7 @@ from mlm_core.model_access import allowed_models, any_model_allowed, is_builtin
 from mlm_core.models import available_models
 from ui import session, share
 from ui.loaders import cached_tokenizer
+from ui.chips import markdown_text
 from ui.controls import trained_models
 from ui.navigation import ensure_app_navigation
 from ui.presenter import room_styles
@@ -54,7 +55,7 @@ def page_setup(title: str, link: tuple[str, ...] | None = None, shown: dict[str,
     if link_problems:
         share.link_notice(link_problems)
     if model_problem:
-        st.error(model_problem)
+        st.error(markdown_text(model_problem))  # it names what was typed: shown as text (issue 29)
     return settings
 
 
