@@ -421,3 +421,25 @@ def test_every_view_takes_the_ids_as_a_plain_tuple(models, tokenizer, sentence):
                           inside.leave_one_out(model, tokenizer, seen, None, 6, true_id, skip=skip), equal_nan=True)
     lens, same = (inside.logit_lens(model, tokenizer, i, None, 6, true_id, k=3) for i in (ids, seen))
     assert torch.equal(lens.top_ids, same.top_ids) and torch.allclose(lens.true_prob, same.true_prob)
+
+
+def test_agreement_ranks_magnitudes_as_jain_and_wallace_do(models, tokenizer):
+    """Issue 25 §3.3: the τ credited to Jain & Wallace (2019, §4.1) ranked the signed scores; their released
+    code (successar/AttentionExplanation, Trainers/PlottingBC.py) ranks absolute gradients and absolute changes
+    in the output. Here a gradient that flips the sign of every leave-one-out effect but keeps their sizes
+    agrees fully on magnitudes (τ = 1) and not at all on signed scores; both are reported."""
+    loo = torch.tensor([float("nan"), 0.9, -0.5, 0.1, -0.02, float("nan")])
+    grad = torch.tensor([0.3, -0.9, 0.5, -0.1, 0.02, 0.0])
+    gradient = inside.GradientSaliency(3, 5, "x", tuple("abcdef"), grad, grad * 2, -1.0)
+    result = inside.Saliency.from_parts(gradient, loo)
+    assert result.tau_input == pytest.approx(1.0) and result.tau_delta == pytest.approx(1.0)
+    assert result.tau_input_signed == pytest.approx(scipy.stats.kendalltau(grad[1:5], loo[1:5]).statistic)
+    assert result.tau_input_signed < 0
+    attention = torch.tensor([0.1, 0.5, 0.3, 0.05, 0.01, 0.04]).reshape(1, 1, 6)  # (L, H, T)
+    assert float(inside.layer_agreement(attention, loo)[0]) == pytest.approx(1.0)  # attention vs |leave-one-out|
+    texts = ["The cat sat on the mat.", "Paris is the capital of France."]
+    summary = lesson.agreement_over_texts(models["bert"], tokenizer, texts)
+    measures = {r["measure"]: r for r in summary.records()}
+    assert measures["gradient × input"]["compares"] == "magnitudes"
+    assert measures["gradient × input, signed"]["compares"] == "signed scores"
+    assert summary.signed_taus.shape == (2, 2)

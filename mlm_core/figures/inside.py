@@ -286,8 +286,9 @@ def saliency_figure(result: Saliency, *, height: int = 400) -> go.Figure:
     fig.update_layout(
         barmode="group",
         title=f"What the guess at {result.position}·{_e(result.tokens[result.position])} (true token: "
-              f"{_e(result.true_token)}) depends on; τ with leave-one-out: gradient × input {result.tau_input:.2f}, "
-              f"× (input − [MASK]) {result.tau_delta:.2f}",
+              f"{_e(result.true_token)}) depends on; τ with leave-one-out on magnitudes: gradient × input "
+              f"{result.tau_input:.2f}, × (input − [MASK]) {result.tau_delta:.2f} (signed: {result.tau_input_signed:.2f}, "
+              f"{result.tau_delta_signed:.2f})",
         yaxis=dict(title="scaled to the largest |value|", range=[-1.1, 1.1]), xaxis=dict(tickangle=-45),
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
         height=height, margin=dict(t=90, b=60),
@@ -306,7 +307,8 @@ def agreement_figure(result: Saliency, layer_tau: torch.Tensor, *, height: int =
                            text=[f"{v:.2f}" if math.isfinite(v) else "n/a" for v in values], textposition="outside",
                            cliponaxis=False, hovertemplate="%{x}: τ = %{y:.3f}<extra></extra>"))
     fig.update_layout(
-        title="Does it rank the tokens as leave-one-out does? Kendall τ (1 = same order, 0 = unrelated)",
+        title="Does it rank the tokens by size as leave-one-out does? Kendall τ of the magnitudes (1 = same order, "
+              "0 = unrelated)",
         yaxis=dict(title="Kendall τ", range=[-1.1, 1.2], zeroline=True), height=height, margin=dict(t=60, b=60),
     )
     return fig
@@ -322,7 +324,7 @@ def agreement_summary_figure(summary: AgreementSummary, *, height: int = 360) ->
         fig.add_trace(go.Box(y=values, name=_e(name), marker_color=color, boxpoints="all", jitter=0.4, pointpos=0,
                              boxmean=True, hovertemplate="τ = %{y:.2f}<extra>" + _e(name) + "</extra>"))
     fig.update_layout(
-        title=f"Over {summary.taus.shape[0]} workshop sentences (last word masked): Kendall τ with leave-one-out",
+        title=f"Over {summary.taus.shape[0]} sentences (last word masked): Kendall τ with leave-one-out, on magnitudes",
         yaxis=dict(title="Kendall τ", range=[-1.05, 1.05], zeroline=True), showlegend=False,
         height=height, margin=dict(t=60, b=60),
     )
