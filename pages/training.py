@@ -312,8 +312,10 @@ def draw_probe_sets(name: str, entries, at: int) -> None:
                       delta=f"{score.top1_now - score.top1_then:+d} since step {score.step_then}")
             m2.metric("answer in the top 5", f"{score.top5_now} of {score.probes}",
                       delta=f"{score.top5_now - score.top5_then:+d} since step {score.step_then}")
-            st.caption(f"The answer's median rank among all {len(tokenizer):,} tokens: {score.median_rank_then:,.0f} at "
-                       f"step {score.step_then}, {score.median_rank_now:,.0f} at step {score.step_now} (1 = first guess).")
+            if score.median_rank_then is not None and score.median_rank_now is not None:
+                st.caption(f"The answer's median rank among all {len(tokenizer):,} tokens: {score.median_rank_then:,.0f} "
+                           f"at step {score.step_then}, {score.median_rank_now:,.0f} at step {score.step_now} "
+                           "(1 = first guess).")
             ui.table(pd.DataFrame(probe_set_rows(entries, score.group)), static=True)
     st.markdown(f"**{name}, step {at}:** " + strings_or_facts(scores))
     with st.expander("Each probe's five first guesses, as bars"):

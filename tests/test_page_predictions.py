@@ -185,3 +185,28 @@ def test_the_model_panel_names_the_mask_only_perplexity_when_the_build_recorded_
     at = run_page("pages/predictions.py")
     metric = next(m for m in at.metric if m.label == "held-out MLM perplexity")
     assert metric.value == "27" and "[MASK] positions alone the build measured 31." in metric.proto.help
+
+
+def test_the_model_panel_says_how_the_bundled_model_was_trained(apptest, monkeypatch):
+    """Issue 25 §2: the panel read "the loss that training minimises" and never mentioned the anti-copy stage. With
+    the bundled model it now lists each objective from build.json, names the held-out perplexity's masking rule,
+    and says plainly which everyday sentences it copies a word of (measured now), and that a hub model guesses
+    better online."""
+    from mlm_core.default_model import read_build_record
+    from mlm_core.lessons import model_card
+
+    monkeypatch.delenv("MLMLAB_MODEL", raising=False)
+    at = apptest("pages/predictions.py", timeout=240)
+    monkeypatch.delenv("MLMLAB_MODEL", raising=False)
+    at.run()
+    assert not at.exception
+    record = read_build_record()
+    if not record:
+        pytest.skip("no build record in assets/default_mlm")
+    text = " ".join(m.value for m in at.markdown)
+    assert "the loss that training minimises" not in text
+    for line in model_card.training_story(record):
+        assert line in text
+    assert "bert-base-uncased" in text and ("repeats a word of the sentence" in text)
+    helps = " ".join(m.help or "" for m in at.metric)
+    assert model_card.heldout_masking(record) in helps

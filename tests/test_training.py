@@ -666,6 +666,11 @@ def test_probe_sets_are_scored_apart_and_the_sentence_follows_the_numbers():
                                "new": [("marrow", "marrow", 1), ("harp", "music", 2)]})
     said = strings_or_facts(probe_set_scores([before, partly]))
     assert "answers only 1 of 2 questions" in said and "needs the fact itself" in said
+    early = _probe_entry(10, {"read": [("marrow", "rome", 9), ("harp", "harp", 1), ("a", "b", 9)],
+                              "new": [("marrow", "marrow", 1), ("harp", "x", 7), ("a", "b", 9)]})
+    before3 = _probe_entry(0, {g: [("marrow", "x", 900), ("harp", "x", 40), ("a", "x", 9)] for g in ("read", "new")})
+    said = strings_or_facts(probe_set_scores([before3, early]))
+    assert "not learned yet" in said and "learned facts" not in said  # 1 of 3 each: too early to call it
     assert probe_set_scores([_probe_entry(0, {"": [("a", "b", 3)]})]) == []  # one set: nothing to compare
 
 

@@ -372,8 +372,9 @@ def probe_set_scores(probes: Sequence[Mapping[str, Any]]) -> list[ProbeSetScore]
 def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
     """One sentence on what the two probe sets say: did the run memorise strings, or learn facts?
 
-    Computed from the counts: the facts in new words answered first nearly as often as the phrases the model
-    read (at most one in five fewer) is learning the facts; far fewer is memorising the phrases.
+    Computed from the counts: while fewer than half of either set are answered first, neither is learned yet;
+    then, the facts in new words answered first nearly as often as the phrases the model read (at most one in
+    five fewer) is learning the facts; far fewer is memorising the phrases.
 
     >>> s = [ProbeSetScore("read", "Phrases it read", 15, 0, 80, 1, 14, 3, 15, 40, 1),
     ...      ProbeSetScore("new", "Questions in new words", 15, 0, 80, 0, 5, 1, 11, 900, 3)]
@@ -386,6 +387,9 @@ def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
         return ""
     r, n = read.top1_now / read.probes, new.top1_now / new.probes
     said = f"{read.top1_now} of {read.probes} sentences it read"
+    if r < 0.5 and n < 0.5:
+        return (f"So far it fills the gap in {said} and answers {new.top1_now} of {new.probes} questions in new words "
+                f"first (top 5: {read.top5_now} and {new.top5_now}): most facts are not learned yet, in either form.")
     if n >= r - 0.2:
         return (f"It answers {new.top1_now} of {new.probes} questions in new words first, against {said} "
                 f"(top 5: {new.top5_now} and {read.top5_now}): asked in words it never read, it still names the "
