@@ -416,9 +416,14 @@ run = state.get(RUN_KEY)
 if texts is not None and texts.probe_groups and not from_scratch and (run is None or run.snapshot().finished):
     with st.expander("Before you press Start: what the model guesses at the probes now", expanded=run is None):
         preview = cached_preview(f"{model_name or 'default'}:{id(model)}:{hash(texts.probes)}", texts, model, tokenizer)
-        st.caption("The answer's rank among all the vocabulary's tokens (1 = its first guess). The same table, "
-                   "with the guesses after training beside these, appears below once the run has its first evaluation.")
-        ui.table(pd.DataFrame(preview), static=True)
+        st.caption("The answer's rank among all the vocabulary's tokens (1 = its first guess). The same tables, "
+                   "with the guesses after training beside these, appear below once the run has its first evaluation.")
+        sets = list(dict.fromkeys(row["probe set"] for row in preview))
+        for column, name in zip(st.columns(len(sets)), sets):
+            with column:
+                st.markdown(f"**{name}**")
+                ui.table(pd.DataFrame([{k: v for k, v in row.items() if k != "probe set"} for row in preview
+                                       if row["probe set"] == name]), static=True)
 if run is None:
     st.info("Set up a run above and press **▶ Start training**.")
 else:
