@@ -149,9 +149,10 @@ def run(quick: bool = False, repeats: int = 3) -> Result:
         "of the fall over every position is the model learning to spell 'Veldoria'): "
         + ", ".join(f"{x['focus_start']:.2f} → {x['focus_end']:.2f}" for x in learned
                     if x["focus_start"] is not None) + ".",
-        "Every run: " + "; ".join(
-            f"{s.label.lower()} top-1 {s.top1_then} → {s.top1_now}, top-5 {s.top5_then} → {s.top5_now} of {s.probes}"
-            for x in learned for s in x["scores"].values()) + ".",
+        "Every run, top-1 and top-5 from step 0 to the end: " + "; ".join(
+            f"run {i + 1}: " + ", ".join(f"{s.label.lower()} {s.top1_then} → {s.top1_now} and {s.top5_then} → "
+                                         f"{s.top5_now} of {s.probes}" for s in x["scores"].values())
+            for i, x in enumerate(learned)) + ".",
         "Questions in new words (the reported set), first guess before → after: "
         + "; ".join(lm["guesses"].get("new", [])) + ".",
         "Phrases it read, first guess before → after: " + "; ".join(lm["guesses"].get("read", [])) + ".",

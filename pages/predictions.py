@@ -110,9 +110,7 @@ def how_good(sc: dict) -> None:
               help="Everyday sentences whose answer does not appear in the sentence.")
     steps = f"{sc['steps']:,}" if "steps" in sc else "?"
     st.caption(f"Build record: {steps} training steps, {sc.get('hours', '?')} h on a shared 2-core CPU; "
-               f"{sc.get('cloze_n', '?')} cloze sentences; the checkpoint was chosen on a separate development set. "
-               "Stronger hub models (bert-base-uncased, roberta-base, …) are one click away in the sidebar's model "
-               "picker when you are online.")
+               f"{sc.get('cloze_n', '?')} cloze sentences; the checkpoint was chosen on a separate development set.")
 
 
 def model_panel(model, tokenizer) -> None:

@@ -300,11 +300,16 @@ def draw_probes(snap) -> None:
         st.plotly_chart(ui.room_figure(probe), key=f"training_probe_{name}")
 
 
+def side_by_side(n: int):
+    """n columns on a screen; in presenter view one above the other, so the room-sized tables keep every column."""
+    return [st.container() for _ in range(n)] if settings.presenter else st.columns(n)
+
+
 def draw_probe_sets(name: str, entries, at: int) -> None:
     """The facts lesson's two probe sets side by side: top-1, top-5 and the answer's rank, from the first
     evaluation to step `at`, each probe's row, and one sentence on what the difference means."""
     scores = probe_set_scores(entries)
-    for column, score in zip(st.columns(len(scores)), scores):
+    for column, score in zip(side_by_side(len(scores)), scores):
         with column:
             st.markdown(f"**{score.label}** ({score.probes}: {PROBE_SET_ABOUT.get(score.group, '')})")
             m1, m2 = st.columns(2)
@@ -419,7 +424,7 @@ if texts is not None and texts.probe_groups and not from_scratch and (run is Non
         st.caption("The answer's rank among all the vocabulary's tokens (1 = its first guess). The same tables, "
                    "with the guesses after training beside these, appear below once the run has its first evaluation.")
         sets = list(dict.fromkeys(row["probe set"] for row in preview))
-        for column, name in zip(st.columns(len(sets)), sets):
+        for column, name in zip(side_by_side(len(sets)), sets):
             with column:
                 st.markdown(f"**{name}**")
                 ui.table(pd.DataFrame([{k: v for k, v in row.items() if k != "probe set"} for row in preview

@@ -229,8 +229,9 @@ def lens_figure(lens: LogitLens, *, title: str | None = None, height: int | None
     return fig
 
 
-def lens_profile_figure(profile: LensProfile, *, height: int = 340) -> go.Figure:
-    """Over many [MASK] positions: how often the head, read at each depth, has the answer first / in its top 5."""
+def lens_profile_figure(profile: LensProfile, *, height: int = 340, texts: str = "held-out workshop sentences") -> go.Figure:
+    """Over many [MASK] positions: how often the head, read at each depth, has the answer first / in its top 5.
+    ``texts`` says what they are (the page's: the workshop sentences the bundled model never trained on)."""
     depths = list(profile.depth_labels)
     fig = go.Figure()
     for values, name, color in ((profile.top5, "true token in the top 5", "#8ce99a"),
@@ -239,7 +240,7 @@ def lens_profile_figure(profile: LensProfile, *, height: int = 340) -> go.Figure
                                  line=dict(color=color, width=3), text=[f"{float(v):.0%}" for v in values],
                                  textposition="top center", hovertemplate="%{x}: %{y:.1%}<extra>" + name + "</extra>"))
     fig.update_layout(
-        title=f"Over {profile.positions} [MASK] positions of the workshop corpus: when does the answer appear?",
+        title=f"Over {profile.positions} [MASK] positions of {_e(texts)}: when does the answer appear?",
         yaxis=dict(title="share of positions", range=[0, 1.05], tickformat=".0%"),
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
         height=height, margin=dict(t=80, b=40),

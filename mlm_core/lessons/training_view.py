@@ -118,8 +118,9 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
                          "A tiny model's step takes a few hundredths of a second: 300 of them, with their "
                          "evaluations, take about 15 s of CPU time, well within a minute."
                          if from_scratch else
-                         "About a minute on one laptop CPU core, and enough for the probes to change their "
-                         "answers to Veldoria's facts (the probe table shows how many, step by step)."),
+                         "About a minute on one laptop CPU core (benchmark P7 measures it), and enough for the "
+                         "probes to change their answers to Veldoria's facts (the two probe tables show how many, "
+                         "step by step; 120 steps gained little in a trial and would not fit in the minute)."),
         "batch_size": Default(8, "Eight chunks, about 34 sentences, per step: one step takes about half a "
                               "second on a CPU core with the default model."),
         "seq_len": Default(64, "Sentences are packed together, about four gazetteer sentences per 64-token "
