@@ -250,6 +250,9 @@ def _claims() -> list[Claim]:
     for group, label in PROBE_SETS.items():
         add("training", f"facts lesson at seed {GUIDE_SEED} ({label.lower()}): first guess right, answer in the top 5, "
             "at the end", fixed(0), f"guide_{group}_top1", f"guide_{group}_top5")
+    add("training", f"facts lesson at seed {GUIDE_SEED} with the facts' words masked as every token (the rule alone): "
+        "questions in new words answered first, and in the top 5, at the end", fixed(0), "guide_off_new_top1",
+        "guide_off_new_top5")
     add("training", "facts lesson, the held-out loss split by hidden token: selected positions", fixed(0), "split_n")
     for key, what in (("name", "pieces of the invented name (ve ##ld ##oria ##n ##ns)"),
                       ("facts", "the facts' words (the run's focus words)"), ("rest", "every other position")):
@@ -515,6 +518,12 @@ def measure_training(ctx: Context) -> dict:
                guide_focus_start=guide.evals[0]["focus_loss"], guide_focus_end=guide.evals[-1]["focus_loss"])
     for s in probe_set_scores(guide.probes):
         out.update({f"guide_{s.group}_top1": s.top1_now, f"guide_{s.group}_top5": s.top5_now})
+    # what the guide asks the teacher to try: the same run with the facts' words masked as every token
+    off_cfg = {name: replace(c, seed=GUIDE_SEED, focus_mlm_probability=0.0) for name, c in variants.items()}
+    off = next(iter(train_variants(ctx.model, ctx.tokenizer, facts_texts.train, off_cfg,
+                                   eval_texts=facts_texts.held_out).values()))
+    new = {s.group: s for s in probe_set_scores(off.probes)}["new"]
+    out.update(guide_off_new_top1=new.top1_now, guide_off_new_top5=new.top5_now)
     return out
 
 
@@ -625,13 +634,13 @@ SENTENCE_CHECKS = (
                   ("facts_new_top1", "facts_new_top1_start", "facts_new_top5", "guide_new_top1", "guide_new_top5"),
                   lambda v: v["facts_new_top1"] > v["facts_new_top1_start"] and v["facts_new_top5"] >= v["facts_new_top1"]
                   and v["guide_new_top5"] >= v["guide_new_top1"]),
+    SentenceCheck("workshop.md Training: with the facts' words masked as every token the run answers fewer questions in "
+                  "new words first (seed 144)", ("guide_off_new_top1", "guide_new_top1"),
+                  lambda v: v["guide_off_new_top1"] < v["guide_new_top1"]),
     SentenceCheck("lessons.md Loss: at K = 256 the K sweep (with replacement, importance sampling) shows a mean error the "
                   "draws can measure (more than 2 standard errors from 0: the page says 'mean error', not 'no error "
                   "measurable')", ("sweep_is_256_err", "sweep_is_256_se"),
                   lambda v: abs(v["sweep_is_256_err"]) > 2 * v["sweep_is_256_se"]),
-    SentenceCheck("lessons.md Training (lr): the two fast runs' gradient norms peak at the same step",
-                  ("lr_noclip_grad_peak_step", "lr_clip_grad_peak_step"),
-                  lambda v: v["lr_noclip_grad_peak_step"] == v["lr_clip_grad_peak_step"]),
     SentenceCheck("lessons.md Training / workshop.md: the held-out loss falls by more than 1 nat; clipping at "
                   "BERT's 1.0 would fire on every step; the facts lesson's clip (25) sits above a healthy run",
                   ("facts_drop", "facts_grad_min", "facts_grad_max"),
