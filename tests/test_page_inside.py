@@ -56,7 +56,7 @@ def test_new_sentence_masks_and_position(page):
     assert not at.exception and not at.error
     at.button(key="inside_agreement_run").click().run()
     assert not at.exception and not at.error
-    assert any("Over 24 workshop sentences" in c.proto.spec for c in at.get("plotly_chart"))
+    assert any("Over 24 sentences" in c.proto.spec for c in at.get("plotly_chart"))
     at.pills(key="inside_masked").set_value([]).run()
     assert any("Click at least one token" in i.value for i in at.info)
     at.text_area(key="inside_sentence").set_value("  ").run()
