@@ -132,7 +132,7 @@ def k_sweep_figure(rows: Sequence[dict], *, vocab_size: int | None = None) -> go
     if not rows:
         return _empty("Nothing to sweep: the batch has no selected tokens.")
     fig = make_subplots(rows=2, cols=2, subplot_titles=(
-        "sampled loss vs K (bars: one draw's spread; dashed: full)", "mean error (sampled − full) / full, ± 2 SE",
+        "sampled loss (bars: one draw's spread)", "mean error (sampled − full) / full, ± 2 SE",
         "gradient cosine with full softmax (hidden states)", "time per call, forward + backward (ms)"),
         horizontal_spacing=0.1, vertical_spacing=0.16)
     for correction in dict.fromkeys(r["correction"] for r in rows):
