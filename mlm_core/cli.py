@@ -80,9 +80,13 @@ OPTION_HELP = {
                        "(repeat the flag for several)",
     "probe_answers": "the hidden word of each --probe, in the same order (repeat the flag); its rank and "
                      "probability are recorded",
+    "probe_groups": "the probe set of each --probe, in the same order (repeat the flag), e.g. read / new: each set "
+                    "is scored on its own",
     "probe_top_k": "predictions recorded per probe position",
     "eval_focus_words": "a word whose held-out positions get a loss of their own, e.g. a fact the run should "
                         "learn (repeat the flag for several)",
+    "focus_mlm_probability": "share of the --eval-focus-words' tokens selected for prediction in the training batches "
+                             "(0: the masking rule's p, like every token)",
     "dropout": "dropout while training (--no-dropout for exact comparisons)",
     "seed": "seed of data order, masks, dropout and sampled classes",
 }
@@ -152,12 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
         elif f.name == "probe_sentences":
             opts.add_argument("--probe", dest=f.name, action="append", default=argparse.SUPPRESS,
                               metavar="SENTENCE", help=OPTION_HELP[f.name])
-        elif f.name in ("probe_answers", "eval_focus_words"):
+        elif f.name in ("probe_answers", "probe_groups", "eval_focus_words"):
             opts.add_argument(flag, dest=f.name, action="append", default=argparse.SUPPRESS,
                               metavar="WORD", help=OPTION_HELP[f.name])
         else:
             kind = float if f.name in ("learning_rate", "weight_decay", "max_grad_norm", "eval_fraction",
-                                       "weight_smoothing") else (int if isinstance(default, int) else str)
+                                       "weight_smoothing", "focus_mlm_probability") else (
+                int if isinstance(default, int) else str)
             opts.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS,
                               metavar=None if f.name in choices else kind.__name__.upper(),
                               choices=choices.get(f.name), help=help_text)
@@ -220,7 +225,7 @@ def resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         values["masking"] = masking
     if "max_grad_norm" in values and not values["max_grad_norm"]:
         values["max_grad_norm"] = None
-    for key in ("probe_sentences", "probe_answers", "eval_focus_words"):
+    for key in ("probe_sentences", "probe_answers", "probe_groups", "eval_focus_words"):
         if isinstance(values.get(key), str):
             values[key] = [values[key]]
     for key in RUN_KEYS:

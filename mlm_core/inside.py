@@ -75,6 +75,7 @@ __all__ = [
     "special_positions",
     "Saliency",
     "saliency",
+    "agreement_tau",
     "kendall_tau",
     "layer_agreement",
 ]
@@ -447,7 +448,8 @@ def leave_one_out(model: nn.Module, tokenizer, input_ids, attention_mask, positi
 def kendall_tau(a: torch.Tensor, b: torch.Tensor) -> float:
     """Kendall's τ-b between two 1-D tensors, over the entries where both are finite (NaN: < 2 such, or constant).
 
-    The rank correlation Jain & Wallace (2019, §4.1) use to compare attention with feature importance.
+    The rank correlation Jain & Wallace (2019, §4.1) use to compare attention with feature importance; they rank
+    magnitudes (``agreement_tau``), this function ranks whatever it is given.
 
     >>> kendall_tau(torch.tensor([1., 2., 3., 4.]), torch.tensor([10., 20., 30., 40.]))
     1.0
@@ -466,14 +468,29 @@ def kendall_tau(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((sa * sb).sum()) / denominator if denominator > 0 else float("nan")
 
 
+def agreement_tau(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Kendall τ-b between the magnitudes |a| and |b|: how far two importance scores rank the tokens alike,
+    whichever way each token pushes. Jain & Wallace (2019, §4.1) compare importance this way: their released code
+    (github.com/successar/AttentionExplanation, ``Trainers/PlottingBC.py``: ``np.abs`` of gradient × embedding,
+    ``np.abs(y_new − ŷ)`` for leave-one-out) ranks absolute values with ``scipy.stats.kendalltau``.
+
+    >>> agreement_tau(torch.tensor([-3., 1., 2.]), torch.tensor([3., -1., 2.]))
+    1.0
+    >>> kendall_tau(torch.tensor([-3., 1., 2.]), torch.tensor([3., -1., 2.]))  # signed: another order
+    -0.3333333333333333
+    """
+    return kendall_tau(torch.as_tensor(a).double().abs(), torch.as_tensor(b).double().abs())
+
+
 def layer_agreement(attention: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """Kendall τ between each layer's head-averaged attention row, (L, H, T) → (L, T), and ``reference`` (T,): (L,).
+    """``agreement_tau`` between each layer's head-averaged attention row, (L, H, T) → (L, T), and ``reference``
+    (T,): (L,). Attention is never negative; the reference (leave-one-out) counts by its magnitude.
 
     Only tokens where ``reference`` is finite count (leave-one-out is NaN at the position and at
     special tokens).
     """
     mean = attention.float().mean(1)  # (L, T)
-    return torch.tensor([kendall_tau(row, reference) for row in mean])
+    return torch.tensor([agreement_tau(row, reference) for row in mean])
 
 
 @dataclass(frozen=True)
@@ -494,15 +511,19 @@ class Saliency(GradientSaliency):
     """Which input tokens the guess at ``position`` depends on, measured two ways, and how far they agree."""
 
     leave_one_out: torch.Tensor = None  # (T,) drop in log p(true) when token j becomes [MASK]; NaN: not measured
-    tau_input: float = float("nan")  # Kendall τ(grad_x_input, leave_one_out)
-    tau_delta: float = float("nan")  # Kendall τ(grad_x_delta, leave_one_out)
+    tau_input: float = float("nan")  # agreement_tau(grad_x_input, leave_one_out): magnitudes, as Jain & Wallace
+    tau_delta: float = float("nan")  # agreement_tau(grad_x_delta, leave_one_out)
+    tau_input_signed: float = float("nan")  # kendall_tau on the signed scores (which way each token pushes too)
+    tau_delta_signed: float = float("nan")
 
     @classmethod
     def from_parts(cls, gradient: GradientSaliency, leave_one_out: torch.Tensor) -> "Saliency":
-        """Both views together, with their agreement (Kendall τ over the tokens leave-one-out measured)."""
-        return cls(gradient.position, gradient.true_id, gradient.true_token, gradient.tokens, gradient.grad_x_input,
-                   gradient.grad_x_delta, gradient.log_prob, leave_one_out, kendall_tau(gradient.grad_x_input, leave_one_out),
-                   kendall_tau(gradient.grad_x_delta, leave_one_out))
+        """Both views together, with their agreement (Kendall τ over the tokens leave-one-out measured): on
+        magnitudes (Jain & Wallace's comparison) and on the signed scores."""
+        gxi, gxd = gradient.grad_x_input, gradient.grad_x_delta
+        return cls(gradient.position, gradient.true_id, gradient.true_token, gradient.tokens, gxi, gxd,
+                   gradient.log_prob, leave_one_out, agreement_tau(gxi, leave_one_out), agreement_tau(gxd, leave_one_out),
+                   kendall_tau(gxi, leave_one_out), kendall_tau(gxd, leave_one_out))
 
     def records(self) -> list[dict]:
         return [{"position": j, "token": t, "leave_one_out": _finite(self.leave_one_out[j]),

@@ -71,6 +71,21 @@ CORRECTION_LABELS = {
 }
 
 
+def divisor_words(replacement: bool) -> str:
+    """What importance sampling divides a sampled class by, as the pages say it (``Negatives.expected_count``).
+
+    With replacement it is the class's expected count K·q among the draws. Without replacement a class is drawn at
+    most once, so its "expected count" is a probability: the chance it is among the K given where the others' race
+    stopped, 1 − exp(−q·τ) (priority sampling, Duffield, Lund & Thorup 2007).
+
+    >>> divisor_words(False)
+    'its inclusion probability given the other draws, 1 − exp(−q·τ) (priority sampling)'
+    """
+    if replacement:
+        return "its expected count among the K draws, K·q"
+    return "its inclusion probability given the other draws, 1 − exp(−q·τ) (priority sampling)"
+
+
 def correction_name(logq_correction: bool, logq_on_true: bool) -> str:
     """The ``CORRECTIONS`` key of a pair of flags (``logq_on_true`` counts only with ``logq_correction``)."""
     if not logq_correction:
@@ -455,6 +470,28 @@ def sweep_ks(vocab_size: int, ks: Sequence[int] = (16, 64, 256, 1024, 4096)) -> 
     return sorted({int(k) for k in ks if 0 < int(k) < vocab_size} | {int(vocab_size)})
 
 
+# Draws per K in the sweep: the mean error of so many draws has a standard error of spread / sqrt(50), so a
+# bias of a fraction of the per-draw spread shows (5 draws gave -0.01% at K = 256 where 200 gave -2.3% ± 0.2%).
+SWEEP_DRAWS = 50
+SWEEP_TIMING_REPEATS = 3  # forward + backward timed per K (the three corrections do the same work)
+SWEEP_COSINE_DRAWS = 10  # the gradient cosine, the dearer measurement (a (M, V) @ (V, H) product at large K)
+
+
+def _hidden_gradient(g_true: torch.Tensor, g_sampled: torch.Tensor, targets: torch.Tensor, ids: torch.Tensor,
+                     weight: torch.Tensor) -> torch.Tensor:
+    """d loss / d hidden (C, M, H) for C losses, from their gradients at the candidate logits: the target's
+    (C, M) and the sampled ids' (C, M, K). A repeated id (with replacement) adds up, as autograd would."""
+    C, M, K = g_sampled.shape
+    V = weight.shape[0]
+    w_true = weight.index_select(0, targets)  # (M, H)
+    out = g_true[..., None] * w_true[None]  # (C, M, H)
+    if K < V // 4:  # few candidates: gather their rows of the output layer
+        return out + g_sampled @ weight.index_select(0, ids)  # (C, M, K) @ (K, H)
+    dense = torch.zeros(C * M, V, dtype=g_sampled.dtype, device=g_sampled.device)  # many: one dense matmul
+    dense.index_add_(1, ids, g_sampled.reshape(C * M, K))
+    return out + (dense @ weight).reshape(C, M, -1)  # (C·M, V) @ (V, H)
+
+
 def sampled_softmax_sweep(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -465,25 +502,41 @@ def sampled_softmax_sweep(
     config: SampledSoftmaxConfig = SAMPLED_SOFTMAX,
     counts: torch.Tensor | None = None,
     corrections: Sequence[str] = tuple(CORRECTIONS),
-    repeats: int = 5,
+    repeats: int = SWEEP_DRAWS,
+    timing_repeats: int = SWEEP_TIMING_REPEATS,
+    cosine_draws: int = SWEEP_COSINE_DRAWS,
     generator: torch.Generator,
+    on_progress=None,
 ) -> list[dict]:
     """Sampled softmax against the full loss for each K (default ``sweep_ks(V)``, K = V included) and
     each correction, on ``repeats`` draws of the negatives per K (every correction sees the same draws).
 
     ``config`` gives the sampler, its power and smoothing, replacement and hit removal. One dict per
-    (K, correction): ``K``, ``correction``, ``label``, ``loss`` (mean over draws), ``loss_std``,
-    ``full_loss``, ``bias`` (mean sampled − full), ``rel_bias`` (bias / full), ``abs_bias``,
-    ``grad_cosine`` (mean cosine between the gradient with respect to ``hidden`` and the full one:
-    the direction the encoder is pushed), ``time_ms`` (median of proposal + draw + forward + backward),
-    ``full_time_ms``, ``time_ratio`` (sampled / full), ``sampler``, ``replacement``. Ready for pandas.
+    (K, correction): ``K``, ``correction``, ``label``, ``draws``, ``loss`` (mean over draws),
+    ``loss_std`` (the spread of one draw), ``loss_se`` (the standard error of the mean: std / sqrt(draws)),
+    ``full_loss``, ``bias`` (mean sampled − full), ``rel_bias`` (bias / full) with ``rel_bias_se``, ``rel_spread``
+    (one draw's spread / full), ``abs_bias`` (mean |sampled − full|), ``grad_cosine`` (mean cosine, over the first
+    ``cosine_draws`` draws, between the gradient with respect to ``hidden`` and the full one: the direction the
+    encoder is pushed), ``cosine_draws``, ``time_ms``
+    (median over ``timing_repeats`` of proposal + draw + forward + backward to hidden, weight and bias, for
+    the default correction: the three do the same work), ``full_time_ms``, ``time_ratio`` (sampled / full),
+    ``sampler``, ``replacement``. Ready for pandas.
+
+    The values are the sampled losses of ``sampled_softmax_loss`` on the same draws (the candidates' logits
+    are columns of the full logits, computed once), so many draws cost little. Without replacement at K = V
+    every draw is the whole vocabulary, each class expected once (π = 1): one draw is the exact value, and the
+    row says ``draws`` = 1. ``on_progress(done, what)``, when given, hears after each K how far the sweep is
+    (a share from 0 to 1).
     """
     V = weight.shape[0]
     if hidden.shape[0] == 0:
         return []
+    say = on_progress or (lambda done, what: None)
+    ks = sweep_ks(V) if ks is None else [int(k) for k in ks]
+    M = hidden.shape[0]
     full_fn = full_head_loss(targets)
     full_times = []
-    for _ in range(max(1, repeats)):
+    for _ in range(max(1, timing_repeats)):
         full_loss, full_grad, seconds = loss_and_grad(full_fn, hidden, weight, bias)
         full_times.append(seconds)
     full_ms = float(torch.tensor(full_times).median()) * 1e3
@@ -491,40 +544,74 @@ def sampled_softmax_sweep(
     q = proposal_distribution(config.sampler, V, counts=counts, power=config.power, smoothing=config.smoothing,
                               hidden=hidden, weight=weight, bias=bias)
     proposal_seconds = time.perf_counter() - start
+    with torch.no_grad():
+        w32 = weight.detach().float()
+        logits = hidden.detach().float() @ w32.T  # (M, V): every candidate's logit, once
+        if bias is not None:
+            logits = logits + bias.detach().float()
+    rows_m = torch.arange(M, device=logits.device)
+    true_col = logits[rows_m, targets]  # (M,)
+    full_grad = full_grad.double()
+    timed = corrections[0] if config.correction not in corrections else config.correction
     rows = []
-    for k in (sweep_ks(V) if ks is None else [int(k) for k in ks]):
-        if not config.replacement and k > int((q > 0).sum()):
+    support = int((q > 0).sum())
+    for n_k, k in enumerate(ks):
+        if not config.replacement and k > support:
             continue
-        measured = {c: ([], [], []) for c in corrections}
-        for _ in range(max(1, repeats)):
-            start = time.perf_counter()
+        losses_ = {c: [] for c in corrections}
+        cosines = {c: [] for c in corrections}
+        times = []
+        draws = 1 if not config.replacement and k == support else max(1, repeats)  # all of V: nothing random
+        for r in range(draws):
+            t0 = time.perf_counter()
             negatives = draw_negatives(q, k, config.replacement, generator)
-            draw_seconds = proposal_seconds + time.perf_counter() - start
+            draw_seconds = proposal_seconds + time.perf_counter() - t0
+            ids = negatives.ids.to(logits.device)
+            log_sampled = torch.log(negatives.expected_count(negatives.ids)).float().to(logits.device)  # (K,)
+            log_true = torch.log(negatives.expected_count(targets)).float().to(logits.device)  # (M,)
+            g_true, g_sampled = [], []
             for correction in corrections:
-                kwargs = replace(config, correction=correction).loss_kwargs()  # drawing settings unused: negatives given
+                logq, on_true = CORRECTIONS[correction]
+                zt = true_col.clone().requires_grad_(True)  # (M,)
+                zs = logits.index_select(1, ids).requires_grad_(True)  # (M, K)
+                out = sampled_softmax_from_logits(zt, zs, targets, ids, log_sampled, log_true,
+                                                  remove_accidental_hits=config.remove_accidental_hits,
+                                                  logq_correction=logq, logq_on_true=on_true)
+                losses_[correction].append(float(out.loss.detach()))
+                if r < max(1, cosine_draws):
+                    gt, gs = torch.autograd.grad(out.loss, [zt, zs])
+                    g_true.append(gt)
+                    g_sampled.append(gs)
+            if g_true:
+                grads = _hidden_gradient(torch.stack(g_true), torch.stack(g_sampled), targets, ids, w32)  # (C, M, H)
+                for correction, grad in zip(corrections, grads):
+                    cosines[correction].append(cosine(grad.flatten(), full_grad))
+            if r < max(1, timing_repeats):  # the cost of one training step's head, with this draw
+                kwargs = replace(config, correction=timed).loss_kwargs()
 
-                def fn(h, w, b, kwargs=kwargs):
+                def fn(h, w, b, kwargs=kwargs, negatives=negatives):
                     return sampled_softmax_loss(h, w, b, targets, negatives=negatives, **kwargs)
-                loss, grad, seconds = loss_and_grad(fn, hidden, weight, bias)
-                losses_, cosines, times = measured[correction]
-                losses_.append(loss)
-                cosines.append(cosine(grad, full_grad))
+                _, _, seconds = loss_and_grad(fn, hidden, weight, bias)
                 times.append(seconds + draw_seconds)
+        time_ms = float(torch.tensor(times).median()) * 1e3
         for correction in corrections:
-            losses_, cosines, times = measured[correction]
-            losses_t = torch.tensor(losses_, dtype=torch.float64)
-            time_ms = float(torch.tensor(times).median()) * 1e3
+            losses_t = torch.tensor(losses_[correction], dtype=torch.float64)
+            n = len(losses_t)
             mean = float(losses_t.mean())
+            std = float(losses_t.std()) if n > 1 else 0.0
             rows.append({
                 "K": k, "correction": correction, "label": CORRECTION_LABELS[correction],
                 "logq_correction": CORRECTIONS[correction][0], "logq_on_true": CORRECTIONS[correction][1],
-                "sampler": config.sampler, "replacement": config.replacement,
-                "loss": mean, "loss_std": float(losses_t.std()) if len(losses_) > 1 else 0.0,
+                "sampler": config.sampler, "replacement": config.replacement, "draws": n,
+                "loss": mean, "loss_std": std, "loss_se": std / math.sqrt(n),
                 "full_loss": full_loss, "bias": mean - full_loss,
                 "rel_bias": (mean - full_loss) / full_loss if full_loss else float("nan"),
+                "rel_bias_se": std / math.sqrt(n) / abs(full_loss) if full_loss else float("nan"),
+                "rel_spread": std / abs(full_loss) if full_loss else float("nan"),
                 "abs_bias": float((losses_t - full_loss).abs().mean()),
-                "grad_cosine": float(torch.tensor(cosines).mean()),
+                "grad_cosine": float(torch.tensor(cosines[correction]).mean()), "cosine_draws": len(cosines[correction]),
                 "time_ms": time_ms, "full_time_ms": full_ms,
                 "time_ratio": time_ms / full_ms if full_ms > 0 else float("nan"),
             })
+        say((n_k + 1) / len(ks), f"K = {k:,}: {draws} draw{'s' if draws > 1 else ''}")
     return rows

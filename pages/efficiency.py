@@ -6,8 +6,8 @@ import streamlit as st
 import ui
 from mlm_core.lessons import share_state
 from mlm_core.costs import logits_size
-from mlm_core.lessons.efficiency import (LOOP_MAX_ROWS, LOOP_SWEEP_ROWS, amp_and_checkpointing, loop_vs_vectorised,
-                                         loss_paths, step_time_breakdown)
+from mlm_core.lessons.efficiency import (LOOP_MAX_ROWS, LOOP_SWEEP_ROWS, MATMUL_SHARE, amp_and_checkpointing,
+                                         loop_vs_vectorised, loss_paths, step_time_breakdown)
 from mlm_core.measure import human_bytes
 from mlm_core.figures.efficiency import (logits_size_figure, loop_sweep_figure, loss_paths_figure,
                                          step_breakdown_figure, step_settings_figure)
@@ -148,8 +148,9 @@ st.markdown(
     "**frozen word embeddings** (a fine-tuning choice) skip the gradient and the AdamW update of the "
     "(V × H) embedding matrix, which BERT shares with the output layer. Before every step the weights go back to "
     "the same starting point, so the losses differ only by what a set-up changes; the set-ups take turns, "
-    "round after round. **Share of matmul speed**: the step's matrix multiplies, timed alone in the same run, "
-    "against the whole step (a CPU \"MFU\"; the rest is softmax, dropout, layer norms, AdamW and Python)."
+    "round after round. **Matmul share of the step**: the step's own matrix multiplies, timed alone in the same "
+    "run, as a share of the whole step's time (a CPU \"MFU\": inside the step they run at about their solo speed, "
+    "so the rest of the time is softmax, dropout, layer norms, AdamW and Python)."
 )
 rows = ui.on_demand("⏱ Measure the training step five ways", "eff_steps",
                     "Training a copy of the model, one step at a time, five ways…", here,
@@ -175,13 +176,13 @@ if rows is not None:
         parts.append(f"frozen word embeddings took {frozen['time_x']:.2f}× the time and {frozen['mem_x']:.2f}× the "
                      "memory")
     if base.get("mfu") is not None:
-        parts.append(f"the fp32 step ran its matrix multiplies at {base['mfu']:.0%} of the speed they reach alone")
+        parts.append(f"the fp32 step's matrix multiplies, timed alone, take {base['mfu']:.0%} of its time")
     st.caption("**What it teaches:** memory and time trade against each other: " + "; ".join(parts) + ". "
                f"Times: medians of {repeats} rounds; ratios: medians of the per-round ratios.")
     ui.table(pd.DataFrame([{
         "setting": r["label"], "time per step (ms)": round(r["time_ms"], 1), "vs fp32": f"{r['time_x']:.2f}×",
         "peak memory": human_bytes(r["peak_bytes"]),
-        "share of matmul speed": f"{r['mfu']:.0%}" if r.get("mfu") is not None else "–",
+        MATMUL_SHARE: f"{r['mfu']:.0%}" if r.get("mfu") is not None else "–",
         "loss": r["loss"]} for r in rows]))
 
 # --------------------------------------------------------------------------- 5. where the time goes

@@ -43,6 +43,8 @@ from mlm_core.sampled_softmax import (
     CORRECTIONS,
     SAMPLED_SOFTMAX,
     SAMPLERS,
+    SWEEP_COSINE_DRAWS,
+    SWEEP_DRAWS,
     SampledSoftmaxConfig,
     logit_gradients,
     proposal_distribution,
@@ -107,7 +109,9 @@ def loss_controls() -> LossSettings:
         correction = st.selectbox(
             "Correction", list(CORRECTIONS), index=list(CORRECTIONS).index(SAMPLED_SOFTMAX.correction),
             key="loss_logq", format_func=CORRECTION_SHORT.get,
-            help="log Q = log of a class's expected count among the K draws. Importance sampling subtracts it "
+            help="log Q = log of what a class is expected to count among the K draws: K·q with replacement; "
+                 "without, its inclusion probability given the other draws, 1 − exp(−q·τ) (priority sampling). "
+                 "Importance sampling subtracts it "
                  "from the sampled logits only: an estimate of the full loss. TensorFlow's sampled_softmax_loss "
                  "subtracts it from every logit, the true one included: the loss of picking the target among "
                  "the candidates. The sentence under the numbers gives each one's value on this batch.")
@@ -187,14 +191,19 @@ st.caption("Counts come from the workshop corpus; dotted lines mark this batch's
 # --------------------------------------------------------------------------- K sweep
 st.subheader("Sampled softmax against K")
 st.markdown("How close is each correction's sampled loss to the full one as K grows, up to K = V (every class), "
-            "does its gradient point the same way, and what does it cost? Five draws per K, the same draws for "
-            "every correction, with the sampler and replacement set above.")
+            "does its gradient point the same way, and what does it cost? "
+            f"{SWEEP_DRAWS} draws of the negatives per K, the same draws for every correction, with the sampler and "
+            "replacement set above: the **mean error** comes with its standard error (a mean within two standard "
+            "errors of 0 is no error the draws can show), beside **one draw's spread**, how far a single draw, "
+            f"one training step, lands from it. The gradient cosine is the mean of the first {SWEEP_COSINE_DRAWS} "
+            "draws. Without replacement K = V draws every class, so one draw is exact there.")
 signature = (settings.model_name, settings.seed, tuple(batch.texts), rule, options.sampled)
 if st.button("Run the K sweep", key="loss_sweep_button"):
-    with st.spinner("Sweeping K…"):
-        rows = sampled_softmax_sweep(batch.hidden, batch.weight, batch.bias, batch.targets, ks=sweep_ks(vocab_size),
-                                     config=options.sampled, counts=counts, repeats=5,
-                                     generator=batch.generator(SWEEP_PURPOSE))
+    bar = st.progress(0.0, text="Sweeping K…")
+    rows = sampled_softmax_sweep(batch.hidden, batch.weight, batch.bias, batch.targets, ks=sweep_ks(vocab_size),
+                                 config=options.sampled, counts=counts, generator=batch.generator(SWEEP_PURPOSE),
+                                 on_progress=lambda done, what: bar.progress(done, text=f"Sweeping K… {what} done"))
+    bar.empty()
     st.session_state["loss_sweep"] = {"signature": signature, "rows": rows}
 sweep = st.session_state.get("loss_sweep")
 if sweep and sweep["signature"] == signature:
@@ -202,13 +211,16 @@ if sweep and sweep["signature"] == signature:
     for sentence in sweep_summary(sweep["rows"], vocab_size):
         st.markdown(f"- {sentence}")
     ui.table(pd.DataFrame(sweep_table(sweep["rows"])))
-    st.caption("Why: importance sampling divides each sampled class by its expected count, so the sum estimates "
+    st.caption("Why: importance sampling divides each sampled class by how often the draws are expected to hold it "
+               "(K·q with replacement; without, its inclusion probability given the other draws, 1 − exp(−q·τ), as in "
+               "priority sampling), so the sum estimates "
                "the partition function without bias (the loss, its log, is low on average). TensorFlow also "
                "divides the true class, which turns the loss into 'pick the target among the candidates'. Without "
                "replacement every class is a candidate at K = V, so every correction is exact there; with "
                "replacement, K·q of a frequent class exceeds 1 and the draws never cover the vocabulary.")
 else:
-    st.caption("Press the button to run the sweep on this batch (a few seconds).")
+    st.caption("Press the button to run the sweep on this batch: it takes several seconds (longer on a busy "
+               "machine), and a bar shows how far it is.")
 
 # --------------------------------------------------------------------------- NSP
 st.subheader("Next-sentence prediction: BERT's second task")

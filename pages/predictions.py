@@ -5,7 +5,7 @@ import streamlit as st
 
 import ui
 from mlm_core import MLMLabError, decision_names, encode, mask_batch, seeds
-from mlm_core.bundled import workshop_sentences
+from mlm_core.bundled import heldout_workshop_sentences
 from mlm_core.data import clip_text, mask_sentence
 from mlm_core.figures.masking import DECISION_WORDS
 from mlm_core.figures.predictions import (
@@ -15,7 +15,8 @@ from mlm_core.figures.predictions import (
     probability_text,
     topk_figure,
 )
-from mlm_core.lessons import share_state
+from mlm_core.lessons import model_card, share_state
+from mlm_core.default_model import read_build_record
 from mlm_core.models import available_models, model_description
 from mlm_core.predict import (
     FILL_LABELS,
@@ -75,11 +76,33 @@ def chart(figure, key: str, name: str, height: int | None = None) -> None:
 st.markdown(
     "The model sees the **corrupted** sentence and must predict the **original** token at every "
     "selected position: at `[MASK]`, at a random replacement, and at a token left unchanged. "
-    "Below: its top guesses, how sure it is of the true token, and the loss that training minimises."
+    "Below: its top guesses, how sure it is of the true token, and the MLM loss (cross-entropy at the selected "
+    "positions: what the Training page minimises; how the bundled model itself was trained is under **Model**)."
 )
 
 
 # --------------------------------------------------------------------------- the model
+@st.cache_data(max_entries=8, show_spinner=False)
+def cached_copy_checks(key: str, _model, _tokenizer):
+    """The model's first guesses on a few everyday sentences (model_card.COPY_SENTENCES): one forward pass."""
+    return model_card.copy_checks(_model, _tokenizer)
+
+
+def how_trained(model, tokenizer) -> None:
+    """How the bundled model was trained, each objective in a sentence from its build record, and what it does
+    on everyday sentences, measured now."""
+    record = read_build_record() or {}
+    story = model_card.training_story(record)
+    if story:
+        st.markdown("**How it was trained** (from its build record, `assets/default_mlm/build.json`):\n"
+                    + "\n".join(f"- {line}" for line in story))
+    repeat = model_card.repeat_scores(record)
+    if repeat is not None:
+        st.caption(model_card.repeat_sentence(repeat))
+    checks = cached_copy_checks(f"{settings.model_name or 'default'}:{id(model)}", model, tokenizer)
+    st.markdown(model_card.copy_sentence(checks) + " " + model_card.HUB_NOTE)
+
+
 def how_good(sc: dict) -> None:
     """The bundled model's scores, as its build record measured them (mlm_core.default_model.build_scores)."""
     pct = lambda key: f"{sc[key]:.0%} ± {sc[key + '_se']:.0%}" if key in sc and key + "_se" in sc else "—"  # noqa: E731
@@ -93,9 +116,7 @@ def how_good(sc: dict) -> None:
               help="Everyday sentences whose answer does not appear in the sentence.")
     steps = f"{sc['steps']:,}" if "steps" in sc else "?"
     st.caption(f"Build record: {steps} training steps, {sc.get('hours', '?')} h on a shared 2-core CPU; "
-               f"{sc.get('cloze_n', '?')} cloze sentences; the checkpoint was chosen on a separate development set. "
-               "Stronger hub models (bert-base-uncased, roberta-base, …) are one click away in the sidebar's model "
-               "picker when you are online.")
+               f"{sc.get('cloze_n', '?')} cloze sentences; the checkpoint was chosen on a separate development set.")
 
 
 def model_panel(model, tokenizer) -> None:
@@ -119,7 +140,9 @@ def model_panel(model, tokenizer) -> None:
             c4.metric("held-out MLM perplexity", f"{scores['heldout_perplexity']:.0f}",
                       help="exp(mean MLM loss over every selected position, [MASK], random and unchanged alike: "
                            "the loss BertForMaskedLM computes from its labels) on workshop-corpus documents the build "
-                           "never trained on (lower is better). The unchanged positions are nearly free (the model sees the answer), "
+                           "never trained on (lower is better), masked with the build's own rule: "
+                           f"{model_card.heldout_masking(read_build_record())}, not the token masking the other pages "
+                           "start with. The unchanged positions are nearly free (the model sees the answer), "
                            "so this is lower than the perplexity at [MASK] positions alone." + at_mask)
         else:
             c4.metric("cloze top-5", f"{about['cloze_top5']:.0%}" if about.get("cloze_top5") is not None else "—",
@@ -127,6 +150,7 @@ def model_panel(model, tokenizer) -> None:
         st.caption(f"Mask token {ui.inline_code(about['mask_token'])} · head: {about['head']} · {about['device']}, {about['dtype']}")
         if about.get("scores"):
             how_good(about["scores"])
+            how_trained(model, tokenizer)
         st.markdown("**Models you can pick in the sidebar**")
         ui.table(
             pd.DataFrame([{"model": m["name"] or ui.DEFAULT_MODEL, "offline now": "✅" if m["offline"] else "⬇ download",
@@ -445,12 +469,13 @@ st.markdown(
     "mismatch of a `[MASK]` that never appears later matters most.\n\n"
     "Where is the model most sure? Measure it on many sentences:"
 )
-n_sentences = st.select_slider("Sentences of the workshop corpus", [32, 64, 128, 256], value=64,
-                               key="pred_corpus_n")
+HELDOUT = heldout_workshop_sentences()  # the workshop documents the bundled model never trained on
+n_sentences = st.select_slider("Held-out workshop sentences (the bundled model never trained on them)",
+                               sorted({32, 64, 128, len(HELDOUT)}), value=64, key="pred_corpus_n")
 rule = ui.shared_masking_config()  # the learner's rule (Masking page or link), BERT's by default
 corpus_key = (model_key, settings.seed, n_sentences, rule)
 if st.button(f"📊 Compare on many sentences ({rule.describe()})", key="pred_corpus_run"):
-    sentences = workshop_sentences()[:n_sentences]
+    sentences = HELDOUT[:n_sentences]
     with st.spinner("Masking and predicting…"):
         try:
             batch = encode(tokenizer, sentences, max_length=64)

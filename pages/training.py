@@ -15,9 +15,10 @@ from mlm_core.figures.training import (bucket_figure, eval_figure, grad_norm_fig
                                        probe_figure)
 from mlm_core.jobs import BusyError, get_manager, teacher_key_set
 from mlm_core.precision import auto_amp
-from mlm_core.lessons.training_view import (LESSONS, SOURCES, VARIANT_LABELS, Texts, base_config, gazetteer_texts,
-                                            lesson_defaults, lesson_variants, probe_rows, probes_right,
-                                            usable_probes, workshop_texts)
+from mlm_core.lessons.training_view import (LESSONS, PROBE_SET_ABOUT, SOURCES, VARIANT_LABELS, Texts, base_config,
+                                            gazetteer_texts, lesson_defaults, lesson_variants, probe_preview,
+                                            probe_rows, probe_set_rows, probe_set_scores, probes_right,
+                                            strings_or_facts, usable_probes, workshop_texts)
 from mlm_core.sampled_softmax import SAMPLED_SOFTMAX
 from mlm_core.models import model_description
 from mlm_core.training import ADAM_BETAS, ADAM_EPS, uncorrected_adam_step_ratio
@@ -28,6 +29,7 @@ MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_PASTE_CHARS = 200_000
 LR_CHOICES = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 3e-2, 1e-1]
 TRAINED_VOCAB = "tiny-random+vocab"
+REDRAW_S = 2.0  # the live view's redraw period (see live_view below)
 P_MIN, P_MAX = 0.05, 0.5  # the masked-share slider's range (it starts at the shared rule's p, held inside it)  # the tiny model with the Tokenizer page's trained vocabulary
 
 REDRAW_S = 2.0  # how often the live view redraws (see live_view below)
@@ -35,12 +37,13 @@ REDRAW_S = 2.0  # how often the live view redraws (see live_view below)
 settings = ui.page_setup("🏋️ Training: watch a masked LM learn", link=share_state.PAGE_LINKS["training"])
 st.markdown(
     "Press **Start** and the model trains in the background while the curves below update every "
-    f"{REDRAW_S:.0f} seconds. Each step masks fresh tokens, runs the encoder once, scores only the masked positions, "
+    f"{REDRAW_S:g} seconds. Each step masks fresh tokens, runs the encoder once, scores only the masked positions, "
     "and takes one AdamW step. The first lesson fine-tunes the bundled model on the gazetteer of "
-    "**Veldoria**, a country invented for MLM Lab: before training the model guesses generic words, "
-    "after about a minute it names Veldoria's capital, its mountains, the grain of its bread and its "
-    "music (the probes below). Evaluation on held-out text always uses the full cross-entropy, so "
-    "variants raced side by side are compared fairly."
+    "**Veldoria**, a country invented for MLM Lab, and asks it every fact twice: in a sentence it trains on "
+    "(**phrases it read**) and in words the training text never uses (**questions in new words**). Filling in a "
+    "sentence it has read can be memorising a string; answering the question in new words needs the fact. The "
+    "two scores side by side say which it learned. Evaluation on held-out text always uses the full cross-entropy, "
+    "so variants raced side by side are compared fairly."
 )
 state = st.session_state
 
@@ -142,6 +145,12 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
         num_sampled = a2.select_slider("Sampled softmax: K", [16, 64, 256, 1024, 4096], SAMPLED_SOFTMAX.num_sampled,
                                        key="training_k",
                                        help="Classes in each sampled softmax (besides the true one).")
+        focus_p = 0.0
+        if "focus_mlm_probability" in defaults:  # the facts lesson: how often the facts' own words are masked
+            focus_p = a3.select_slider("Facts' words masked", [0.0, 0.3, 0.5, 0.7, 1.0],
+                                       defaults["focus_mlm_probability"].value, key=f"training_focus_{suffix}",
+                                       format_func=lambda v: "as every token (the rule)" if v == 0 else f"{v:.0%}",
+                                       help=defaults["focus_mlm_probability"].why)
     with st.expander("Why these defaults?", expanded=False):
         ui.table(pd.DataFrame([{"setting": name.replace("_", " "), "default": d.value, "why": d.why}
                                    for name, d in defaults.items()]), key=f"training_why_{suffix}")
@@ -156,7 +165,8 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
                            warmup_steps=int(warmup), schedule=schedule, amp=amp,
                            gradient_checkpointing=bool(checkpointing), max_grad_norm=float(clip) or None,
                            masking=replace(rule, mlm_probability=float(mlm_p)), eval_every=int(eval_every),
-                           num_sampled=int(num_sampled), freeze_word_embeddings=bool(freeze) and not from_scratch)
+                           num_sampled=int(num_sampled), freeze_word_embeddings=bool(freeze) and not from_scratch,
+                           focus_mlm_probability=float(focus_p))
         if lesson == "lr_too_high":
             st.info(f"Three runs from the same weights on the same batches: the learning rate above ({lr:g}) "
                     f"without clipping, the same with the gradient norm clipped at {clip or 1.0:g}, and a "
@@ -281,6 +291,9 @@ def draw_probes(snap) -> None:
         entries = [p for p in v.probes if p["step"] <= at]
         if not entries:
             continue
+        if probe_set_scores(entries):  # the facts lesson: phrases it read beside questions in new words
+            draw_probe_sets(name, entries, at)
+            continue
         right, known = probes_right(entries[-1])
         if known:
             first_right, _ = probes_right(entries[0])
@@ -293,6 +306,38 @@ def draw_probes(snap) -> None:
         probe = probe_figure(entries[-1]["probes"], title=f"{name}: step {at}",
                              label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None)
         st.plotly_chart(ui.room_figure(probe), key=f"training_probe_{name}")
+
+
+def side_by_side(n: int):
+    """n columns on a screen; in presenter view one above the other, so the room-sized tables keep every column."""
+    return [st.container() for _ in range(n)] if settings.presenter else st.columns(n)
+
+
+def draw_probe_sets(name: str, entries, at: int) -> None:
+    """The facts lesson's two probe sets side by side: top-1, top-5 and the answer's rank, from the first
+    evaluation to step `at`, each probe's row, and one sentence on what the difference means."""
+    scores = probe_set_scores(entries)
+    for column, score in zip(side_by_side(len(scores)), scores):
+        with column:
+            st.markdown(f"**{score.label}** ({score.probes}: {PROBE_SET_ABOUT.get(score.group, '')})")
+            m1, m2 = st.columns(2)
+            m1.metric("first guess right", f"{score.top1_now} of {score.probes}",
+                      delta=f"{score.top1_now - score.top1_then:+d} since step {score.step_then}")
+            m2.metric("answer in the top 5", f"{score.top5_now} of {score.probes}",
+                      delta=f"{score.top5_now - score.top5_then:+d} since step {score.step_then}")
+            if score.median_rank_then is not None and score.median_rank_now is not None:
+                st.caption(f"The answer's median rank among all {len(tokenizer):,} tokens: {score.median_rank_then:,.0f} "
+                           f"at step {score.step_then}, {score.median_rank_now:,.0f} at step {score.step_now} "
+                           "(1 = first guess).")
+            ui.table(pd.DataFrame(probe_set_rows(entries, score.group)), static=True)
+    st.markdown(f"**{name}, step {at}:** " + strings_or_facts(scores))
+    with st.expander("Each probe's five first guesses, as bars"):
+        group = st.radio("Probe set", [s.group for s in scores], format_func=lambda g: next(
+            s.label for s in scores if s.group == g), key=f"training_probe_set_{name}", horizontal=True)
+        last = [p for p in entries[-1]["probes"] if p.get("group", "") == group]
+        probe = probe_figure(last, title=f"{name}: step {at}",
+                             label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None)
+        st.plotly_chart(ui.room_figure(probe), key=f"training_probe_{name}_{group}")
 
 
 def draw(snap) -> None:
@@ -372,7 +417,24 @@ def draw(snap) -> None:
                        key="training_lesson_zip", on_click="ignore")
 
 
+@st.cache_data(max_entries=8, show_spinner=False)
+def cached_preview(key: str, _texts: Texts, _model, _tokenizer):
+    """The model's guesses at the probes before any training (one forward pass)."""
+    return probe_preview(_model, _tokenizer, _texts)
+
+
 run = state.get(RUN_KEY)
+if texts is not None and texts.probe_groups and not from_scratch and (run is None or run.snapshot().finished):
+    with st.expander("Before you press Start: what the model guesses at the probes now", expanded=run is None):
+        preview = cached_preview(f"{model_name or 'default'}:{id(model)}:{hash(texts.probes)}", texts, model, tokenizer)
+        st.caption("The answer's rank among all the vocabulary's tokens (1 = its first guess). The same tables, "
+                   "with the guesses after training beside these, appear below once the run has its first evaluation.")
+        sets = list(dict.fromkeys(row["probe set"] for row in preview))
+        for column, name in zip(side_by_side(len(sets)), sets):
+            with column:
+                st.markdown(f"**{name}**")
+                ui.table(pd.DataFrame([{k: v for k, v in row.items() if k != "probe set"} for row in preview
+                                       if row["probe set"] == name]), static=True)
 if run is None:
     st.info("Set up a run above and press **▶ Start training**.")
 else:

@@ -333,4 +333,5 @@ def test_predictions_panel_shows_the_build_record(run_page):
     assert shown["cloze top-5"].startswith(f"{scores['cloze_top5']:.0%} ± ")
     if "copy_rate" in scores:
         assert shown["copies a word"] == f"{scores['copy_rate']:.0%}"
-    assert any("one click away" in c.value and f"{scores['steps']:,} training steps" in c.value for c in at.caption)
+    assert any(f"{scores['steps']:,} training steps" in c.value for c in at.caption)
+    assert any("bert-base-uncased" in m.value and "online" in m.value for m in at.markdown)  # model_card.HUB_NOTE

@@ -435,3 +435,25 @@ def test_lens_profile_scores_its_rows_a_few_at_a_time_with_the_same_result(model
     assert chunked.positions == whole.positions > 3
     assert chunked.top1.tolist() == whole.top1.tolist() and chunked.top5.tolist() == whole.top5.tolist()
     assert chunked.mean_log_prob.tolist() == pytest.approx(whole.mean_log_prob.tolist(), abs=1e-6)
+
+
+def test_agreement_ranks_magnitudes_as_jain_and_wallace_do(models, tokenizer):
+    """Issue 25 §3.3: the τ credited to Jain & Wallace (2019, §4.1) ranked the signed scores; their released
+    code (successar/AttentionExplanation, Trainers/PlottingBC.py) ranks absolute gradients and absolute changes
+    in the output. Here a gradient that flips the sign of every leave-one-out effect but keeps their sizes
+    agrees fully on magnitudes (τ = 1) and not at all on signed scores; both are reported."""
+    loo = torch.tensor([float("nan"), 0.9, -0.5, 0.1, -0.02, float("nan")])
+    grad = torch.tensor([0.3, -0.9, 0.5, -0.1, 0.02, 0.0])
+    gradient = inside.GradientSaliency(3, 5, "x", tuple("abcdef"), grad, grad * 2, -1.0)
+    result = inside.Saliency.from_parts(gradient, loo)
+    assert result.tau_input == pytest.approx(1.0) and result.tau_delta == pytest.approx(1.0)
+    assert result.tau_input_signed == pytest.approx(scipy.stats.kendalltau(grad[1:5], loo[1:5]).statistic)
+    assert result.tau_input_signed < 0
+    attention = torch.tensor([0.1, 0.5, 0.3, 0.05, 0.01, 0.04]).reshape(1, 1, 6)  # (L, H, T)
+    assert float(inside.layer_agreement(attention, loo)[0]) == pytest.approx(1.0)  # attention vs |leave-one-out|
+    texts = ["The cat sat on the mat.", "Paris is the capital of France."]
+    summary = lesson.agreement_over_texts(models["bert"], tokenizer, texts)
+    measures = {r["measure"]: r for r in summary.records()}
+    assert measures["gradient × input"]["compares"] == "magnitudes"
+    assert measures["gradient × input, signed"]["compares"] == "signed scores"
+    assert summary.signed_taus.shape == (2, 2)

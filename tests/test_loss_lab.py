@@ -84,6 +84,15 @@ def test_batch_losses_and_sentences():
     assert f"**Sampled {float(outputs['sampled'].loss):.{row}f}**" in sentences["sampled"] and "estimate of the full loss" in sentences["sampled"]
     tf = batch_losses(batch, LossSettings(sampled=SampledSoftmaxConfig(correction="tensorflow")))
     assert "not an estimate of the full loss" in loss_sentences(tf)["sampled"]
+    # Issue 25 §3.4: the two weighted conventions are a ratio apart, the batch's mean weight: "a factor of"
+    mean_w = float(d["target_weights"].mean())
+    assert d["mean_of_weighted"] / float(outputs["weighted"].loss) == pytest.approx(mean_w, rel=1e-5)
+    assert "differ by a factor of this batch's mean weight" in sentences["weighted"]
+    # Issue 25 §3.8: drawn without replacement, the divisor is an inclusion probability, 1 − exp(−q·τ), not a count
+    assert "inclusion probability given the other draws, 1 − exp(−q·τ)" in sentences["sampled"]
+    assert "expected count" not in sentences["sampled"]
+    with_replacement = loss_sentences(batch_losses(batch, LossSettings(sampled=SampledSoftmaxConfig(replacement=True))))
+    assert "expected count among the K draws, K·q" in with_replacement["sampled"]
 
 
 def test_sampled_softmax_check_on_a_tiny_model():

@@ -156,6 +156,8 @@ def test_weighted_exhibit_shows_both_conventions(batch, exhibits):
     assert abs(e.wrong_value - float((w * ce).mean())) < 1e-5
     assert abs(e.right_value - float(F.cross_entropy(batch.logits, batch.targets, weight=weights))) < 1e-5
     assert e.labels == ("(w·CE).mean()", "Σ w·CE / Σ w") and "convention" in e.why
+    # Issue 25 §3.4: a ratio (12.137 / 7.214 = 1.683 on the default batch), so "differ by a factor of" it
+    assert abs(e.wrong_value / e.right_value - float(w.mean())) < 1e-4 and "differ by a factor of" in e.why
 
 
 def test_one_vocabulary_and_readable_numbers(exhibits):

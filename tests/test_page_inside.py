@@ -56,7 +56,7 @@ def test_new_sentence_masks_and_position(page):
     assert not at.exception and not at.error
     at.button(key="inside_agreement_run").click().run()
     assert not at.exception and not at.error
-    assert any("Over 24 workshop sentences" in c.proto.spec for c in at.get("plotly_chart"))
+    assert any("Over 24 sentences" in c.proto.spec for c in at.get("plotly_chart"))
     at.pills(key="inside_masked").set_value([]).run()
     assert any("Click at least one token" in i.value for i in at.info)
     at.text_area(key="inside_sentence").set_value("  ").run()
@@ -141,3 +141,30 @@ def test_the_lens_profile_masks_with_the_learners_rule(apptest):
     nothing.run()
     assert not nothing.exception
     assert any("puts no [MASK]" in i.value for i in nothing.info)
+
+
+def test_the_lens_profile_uses_the_sidebars_seed_on_held_out_sentences(apptest):
+    """Issue 24 §3.7 / 25 §3.5: the curve over many sentences said "seed 0" while the sidebar said 144, and ran on
+    workshop sentences the bundled model had trained on. It now masks with the sidebar's seed the held-out
+    sentences (the build's held-out documents), and says both."""
+    import json
+
+    from mlm_core.bundled import heldout_workshop_sentences
+    from mlm_core.lessons.inside import lens_profile_on_texts
+    from mlm_core.masking import MaskingConfig
+    from mlm_core.models import load_masked_lm
+
+    at = apptest("pages/inside.py")
+    at.query_params.update({"seed": "144", "view": "lens"})
+    at.run()
+    assert not at.exception
+    said = _markdown(at)
+    assert "drawn with the sidebar's seed 144" in said and "seed 0" not in said
+    assert "never trained on" in said
+    model, tokenizer = load_masked_lm("tiny-random", device="cpu")
+    expected = lens_profile_on_texts(model, tokenizer, heldout_workshop_sentences()[:128], seed=144,
+                                     config=MaskingConfig())
+    spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.proto.id.endswith("inside_lens_profile_fig")
+                or "inside_lens_profile_fig" in c.proto.id)
+    top5 = next(trace["y"] for trace in spec["data"] if "top 5" in (trace.get("name") or ""))
+    assert [round(v, 6) for v in top5] == [round(float(v), 6) for v in expected.top5]

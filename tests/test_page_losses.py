@@ -35,11 +35,21 @@ def test_loss_page_end_to_end(run_page):
     assert not at.exception, at.exception
     # The K sweep, up to K = V, with its measured summary.
     at.selectbox(key="loss_sampler").set_value("unigram")
+    at.run()
+    # Issue 24 §3.7: it said "a few seconds" and took 17-22 s; it says what happens and shows its progress.
+    assert not any("a few seconds" in c.value for c in at.caption)
+    assert any("a bar shows how far it is" in c.value for c in at.caption)
     at.button(key="loss_sweep_button").click()
     at.run()
     assert not at.exception, at.exception
     assert len(at.dataframe) >= 2
     assert "exactly the full loss" in _markdown(at)  # without replacement every correction is exact at K = V
+    # Issue 25 §3.2: the error is a mean over >= 50 draws with its standard error, beside one draw's spread
+    sweep = at.dataframe[-1].value
+    assert {"mean error %", "± standard error %", "one draw's spread %", "draws"} <= set(sweep.columns)
+    below_v = sweep[sweep["K"] < sweep["K"].max()]
+    assert (below_v["draws"] >= 50).all() and (sweep[sweep["K"] == sweep["K"].max()]["draws"] == 1).all()
+    assert "standard error" in _markdown(at) and "Five draws" not in _markdown(at)
     # NSP training, then the combined loss.
     at.button(key="loss_nsp_button").click()
     at.run()

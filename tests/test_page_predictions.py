@@ -80,7 +80,7 @@ def test_the_corpus_comparison_masks_with_the_learners_rule(apptest):
     import torch
 
     from mlm_core import MaskingConfig, encode, mask_batch
-    from mlm_core.bundled import workshop_sentences
+    from mlm_core.bundled import heldout_workshop_sentences
     from mlm_core.models import load_masked_lm
 
     page = apptest("pages/predictions.py")
@@ -94,7 +94,8 @@ def test_the_corpus_comparison_masks_with_the_learners_rule(apptest):
     predictions = page.session_state["pred_corpus"][4]
     rule = MaskingConfig(mlm_probability=0.5, strategy="whole_word")
     _, tokenizer = load_masked_lm("tiny-random", device="cpu")
-    batch = encode(tokenizer, workshop_sentences()[:32], max_length=64)
+    # issue 25 §3.5: the sentences the bundled model never trained on (its build's held-out documents)
+    batch = encode(tokenizer, heldout_workshop_sentences()[:32], max_length=64)
     expected = mask_batch(tokenizer, batch, rule, torch.Generator().manual_seed(7), trace=False)
     selected = (expected.decisions != 0).nonzero().tolist()
     assert [(p.row, p.position) for p in predictions.positions] == [tuple(rc) for rc in selected]
@@ -211,3 +212,28 @@ def test_a_trained_model_never_shows_the_base_models_scores(run_page):
     assert trained_pll != base_pll  # its own (the trained copy's head differs)
     at.selectbox(key=ui.KEYS.trained_choice).set_value(ui.BASE_CHOICE).run()
     assert not any(m.label == "PLL (nats)" for m in at.metric)  # the trained one's are not the base's either
+
+
+def test_the_model_panel_says_how_the_bundled_model_was_trained(apptest, monkeypatch):
+    """Issue 25 §2: the panel read "the loss that training minimises" and never mentioned the anti-copy stage. With
+    the bundled model it now lists each objective from build.json, names the held-out perplexity's masking rule,
+    and says plainly which everyday sentences it copies a word of (measured now), and that a hub model guesses
+    better online."""
+    from mlm_core.default_model import read_build_record
+    from mlm_core.lessons import model_card
+
+    monkeypatch.delenv("MLMLAB_MODEL", raising=False)
+    at = apptest("pages/predictions.py", timeout=240)
+    monkeypatch.delenv("MLMLAB_MODEL", raising=False)
+    at.run()
+    assert not at.exception
+    record = read_build_record()
+    if not record:
+        pytest.skip("no build record in assets/default_mlm")
+    text = " ".join(m.value for m in at.markdown)
+    assert "the loss that training minimises" not in text
+    for line in model_card.training_story(record):
+        assert line in text
+    assert "bert-base-uncased" in text and ("repeats a word of the sentence" in text)
+    helps = " ".join(m.help or "" for m in at.metric)
+    assert model_card.heldout_masking(record) in helps

@@ -263,3 +263,34 @@ def test_the_run_trains_with_the_learners_masking_rule(monkeypatch):
     assert not at.exception
     assert {(c.masking.strategy, c.masking.mlm_probability) for c in submitted.values()} == {("whole_word", 0.2)}
     assert not [w for w in at.warning if "Session State API" in w.value]
+
+
+def test_the_facts_lesson_shows_both_probe_sets_side_by_side(monkeypatch):
+    """Issue 25 §1 (and 24 §3.7): with the bundled model the facts lesson asks every fact as a phrase it read and as
+    a question in new words. Before Start the page shows what the model guesses now (the guide sends the teacher
+    there; before, that table only appeared after Start); after a run, both sets side by side with top-1, top-5
+    and the answer's rank then and now, and one sentence on the difference."""
+    monkeypatch.delenv("MLMLAB_MODEL", raising=False)  # the bundled default model (a few seconds to load)
+    at = page()
+    previews = [t.value for t in at.table if "first guess now" in t.value.columns and "answer's rank now" in t.value.columns]
+    assert len(previews) == 2 and [len(p) for p in previews] == [15, 15]  # the two sets, side by side
+    assert any("Phrases it read" in m.value for m in at.markdown) and any("Questions in new words" in m.value
+                                                                          for m in at.markdown)
+    assert all(p["answer's rank now"].str.replace(",", "").astype(int).min() >= 1 for p in previews)  # static: text
+    at.slider(key="training_steps_facts_0").set_value(5)
+    at.select_slider(key="training_batch").set_value(2)
+    at.select_slider(key="training_seq_len").set_value(32)
+    at.number_input(key="training_eval_every_facts_0").set_value(5)
+    at.run()
+    at.button(key="training_start").click().run()
+    run = at.session_state["training_run"]
+    assert run.wait(240)
+    at.run()
+    assert not at.exception
+    labels = [m.label for m in at.metric]
+    assert labels.count("first guess right") == 2 and labels.count("answer in the top 5") == 2
+    tables = [t.value for t in at.table if "rank at step 0" in t.value.columns]
+    assert len(tables) == 2 and all(len(t) == 15 and "rank at step 5" in t.columns for t in tables)
+    assert {tuple(t["answer"]) for t in tables} == {tuple(t["answer"]) for t in tables[:1]}  # the same facts
+    said = " ".join(m.value for m in at.markdown)
+    assert "Phrases it read" in said and "Questions in new words" in said and "sentences it read" in said

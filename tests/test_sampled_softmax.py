@@ -9,7 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from mlm_core.lessons.loss_lab import LOSS_SETTINGS, gradient_rows, per_token_rows, reaches_full_loss, sweep_summary
-from mlm_core.losses import full_cross_entropy, token_counts, token_frequency_weights, weighted_cross_entropy
+from dataclasses import replace
+
+from mlm_core.losses import (cosine, full_cross_entropy, full_head_loss, loss_and_grad, token_counts,
+                             token_frequency_weights, weighted_cross_entropy)
 from mlm_core.sampled_softmax import (
     CORRECTIONS,
     SAMPLED_SOFTMAX,
@@ -385,3 +388,53 @@ def test_figures_build(head_rows):
     assert all(isinstance(f, go.Figure) for f in figures)
     assert "<b>x</b>" not in str(figures[1].to_dict())  # token text is escaped
     assert len(figures[4].data) == 3 * 4  # three corrections × four panels
+
+
+def test_sweep_rows_are_the_sampled_losses_of_its_draws_with_their_standard_error(head_rows):
+    """Issue 25 §3.2: the sweep's "bias" was the mean of 5 draws with no error bar. Each row is now the mean of
+    SWEEP_DRAWS (>= 50) draws of sampled_softmax_loss on exactly those draws (the sweep takes the candidates'
+    logits from the full logits: same values to 1e-5), its standard error std / sqrt(n) and one draw's spread;
+    the gradient cosine is loss_and_grad's on the first draws."""
+    from mlm_core.sampled_softmax import SWEEP_COSINE_DRAWS, SWEEP_DRAWS
+
+    assert SWEEP_DRAWS >= 50
+    hidden, weight, bias, targets = head_rows(M=10, V=300, H=16)
+    counts = _counts(300)
+    for replacement in (False, True):
+        config = SampledSoftmaxConfig(num_sampled=16, replacement=replacement)
+        rows = sampled_softmax_sweep(hidden, weight, bias, targets, ks=(8, 64), config=config, counts=counts,
+                                     generator=torch.Generator().manual_seed(3))
+        q = proposal_distribution(config.sampler, 300, counts=counts, power=config.power, smoothing=config.smoothing)
+        gen = torch.Generator().manual_seed(3)
+        full_fn = full_head_loss(targets)
+        full, full_grad, _ = loss_and_grad(full_fn, hidden, weight, bias)
+        for k in (8, 64):
+            draws = [draw_negatives(q, k, replacement, gen) for _ in range(SWEEP_DRAWS)]
+            for correction in CORRECTIONS:
+                kwargs = replace(config, correction=correction).loss_kwargs()
+                values, cosines = [], []
+                for i, neg in enumerate(draws):
+                    fn = (lambda h, w, b, neg=neg: sampled_softmax_loss(h, w, b, targets, negatives=neg, **kwargs))
+                    loss, grad, _ = loss_and_grad(fn, hidden, weight, bias)
+                    values.append(loss)
+                    if i < SWEEP_COSINE_DRAWS:
+                        cosines.append(cosine(grad, full_grad))
+                row = next(r for r in rows if r["K"] == k and r["correction"] == correction)
+                v = torch.tensor(values, dtype=torch.float64)
+                assert row["draws"] == SWEEP_DRAWS and row["cosine_draws"] == SWEEP_COSINE_DRAWS
+                assert abs(row["loss"] - float(v.mean())) < 1e-5 and abs(row["loss_std"] - float(v.std())) < 1e-5
+                assert abs(row["loss_se"] - float(v.std()) / SWEEP_DRAWS ** 0.5) < 1e-6
+                assert abs(row["rel_bias"] - (float(v.mean()) - full) / full) < 1e-5
+                assert abs(row["rel_bias_se"] - row["loss_se"] / abs(full)) < 1e-9
+                assert abs(row["rel_spread"] - row["loss_std"] / abs(full)) < 1e-9
+                assert abs(row["grad_cosine"] - sum(cosines) / len(cosines)) < 1e-5
+
+
+def test_sweep_reports_its_progress_and_draws_once_where_nothing_is_random(head_rows):
+    hidden, weight, bias, targets = head_rows(M=6, V=120, H=8)
+    heard = []
+    rows = sampled_softmax_sweep(hidden, weight, bias, targets, ks=(16, 120), counts=_counts(120), repeats=50,
+                                 generator=torch.Generator().manual_seed(0), on_progress=lambda d, w: heard.append((d, w)))
+    assert [d for d, _ in heard] == [0.5, 1.0] and "K = 120" in heard[-1][1]
+    at_v = [r for r in rows if r["K"] == 120]
+    assert all(r["draws"] == 1 and r["loss_std"] == 0 and reaches_full_loss(r) for r in at_v)

@@ -514,7 +514,8 @@ def test_every_lesson_builds_its_variants_from_defaults_that_say_why():
     texts, variants = L.default_run()
     (cfg,) = variants.values()
     assert texts.name == "Veldoria gazetteer" and texts.held_out and cfg.loss == "full"
-    assert cfg.probe_answers == tuple(a for _, a in texts.probes) and len(cfg.probe_answers) == 5
+    assert cfg.probe_answers == tuple(a for _, a in texts.probes) and len(cfg.probe_answers) == 30
+    assert cfg.probe_groups == ("read",) * 15 + ("new",) * 15  # issue 25: two probe sets, side by side
     with pytest.raises(InputError, match="lesson"):
         L.lesson_defaults("nap", from_scratch=False)
 
@@ -629,3 +630,105 @@ def test_loss_by_group_splits_the_held_out_loss_into_parts_that_add_up(tok, mode
     model.train(was)
     ids = training.word_piece_ids(tok, ["cat", "river"])
     assert ids.tolist() == sorted({cat, river})
+
+
+def _probe_entry(step, group_results):
+    """A probe pass: group -> list of (answer, top-1 guess, answer's rank)."""
+    return {"step": step, "probes": [
+        {"text": f"{g} {i} [MASK] .", "group": g, "predictions": [
+            {"answer": answer, "tokens": [top, "x"], "probs": [0.4, 0.1], "answer_prob": 0.1, "answer_rank": rank}]}
+        for g, rows in group_results.items() for i, (answer, top, rank) in enumerate(rows)]}
+
+
+def test_probe_sets_are_scored_apart_and_the_sentence_follows_the_numbers():
+    """Issue 25 §1: the facts lesson asks each fact in a sentence it read and in new words; each set gets its
+    own top-1 / top-5 / rank before and after, and one sentence says what the difference means."""
+    from mlm_core.lessons.training_view import probe_rows, probe_set_scores, probes_in_top, probes_right, strings_or_facts
+
+    before = _probe_entry(0, {"read": [("marrow", "rome", 900), ("harp", "piano", 40)],
+                              "new": [("marrow", "paris", 1200), ("harp", "the", 300)]})
+    memorised = _probe_entry(80, {"read": [("marrow", "marrow", 1), ("harp", "harp", 1)],
+                                  "new": [("marrow", "city", 40), ("harp", "music", 90)]})
+    scores = {s.group: s for s in probe_set_scores([before, memorised])}
+    assert set(scores) == {"read", "new"} and scores["read"].label == "Phrases it read"
+    r, n = scores["read"], scores["new"]
+    assert (r.top1_then, r.top1_now, r.top5_now, r.median_rank_then, r.median_rank_now) == (0, 2, 2, 470.0, 1.0)
+    assert (n.top1_now, n.top5_now, n.median_rank_now) == (0, 0, 65.0)
+    assert probes_right(memorised, "new") == (0, 2) and probes_in_top(memorised, 50, "new") == (1, 2)
+    assert len(probe_rows([before, memorised], group="read")) == 2
+    said = strings_or_facts(list(scores.values()))
+    assert "2 of 2 sentences it read" in said and "0 first, 0 in its top 5" in said and "memorised strings" in said
+    learned = _probe_entry(80, {"read": [("marrow", "marrow", 1), ("harp", "harp", 1)],
+                                "new": [("marrow", "marrow", 1), ("harp", "harp", 1)]})
+    said = strings_or_facts(probe_set_scores([before, learned]))
+    assert "learned facts, not only strings" in said
+    partly = _probe_entry(80, {"read": [("marrow", "marrow", 1), ("harp", "harp", 1)],
+                               "new": [("marrow", "marrow", 1), ("harp", "music", 2)]})
+    said = strings_or_facts(probe_set_scores([before, partly]))
+    assert "answers only 1 of 2 questions" in said and "needs the fact itself" in said
+    early = _probe_entry(10, {"read": [("marrow", "rome", 9), ("harp", "harp", 1), ("a", "b", 9)],
+                              "new": [("marrow", "marrow", 1), ("harp", "x", 7), ("a", "b", 9)]})
+    before3 = _probe_entry(0, {g: [("marrow", "x", 900), ("harp", "x", 40), ("a", "x", 9)] for g in ("read", "new")})
+    said = strings_or_facts(probe_set_scores([before3, early]))
+    assert "not learned yet" in said and "learned facts" not in said  # 1 of 3 each: too early to call it
+    assert probe_set_scores([_probe_entry(0, {"": [("a", "b", 3)]})]) == []  # one set: nothing to compare
+
+
+def test_probe_groups_reach_every_probe_prediction(tok, model):
+    result = train(model, tok, CORPUS, quick(steps=2, probe_sentences=("the cat sat on the [MASK] .", "a [MASK] b ."),
+                                             probe_answers=("mat", ""), probe_groups=("read", "new")))
+    assert [p["group"] for p in result.probes[-1]["probes"]] == ["read", "new"]
+    with pytest.raises(InputError, match="probe_groups"):
+        quick(probe_sentences=("the [MASK] sat .",), probe_groups=("read", "new"))
+
+
+def test_batched_probe_predictions_equal_one_sentence_at_a_time(tok, model):
+    """The probes go through the encoder as one padded batch: the same top-k and ranks as one by one."""
+    from mlm_core.training import make_probes, probe_predictions
+
+    cfg = quick(probe_sentences=("the cat sat on the [MASK] .", "a [MASK] b .", "[MASK] dogs bark at the [MASK] ."),
+                probe_answers=("mat", "", ""))
+    probes = make_probes(tok, CORPUS, cfg)
+    together = probe_predictions(model, tok, probes, 5)
+    alone = [probe_predictions(model, tok, [p], 5)[0] for p in probes]
+    for a, b in zip(together, alone):
+        assert [r["tokens"] for r in a["predictions"]] == [r["tokens"] for r in b["predictions"]]
+        assert all(abs(x - y) < 1e-5 for ra, rb in zip(a["predictions"], b["predictions"])
+                   for x, y in zip(ra["probs"], rb["probs"]))
+        assert [r["answer_rank"] for r in a["predictions"]] == [r["answer_rank"] for r in b["predictions"]]
+
+
+def test_focus_words_are_masked_at_their_own_rate(tok):
+    """Issue 25: the facts lesson selects its focus words (the facts' answers) with focus_mlm_probability, every
+    other token with the rule's p, and replaces the extra ones by the rule's 80/10/10. Rates within 4 standard
+    errors over >= 1,000 draws of each kind."""
+    from mlm_core.masking import MaskingConfig
+    from mlm_core.training import make_chunks, mask_rows
+
+    chunks = make_chunks(tok, ["the cat sat on the mat by the door ."] * 1200, seq_len=32, overlap=4)
+    cat = torch.tensor(tok.convert_tokens_to_ids(["cat", "door"]))
+    rule = MaskingConfig()
+    inputs, labels = mask_rows(chunks, rule, mask_token_id=tok.mask_token_id, vocab_size=len(tok), special_ids=(),
+                               row_seeds=range(len(chunks)), focus_ids=cat, focus_probability=0.6)
+    real = chunks.special_tokens_mask == 0
+    focus = torch.isin(chunks.input_ids, cat) & real
+    other = real & ~focus
+    for where, p in ((focus, 0.6), (other, rule.mlm_probability)):
+        n = int(where.sum())
+        rate = float((labels[where] != -100).float().mean())
+        assert n >= 1000 and abs(rate - p) < 4 * math.sqrt(p * (1 - p) / n), (rate, p, n)
+    chosen = focus & (labels != -100)
+    as_mask = float((inputs[chosen] == tok.mask_token_id).float().mean())
+    assert abs(as_mask - 0.8) < 4 * math.sqrt(0.16 / int(chosen.sum()))
+    # off (0) or at most the rule's p: exactly the rule's masks
+    plain = mask_rows(chunks, rule, mask_token_id=tok.mask_token_id, vocab_size=len(tok), special_ids=(),
+                      row_seeds=range(len(chunks)))
+    same = mask_rows(chunks, rule, mask_token_id=tok.mask_token_id, vocab_size=len(tok), special_ids=(),
+                     row_seeds=range(len(chunks)), focus_ids=cat, focus_probability=0.1)
+    assert torch.equal(plain[1], same[1]) and torch.equal(plain[0], same[0])
+    # the lesson's default asks for it; the held-out set is masked by the rule alone (the same eval masks either way)
+    from mlm_core.lessons.training_view import FACT_MASKING, base_config, gazetteer_texts
+
+    cfg = base_config("facts", from_scratch=False, texts=gazetteer_texts())
+    assert cfg.focus_mlm_probability == FACT_MASKING > rule.mlm_probability
+    assert base_config("masking", from_scratch=False, texts=gazetteer_texts()).focus_mlm_probability == 0.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mlm_core.lessons.efficiency import PATH_LABELS
+from mlm_core.lessons.efficiency import MATMUL_SHARE, PATH_LABELS
 from mlm_core.measure import human_bytes
 
 PATH_COLORS = {"loop": "#adb5bd", "vectorised": "#f08c00", "gathered": "#2f9e44"}
@@ -64,9 +64,9 @@ def _short(row: dict) -> str:
 
 
 def step_settings_figure(rows: list[dict], height: int = 380) -> go.Figure:
-    """Time per training step, peak memory and share of the matmul speed (MFU) for each set-up."""
+    """Time per training step, peak memory and the matmuls' share of the step's time (a CPU MFU) for each set-up."""
     with_mfu = all(r.get("mfu") is not None for r in rows)
-    titles = ("time per step (ms)", "peak memory (MiB)") + (("share of matmul speed (MFU)",) if with_mfu else ())
+    titles = ("time per step (ms)", "peak memory (MiB)") + ((f"{MATMUL_SHARE} (MFU)",) if with_mfu else ())
     fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.08)
     names = [_short(r) for r in rows]
     colors = ["#1c7ed6" if r["amp"] == "off" else "#7048e8" for r in rows]

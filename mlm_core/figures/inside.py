@@ -242,8 +242,9 @@ def lens_figure(lens: LogitLens, *, title: str | None = None, height: int | None
     return fig
 
 
-def lens_profile_figure(profile: LensProfile, *, height: int = 340) -> go.Figure:
-    """Over many [MASK] positions: how often the head, read at each depth, has the answer first / in its top 5."""
+def lens_profile_figure(profile: LensProfile, *, height: int = 340, texts: str = "held-out workshop sentences") -> go.Figure:
+    """Over many [MASK] positions: how often the head, read at each depth, has the answer first / in its top 5.
+    ``texts`` says what they are (the page's: the workshop sentences the bundled model never trained on)."""
     depths = list(profile.depth_labels)
     fig = go.Figure()
     for values, name, color in ((profile.top5, "true token in the top 5", "#8ce99a"),
@@ -252,7 +253,7 @@ def lens_profile_figure(profile: LensProfile, *, height: int = 340) -> go.Figure
                                  line=dict(color=color, width=3), text=[f"{float(v):.0%}" for v in values],
                                  textposition="top center", hovertemplate="%{x}: %{y:.1%}<extra>" + name + "</extra>"))
     fig.update_layout(
-        title=f"Over {profile.positions} [MASK] positions of the workshop corpus: when does the answer appear?",
+        title=f"Over {profile.positions} [MASK] positions of {_e(texts)}: when does the answer appear?",
         yaxis=dict(title="share of positions", range=[0, 1.05], tickformat=".0%"),
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
         height=height, margin=dict(t=80, b=40),
@@ -299,8 +300,9 @@ def saliency_figure(result: Saliency, *, height: int = 400) -> go.Figure:
     fig.update_layout(
         barmode="group",
         title=f"What the guess at {result.position}·{_e(result.tokens[result.position])} (true token: "
-              f"{_e(result.true_token)}) depends on; τ with leave-one-out: gradient × input {result.tau_input:.2f}, "
-              f"× (input − [MASK]) {result.tau_delta:.2f}",
+              f"{_e(result.true_token)}) depends on; τ with leave-one-out on magnitudes: gradient × input "
+              f"{result.tau_input:.2f}, × (input − [MASK]) {result.tau_delta:.2f} (signed: {result.tau_input_signed:.2f}, "
+              f"{result.tau_delta_signed:.2f})",
         yaxis=dict(title="scaled to the largest |value|", range=[-1.1, 1.1]), xaxis=dict(tickangle=-45),
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
         height=height, margin=dict(t=90, b=60),
@@ -319,7 +321,8 @@ def agreement_figure(result: Saliency, layer_tau: torch.Tensor, *, height: int =
                            text=[f"{v:.2f}" if math.isfinite(v) else "n/a" for v in values], textposition="outside",
                            cliponaxis=False, hovertemplate="%{x}: τ = %{y:.3f}<extra></extra>"))
     fig.update_layout(
-        title="Does it rank the tokens as leave-one-out does? Kendall τ (1 = same order, 0 = unrelated)",
+        title="Does it rank the tokens by size as leave-one-out does? Kendall τ of the magnitudes (1 = same order, "
+              "0 = unrelated)",
         yaxis=dict(title="Kendall τ", range=[-1.1, 1.2], zeroline=True), height=height, margin=dict(t=60, b=60),
     )
     return fig
@@ -335,7 +338,7 @@ def agreement_summary_figure(summary: AgreementSummary, *, height: int = 360) ->
         fig.add_trace(go.Box(y=values, name=_e(name), marker_color=color, boxpoints="all", jitter=0.4, pointpos=0,
                              boxmean=True, hovertemplate="τ = %{y:.2f}<extra>" + _e(name) + "</extra>"))
     fig.update_layout(
-        title=f"Over {summary.taus.shape[0]} workshop sentences (last word masked): Kendall τ with leave-one-out",
+        title=f"Over {summary.taus.shape[0]} sentences (last word masked): Kendall τ with leave-one-out, on magnitudes",
         yaxis=dict(title="Kendall τ", range=[-1.05, 1.05], zeroline=True), showlegend=False,
         height=height, margin=dict(t=60, b=60),
     )

@@ -132,7 +132,7 @@ def k_sweep_figure(rows: Sequence[dict], *, vocab_size: int | None = None) -> go
     if not rows:
         return _empty("Nothing to sweep: the batch has no selected tokens.")
     fig = make_subplots(rows=2, cols=2, subplot_titles=(
-        "sampled loss vs K (dashed: full softmax)", "bias: (sampled − full) / full",
+        "sampled loss (bars: one draw's spread)", "mean error (sampled − full) / full, ± 2 SE",
         "gradient cosine with full softmax (hidden states)", "time per call, forward + backward (ms)"),
         horizontal_spacing=0.1, vertical_spacing=0.16)
     for correction in dict.fromkeys(r["correction"] for r in rows):
@@ -144,7 +144,9 @@ def k_sweep_figure(rows: Sequence[dict], *, vocab_size: int | None = None) -> go
         fig.add_trace(go.Scatter(x=ks, y=[r["loss"] for r in mine], name=name,
                                  error_y=dict(type="data", array=[r.get("loss_std", 0) for r in mine], visible=True),
                                  **common), 1, 1)
-        fig.add_trace(go.Scatter(x=ks, y=[r["rel_bias"] for r in mine], name=name, showlegend=False, **common), 1, 2)
+        fig.add_trace(go.Scatter(x=ks, y=[r["rel_bias"] for r in mine], name=name, showlegend=False,
+                                 error_y=dict(type="data", array=[2 * r.get("rel_bias_se", 0) for r in mine], visible=True),
+                                 **common), 1, 2)
         fig.add_trace(go.Scatter(x=ks, y=[r["grad_cosine"] for r in mine], name=name, showlegend=False, **common), 2, 1)
         fig.add_trace(go.Scatter(x=ks, y=[r["time_ms"] for r in mine], name=name, showlegend=False, **common), 2, 2)
     first = rows[0]

@@ -8,7 +8,7 @@ code computes the head's V scores at every position. This module measures, on a 
   the same loss value, three costs;
 - ``loop_vs_vectorised``: the loss alone, where the loop's own cost grows with M and M² · V;
 - ``amp_and_checkpointing``: a training step with bf16 autocast, gradient checkpointing and frozen
-  word embeddings on and off: time per step, peak memory and the step's share of the matmul speed;
+  word embeddings on and off: time per step, peak memory and the share of the step's time its matmuls take;
 - ``step_time_breakdown``: where one step's time goes, from ``torch.profiler``.
 
 How it measures (locks, medians, peak memory) is ``mlm_core.measure``; what the sizes and FLOPs
@@ -283,8 +283,12 @@ def loop_vs_vectorised(*, rows: Sequence[int] = LOOP_SWEEP_ROWS, vocab_sizes: Se
 
 
 # --------------------------------------------------------------------------------------------
-# A training step, set up several ways: time, memory, and its share of the machine's matmul speed
+# A training step, set up several ways: time, memory, and the share of its time its matmuls take
 # --------------------------------------------------------------------------------------------
+
+# The column and axis name of `amp_and_checkpointing`'s ``mfu``: matmul-alone time / step time. It is a share
+# of the step's time, not a speed: inside the step the matmuls run at about their solo speed (the profile).
+MATMUL_SHARE = "matmuls' share of the step"
 
 # (amp, gradient checkpointing, word embeddings frozen)
 STEP_SETTINGS = (("off", False, False), ("bf16", False, False), ("off", True, False), ("bf16", True, False),
@@ -326,7 +330,7 @@ def amp_and_checkpointing(model: nn.Module, tokenizer, *, batch_size: int = 4, s
                           repeats: int = 3, seed: int = 0,
                           settings: Sequence[Sequence] = STEP_SETTINGS, mfu: bool = True) -> list[dict[str, Any]]:
     """One training step set up several ways (bf16 autocast, gradient checkpointing, frozen word
-    embeddings): time per step, peak memory, loss, and the step's share of the matmul speed.
+    embeddings): time per step, peak memory, loss, and the share of the step's time its matmuls take.
 
     Every step is ``training.TrainStep``, the loop's own step (encoder, head on the selected rows,
     loss, backward, clipping, AdamW; dropout seeded as the loop seeds it), on one private copy of

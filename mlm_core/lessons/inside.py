@@ -203,19 +203,28 @@ def last_word(tokens: Sequence[str], special: Sequence[bool]) -> int | None:
     return words[-1] if words else (options[-1] if options else None)
 
 
+SIGNED = ", signed"  # the name suffix of a τ on the signed scores (the others compare magnitudes)
+
+
 @dataclass(frozen=True)
 class AgreementSummary:
-    """Kendall τ with leave-one-out over many sentences (last word masked): gradient views and each layer's attention."""
+    """Kendall τ with leave-one-out over many sentences (last word masked): gradient views and each layer's
+    attention, on magnitudes (Jain & Wallace's comparison, ``inside.agreement_tau``), and the gradient views on
+    their signed scores too."""
 
     names: tuple[str, ...]  # "gradient × input", "gradient × (input − [MASK])", "attention, layer 1", ...
-    taus: torch.Tensor  # (N, 2 + L) one row per sentence; NaN where τ is undefined
+    taus: torch.Tensor  # (N, 2 + L) one row per sentence, on magnitudes; NaN where τ is undefined
+    signed_taus: torch.Tensor | None = None  # (N, 2): the two gradient views' τ on signed scores
 
     def records(self) -> list[dict]:
+        columns = [(name, self.taus[:, i]) for i, name in enumerate(self.names)]
+        if self.signed_taus is not None:
+            columns += [(name + SIGNED, self.signed_taus[:, i]) for i, name in enumerate(self.names[:2])]
         rows = []
-        for i, name in enumerate(self.names):
-            column = self.taus[:, i]
+        for name, column in columns:
             column = column[column.isfinite()]
-            rows.append({"measure": name, "sentences": int(column.numel()),
+            rows.append({"measure": name, "compares": "signed scores" if name.endswith(SIGNED) else "magnitudes",
+                         "sentences": int(column.numel()),
                          "mean_tau": float(column.mean()) if column.numel() else float("nan"),
                          "median_tau": float(column.median()) if column.numel() else float("nan")})
         return rows
@@ -225,9 +234,9 @@ def agreement_over_texts(model: nn.Module, tokenizer, texts: Sequence[str], *, m
     """For each text: mask its last word, then τ(gradient views, leave-one-out) and τ(each layer's attention, leave-one-out).
 
     One sentence is an anecdote; this is the same comparison on many (Jain & Wallace 2019, §4.1, do
-    it over whole datasets). Costs a leave-one-out per text.
+    it over whole datasets, on magnitudes). Costs a leave-one-out per text.
     """
-    rows = []
+    rows, signed = [], []
     for text in texts:
         encoded = encode(tokenizer, text, max_length=max_length)
         position = last_word(encoded.tokens[0], [bool(x) for x in encoded.special_tokens_mask[0].tolist()])
@@ -239,9 +248,11 @@ def agreement_over_texts(model: nn.Module, tokenizer, texts: Sequence[str], *, m
         result = saliency(model, tokenizer, ids, None, position, true_id)
         attention = attention_from(model, tokenizer, ids, None, position)
         rows.append([result.tau_input, result.tau_delta, *layer_agreement(attention.weights, result.leave_one_out)])
+        signed.append([result.tau_input_signed, result.tau_delta_signed])
     layers = layer_count(model) or (len(rows[0]) - 2 if rows else 0)
     names = ("gradient × input", "gradient × (input − [MASK])") + tuple(f"attention, layer {i + 1}" for i in range(layers))
-    return AgreementSummary(names, torch.tensor(rows, dtype=torch.float32).reshape(len(rows), len(names)))
+    return AgreementSummary(names, torch.tensor(rows, dtype=torch.float32).reshape(len(rows), len(names)),
+                            torch.tensor(signed, dtype=torch.float32).reshape(len(signed), 2))
 
 
 # --------------------------------------------------------------------------- what training changed

@@ -33,6 +33,7 @@ from mlm_core.losses import (
 )
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, MaskingResult, decision_names
 from mlm_core.sampled_softmax import (
+    divisor_words,
     CORRECTION_LABELS,
     SAMPLED_SOFTMAX,
     SampledSoftmaxConfig,
@@ -256,8 +257,8 @@ def loss_sentences(outputs: dict[str, LossOutput], settings: LossSettings = LOSS
             f"({settings.scheme} of the corpus count: rare tokens count more), Σ w·CE / Σ w as "
             f"`F.cross_entropy(weight=w)`. The other convention, (w·CE).mean(), gives "
             f"{readable(d.get('mean_of_weighted', float('nan')))}: with weights that average 1 over the corpus "
-            f"both estimate the weighted risk E[w·CE], and they differ by this batch's mean weight, "
-            f"{readable(mean_w)}.")
+            f"both estimate the weighted risk E[w·CE], and they differ by a factor of this batch's mean weight, "
+            f"{readable(mean_w)}: (w·CE).mean() = Σ w·CE / M = (Σ w / M) × Σ w·CE / Σ w.")
     if "sampled" in outputs:
         s = outputs["sampled"]
         d = s.diagnostics
@@ -268,7 +269,8 @@ def loss_sentences(outputs: dict[str, LossOutput], settings: LossSettings = LOSS
         if d["correction"] == "importance":
             sentences["sampled"] = (
                 f"**Sampled {number(value)}**: an estimate of the full loss from the true token and {how}, "
-                f"each weighted by 1 / its expected count (importance sampling): {off} on this draw, and its "
+                f"each weighted by 1 / {divisor_words(d['replacement'])}, importance sampling: {off} on this "
+                f"draw, and its "
                 f"gradient points along the full one with cosine {number(cos)}.")
         elif d["correction"] == "tensorflow":
             sentences["sampled"] = (
@@ -371,11 +373,38 @@ def target_smoothed_counts(counts: torch.Tensor, targets: torch.Tensor, smoothin
 
 
 def sweep_table(rows: Sequence[dict]) -> list[dict]:
-    """The sweep as a table for people: one row per (K, correction), 4 significant digits."""
-    return [{"K": r["K"], "correction": CORRECTION_SHORT[r["correction"]], "loss": significant(r["loss"]),
-             "± std": significant(r["loss_std"], 3), "full": significant(r["full_loss"]),
-             "bias %": significant(100 * r["rel_bias"], 3), "grad cosine": significant(r["grad_cosine"]),
+    """The sweep as a table for people: one row per (K, correction), 4 significant digits. "mean error" is the
+    mean over the draws of (sampled − full) / full with its standard error; "one draw's spread" is how far a
+    single draw lands from that mean (the standard deviation over the draws), also as a share of the full loss."""
+    return [{"K": r["K"], "correction": CORRECTION_SHORT[r["correction"]], "draws": r.get("draws"),
+             "loss (mean)": significant(r["loss"]), "full": significant(r["full_loss"]),
+             "mean error %": significant(100 * r["rel_bias"], 3),
+             "± standard error %": significant(100 * r["rel_bias_se"], 2) if "rel_bias_se" in r else None,
+             "one draw's spread %": significant(100 * r["rel_spread"], 2) if "rel_spread" in r else None,
+             "grad cosine": significant(r["grad_cosine"]),
              "ms": significant(r["time_ms"], 3), "× full time": significant(r["time_ratio"], 3)} for r in rows]
+
+
+def error_text(row: dict) -> str:
+    """A sweep row's mean error as the page says it: with its standard error over the draws, and "no error
+    measurable" when the mean lies within 2 standard errors of 0 (markdown, no trailing period).
+
+    >>> error_text({"rel_bias": -0.0231, "rel_bias_se": 0.0023, "rel_spread": 0.032, "draws": 200})
+    'mean error −2.31% ± 0.23% over 200 draws (one draw: ± 3.2%)'
+    >>> error_text({"rel_bias": -0.0001, "rel_bias_se": 0.0045, "rel_spread": 0.032, "draws": 50})
+    'no error measurable over 50 draws (−0.01% ± 0.45%; one draw: ± 3.2%)'
+    >>> error_text({"rel_bias": 0.0, "rel_bias_se": 0.0, "rel_spread": 0.0, "draws": 1})
+    'mean error 0.00% (exact: every draw is the whole vocabulary)'
+    """
+    n = row.get("draws") or 0
+    se, spread = row.get("rel_bias_se"), row.get("rel_spread")
+    if n <= 1 or se is None:
+        return f"mean error {signed(row['rel_bias'], '.2%')}" + (" (exact: every draw is the whole vocabulary)"
+                                                                  if n == 1 else "")
+    plus = f"{signed(row['rel_bias'], '.2%')} ± {se:.2%}"
+    if abs(row["rel_bias"]) <= 2 * se:
+        return f"no error measurable over {n} draws ({plus}; one draw: ± {spread:.1%})"
+    return f"mean error {plus} over {n} draws (one draw: ± {spread:.1%})"
 
 
 def reaches_full_loss(row: dict, tolerance: float = 1e-4) -> bool:
@@ -397,15 +426,15 @@ def sweep_summary(rows: Sequence[dict], vocab_size: int | None = None) -> list[s
         at = "K = V" if vocab_size is not None and last["K"] == vocab_size else f"K = {last['K']:,}"
         how = "with" if last["replacement"] else "without"
         text = (f"**{CORRECTION_LABELS[correction]}**: at K = {first['K']:,}, {readable(first['loss'])} against the "
-                f"full {readable(first['full_loss'])} (bias {signed(first['rel_bias'], '.1%')}, gradient cosine "
-                f"{readable(first['grad_cosine'], 3)}); at {at} ({last['K']:,} draws {how} replacement), ")
+                f"full {readable(first['full_loss'])} ({error_text(first)}, gradient cosine "
+                f"{readable(first['grad_cosine'], 3)}); at {at} ({last['K']:,} classes drawn {how} replacement), ")
         if reaches_full_loss(last):
             text += "exactly the full loss: every class is a candidate, each expected once (π = 1)."
         elif abs(last["rel_bias"]) < 0.01 and last["grad_cosine"] > 0.99:
-            text += (f"{readable(last['loss'])} (bias {signed(last['rel_bias'], '.1%')}, gradient cosine "
+            text += (f"{readable(last['loss'])} ({error_text(last)}, gradient cosine "
                      f"{readable(last['grad_cosine'], 3)}): close to the full loss, not equal to it.")
         else:
-            text += (f"{readable(last['loss'])} (bias {signed(last['rel_bias'], '.1%')}, gradient cosine "
+            text += (f"{readable(last['loss'])} ({error_text(last)}, gradient cosine "
                      f"{readable(last['grad_cosine'], 3)}): not the full loss.")
         sentences.append(text)
     return sentences

@@ -201,7 +201,7 @@ def weighted_mean(batch: LossBatch) -> Exhibit:
         f"normalised so a corpus token weighs 1 on average; then (w·CE).mean() is an unbiased estimate of the "
         f"weighted risk E[w·CE], and Σ w·CE / Σ w, what F.cross_entropy(weight=w) computes (and the Loss page "
         f"and training use), estimates the same risk as a weighted average whose scale stays that of a "
-        f"cross-entropy. On one batch they differ by its mean weight, here {readable(mean_w)}. The bug is "
+        f"cross-entropy. On one batch they differ by a factor of its mean weight (Σ w / M), here {readable(mean_w)}. The bug is "
         f"mixing them: swapping F.cross_entropy(weight=w) for (w·CE).mean() rescales the loss, and with it the "
         f"step size, batch by batch.",
         {"mean weight of this batch's targets": mean_w,

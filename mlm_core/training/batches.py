@@ -13,14 +13,14 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from mlm_core import seeds
 from mlm_core.data import run_tokenizer, special_ids
 from mlm_core.errors import InputError
-from mlm_core.masking import MaskingConfig, mask_tokens
+from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
 from mlm_core.training.config import BUCKET_MASS, Stream, TrainConfig
 from mlm_core.training.distributed import World
 
@@ -173,26 +173,56 @@ def frequency_buckets(counts: torch.Tensor) -> torch.Tensor:
 
 
 def mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, vocab_size: int,
-               special_ids: tuple[int, ...], row_seeds: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+               special_ids: tuple[int, ...], row_seeds: Sequence[int], focus_ids: torch.Tensor | None = None,
+               focus_probability: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Mask each row with its own generator, so a row's mask depends on its seed only (``row_seeds``: one
     ``seeds.seed_for(cfg.seed, Stream.X, ...)`` value per row).
 
     That makes one process with gradient accumulation and N processes under torchrun mask the
     same example the same way. Each row's attention mask goes along: it gives the row's length, which
     Google's exact count needs (a short padded row gets round(p · its length), not round(p · T)).
+
+    ``focus_ids`` with ``focus_probability`` above the rule's p: a token whose id is one of them is selected
+    with that probability instead (``TrainConfig.focus_mlm_probability``): the rule's selection first, then, from
+    the same generator, the focus tokens it left out at (f − p) / (1 − p), replaced by the rule's 80/10/10.
     Returns (input_ids, labels), both (B, T).
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> tok = load_default_tokenizer()
+    >>> chunks = make_chunks(tok, ["the cat sat on the mat ."] * 40, seq_len=32, overlap=4)
+    >>> cat = torch.tensor(tok.convert_tokens_to_ids(["cat"]))
+    >>> _, labels = mask_rows(chunks, MaskingConfig(), mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+    ...                       special_ids=(), row_seeds=range(len(chunks)), focus_ids=cat, focus_probability=1.0)
+    >>> bool((labels[chunks.input_ids == int(cat)] == int(cat)).all())  # every "cat" selected
+    True
     """
+    extra = 0.0
+    if focus_ids is not None and focus_ids.numel() and focus_probability > masking.mlm_probability:
+        extra = (focus_probability - masking.mlm_probability) / (1.0 - masking.mlm_probability)
     inputs, labels = [], []
     for r, s in enumerate(row_seeds):
+        generator = seeds.generator(s)
         # The attention mask gives each row its own length: exact-count masking counts real tokens,
         # never the padding a short row carries up to seq_len.
         result = mask_tokens(chunks.input_ids[r], chunks.special_tokens_mask[r], masking,
                              mask_token_id=mask_token_id, vocab_size=vocab_size,
-                             generator=seeds.generator(s),
+                             generator=generator,
                              word_ids=chunks.word_ids[r], special_ids=special_ids,
                              attention_mask=chunks.attention_mask[r], trace=False)
-        inputs.append(result.input_ids)
-        labels.append(result.labels)
+        row_ids, row_labels = result.input_ids, result.labels
+        if extra > 0:
+            focus = torch.isin(chunks.input_ids[r], focus_ids) & (row_labels == IGNORE_INDEX) \
+                & (chunks.special_tokens_mask[r] == 0)  # (T,) focus tokens the rule left out
+            if bool(focus.any()):
+                more = mask_tokens(chunks.input_ids[r], (~focus).long(), replace(masking, strategy="token",
+                                                                                 mlm_probability=extra),
+                                   mask_token_id=mask_token_id, vocab_size=vocab_size, generator=generator,
+                                   special_ids=special_ids, trace=False)
+                chosen = more.labels != IGNORE_INDEX
+                row_ids = torch.where(chosen, more.input_ids, row_ids)
+                row_labels = torch.where(chosen, more.labels, row_labels)
+        inputs.append(row_ids)
+        labels.append(row_labels)
     return torch.stack(inputs), torch.stack(labels)
 
 
@@ -211,10 +241,11 @@ class Batches:
 
     def __init__(self, chunks: Chunks, cfg: TrainConfig, world: World, micro: int, *, mask_token_id: int,
                  vocab_size: int, special_ids: tuple[int, ...], mask_copies: Sequence[int] = (0,),
-                 prefetch: int = 2):
+                 prefetch: int = 2, focus_ids: torch.Tensor | None = None):
         self.chunks, self.cfg, self.world, self.micro = chunks, cfg, world, micro
         self.mask_copies = tuple(dict.fromkeys(mask_copies))
-        self.mask_kwargs = dict(mask_token_id=mask_token_id, vocab_size=vocab_size, special_ids=special_ids)
+        self.mask_kwargs = dict(mask_token_id=mask_token_id, vocab_size=vocab_size, special_ids=special_ids,
+                                focus_ids=focus_ids, focus_probability=cfg.focus_mlm_probability)
         self.perm: dict[int, torch.Tensor] = {}
         self.queue: queue.Queue = queue.Queue(maxsize=prefetch)
         self.closed = threading.Event()

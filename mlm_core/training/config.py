@@ -79,10 +79,18 @@ class TrainConfig:
     probe_sentences: tuple[str, ...] = ()  # sentences with [MASK]; empty: a few held-out sentences
     probe_answers: tuple[str, ...] = ()  # the hidden word of each probe sentence ("" if unknown)
     probe_top_k: int = 5
+    # The probe set each probe sentence belongs to (one name per sentence; empty: one set). The facts
+    # lesson asks training sentences ("read") and the same facts in new words ("new") side by side.
+    probe_groups: tuple[str, ...] = ()
     # Words whose held-out positions also get a loss of their own (`focus_loss`): a lesson's facts. The
     # held-out loss over every position can fall for other reasons (the Veldoria lesson's drop is mostly
     # the model learning to spell the invented name), so the facts' own loss says what was learned.
     eval_focus_words: tuple[str, ...] = ()
+    # The share of the focus words' tokens selected for prediction in the training batches (0: the masking
+    # rule's p, like every token). Above p it masks the words that carry a lesson's facts more often, as
+    # REALM's "salient span masking" hides named entities and dates (Guu et al. 2020); the other tokens
+    # keep the rule, and the held-out set is masked by the rule alone.
+    focus_mlm_probability: float = 0.0
     dropout: bool = True  # False sets the model to eval mode while training (exact comparisons)
     seed: int = 0  # data order, masks, dropout and sampled classes all come from this
     # Fine-tuning: keep the word embeddings fixed. In BERT they are tied to the output projection, so the
@@ -169,10 +177,18 @@ class TrainConfig:
         if self.probe_answers and len(self.probe_answers) != len(self.probe_sentences):
             fail(f"probe_answers has {len(self.probe_answers)} words for {len(self.probe_sentences)} "
                  "probe sentences: give one answer per sentence (\"\" where it is unknown).")
+        if isinstance(self.probe_groups, str) or not all(isinstance(g, str) for g in self.probe_groups):
+            fail("probe_groups must be a list of names.")
+        object.__setattr__(self, "probe_groups", tuple(self.probe_groups))
+        if self.probe_groups and len(self.probe_groups) != len(self.probe_sentences):
+            fail(f"probe_groups has {len(self.probe_groups)} names for {len(self.probe_sentences)} probe sentences: "
+                 "give one set name per sentence.")
         whole("probe_top_k", self.probe_top_k, 1, 50)
         if isinstance(self.eval_focus_words, str) or not all(isinstance(w, str) for w in self.eval_focus_words):
             fail("eval_focus_words must be a list of words.")
         object.__setattr__(self, "eval_focus_words", tuple(self.eval_focus_words))
+        number("focus_mlm_probability", self.focus_mlm_probability, 0.0, 1.0,
+               "The share of the facts' words to mask: 0 keeps the rule's p for them too.")
         flag("dropout", self.dropout)
         whole("seed", self.seed, 0, 2**63 - 1, "Any whole number from 0 up works as a seed.")
         if self.max_grad_norm is not None:
@@ -190,6 +206,7 @@ class TrainConfig:
         out["masking"] = dataclasses.asdict(self.masking)
         out["probe_sentences"] = list(self.probe_sentences)
         out["probe_answers"] = list(self.probe_answers)
+        out["probe_groups"] = list(self.probe_groups)
         out["eval_focus_words"] = list(self.eval_focus_words)
         return out
 
@@ -221,7 +238,7 @@ class TrainConfig:
                 raise
             except (TypeError, ValueError) as exc:
                 raise InputError(f"Bad masking settings: {exc}") from None
-        for key in ("probe_sentences", "probe_answers", "eval_focus_words"):
+        for key in ("probe_sentences", "probe_answers", "probe_groups", "eval_focus_words"):
             if key in kwargs and isinstance(kwargs[key], list):
                 kwargs[key] = tuple(kwargs[key])
         try:
@@ -236,7 +253,7 @@ class TrainConfig:
 # (mask_copies is not one: static and dynamic masking race on the same chunks in the same order.)
 DATA_FIELDS = ("steps", "batch_size", "seq_len", "chunk_overlap", "grad_accum_steps", "masking",
                "eval_every", "eval_fraction", "eval_max_chunks", "probe_sentences", "probe_answers",
-               "probe_top_k", "eval_focus_words", "seed")
+               "probe_groups", "probe_top_k", "eval_focus_words", "focus_mlm_probability", "seed")
 
 
 def check_variants(variants: Mapping[str, TrainConfig]) -> None:

@@ -172,6 +172,7 @@ class Probe:
     input_ids: torch.Tensor  # (T,)
     positions: list[int]  # where the mask tokens are
     answers: list[str | None]  # the hidden token at each position, when known
+    group: str = ""  # the probe set it belongs to (TrainConfig.probe_groups), "" for one set
 
 
 def make_probes(tokenizer, texts: Sequence[str], cfg: TrainConfig) -> list[Probe]:
@@ -181,7 +182,8 @@ def make_probes(tokenizer, texts: Sequence[str], cfg: TrainConfig) -> list[Probe
     probes: list[Probe] = []
     if cfg.probe_sentences:
         answers = cfg.probe_answers or ("",) * len(cfg.probe_sentences)
-        for text, answer in zip(cfg.probe_sentences, answers):
+        groups = cfg.probe_groups or ("",) * len(cfg.probe_sentences)
+        for text, answer, group in zip(cfg.probe_sentences, answers, groups):
             shown = text.replace("[MASK]", mask_tok) if mask_tok != "[MASK]" else text
             ids = run_tokenizer(tokenizer, shown, truncation=True, max_length=cfg.seq_len, return_tensors="pt")["input_ids"][0]
             positions = (ids == mask_id).nonzero().flatten().tolist()
@@ -195,7 +197,7 @@ def make_probes(tokenizer, texts: Sequence[str], cfg: TrainConfig) -> list[Probe
                     raise InputError(f"The answer {answer!r} of the probe {text!r} must be one token of this "
                                      f"vocabulary at one [MASK] (it is {len(pieces)} token(s): {' '.join(pieces)}).")
                 known = pieces[0]
-            probes.append(Probe(shown, ids, positions, [known] * len(positions)))
+            probes.append(Probe(shown, ids, positions, [known] * len(positions), group))
         return probes
     # No probes given: mask the middle whole-word token of up to 3 distinct short corpus sentences.
     seen: set[str] = set()
@@ -232,35 +234,48 @@ def make_probes(tokenizer, texts: Sequence[str], cfg: TrainConfig) -> list[Probe
 
 @torch.no_grad()
 def probe_predictions(model: nn.Module, tokenizer, probes: list[Probe], top_k: int) -> list[dict[str, Any]]:
+    """The model's top-k at every probe's [MASK], and the hidden word's probability and rank (1 = its
+    first guess): one dict per probe (text, group, predictions). The probes go through the encoder
+    as one padded batch (a second set of probes costs one forward, not one per sentence)."""
+    if not probes:
+        return []
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    length = max(int(p.input_ids.numel()) for p in probes)
+    ids = torch.full((len(probes), length), pad, dtype=torch.long)  # (P, T)
+    attention = torch.zeros_like(ids)  # (P, T)
+    labels = torch.full_like(ids, IGNORE_INDEX)  # (P, T): the probes' [MASK] positions
+    for r, probe in enumerate(probes):
+        n = int(probe.input_ids.numel())
+        ids[r, :n], attention[r, :n] = probe.input_ids, 1
+        labels[r, probe.positions] = probe.input_ids[probe.positions]
     out = []
     try:
+        logits, _ = masked_lm_logits(model, ids.to(device), attention.to(device), labels.to(device))  # (M, V)
+        probs = logits.float().softmax(-1)  # rows in row-major order: probe by probe, position by position
+        top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+        row = 0
         for probe in probes:
-            ids = probe.input_ids[None].to(device)  # (1, T)
-            labels = torch.full_like(ids, IGNORE_INDEX)
-            labels[0, probe.positions] = probe.input_ids[probe.positions].to(device)
-            logits, _ = masked_lm_logits(model, ids, torch.ones_like(ids), labels)  # (M, V)
-            probs = logits.float().softmax(-1)
-            top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
             rows = []
             for j, pos in enumerate(probe.positions):
-                row = {
+                entry = {
                     "position": pos,
                     "answer": probe.answers[j],
-                    "tokens": tokenizer.convert_ids_to_tokens(top.indices[j].tolist()),
-                    "probs": [float(x) for x in top.values[j]],
+                    "tokens": tokenizer.convert_ids_to_tokens(top.indices[row].tolist()),
+                    "probs": [float(x) for x in top.values[row]],
                     "answer_prob": None,
                     "answer_rank": None,  # 1 = the model's first guess
                 }
                 answer_id = tokenizer.convert_tokens_to_ids(probe.answers[j]) if probe.answers[j] else None
                 if answer_id is not None and 0 <= answer_id < probs.shape[-1]:
-                    p = probs[j, answer_id]
-                    row["answer_prob"] = float(p)
-                    row["answer_rank"] = int((probs[j] > p).sum()) + 1
-                rows.append(row)
-            out.append({"text": probe.text, "predictions": rows})
+                    p = probs[row, answer_id]
+                    entry["answer_prob"] = float(p)
+                    entry["answer_rank"] = int((probs[row] > p).sum()) + 1
+                rows.append(entry)
+                row += 1
+            out.append({"text": probe.text, "group": probe.group, "predictions": rows})
     finally:
         model.train(was_training)
     return out

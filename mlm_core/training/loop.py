@@ -375,7 +375,8 @@ def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, Train
     counts_dev = counts.float().to(device)
     batches = Batches(train_chunks, first, world, micro, mask_token_id=tokenizer.mask_token_id,
                        vocab_size=mask_vocab, special_ids=special,
-                       mask_copies=[cfg.mask_copies for cfg in variants.values()])
+                       mask_copies=[cfg.mask_copies for cfg in variants.values()],
+                       focus_ids=eval_set.focus_ids if first.focus_mlm_probability > 0 else None)
     steps_done = 0
     try:
         for step in range(first.steps):

@@ -1,0 +1,204 @@
+"""The model panel's view-model: how the bundled default model was trained, read from its build record
+(``assets/default_mlm/build.json``), and how it behaves, measured on the model in hand.
+
+Every sentence here is built from the record or from a measurement, so it stays true when the asset is
+rebuilt: which objectives each stage trained with (masked-language modelling, and the unlikelihood
+"anti-copy" penalty where a stage's command set ``--anti-copy``), the masking rule of the held-out
+perplexity, the repeat-answer set's scores when the record has them, and the model's own guesses on a
+few everyday sentences (does it copy a word of the sentence?).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from mlm_core.data import run_tokenizer
+from mlm_core.default_model import is_copy
+from mlm_core.head import masked_lm_logits
+from mlm_core.masking import IGNORE_INDEX
+
+# Everyday sentences a new user might type, sharing no run of 4 words with the bundled corpora the build trains on
+# (tests/test_model_card.py): does the first guess repeat a word of the sentence?
+COPY_SENTENCES = (
+    "The sun rises in the [MASK].",
+    "Bees make [MASK].",
+    "We eat soup with a [MASK].",
+    "Fish swim in the [MASK].",
+    "She wrote a letter with a [MASK].",
+    "The baby is sleeping in her [MASK].",
+    "He locked the door with a [MASK].",
+    "Birds build their [MASK] in trees.",
+)
+HUB_NOTE = ("A hub model such as bert-base-uncased (110 M parameters, pre-trained on BooksCorpus and English "
+            "Wikipedia, 3.3 billion words: Devlin et al. 2019, §3.1) is far larger and read far more text, so it "
+            "usually guesses better: pick it in the sidebar's model picker when you are online.")
+WELLECK = "Welleck et al. 2019, \"Neural text generation with unlikelihood training\", eq. 4"
+_ANTI_COPY = re.compile(r"--anti-copy[ =]([0-9.eE+-]+)")
+
+
+def _anti_copy(stage: Mapping[str, Any]) -> float:
+    found = _ANTI_COPY.findall(str(stage.get("command", "")))
+    return float(found[-1]) if found else 0.0
+
+
+def _masking_words(masking: Mapping[str, Any] | None) -> str:
+    """'whole-word masking, 15% of the tokens (80% [MASK], 10% random, 10% unchanged)' from a record's masking."""
+    if not masking:
+        return "masking as recorded"
+    p, mask, rand = masking.get("mlm_probability"), masking.get("mask"), masking.get("random")
+    strategy = str(masking.get("strategy", "token")).replace("_", "-")
+    text = f"{strategy} masking"
+    if p is not None:
+        text += f", {p:.0%} of the tokens"
+    if mask is not None and rand is not None:
+        text += f" ({mask:.0%} [MASK], {rand:.0%} random, {max(0.0, 1 - mask - rand):.0%} unchanged)"
+    return text
+
+
+def _spans(stages: Sequence[Mapping[str, Any]]) -> str:
+    """'steps 2,400 to 4,400' for stages that follow each other; several ranges joined with 'and'."""
+    ranges: list[list[int]] = []
+    for s in stages:
+        a, b = s.get("start_step"), s.get("end_step")
+        if not (isinstance(a, int) and isinstance(b, int)):
+            continue
+        if ranges and a <= ranges[-1][1]:
+            ranges[-1][1] = max(ranges[-1][1], b)
+        else:
+            ranges.append([a, b])
+    return " and ".join(f"steps {a:,} to {b:,}" for a, b in ranges) or "one stage"
+
+
+def training_story(record: Mapping[str, Any] | None) -> list[str]:
+    """One sentence per objective the build trained with, and for the weights it started from (markdown).
+
+    >>> story = training_story({"steps": 100, "masking": {"strategy": "whole_word", "mlm_probability": 0.15,
+    ...     "mask": 0.8, "random": 0.1}, "stages": [{"command": "x --steps 60", "start_step": 0, "end_step": 60},
+    ...     {"command": "x --anti-copy 2.0", "start_step": 60, "end_step": 100}]})
+    >>> story[0][:60]
+    '**Masked-language modelling** at every step: cross-entropy a'
+    >>> "steps 60 to 100" in story[1] and "weight 2" in story[1]
+    True
+    """
+    record = record or {}
+    if not record:
+        return []
+    steps = record.get("steps")
+    out = [f"**Masked-language modelling** at every step: cross-entropy at the selected positions, "
+           f"{_masking_words(record.get('masking'))}: the loss the Training page minimises"
+           + (f" ({steps:,} steps in this build)." if isinstance(steps, int) else ".")]
+    stages = [s for s in record.get("stages") or [] if isinstance(s, Mapping)]
+    with_penalty = [(s, _anti_copy(s)) for s in stages if _anti_copy(s) > 0]
+    if not stages and float((record.get("settings") or {}).get("anti_copy") or 0) > 0:
+        with_penalty = [({"start_step": 0, "end_step": steps}, float(record["settings"]["anti_copy"]))]
+    if with_penalty:
+        weights = sorted({w for _, w in with_penalty})
+        out.append(f"**Plus an \"anti-copy\" penalty** in {_spans([s for s, _ in with_penalty])}: the unlikelihood "
+                   f"−Σ log(1 − p(c)) of every other word c of the sentence at each selected position, weight "
+                   f"{', '.join(f'{w:g}' for w in weights)} ({WELLECK}). It pushes down guesses that repeat a word "
+                   "of the sentence, and with them right answers that happen to repeat one (a copy rate cannot see "
+                   "that cost; a set of sentences whose answer repeats a word of the sentence can).")
+    elif stages:
+        out.append("No stage of this build added a penalty to the masked-language-modelling loss (no `--anti-copy`).")
+    if record.get("settings", {}).get("emb_lr") == 0.0 or "frozen" in str(record.get("trained", "")):
+        out.append("The word embeddings (and the output layer BERT ties to them) stayed as the encoder had them; "
+                   "everything else trained.")
+    earlier = ((record.get("init_asset") or {}).get("build") or {})
+    if earlier:
+        steps_before = earlier.get("steps")
+        known = [s for s in earlier.get("stages") or [] if isinstance(s, Mapping)]
+        penalty_before = [s for s in known if _anti_copy(s) > 0]
+        start = (f"It started from the weights of an earlier build ({steps_before:,} steps)"
+                 if isinstance(steps_before, int) else "It started from the weights of an earlier build")
+        if penalty_before:
+            out.append(start + ", which trained with the anti-copy penalty too.")
+        elif known:
+            out.append(start + ", which trained with masked-language modelling alone.")
+        else:
+            out.append(start + "; this record does not list that build's objectives (its own build.json does).")
+    return out
+
+
+def heldout_masking(record: Mapping[str, Any] | None) -> str:
+    """How the build's held-out perplexity was masked, in words (the app's default is token masking)."""
+    return _masking_words((record or {}).get("masking"))
+
+
+def repeat_scores(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The repeat-answer set's scores (sentences whose right answer repeats a word of the sentence), when the
+    build measured them: ``{"n", "top1", "top5"}`` from ``final_metrics["repeat_n"]``, ``["repeat_top1"]``,
+    ``["repeat_top5"]``; None for a record without them.
+
+    >>> repeat_scores({"final_metrics": {"repeat_n": 40, "repeat_top1": 0.2, "repeat_top5": 0.5}})
+    {'n': 40, 'top1': 0.2, 'top5': 0.5}
+    >>> repeat_scores({"final_metrics": {}}) is None
+    True
+    """
+    final = (record or {}).get("final_metrics") or {}
+    if final.get("repeat_top1") is None or final.get("repeat_top5") is None:
+        return None
+    return {"n": final.get("repeat_n"), "top1": final["repeat_top1"], "top5": final["repeat_top5"]}
+
+
+def repeat_sentence(repeat: Mapping[str, Any]) -> str:
+    """The repeat-answer set's scores in a sentence (``repeat_scores``' dict).
+
+    >>> print(repeat_sentence({"n": 40, "top1": 0.2, "top5": 0.5}))
+    On the build's repeat-answer set (40 sentences whose right answer repeats a word of the sentence): top-1 20%, top-5 50%. The copy rate cannot show this: it counts wrong copies only.
+    """
+    n = f"{repeat['n']} sentences" if repeat.get("n") else "sentences"
+    return (f"On the build's repeat-answer set ({n} whose right answer repeats a word of the sentence): top-1 "
+            f"{repeat['top1']:.0%}, top-5 {repeat['top5']:.0%}. The copy rate cannot show this: it counts wrong "
+            "copies only.")
+
+
+@dataclass(frozen=True)
+class CopyCheck:
+    sentence: str
+    guess: str  # the model's first guess at the [MASK]
+    copies: bool  # the guess is a word of the sentence (default_model.is_copy)
+
+
+@torch.no_grad()
+def copy_checks(model: nn.Module, tokenizer, sentences: Sequence[str] = COPY_SENTENCES) -> list[CopyCheck]:
+    """The model's first guess at each sentence's one [MASK], and whether it repeats a word of the sentence."""
+    mask = tokenizer.mask_token
+    texts = [s.replace("[MASK]", mask) for s in sentences]
+    enc = run_tokenizer(tokenizer, texts, return_tensors="pt", padding=True, truncation=True, max_length=64)
+    ids, attention = enc["input_ids"], enc["attention_mask"]  # (B, T)
+    labels = torch.where(ids == tokenizer.mask_token_id, ids, torch.full_like(ids, IGNORE_INDEX))  # (B, T)
+    device = next(model.parameters()).device  # a shared cached model: in eval mode already, never switched here
+    logits, _ = masked_lm_logits(model, ids.to(device), attention.to(device), labels.to(device))  # (M, V)
+    rows = (labels != IGNORE_INDEX).nonzero()[:, 0].tolist()  # the sentence of each [MASK] row
+    first = {}
+    for r, top in zip(rows, logits.argmax(-1).tolist()):
+        first.setdefault(r, top)  # a sentence's first [MASK]
+    out = []
+    for i, sentence in enumerate(sentences):
+        guess = tokenizer.convert_ids_to_tokens(first[i]) if i in first else ""
+        out.append(CopyCheck(sentence, guess, bool(guess) and is_copy(sentence, [], guess)))
+    return out
+
+
+def copy_sentence(checks: Sequence[CopyCheck]) -> str:
+    """What the copy checks show, plainly (markdown).
+
+    >>> copy_sentence([CopyCheck("Bees make [MASK].", "bees", True), CopyCheck("Fish swim in the [MASK].", "sea", False)])
+    'On everyday sentences a new user might type, its first guess repeats a word of the sentence in 1 of 2: *Bees make [MASK].* → **bees**. A model that copies has learnt that a word of the sentence is often a safe guess, not what the blank means.'
+    """
+    if not checks:
+        return ""
+    copied = [c for c in checks if c.copies]
+    if not copied:
+        return (f"On {len(checks)} everyday sentences a new user might type, none of its first guesses repeats a "
+                "word of the sentence.")
+    shown = "; ".join(f"*{c.sentence}* → **{c.guess}**" for c in copied)
+    return (f"On everyday sentences a new user might type, its first guess repeats a word of the sentence in "
+            f"{len(copied)} of {len(checks)}: {shown}. A model that copies has learnt that a word of the sentence is "
+            "often a safe guess, not what the blank means.")
