@@ -285,25 +285,36 @@ def build_scores(record: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def lineage(record: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The earlier builds a build started from, newest first: ``{"steps", "wall_time_s", "created"}`` each.
+    """The earlier builds a build started from, newest first: ``{"steps", "wall_time_s", "created", "stages"}``
+    each (``stages``: every stage's command and steps, when recorded).
 
     A record lists them under ``init_asset.build`` (its own start) and ``init_asset.build.lineage`` (that
     start's ancestors); a record written before ``lineage`` existed is followed through ``init_asset.path``
     when that folder still exists.
 
     >>> lineage({"init_asset": {"build": {"steps": 10, "lineage": [{"steps": 5}]}}})
-    [{'steps': 10, 'wall_time_s': None, 'created': None}, {'steps': 5}]
+    [{'steps': 10, 'wall_time_s': None, 'created': None, 'stages': None}, {'steps': 5}]
     """
     init = (record or {}).get("init_asset") or {}
     build = init.get("build") or {}
     if not build:
         return []
     this = {k: build.get(k) for k in ("steps", "wall_time_s", "created")}
+    this["stages"] = stage_summaries(build.get("stages"))
     if "lineage" in build:
         return [this, *build["lineage"]]
     path = init.get("path")
     older = read_build_record(path) if path and Path(path).is_dir() else None
+    if older is not None and this["stages"] is None:
+        this["stages"] = stage_summaries(older.get("stages"))
     return [this, *lineage(older)]
+
+
+def stage_summaries(stages: Any) -> list[dict[str, Any]] | None:
+    """Each stage's command, first and last step (what a later build keeps of an ancestor's stages)."""
+    if not isinstance(stages, list):
+        return None
+    return [{k: s.get(k) for k in ("command", "start_step", "end_step", "note")} for s in stages if isinstance(s, dict)]
 
 
 # --------------------------------------------------------------------------- cloze evaluation

@@ -528,7 +528,8 @@ def measure_start(b: Build) -> None:
 
 def build_record(b: Build, final_metrics: dict) -> dict:
     """``build.json``: what was trained, on what, how, the metrics before and after, and how to reproduce it."""
-    args, step, mcfg, mix, eval_sets = b.args, b.step, b.mcfg, b.mix, b.eval_sets
+    args, mcfg, mix, eval_sets = b.args, b.mcfg, b.mix, b.eval_sets
+    step = final_metrics.get("step", b.step)  # the exported checkpoint's step (finish may export an earlier best)
     return {
         "description": (
             "all-MiniLM-L6-v2 encoder (6 layers, hidden 384, bert-base-uncased WordPiece) adapted into a "
@@ -601,6 +602,7 @@ def build_record(b: Build, final_metrics: dict) -> dict:
                         "note": "an earlier asset of this build (fetch it from git history by this hash)",
                         "build": {**{k: (dm.read_build_record(args.init_asset) or {}).get(k)
                                      for k in ("steps", "wall_time_s", "created")},
+                                  "stages": dm.stage_summaries((dm.read_build_record(args.init_asset) or {}).get("stages")),
                                   "lineage": dm.lineage(dm.read_build_record(args.init_asset))}}
                        if args.init_asset else None),
         "final_metrics": final_metrics,

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from mlm_core.data import run_tokenizer
-from mlm_core.default_model import is_copy
+from mlm_core.default_model import is_copy, lineage
 from mlm_core.head import masked_lm_logits
 from mlm_core.masking import IGNORE_INDEX
 
@@ -109,16 +109,19 @@ def training_story(record: Mapping[str, Any] | None) -> list[str]:
     if record.get("settings", {}).get("emb_lr") == 0.0 or "frozen" in str(record.get("trained", "")):
         out.append("The word embeddings (and the output layer BERT ties to them) stayed as the encoder had them; "
                    "everything else trained.")
-    earlier = ((record.get("init_asset") or {}).get("build") or {})
+    earlier = lineage(dict(record))  # the builds it started from, and theirs (default_model.lineage)
     if earlier:
-        steps_before = earlier.get("steps")
-        known = [s for s in earlier.get("stages") or [] if isinstance(s, Mapping)]
-        penalty_before = [s for s in known if _anti_copy(s) > 0]
-        start = (f"It started from the weights of an earlier build ({steps_before:,} steps)"
-                 if isinstance(steps_before, int) else "It started from the weights of an earlier build")
-        if penalty_before:
-            out.append(start + ", which trained with the anti-copy penalty too.")
-        elif known:
+        counted = [e.get("steps") for e in earlier]
+        steps_before = sum(counted) if all(isinstance(n, int) for n in counted) else None
+        builds = "an earlier build" if len(earlier) == 1 else f"{len(earlier)} earlier builds"
+        start = (f"It started from the weights of {builds} ({steps_before:,} steps in all)"
+                 if steps_before is not None else f"It started from the weights of {builds}")
+        known = [s for e in earlier for s in e.get("stages") or [] if isinstance(s, Mapping)]
+        listed = all(e.get("stages") for e in earlier)
+        if any(_anti_copy(s) > 0 for s in known):
+            out.append(start + ", of which " + ("one" if len(earlier) == 1 else "at least one")
+                       + " trained with the anti-copy penalty too.")
+        elif known and listed:
             out.append(start + ", which trained with masked-language modelling alone.")
         else:
             out.append(start + "; this record does not list that build's objectives (its own build.json does).")
