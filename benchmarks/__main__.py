@@ -34,11 +34,20 @@ BENCHMARKS = [
     ("p5", "benchmarks.p5_app_latency"),
     ("mfu", "benchmarks.mfu"),
     ("p7", "benchmarks.p7_visible_learning"),
+    ("two_runs", "benchmarks.two_runs"),
 ]
 RESULTS_MD = ROOT / "benchmarks" / "RESULTS.md"
 DEFAULT_THREADS = 1  # see THREADS below
 
 MISS_NOTES = {
+    "TWO_RUNS": "Two runs at once (issue 24 §3.1): the queued run's *expected* start was told as about 3 min "
+                "and it really started after 108 s (told / real 1.48, the 25% bound missed): at 6 s the "
+                "forecast came from the run ahead's first steps (1.5 s a step; it sped up to 1.05 s a step by "
+                "step 75 as the machine's load fell from 6.8), and a pace that changes is what a forecast cannot "
+                "know in advance. The *latest* start it was told (about 5 min, if the run ahead "
+                "uses its full time) was kept, and both runs finished all 80 steps within the 300 s cap. With "
+                "`--max-runs 2` (both training at once) every forecast was within 7% "
+                "(`benchmarks/results/two_runs_2.json`).",
     "P3": "P3 (masking): ours and Hugging Face's collator are level, within this machine's noise (repeated "
           "runs of P3 alone gave 0.90-1.08× with the trace on), so the ≥ 1.0× target is met in some runs and "
           "missed in others. Before two changes to `mlm_core/masking.py` (11:55), found by profiling, ours was "
