@@ -86,8 +86,14 @@ def check_sentence(text: str) -> str:
 
 
 def _encode(tokenizer, text: str) -> list[int]:
-    ids = tokenizer(text, add_special_tokens=True, truncation=True, max_length=MAX_SENTENCE_TOKENS + 2)["input_ids"]
-    return list(ids)
+    """The sentence's ids with the tokenizer's specials; a sentence over MAX_SENTENCE_TOKENS is refused, never
+    cut (a PLL of the first 64 tokens shown as the sentence's would be wrong)."""
+    ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
+    n = len(ids) - tokenizer.num_special_tokens_to_add()
+    if n > MAX_SENTENCE_TOKENS:
+        raise InputError(f"This sentence is {n} tokens long; a pair is scored one masked copy per token, up to "
+                         f"{MAX_SENTENCE_TOKENS} tokens a sentence. Shorten it.")
+    return ids
 
 
 def score_pairs(model, tokenizer, pairs: Sequence[tuple[str, str]], *, batch_size: int = 64) -> list[PairScore]:
@@ -156,8 +162,10 @@ PHENOMENA = {
 # say "s-selection": the paper lists them under argument structure (its appendix table of paradigms).
 PHENOMENON_OF_TERM = {**{p: p for p in PHENOMENA}, "s-selection": "argument_structure"}
 
-# Published accuracies (%), forced choice on all 67,000 pairs. BLiMP's Table 3 (TACL version: its
-# repository's BLiMP.pdf): overall and per phenomenon, in PHENOMENA's order. Salazar et al. 2020 score
+# Published accuracies (%), BLiMP's Table 3 (TACL version: its repository's BLiMP.pdf), overall and per phenomenon,
+# in PHENOMENA's order: the models by forced choice on all 67,000 pairs; "human" is individual annotators' agreement
+# with the labels, from about 100 annotations of each paradigm (20 validators rated 5 pairs of each paradigm:
+# the paper's section 3.4). Salazar et al. 2020 score
 # masked LMs by PLL; the figures below are the overall ones their repository's BLiMP example reports
 # (github.com/awslabs/mlm-scoring, examples/lingacc-blimp/README.md).
 _TABLE3 = {

@@ -328,7 +328,8 @@ class PseudoLogLikelihood:
 @torch.no_grad()
 def pseudo_log_likelihood(model, tokenizer, input_ids, attention_mask=None, *, batch_size: int = 32
                           ) -> PseudoLogLikelihood:
-    """Mask each non-special token of one sentence (T,) in turn and score the true token there.
+    """Mask each non-special token of one sentence (T,) in turn and score the true token there ([UNK] is scored
+    too: it is a token of the input like any word, as in Salazar et al. 2020's every-token PLL).
 
     The N masked copies run through the gathered head in batches of ``batch_size`` rows, one
     selected position per row (``pseudo_log_likelihoods`` for one sentence).
@@ -348,7 +349,7 @@ def pseudo_log_likelihoods(model, tokenizer, sentences: Sequence[Sequence[int]],
     padded on the right and masked out, so many short sentences (a minimal pair, a benchmark) cost a few
     forward passes instead of one per sentence.
     """
-    special = set(int(i) for i in tokenizer.all_special_ids)
+    special = set(int(i) for i in tokenizer.all_special_ids) - {getattr(tokenizer, "unk_token_id", None)}
     pad_id = getattr(tokenizer, "pad_token_id", None) or 0  # any id: padded columns are masked out
     rows = [(s, t) for s, ids in enumerate(sentences) for t, tok in enumerate(ids) if int(tok) not in special]
     rows.sort(key=lambda r: len(sentences[r[0]]))  # similar lengths share a batch: little padding

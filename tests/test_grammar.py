@@ -61,6 +61,42 @@ def test_bad_sentences_get_a_message(text, message):
         grammar.check_sentence(text)
 
 
+def test_a_sentence_over_the_token_limit_is_refused_not_cut(tiny):
+    """Review: 199 "!" (201 tokens) passed the character check, were cut to 64 tokens, and that PLL was shown as
+    the sentence's. Now a sentence over MAX_SENTENCE_TOKENS gets a message; one at the limit is scored whole."""
+    model, tokenizer = tiny
+    long = "!" * 199
+    assert len(grammar.check_sentence(long)) == 199  # under the character limit
+    with pytest.raises(InputError, match=f"up to {grammar.MAX_SENTENCE_TOKENS} tokens"):
+        grammar.score_pairs(model, tokenizer, [(long, "The cats sleep.")])
+    at_limit = " ".join(["cat"] * grammar.MAX_SENTENCE_TOKENS)
+    [score] = grammar.score_pairs(model, tokenizer, [(at_limit, "The cats sleep.")])
+    assert len(score.good.tokens) == grammar.MAX_SENTENCE_TOKENS
+
+
+def test_identical_sentences_are_a_tie_and_a_small_margin_is_called_weak(tiny):
+    """Review: two copies of one sentence got "prefers the ungrammatical sentence ... -0.00 nats the wrong way"."""
+    model, tokenizer = tiny
+    [same] = grammar.score_pairs(model, tokenizer, [("The cat sleeps.", "The cat sleeps.")])
+    assert same.margin == 0 and "nothing to prefer" in verdict(same) and "ungrammatical" not in verdict(same)
+    [score] = grammar.score_pairs(model, tokenizer, [("The cats sleep.", "The cats sleeps.")])
+    from mlm_core.lessons.grammar import WEAK_MARGIN
+
+    assert ("weak preference" in verdict(score)) == (abs(score.margin) < WEAK_MARGIN)
+
+
+def test_unknown_words_are_scored_and_named():
+    """[UNK] is an input token like any word (Salazar et al. score every token): it is scored, and the verdict says
+    the vocabulary cannot spell it, so two sentences differing only in unknown words are a tie."""
+    from mlm_core.models import load_masked_lm
+
+    model, tokenizer = load_masked_lm(None, device="cpu")  # the bundled WordPiece has an [UNK]; emoji map to it
+    [score] = grammar.score_pairs(model, tokenizer, [("I like 🍕 a lot.", "I like 🐍 a lot.")])
+    assert "[UNK]" in score.good.tokens and len(score.good.tokens) == 6
+    said = verdict(score)
+    assert "nothing to prefer" in said and "[UNK]" in said
+
+
 def _write_blimp(folder, paradigms):
     folder.mkdir()
     for uid, term, n in paradigms:

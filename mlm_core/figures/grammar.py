@@ -34,7 +34,10 @@ def pair_figure(score: PairScore, height: int = 420) -> go.Figure:
         fig.add_trace(go.Bar(x=labels, y=[-lp for lp in pll.log_probs], marker_color=color, showlegend=False,
                              text=[f"{-lp:.1f}" for lp in pll.log_probs], textposition="outside", cliponaxis=False,
                              hovertemplate="%{x}: −log P = %{y:.2f} nats<extra></extra>"), row=row, col=1)
-        fig.update_yaxes(title_text="−log P (nats)", row=row, col=1, rangemode="tozero")
+    # one scale for both sentences: the class compares bars across the two rows
+    top = max([-lp for pll in (score.good, score.bad) for lp in pll.log_probs] + [1.0])
+    for row in (1, 2):
+        fig.update_yaxes(title_text="−log P (nats)", row=row, col=1, range=[0, 1.2 * top])
     fig.update_layout(height=height, margin=dict(t=50, b=20, l=60, r=20),
                       title_text="Which tokens the model finds surprising (taller = less likely)")
     return fig
@@ -49,6 +52,7 @@ def phenomena_figure(rows: Sequence[dict], label: str, height: int = 520) -> go.
             y=names, x=[r.get(label) for r in rows], orientation="h", name=label, marker_color=MODEL_COLOR,
             error_x=dict(type="data", array=[r.get(f"{label} ± SE", 0) for r in rows], visible=True),
             text=[f"{r[label]:.0f}" if r.get(label) is not None else "" for r in rows], textposition="inside",
+            insidetextanchor="start", textangle=0,
             hovertemplate="%{y}: %{x:.1f}%<extra>" + _e(label) + "</extra>"))
     for anchor in ANCHORS:
         color, symbol = ANCHOR_STYLE[anchor]

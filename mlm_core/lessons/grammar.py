@@ -58,14 +58,36 @@ def draw_pair(pairs: Sequence, phenomenon: str, seed: int, draw: int = 0) -> Dra
     return Drawn(pick.phenomenon, pick.good, pick.bad, f"BLiMP, {pick.uid} #{pick.pair_id}")
 
 
+# Under this margin (e^0.5 ≈ 1.6 times as likely) the verdict calls a preference weak: a teaching line, not a
+# statistical test (the first pair's 0.03 nats is a near-tie whichever way it falls).
+WEAK_MARGIN = 0.5
+
+
 def verdict(score: PairScore) -> str:
-    """One sentence: which sentence the model prefers and by how much, in nats of PLL."""
+    """One sentence: which sentence the model prefers and by how much, in nats of PLL; the same tokens are a tie,
+    and a margin under WEAK_MARGIN is said to be weak.
+
+    >>> from mlm_core.predict import PseudoLogLikelihood as P
+    >>> same = P((1, 2), ("a", "b"), (-4.0, -5.0))
+    >>> verdict(PairScore(same, same))
+    'The two sentences are the same tokens to this model (PLL -9.00 nats each): there is nothing to prefer.'
+    """
     g, b = score.good.total, score.bad.total
+    unknown = sum(t in ("[UNK]", "<unk>") for pll in (score.good, score.bad) for t in pll.tokens)
+    note = (f" ({unknown} token{'s' if unknown > 1 else ''} of the pair {'are' if unknown > 1 else 'is'} [UNK]: "
+            "words this vocabulary cannot spell, which the model cannot tell apart.)") if unknown else ""
+    if tuple(score.good.tokens) == tuple(score.bad.tokens):
+        return (f"The two sentences are the same tokens to this model (PLL {g:.2f} nats each): there is nothing to "
+                f"prefer.{note}")
+    weak = abs(score.margin) < WEAK_MARGIN
+    how = (f" That is a weak preference: under {WEAK_MARGIN} nats, less than {math.exp(WEAK_MARGIN):.1f} times as "
+           "likely." if weak else "")
     if score.prefers_good:
         return (f"The model prefers the **grammatical** sentence: PLL {g:.2f} vs {b:.2f} nats, a margin of "
-                f"{score.margin:.2f} nats (e^{score.margin:.2f} ≈ {_ratio(score.margin)} times as likely, by this score).")
+                f"{score.margin:.2f} nats (e^{score.margin:.2f} ≈ {_ratio(score.margin)} times as likely, by this score)."
+                + how + note)
     return (f"The model prefers the **ungrammatical** sentence: PLL {b:.2f} vs {g:.2f} nats for the grammatical one, "
-            f"a margin of {-score.margin:.2f} nats the wrong way.")
+            f"a margin of {-score.margin:.2f} nats the wrong way." + how + note)
 
 
 def _ratio(margin: float) -> str:
