@@ -256,7 +256,9 @@ def build_scores(record: dict[str, Any] | None) -> dict[str, Any]:
     sentence), ``everyday_n``/``everyday_top5``, ``dev_top1``/``dev_top5`` (the set that chose the
     checkpoint), ``heldout_loss``/``heldout_perplexity`` (every selected position) and
     ``heldout_mask_loss``/``heldout_mask_perplexity`` (the [MASK] positions alone; records exported
-    since it was added), ``steps`` and ``hours`` (wall-clock time of the build, with those of
+    since it was added), ``unseen_n``/``unseen_top1``/``unseen_top5``/``unseen_copy_rate`` (the fresh everyday
+    set, reported only), ``repeat_n``/``repeat_top5``, ``blimp_overall``/``blimp_overall_se``/``blimp_pairs``
+    (BLiMP, reported only), ``steps`` and ``hours`` (wall-clock time of the build, with those of
     the earlier build it started from, if any).
     """
     record = record or {}
@@ -264,7 +266,8 @@ def build_scores(record: dict[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in ("cloze_n", "cloze_top1", "cloze_top5", "everyday_n", "everyday_top1", "everyday_top5",
                 "dev_top1", "dev_top5", "heldout_loss", "heldout_perplexity", "heldout_mask_loss",
-                "heldout_mask_perplexity"):
+                "heldout_mask_perplexity", "unseen_n", "unseen_top1", "unseen_top5", "unseen_copy_rate",
+                "repeat_n", "repeat_top5"):
         if final.get(key) is not None:
             out[key] = final[key]
     n = final.get("cloze_n")
@@ -275,6 +278,10 @@ def build_scores(record: dict[str, Any] | None) -> dict[str, Any]:
             out[f"{key}_se"] = round(standard_error(out[key], n), 4)
     if final.get("cloze_copy_rate") is not None:
         out["copy_rate"] = final["cloze_copy_rate"]
+    blimp = final.get("blimp") or {}
+    if blimp.get("overall") is not None:
+        out.update(blimp_overall=blimp["overall"], blimp_overall_se=blimp.get("overall_se"),
+                   blimp_pairs=blimp.get("n_pairs"))
     # A build that started from an earlier asset counts that asset's steps and time too (and its ancestors').
     earlier = lineage(record)
     if record.get("steps") is not None:
