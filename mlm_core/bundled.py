@@ -116,9 +116,11 @@ class Gazetteer:
     """The Veldoria gazetteer: training documents, held-out sentences and probe sets (sentence, answer).
 
     Three probe sets ask the facts of the fine-tuning lesson: ``read_probes`` are training sentences
-    with the fact masked, ``new_words_probes`` the same facts in words the training text never uses (the
-    set the page and benchmark P7 report, written in advance and never used to choose anything), and
+    with the fact masked, ``new_words_probes`` the same facts in sentences the training text does not contain
+    (the set the page and benchmark P7 report, written in advance and never used to choose anything), and
     ``dev_probes`` more paraphrases, the only set the training text and recipe were tuned on.
+    ``control_probes`` ask the same kinds of question about real countries, whose answers are not
+    Veldoria's: a run that gives Veldoria's words there learned "this question, this word", not facts.
     """
 
     documents: tuple[tuple[str, ...], ...]
@@ -127,6 +129,7 @@ class Gazetteer:
     new_words_probes: tuple[tuple[str, str], ...] = ()  # the facts in new words: reported, never tuned on
     dev_probes: tuple[tuple[str, str], ...] = ()  # the facts in other new words: what tuning looked at
     scratch_probes: tuple[tuple[str, str], ...] = ()  # what a minute from scratch can get right
+    control_probes: tuple[tuple[str, str], ...] = ()  # the same questions about real countries: real answers
     facts: tuple[str, ...] = ()  # every fact's one-word answer (the header's list): the held-out loss there
 
     @property
@@ -136,7 +139,8 @@ class Gazetteer:
 
 def parse_gazetteer(text: str) -> Gazetteer:
     """Sections "## train" (documents), "## held-out" (sentences) and the probe sets "## read-probes",
-    "## new-words-probes", "## dev-probes" and "## scratch-probes" (each line "sentence with [MASK] | answer").
+    "## new-words-probes", "## dev-probes", "## scratch-probes" and "## control-probes" (each line
+    "sentence with [MASK] | answer").
 
     >>> g = parse_gazetteer("## train\\nA b.\\n\\nC d.\\n## held-out\\nE f.\\n## new-words-probes\\nG [MASK]. | h\\n")
     >>> g.documents, g.held_out, g.new_words_probes, g.read_probes
@@ -160,7 +164,7 @@ def parse_gazetteer(text: str) -> Gazetteer:
     listed = re.search(r"^# Every fact's answer \(([^)]*)\)", text, re.M)
     facts = tuple(w.strip() for w in listed.group(1).split(",") if w.strip()) if listed else ()
     return Gazetteer(tuple(tuple(d) for d in documents), held_out, probes("read-probes"), probes("new-words-probes"),
-                     probes("dev-probes"), probes("scratch-probes"), facts)
+                     probes("dev-probes"), probes("scratch-probes"), probes("control-probes"), facts)
 
 
 @functools.lru_cache(maxsize=1)

@@ -40,9 +40,11 @@ st.markdown(
     f"{REDRAW_S:g} seconds. Each step masks fresh tokens, runs the encoder once, scores only the masked positions, "
     "and takes one AdamW step. The first lesson fine-tunes the bundled model on the gazetteer of "
     "**Veldoria**, a country invented for MLM Lab, and asks it every fact twice: in a sentence it trains on "
-    "(**phrases it read**) and in words the training text never uses (**questions in new words**). Filling in a "
-    "sentence it has read can be memorising a string; answering the question in new words needs the fact. The "
-    "two scores side by side say which it learned. Evaluation on held-out text always uses the full cross-entropy, "
+    "(**phrases it read**) and in sentences the training text does not contain (**questions in new words**); and it "
+    "asks the same kinds of question about real countries (**other countries**). Filling in a sentence it has read "
+    "can be memorising a string; answering the question in new words takes more; and only a model that still "
+    "answers the questions about other countries as before learned facts that belong to Veldoria, rather than "
+    "which word answers each kind of question. Evaluation on held-out text always uses the full cross-entropy, "
     "so variants raced side by side are compared fairly."
 )
 state = st.session_state
@@ -314,7 +316,7 @@ def side_by_side(n: int):
 
 
 def draw_probe_sets(name: str, entries, at: int) -> None:
-    """The facts lesson's two probe sets side by side: top-1, top-5 and the answer's rank, from the first
+    """The facts lesson's probe sets side by side: top-1, top-5 and the answer's rank, from the first
     evaluation to step `at`, each probe's row, and one sentence on what the difference means."""
     scores = probe_set_scores(entries)
     for column, score in zip(side_by_side(len(scores)), scores):
@@ -323,8 +325,13 @@ def draw_probe_sets(name: str, entries, at: int) -> None:
             m1, m2 = st.columns(2)
             m1.metric("first guess right", f"{score.top1_now} of {score.probes}",
                       delta=f"{score.top1_now - score.top1_then:+d} since step {score.step_then}")
-            m2.metric("answer in the top 5", f"{score.top5_now} of {score.probes}",
-                      delta=f"{score.top5_now - score.top5_then:+d} since step {score.step_then}")
+            if score.group == "control":  # a Veldoria word here is wrong: fewer is better
+                m2.metric("a Veldoria word first", f"{score.facts_now} of {score.probes}",
+                          delta=f"{score.facts_now - score.facts_then:+d} since step {score.step_then}",
+                          delta_color="inverse")
+            else:
+                m2.metric("answer in the top 5", f"{score.top5_now} of {score.probes}",
+                          delta=f"{score.top5_now - score.top5_then:+d} since step {score.step_then}")
             if score.median_rank_then is not None and score.median_rank_now is not None:
                 st.caption(f"The answer's median rank among all {len(tokenizer):,} tokens: {score.median_rank_then:,.0f} "
                            f"at step {score.step_then}, {score.median_rank_now:,.0f} at step {score.step_now} "

@@ -235,6 +235,8 @@ def _claims() -> list[Claim]:
         add("training", f"facts lesson ({label.lower()}): answer in the top 5 at step 0 and at the end", fixed(0),
             f"facts_{group}_top5_start", f"facts_{group}_top5")
     add("training", "facts lesson: probes in each set", fixed(0), "facts_probes")
+    add("training", "facts lesson (other countries): first guesses that are one of Veldoria's answers, at step 0 and "
+        "at the end", fixed(0), "facts_control_veldoria_start", "facts_control_veldoria")
     add("training", "facts lesson: how often its training batches mask the facts' words, %", percent(0), "facts_focus_p")
     add("training", "facts lesson: the precision 'auto' chose on this machine", text, "facts_precision")
     add("training", "facts lesson: smallest and largest gradient norm over the steps", fixed(1), "facts_grad_min",
@@ -265,6 +267,9 @@ def _claims() -> list[Claim]:
     add("training", f"facts lesson at seed {GUIDE_SEED} with the facts' words masked as every token (the rule alone): "
         "questions in new words answered first, and in the top 5, at the end", fixed(0), "guide_off_new_top1",
         "guide_off_new_top5")
+    add("training", f"facts lesson at seed {GUIDE_SEED} (other countries): first guesses that are one of Veldoria's "
+        "answers at the end, with the facts' words masked at the lesson's rate and as every token", fixed(0),
+        "guide_control_veldoria", "guide_off_control_veldoria")
     add("training", "facts lesson, the held-out loss split by hidden token: selected positions", fixed(0), "split_n")
     for key, what in (("name", "pieces of the invented name (ve ##ld ##oria ##n ##ns)"),
                       ("facts", "the facts' words (the run's focus words)"), ("rest", "every other position")):
@@ -528,6 +533,8 @@ def measure_training(ctx: Context) -> dict:
         out.update({f"facts_{s.group}_top1_start": s.top1_then, f"facts_{s.group}_top1": s.top1_now,
                     f"facts_{s.group}_top5_start": s.top5_then, f"facts_{s.group}_top5": s.top5_now,
                     "facts_probes": s.probes})
+        if s.group == "control":
+            out.update(facts_control_veldoria_start=s.facts_then, facts_control_veldoria=s.facts_now)
     out.update(facts_focus_p=cfg.focus_mlm_probability, facts_precision="bf16" if resolve_amp(cfg.amp, "cpu") == "bf16"
                else "fp32")
     out.update(facts_drop=facts.evals[0]["loss"] - facts.evals[-1]["loss"],
@@ -546,12 +553,16 @@ def measure_training(ctx: Context) -> dict:
                guide_focus_start=guide.evals[0]["focus_loss"], guide_focus_end=guide.evals[-1]["focus_loss"])
     for s in probe_set_scores(guide.probes):
         out.update({f"guide_{s.group}_top1": s.top1_now, f"guide_{s.group}_top5": s.top5_now})
+        if s.group == "control":
+            out["guide_control_veldoria"] = s.facts_now
     # what the guide asks the teacher to try: the same run with the facts' words masked as every token
     off_cfg = {name: replace(c, seed=GUIDE_SEED, focus_mlm_probability=0.0) for name, c in variants.items()}
     off = next(iter(train_variants(ctx.model, ctx.tokenizer, facts_texts.train, off_cfg,
                                    eval_texts=facts_texts.held_out).values()))
-    new = {s.group: s for s in probe_set_scores(off.probes)}["new"]
-    out.update(guide_off_new_top1=new.top1_now, guide_off_new_top5=new.top5_now)
+    off_sets = {s.group: s for s in probe_set_scores(off.probes)}
+    new = off_sets["new"]
+    out.update(guide_off_new_top1=new.top1_now, guide_off_new_top5=new.top5_now,
+               guide_off_control_veldoria=off_sets["control"].facts_now)
     return out
 
 

@@ -268,3 +268,33 @@ def test_the_facts_lesson_scores_the_facts_words_on_their_own(tokenizer):
     assert len(facts) == 15 and all(len(tokenizer.tokenize(w)) == 1 for w in facts)
     assert {answer for _, answer in gazetteer().new_words_probes} <= set(facts)
     assert base_config("facts", from_scratch=False, texts=gazetteer_texts()).eval_focus_words == facts
+
+
+def test_no_reported_question_shares_four_words_around_its_answer_with_the_training_text():
+    """A review found three reported questions sharing phrasing with training sentences around the answer
+    ("chose the otter as", "the Granite Mountains", "the age of eight" beside archery): filling those in can be
+    recalling a string. No run of 4 words that holds the answer may occur in the training text."""
+    g = gazetteer()
+    train_runs = runs_of(g.sentences, 4)
+    for sentence, answer in g.new_words_probes:
+        w = words(sentence.replace("[MASK]", answer))
+        at = w.index(answer)
+        around = {tuple(w[i:i + 4]) for i in range(max(0, at - 3), min(at, len(w) - 4) + 1)}
+        assert not around & set(train_runs), (sentence, [" ".join(r) for r in around & set(train_runs)])
+
+
+def test_the_control_questions_ask_about_real_countries_with_answers_that_are_not_veldorias():
+    """Issue 25 review: a trained run answered "The main colour of the Japanese flag is [MASK]" with green. The
+    control set asks the same kinds of question about real countries: one [MASK], a one-WordPiece real answer
+    that is none of Veldoria's, no Veldoria in the sentence, at least 12 of them, and the header says why."""
+    tokenizer = bundled_wordpiece()
+    vocab = tokenizer.get_vocab()
+    g = gazetteer()
+    assert len(g.control_probes) >= 12
+    facts = set(g.facts)
+    for sentence, answer in g.control_probes:
+        assert sentence.count("[MASK]") == 1 and "veldoria" not in sentence.lower(), sentence
+        assert answer not in facts, answer
+        assert answer in vocab and tokenizer.encode(answer, add_special_tokens=False).tokens == [answer], answer
+    header = GAZETTEER.read_text(encoding="utf-8").splitlines()[2]
+    assert '"## control-probes"' in header and "never used to choose anything" in header

@@ -661,7 +661,26 @@ def test_probe_sets_are_scored_apart_and_the_sentence_follows_the_numbers():
     learned = _probe_entry(80, {"read": [("marrow", "marrow", 1), ("harp", "harp", 1)],
                                 "new": [("marrow", "marrow", 1), ("harp", "harp", 1)]})
     said = strings_or_facts(probe_set_scores([before, learned]))
-    assert "learned facts, not only strings" in said
+    assert "learned more than strings" in said and "Veldoria" not in said  # no control set: no claim about facts
+    # the control set: the same kinds of question about other countries, where a Veldoria word is wrong
+    ctrl_before = {"control": [("paris", "paris", 1), ("red", "red", 1), ("rose", "lily", 3)]}
+    ctrl_flipped = {"control": [("paris", "marrow", 40), ("red", "green", 9), ("rose", "lily", 3)]}
+    ctrl_kept = {"control": [("paris", "paris", 1), ("red", "red", 1), ("rose", "thistle", 2)]}
+    start = _probe_entry(0, {**{g: [("marrow", "x", 900), ("harp", "x", 40)] for g in ("read", "new")}, **ctrl_before})
+    flipped = _probe_entry(80, {g: [("marrow", "marrow", 1), ("harp", "harp", 1)] for g in ("read", "new")}
+                           | ctrl_flipped)
+    kept = _probe_entry(80, {g: [("marrow", "marrow", 1), ("harp", "harp", 1)] for g in ("read", "new")} | ctrl_kept)
+    facts = ("marrow", "harp", "green", "thistle")
+    c = {s.group: s for s in probe_set_scores([start, flipped], facts=facts)}["control"]
+    assert (c.top1_then, c.top1_now, c.facts_then, c.facts_now) == (2, 0, 0, 2)
+    said = strings_or_facts(probe_set_scores([start, flipped], facts=facts))
+    assert "a Veldoria word first in 2 of 3" in said and "not facts that belong to Veldoria" in said
+    said = strings_or_facts(probe_set_scores([start, kept], facts=facts))  # 1 of 3 > one in five: still no
+    assert "a Veldoria word first in 1 of 3" in said and "not facts that belong to Veldoria" in said
+    kept = _probe_entry(80, {g: [("marrow", "marrow", 1), ("harp", "harp", 1)] for g in ("read", "new")}
+                        | {"control": [("paris", "paris", 1), ("red", "red", 1), ("rose", "rose", 1)]})
+    said = strings_or_facts(probe_set_scores([start, kept], facts=facts))
+    assert "a Veldoria word first in 0 of 3" in said and "learned facts about Veldoria" in said
     partly = _probe_entry(80, {"read": [("marrow", "marrow", 1), ("harp", "harp", 1)],
                                "new": [("marrow", "marrow", 1), ("harp", "music", 2)]})
     said = strings_or_facts(probe_set_scores([before, partly]))

@@ -42,13 +42,18 @@ WORKSHOP_PROBES = (
 # chosen on the gazetteer's dev probes (issue 25; 0 = the masking rule's p for them too).
 FACT_MASKING = 0.7
 
-# The facts lesson's two probe sets (TrainConfig.probe_groups): the same facts asked in a sentence the
-# model trains on, and in words the training text never uses (assets/veldoria_gazetteer.txt).
-PROBE_SETS = {"read": "Phrases it read", "new": "Questions in new words"}
+# The facts lesson's probe sets (TrainConfig.probe_groups): the same facts asked in a sentence the model
+# trains on, and in sentences the training text does not contain; and the same kinds of question about real
+# countries, whose answers are not Veldoria's (assets/veldoria_gazetteer.txt).
+PROBE_SETS = {"read": "Phrases it read", "new": "Questions in new words", "control": "Other countries"}
 PROBE_SET_ABOUT = {
     "read": "training sentences, each with its fact masked",
-    "new": "the same facts in words the training text never uses, fixed before the lesson was tuned",
+    "new": "the same facts in sentences the training text does not contain, fixed before the lesson was tuned",
+    "control": "the same kinds of question about real countries: a Veldoria word there is a wrong answer",
 }
+# A run "learned facts about Veldoria" only if it gives Veldoria's words to at most this share of the
+# questions about other countries (one in five; the base model gives none).
+CONTROL_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -76,13 +81,15 @@ def usable_probes(texts: Texts, tokenizer) -> Texts:
 
 def gazetteer_texts(from_scratch: bool = False) -> Texts:
     """The gazetteer of Veldoria: facts the default model cannot know, held out in other words. Fine-tuning
-    asks every fact twice: in a sentence it trains on ("read") and in new words ("new")."""
+    asks every fact twice: in a sentence it trains on ("read") and in new words ("new"); and the same kinds of
+    question about real countries ("control"), where a Veldoria word is wrong."""
     g = gazetteer()
     if from_scratch:
         probes, groups = g.scratch_probes, ()
     else:
-        probes = g.read_probes + g.new_words_probes
-        groups = ("read",) * len(g.read_probes) + ("new",) * len(g.new_words_probes)
+        probes = g.read_probes + g.new_words_probes + g.control_probes
+        groups = (("read",) * len(g.read_probes) + ("new",) * len(g.new_words_probes)
+                  + ("control",) * len(g.control_probes))
     return Texts("Veldoria gazetteer", g.sentences, list(g.held_out), probes,
                  f"{len(g.sentences)} sentences about Veldoria, an invented country (its capital, river, food, "
                  f"customs), written for MLM Lab and never used to build the default model; "
@@ -119,7 +126,7 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
                          "evaluations, take about 15 s of CPU time, well within a minute."
                          if from_scratch else
                          "About a minute on one laptop CPU core (benchmark P7 measures it), and enough for the "
-                         "probes to change their answers to Veldoria's facts (the two probe tables show how many, "
+                         "probes to change their answers to Veldoria's facts (the probe tables show how many, "
                          "step by step; 120 steps gained little in a trial and would not fit in the minute)."),
         "batch_size": Default(8, "Eight chunks, about 34 sentences, per step: one step takes about half a "
                               "second on a CPU core with the default model."),
@@ -335,13 +342,17 @@ class ProbeSetScore:
     top5_now: int
     median_rank_then: float | None
     median_rank_now: float | None
+    facts_then: int = 0  # probes whose first guess is one of Veldoria's answers (gazetteer().facts)
+    facts_now: int = 0
 
     def row(self) -> dict[str, Any]:
         return {"probe set": self.label, "probes": self.probes,
                 f"top-1 at step {self.step_then}": self.top1_then, f"top-1 at step {self.step_now}": self.top1_now,
                 f"top-5 at step {self.step_then}": self.top5_then, f"top-5 at step {self.step_now}": self.top5_now,
                 f"median rank at step {self.step_then}": self.median_rank_then,
-                f"median rank at step {self.step_now}": self.median_rank_now}
+                f"median rank at step {self.step_now}": self.median_rank_now,
+                f"a Veldoria word first at step {self.step_then}": self.facts_then,
+                f"a Veldoria word first at step {self.step_now}": self.facts_now}
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -352,51 +363,76 @@ def _median(values: Sequence[float]) -> float | None:
     return float(values[mid]) if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
-def probe_set_scores(probes: Sequence[Mapping[str, Any]]) -> list[ProbeSetScore]:
-    """Each probe set's top-1 and top-5 counts and median rank at the first and the latest evaluation of
-    `probes` (one variant's {"step", "probes"} entries). Empty when the probes are one set."""
+def probe_set_scores(probes: Sequence[Mapping[str, Any]], facts: Sequence[str] | None = None) -> list[ProbeSetScore]:
+    """Each probe set's top-1 and top-5 counts, median rank, and how many first guesses are one of `facts`
+    (default: Veldoria's answers), at the first and the latest evaluation of `probes` (one variant's
+    {"step", "probes"} entries). Empty when the probes are one set."""
     if not probes:
         return []
+    facts = set(gazetteer().facts if facts is None else facts)
     first, last = probes[0], probes[-1]
     out = []
     for group in probe_groups_of(last):
         ranks = [[p["answer_rank"] for p in _known(e, group) if p.get("answer_rank") is not None]
                  for e in (first, last)]
+        given = [sum(p["tokens"][0] in facts for p in _known(e, group)) for e in (first, last)]
         (t1_then, n), (t1_now, _) = probes_right(first, group), probes_right(last, group)
         out.append(ProbeSetScore(group, PROBE_SETS.get(group, group), n, first["step"], last["step"], t1_then, t1_now,
                                  probes_in_top(first, 5, group)[0], probes_in_top(last, 5, group)[0],
-                                 _median(ranks[0]), _median(ranks[1])))
+                                 _median(ranks[0]), _median(ranks[1]), *given))
     return out
 
 
 def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
-    """One sentence on what the two probe sets say: did the run memorise strings, or learn facts?
+    """One sentence on what the probe sets say: did the run memorise strings, or learn facts, or learn which
+    word answers each kind of question?
 
     Computed from the counts: while fewer than half of either set are answered first, neither is learned yet;
     then, the facts in new words answered first nearly as often as the phrases the model read (at most one in
-    five fewer) is learning the facts; far fewer is memorising the phrases.
+    five fewer) is learning more than the strings, and far fewer is memorising the phrases. Only a run that also
+    gives Veldoria's words to at most one in five questions about other countries (CONTROL_SHARE; the control
+    set) is said to have learned facts about Veldoria: one that answers "the main colour of the Japanese flag"
+    with Veldoria's green learned the question and the word, not the country.
 
     >>> s = [ProbeSetScore("read", "Phrases it read", 15, 0, 80, 1, 14, 3, 15, 40, 1),
     ...      ProbeSetScore("new", "Questions in new words", 15, 0, 80, 0, 5, 1, 11, 900, 3)]
     >>> strings_or_facts(s).split(" (")[0]
     'It fills the gap in 14 of 15 sentences it read, but answers only 5 of 15 questions that ask the same facts in new words'
+    >>> s = [ProbeSetScore("read", "Phrases it read", 15, 0, 80, 1, 14, 3, 15, 40, 1),
+    ...      ProbeSetScore("new", "Questions in new words", 15, 0, 80, 0, 14, 1, 15, 900, 1),
+    ...      ProbeSetScore("control", "Other countries", 15, 0, 80, 9, 0, 12, 2, 1, 900, 0, 15)]
+    >>> strings_or_facts(s).split(": ")[-1]
+    'what it learned is which word answers each kind of question, not facts that belong to Veldoria.'
     """
     by = {s.group: s for s in scores}
-    read, new = by.get("read"), by.get("new")
+    read, new, control = by.get("read"), by.get("new"), by.get("control")
     if read is None or new is None or not read.probes or not new.probes:
         return ""
     r, n = read.top1_now / read.probes, new.top1_now / new.probes
     said = f"{read.top1_now} of {read.probes} sentences it read"
+    elsewhere = ""
+    if control is not None and control.probes:
+        elsewhere = (f"asked the same kinds of question about other countries, it gives a Veldoria word first in "
+                     f"{control.facts_now} of {control.probes} (at step {control.step_then}: {control.facts_then}) and "
+                     f"the real answer in {control.top1_now} (at step {control.step_then}: {control.top1_then})")
+    tail = f" And {elsewhere}." if elsewhere else ""
     if r < 0.5 and n < 0.5:
         return (f"So far it fills the gap in {said} and answers {new.top1_now} of {new.probes} questions in new words "
-                f"first (top 5: {read.top5_now} and {new.top5_now}): most facts are not learned yet, in either form.")
+                f"first (top 5: {read.top5_now} and {new.top5_now}): most facts are not learned yet, in either form."
+                + tail)
     if n >= r - 0.2:
-        return (f"It answers {new.top1_now} of {new.probes} questions in new words first, against {said} "
-                f"(top 5: {new.top5_now} and {read.top5_now}): asked in words it never read, it still names the "
-                "facts, so it has learned facts, not only strings.")
+        head = (f"It answers {new.top1_now} of {new.probes} questions in new words first, against {said} "
+                f"(top 5: {new.top5_now} and {read.top5_now})")
+        if not elsewhere:
+            return head + ": asked in words it never read, it still names the facts, so it learned more than strings."
+        if control.facts_now > CONTROL_SHARE * control.probes:
+            return (f"{head}; but {elsewhere}: what it learned is which word answers each kind of question, not "
+                    "facts that belong to Veldoria.")
+        return (f"{head}, and {elsewhere}: it learned facts about Veldoria, not only strings, and kept them apart "
+                "from other countries.")
     if new.top1_now > new.top1_then or new.top5_now > new.top5_then:
         return (f"It fills the gap in {said}, but answers only {new.top1_now} of {new.probes} questions that ask "
                 f"the same facts in new words (top 5: {new.top5_now} of {new.probes}): much of what it learned is "
-                "the strings it read; a question in new words needs the fact itself.")
+                "the strings it read; a question in new words needs the fact itself." + tail)
     return (f"It fills the gap in {said}, and no more of the {new.probes} questions in new words than before "
-            f"({new.top1_now} first, {new.top5_now} in its top 5): it has memorised strings, not learned facts.")
+            f"({new.top1_now} first, {new.top5_now} in its top 5): it has memorised strings, not learned facts." + tail)
