@@ -42,12 +42,12 @@ st.caption(
     f"{sampled.num_sampled} drawn {'with' if sampled.replacement else 'without'} replacement from the corpus' token "
     f"frequencies, {CORRECTION_LABELS[sampled.correction]}. Vocabulary, as in the audit below: original_ids are the "
     f"tokens before masking, input_ids what the model sees, labels the targets (-100 where nothing is predicted).")
-figure = museum_figure(exhibits, height=ui.chart_height(420))
+figure = museum_figure(exhibits)
 if settings.presenter:  # the legend wraps onto more lines at the room's font size: room above the plot
     figure.update_layout(margin=dict(t=130))
     figure.update_traces(textangle=-90, textfont_size=ui.PRESENTER_CHART_FONT_PX - 2,  # upright ones would collide
                          constraintext="none")
-st.plotly_chart(ui.room_figure(figure), key="museum_fig", config=ui.plotly_config("bug_museum"))
+ui.chart(figure, "museum_fig", name="bug_museum")
 st.caption("The exhibits measured as a loss, buggy beside correct (and, for the sampled-softmax ones, the full "
            "loss they estimate). The others count tokens or shares; each card below gives its own numbers.")
 

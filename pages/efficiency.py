@@ -43,7 +43,7 @@ def size_controls() -> tuple[int, int, int, str]:
 
 b, t, v, dtype = size_controls()
 size = logits_size(b, t, v, dtype=dtype)
-st.plotly_chart(ui.room_figure(logits_size_figure(size, height=height)), key="eff_size_fig")
+ui.chart(logits_size_figure(size, height=height), "eff_size_fig")
 st.caption(
     f"**What it teaches:** the full logits hold B × T × V = {size['full_values']:,} scores "
     f"({human_bytes(size['full_bytes'])}), but only the M ≈ 15% selected rows enter the loss: "
@@ -80,7 +80,7 @@ rows = ui.on_demand("⏱ Measure the three loss paths", "eff_paths", "Running th
                     lambda: loss_paths(model, tokenizer, batch_size=mb, seq_len=mt, repeats=repeats, seed=settings.seed),
                     queued=True)
 if rows is not None:
-    st.plotly_chart(ui.room_figure(loss_paths_figure(rows, height=height)), key="eff_paths_fig")
+    ui.chart(loss_paths_figure(rows, height=height), "eff_paths_fig")
     by = {r["path"]: r for r in rows}
     if "loop" not in by:
         st.caption(f"The loop was left out: with more than {LOOP_MAX_ROWS} selected rows it takes minutes, because "
@@ -121,7 +121,7 @@ rows = ui.on_demand("⏱ Measure the loop against one call", "eff_sweep", "Timin
                     lambda: loop_vs_vectorised(vocab_sizes=sweep_vocabs, repeats=repeats, seed=settings.seed),
                     queued=True)
 if rows is not None:
-    st.plotly_chart(ui.room_figure(loop_sweep_figure(rows, height=height)), key="eff_sweep_fig")
+    ui.chart(loop_sweep_figure(rows, height=height), "eff_sweep_fig")
     low = min(rows, key=lambda r: (r["rows"], r["vocab"]))
     high = max(rows, key=lambda r: (r["rows"], r["vocab"]))
     st.caption(
@@ -157,7 +157,7 @@ rows = ui.on_demand("⏱ Measure the training step five ways", "eff_steps",
                     lambda: amp_and_checkpointing(model, tokenizer, batch_size=mb, seq_len=mt, repeats=repeats,
                                                   seed=settings.seed), queued=True)
 if rows is not None:
-    st.plotly_chart(ui.room_figure(step_settings_figure(rows, height=height)), key="eff_steps_fig")
+    ui.chart(step_settings_figure(rows, height=height), "eff_steps_fig")
     st.caption("Blue: fp32; purple: bf16 autocast; hatched: gradient checkpointing; dotted: word embeddings frozen.")
     base = rows[0]
     ckpt = next((r for r in rows if r["checkpointing"] and r["amp"] == "off"), None)
@@ -196,7 +196,7 @@ breakdowns = ui.on_demand(
     lambda: {label: step_time_breakdown(model, tokenizer, amp=amp, batch_size=mb, seq_len=mt, seed=settings.seed)
              for label, amp in (("fp32", "off"), ("bf16", "bf16"))}, queued=True)
 if breakdowns is not None:
-    st.plotly_chart(ui.room_figure(step_breakdown_figure(breakdowns, height=height)), key="eff_profile_fig")
+    ui.chart(step_breakdown_figure(breakdowns, height=height), "eff_profile_fig")
     share = {name: next(r["share"] for r in rows if r["category"] == "matrix multiplies")
              for name, rows in breakdowns.items()}
     other = {name: next(r for r in rows if r["category"] != "matrix multiplies") for name, rows in breakdowns.items()}

@@ -55,8 +55,7 @@ except MLMLabError as exc:
     score = None
 if score is not None:
     (st.success if score.prefers_good else st.warning)(verdict(score))
-    st.plotly_chart(ui.room_figure(pair_figure(score, height=ui.chart_height(420))), key="grammar_pair_chart",
-                    config=ui.plotly_config("grammar_pair"))
+    ui.chart(pair_figure(score), "grammar_pair_chart", name="grammar_pair")
     for name, pll in (("Grammatical", score.good), ("Ungrammatical", score.bad)):
         st.markdown(f"**{name}**: PLL {pll.total:.2f} nats over {len(pll.tokens)} tokens (darker red = less likely)")
         ui.value_chips(list(pll.tokens), list(pll.log_probs),
@@ -83,8 +82,7 @@ if report is None:
 else:
     st.caption(f"{model_label}: {source}.")
 rows = phenomenon_rows(report, model_label)
-st.plotly_chart(ui.room_figure(phenomena_figure(rows, model_label, height=ui.chart_height(520))),
-                key="grammar_phenomena_chart", config=ui.plotly_config("grammar_phenomena"))
+ui.chart(phenomena_figure(rows, model_label), "grammar_phenomena_chart", name="grammar_phenomena")
 st.caption("Markers: BLiMP's Table 3 (Warstadt et al. 2020, TACL), forced choice on all 67,000 pairs: overall "
            + ", ".join(f"{name} {PUBLISHED[name]['overall']}%" for name in ("5-gram", "LSTM", "Transformer-XL", "GPT-2", "human"))
            + f". Masked LMs by PLL (Salazar et al. 2020): RoBERTa-large {PUBLISHED['RoBERTa-large (PLL)']['overall']}%.")

@@ -17,7 +17,7 @@ they are. The loss is the cross-entropy of the model's prediction **at the selec
 MLM Lab lets you watch every step of that flow, on a real tokenizer and a real model, offline:
 """
 )
-st.plotly_chart(flow_figure(), key="home_flow", config={"displayModeBar": False})
+ui.chart(flow_figure(), "home_flow", toolbar=False)
 st.markdown(
     """
 Walk the pages in order, from the sidebar:

@@ -8,7 +8,6 @@ from mlm_core import MLMLabError, decision_names, encode, seeds
 from mlm_core.bundled import heldout_workshop_sentences, workshop_sentences
 from mlm_core.lessons import share_state
 from mlm_core.lessons.share_state import DEFAULT_SENTENCE
-from mlm_core.data import clip_text
 from mlm_core.lessons.export import lesson_zip, masking_settings
 from mlm_core.figures.inside import (
     agreement_figure,
@@ -72,18 +71,6 @@ st.markdown(
 model, tokenizer = ui.model_or_stop(settings)
 model, tokenizer, trained_entry = ui.trained_model_choice(model, tokenizer)
 model_key = trained_entry.key if trained_entry is not None else f"model:{settings.model_name or 'default'}"
-
-
-def show(fig, key: str, **kwargs):
-    """``st.plotly_chart`` with the camera button's file name, and the room's chart text in presenter view.
-
-    ``ui.room_figure`` sets every tick, axis title, legend and title (a layout font alone leaves the
-    builders' own tick sizes small); subplot titles are annotations, so they are enlarged here.
-    """
-    if settings.presenter:
-        fig.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
-        fig.update_traces(textfont_size=ui.PRESENTER_CHART_FONT_PX, selector=dict(type="heatmap"))
-    return st.plotly_chart(ui.room_figure(fig), key=key, config=ui.plotly_config(key), **kwargs)
 
 
 # --------------------------------------------------------------------------- cached views (shared by reruns)
@@ -152,24 +139,12 @@ def mask_controls(tokens: list[str], special: list[bool]) -> list[int]:
         state["inside_masked_for"] = tokens
     elif "inside_masked" not in state:  # back on the page: the pills lost their value, the page did not
         state["inside_masked"] = [p for p in state.get(KEPT_KEY, []) if p in options]
-    seen: dict[str, int] = {}
-    labels = {}
-    for i in options:  # pills are told apart by their text: a repeated token gets its occurrence number
-        seen[tokens[i]] = seen.get(tokens[i], 0) + 1
-        labels[i] = tokens[i] if tokens.count(tokens[i]) == 1 else f"{tokens[i]} ({seen[tokens[i]]})"
-    chosen = st.pills("Tokens to hide behind [MASK]", options, selection_mode="multi",
-                      format_func=lambda i: ui.markdown_text(labels[i]),  # pill labels render markdown
-                      key="inside_masked")
-    state[KEPT_KEY] = sorted(chosen or [])
-    return sorted(chosen or [])
+    state[KEPT_KEY] = ui.token_pills("Tokens to hide behind [MASK]", tokens, options, key="inside_masked")
+    return state[KEPT_KEY]
 
 
-text, clipped = clip_text(sentence_controls(), MAX_CHARS)
-if not text.strip():
-    st.warning("The sentence is empty: type one above.")
-    st.stop()
-ui.language_note(text, settings.model_name, model)
-encoded = ui.encode_or_stop(tokenizer, text, max_tokens=MAX_TOKENS, clipped=clipped)
+text, encoded = ui.sentence_or_stop(tokenizer, sentence_controls(), max_chars=MAX_CHARS, max_tokens=MAX_TOKENS,
+                                    settings=settings, model=model)
 tokens = encoded.tokens[0]
 original_ids = encoded.input_ids[0]  # (T,)
 hidden = mask_controls(tokens, [bool(s) for s in encoded.special_tokens_mask[0].tolist()])
@@ -241,11 +216,11 @@ def attention_view() -> None:
     layer, head = pick_head(L, H)
     # presenter view: a row per head, a column per layer, so the cells are wide enough for room-sized labels
     room = ui.PRESENTER_CHART_FONT_PX if settings.presenter else None
-    show(head_grid_figure(attention, selected=(layer, head), label_px=room,
+    ui.chart(head_grid_figure(attention, selected=(layer, head), label_px=room,
                           height=ui.chart_height(grid_height(H if room else L))), "inside_grid",
          on_select=on_grid_click, selection_mode="points")
-    show(head_attention_figure(attention, layer, head, height=ui.chart_height(380)), "inside_head_fig")
-    show(layer_attention_figure(attention, height=ui.chart_height(layers_height(L))), "inside_layers_fig")
+    ui.chart(head_attention_figure(attention, layer, head, height=ui.chart_height(380)), "inside_head_fig")
+    ui.chart(layer_attention_figure(attention, height=ui.chart_height(layers_height(L))), "inside_layers_fig")
 
     st.subheader("Patterns: which heads do what, on this model")
     patterns = cached_patterns(model_key, PATTERN_SENTENCES, model, tokenizer)
@@ -272,7 +247,7 @@ def attention_view() -> None:
     st.markdown("\n".join(lines) + "\n\n"
                 "\"Same token elsewhere\" is our addition (not one of Clark et al.'s patterns): a head that copies "
                 "what the same word looks like elsewhere in the sentence.")
-    show(patterns_figure(patterns, height=1100 if settings.presenter else 520, cols=2 if settings.presenter else 4),
+    ui.chart(patterns_figure(patterns, height=1100 if settings.presenter else 520, cols=2 if settings.presenter else 4),
          "inside_patterns_fig")
     with st.expander("The patterns as a table"):
         ui.table(pd.DataFrame(patterns.records()))
@@ -306,7 +281,7 @@ def lens_view() -> None:
         "a lens those layers were never trained for: an approximation that shows *when* the answer becomes "
         "readable, not what a layer \"thinks\". The last row is exactly the model's prediction."
     )
-    show(lens_figure(lens, height=ui.chart_height(130 + 46 * lens.top_ids.shape[0])), "inside_lens_fig")
+    ui.chart(lens_figure(lens, height=ui.chart_height(130 + 46 * lens.top_ids.shape[0])), "inside_lens_fig")
     first = lens.first_top1
     last_rank = int(lens.true_rank[-1])
     if first is not None:
@@ -324,7 +299,7 @@ def lens_view() -> None:
     if profile.positions == 0:
         st.info("This rule puts no [MASK] in these sentences: raise p or the [MASK] share on the Masking page.")
         return
-    show(lens_profile_figure(profile, height=ui.chart_height(340)), "inside_lens_profile_fig")
+    ui.chart(lens_profile_figure(profile, height=ui.chart_height(340)), "inside_lens_profile_fig")
 
 
 # --------------------------------------------------------------------------- 3. saliency
@@ -353,9 +328,9 @@ def saliency_view() -> None:
     loo = [None if v != v else float(v) for v in result.leave_one_out.tolist()]
     ui.value_chips(list(seen_tokens), loo, highlight=position,
                    titles=[signed(v, ".3f") if v is not None else "not measured" for v in loo])
-    show(saliency_figure(result, height=ui.chart_height(400)), "inside_saliency_fig")
+    ui.chart(saliency_figure(result, height=ui.chart_height(400)), "inside_saliency_fig")
     taus = layer_agreement(attention.weights, result.leave_one_out)
-    show(agreement_figure(result, taus, height=ui.chart_height(320)), "inside_agreement_fig")
+    ui.chart(agreement_figure(result, taus, height=ui.chart_height(320)), "inside_agreement_fig")
     st.markdown(
         "Kendall τ compares the order of the tokens by the **size** of their effect, whichever way each pushes: "
         "Jain & Wallace (2019, §4.1) ask the same question this way (their released code ranks absolute "
@@ -372,7 +347,7 @@ def saliency_view() -> None:
         state["inside_agreement_for"] = model_key
     if state.get("inside_agreement_for") == model_key:
         summary = cached_agreement(model_key, AGREEMENT_SENTENCES, model, tokenizer)
-        show(agreement_summary_figure(summary, height=ui.chart_height(360)), "inside_agreement_summary_fig")
+        ui.chart(agreement_summary_figure(summary, height=ui.chart_height(360)), "inside_agreement_summary_fig")
         ui.table(pd.DataFrame(summary.records()))
 
 
@@ -404,13 +379,13 @@ def training_view() -> None:
     bar = 32 if settings.presenter else 22
     with left:
         st.markdown("**Before training**")
-        show(topk_figure(comparison.base, bar_height=bar), "inside_before_fig")
+        ui.chart(topk_figure(comparison.base, bar_height=bar), "inside_before_fig")
     with right:
         st.markdown("**After training**")
-        show(topk_figure(comparison.trained, bar_height=bar), "inside_after_fig")
-    show(loss_change_figure(comparison, height=ui.chart_height(340)), "inside_loss_change_fig")
+        ui.chart(topk_figure(comparison.trained, bar_height=bar), "inside_after_fig")
+    ui.chart(loss_change_figure(comparison, height=ui.chart_height(340)), "inside_loss_change_fig")
     if comparison.base_lens is not None and comparison.trained_lens is not None:
-        show(lens_comparison_figure(comparison.base_lens, comparison.trained_lens, height=ui.chart_height(360)),
+        ui.chart(lens_comparison_figure(comparison.base_lens, comparison.trained_lens, height=ui.chart_height(360)),
              "inside_lens_change_fig")
     else:
         st.caption("The logit lens is not available for this model family, so there is no before/after lens.")

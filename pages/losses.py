@@ -16,7 +16,7 @@ from mlm_core.figures.losses import (
     per_token_figure,
     weights_figure,
 )
-from mlm_core.figures.masking import DECISION_WORDS
+from mlm_core.masking import DECISION_WORDS
 from mlm_core.formatting import metric_delta, row_decimals
 from mlm_core.lessons.loss_lab import (
     CORRECTION_SHORT,
@@ -140,8 +140,8 @@ weights = token_frequency_weights(counts, scheme=options.scheme, smoothing=optio
 st.subheader("The three losses")
 values = {name: float(out.loss) for name, out in outputs.items()}
 sampled_diag = outputs["sampled"].diagnostics
-st.plotly_chart(ui.room_figure(loss_bars(values, notes={"sampled": f"K = {sampled_diag['K']}, {options.sampled.sampler}"},
-                                         vocab_size=vocab_size)), key="loss_bars_fig")
+ui.chart(loss_bars(values, notes={"sampled": f"K = {sampled_diag['K']}, {options.sampled.sampler}"},
+                                         vocab_size=vocab_size), "loss_bars_fig")
 c1, c2, c3, c4 = st.columns(4)
 row = f".{row_decimals(values.values())}f"  # one precision for the row (and the bars above, the sentences below)
 c1.metric("full softmax", format(values["full"], row), help="mean over the selected tokens of −log p(true token)")
@@ -162,7 +162,7 @@ st.caption(f"The per-position Python loop gives {float(loop.loss):.6f}, the vect
            "the same number (the Efficiency page shows how much slower the loop is).")
 
 st.subheader("Per token")
-st.plotly_chart(ui.room_figure(per_token_figure(per_token_rows(outputs, batch.tokens))), key="loss_per_token_fig")
+ui.chart(per_token_figure(per_token_rows(outputs, batch.tokens)), "loss_per_token_fig")
 per_token = pd.DataFrame(per_token_table(outputs, batch))
 if "decision" in per_token:
     per_token["decision"] = per_token["decision"].map(lambda d: DECISION_WORDS.get(d, d))  # the legend's words
@@ -174,8 +174,8 @@ st.subheader("What each variant pushes on: the gradient with respect to the logi
 position = st.selectbox("Position", list(range(len(batch.tokens))), format_func=lambda i: batch.tokens[i],
                         key="loss_position")
 grads = logit_gradients(batch.logits, batch.targets, position, class_weights=weights, sampled=outputs["sampled"])
-st.plotly_chart(ui.room_figure(gradient_figure(gradient_rows(grads, batch.targets[position], tokenizer=tokenizer),
-                                title=f"position {batch.tokens[position]}")), key="loss_grad_fig")
+ui.chart(gradient_figure(gradient_rows(grads, batch.targets[position], tokenizer=tokenizer),
+                                title=f"position {batch.tokens[position]}"), "loss_grad_fig")
 st.caption("Full softmax: softmax − one-hot, on every class. Weighted: the same direction, scaled by the "
            "target's weight. Sampled: only the true class and the K sampled ones get a gradient; every other "
            "class gets exactly 0.")
@@ -183,8 +183,8 @@ st.caption("Full softmax: softmax − one-hot, on every class. Weighted: the sam
 # --------------------------------------------------------------------------- weights
 st.subheader("The weights: rare tokens count more")
 target_counts = target_smoothed_counts(counts, batch.targets, options.smoothing)
-st.plotly_chart(ui.room_figure(weights_figure(weight_curve_rows(counts, smoothing=options.smoothing), batch_counts=target_counts)),
-                key="loss_weights_fig")
+ui.chart(weights_figure(weight_curve_rows(counts, smoothing=options.smoothing), batch_counts=target_counts),
+                "loss_weights_fig")
 st.caption("Counts come from the workshop corpus; dotted lines mark this batch's target tokens. Every scheme is "
            "normalised so that a token drawn from the corpus has weight 1 on average.")
 
@@ -207,7 +207,7 @@ if st.button("Run the K sweep", key="loss_sweep_button"):
     st.session_state["loss_sweep"] = {"signature": signature, "rows": rows}
 sweep = st.session_state.get("loss_sweep")
 if sweep and sweep["signature"] == signature:
-    st.plotly_chart(ui.room_figure(k_sweep_figure(sweep["rows"], vocab_size=vocab_size)), key="loss_sweep_fig")
+    ui.chart(k_sweep_figure(sweep["rows"], vocab_size=vocab_size), "loss_sweep_fig")
     for sentence in sweep_summary(sweep["rows"], vocab_size):
         st.markdown(f"- {sentence}")
     ui.table(pd.DataFrame(sweep_table(sweep["rows"])))
@@ -245,8 +245,8 @@ if st.button(f"Train the NSP head ({NSP_STEPS} steps)", key="loss_nsp_button"):
 nsp = st.session_state.get("loss_nsp")
 if nsp and nsp["signature"] == nsp_signature:
     result = nsp["result"]
-    st.plotly_chart(ui.room_figure(nsp_accuracy_figure(result.records(), heldout_before=result.heldout_before,
-                                        heldout_after=result.heldout_after)), key="loss_nsp_fig")
+    ui.chart(nsp_accuracy_figure(result.records(), heldout_before=result.heldout_before,
+                                        heldout_after=result.heldout_after), "loss_nsp_fig")
     c1, c2 = st.columns(2)
     c1.metric("held-out accuracy before", f"{result.heldout_before:.0%}")
     c2.metric("after", f"{result.heldout_after:.0%}", metric_delta(result.heldout_after - result.heldout_before, ".0%"))

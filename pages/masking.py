@@ -16,7 +16,7 @@ from mlm_core.formatting import signed
 from mlm_core.lessons.masking_view import (
     DEFAULT_HUB_TOKENIZER, collator_snippet, masking_statistics, mlm_lab_snippet, running_counts, token_trace,
 )
-from mlm_core.masking import SPAN_REPLACEMENTS
+from mlm_core.masking import DECISION_WORDS, SELECTED_DECISIONS, SPAN_REPLACEMENTS
 
 MAX_TOKENS = 128  # what one sentence may use here: BERT's usual pre-training length
 MAX_CHARS = 4_000  # longer text is clipped before tokenizing (128 tokens never need more)
@@ -206,14 +206,12 @@ with ui.room_large("masking_draw"):  # the draw line: what the room votes on, re
 counts = running_counts(row["decisions"], step, special_row)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("selected so far", counts["MASK"] + counts["RANDOM"] + counts["UNCHANGED"])
-m2.metric("→ [MASK]", counts["MASK"])
-m3.metric("→ random", counts["RANDOM"])
-m4.metric("unchanged", counts["UNCHANGED"])
+for column, name in zip((m2, m3, m4), SELECTED_DECISIONS):
+    column.metric(DECISION_WORDS[name], counts[name])
 
 # Only what has been revealed: the chart must not give away what the room is voting on.
-counts_figure = decision_counts_figure(counts, revealed=step, total=len(tokens), height=ui.chart_height(300))
-st.plotly_chart(ui.room_figure(counts_figure), key="masking_counts_fig",
-                config=ui.plotly_config("masking_decision_counts"))
+counts_figure = decision_counts_figure(counts, revealed=step, total=len(tokens))
+ui.chart(counts_figure, "masking_counts_fig", name="masking_decision_counts")
 table = pd.DataFrame(trace)
 with ui.advanced("masking_table"):
     with st.expander("Every decision as a table", expanded=False):
@@ -252,9 +250,8 @@ if state.get("masking_stats") is not None:
         stats = None
 if stats is not None:
     check = stats.selection
-    st.plotly_chart(ui.room_figure(convergence_figure(stats.convergence, config, split_unit=stats.split_unit,
-                                                      height=ui.chart_height(420))),
-                    key="masking_conv_fig", config=ui.plotly_config("masking_convergence"))
+    ui.chart(convergence_figure(stats.convergence, config, split_unit=stats.split_unit), "masking_conv_fig",
+             name="masking_convergence")
     per = "span" if stats.split_unit == "span" else "token"
     if check.kind == "binomial":
         c1, c2, c3 = st.columns(3)
@@ -289,10 +286,8 @@ if stats is not None:
         st.markdown(f"Span lengths: **{drawn:.2f}** words drawn on average (the law: {config.mean_span_length():.2f}); "
                     f"**{stats.span_kept_mean:.2f}** kept, because the budget, the end of the sentence and other "
                     "spans cut them.")
-        st.plotly_chart(ui.room_figure(span_length_figure(stats.span_lengths, config, height=ui.chart_height(340))),
-                        key="masking_span_fig", config=ui.plotly_config("masking_span_lengths"))
-    st.plotly_chart(ui.room_figure(per_sentence_histogram(stats.per_sentence, height=ui.chart_height(360))),
-                    key="masking_hist_fig", config=ui.plotly_config("masking_per_sentence"))
+        ui.chart(span_length_figure(stats.span_lengths, config), "masking_span_fig", name="masking_span_lengths")
+    ui.chart(per_sentence_histogram(stats.per_sentence), "masking_hist_fig", name="masking_per_sentence")
     with ui.advanced("masking_stats_table"):
         ui.table(pd.DataFrame(stats.convergence))
 

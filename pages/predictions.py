@@ -7,7 +7,7 @@ import ui
 from mlm_core import MLMLabError, decision_names, encode, mask_batch, seeds
 from mlm_core.bundled import heldout_workshop_sentences
 from mlm_core.data import clip_text, mask_sentence
-from mlm_core.figures.masking import DECISION_WORDS
+from mlm_core.masking import DECISION_WORDS
 from mlm_core.figures.predictions import (
     decision_comparison_figure,
     fill_comparison_figure,

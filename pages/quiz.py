@@ -7,7 +7,7 @@ import ui
 from mlm_core import MLMLabError
 from mlm_core.bundled import workshop_sentences
 from mlm_core.lessons.export import lesson_json
-from mlm_core.figures.masking import DECISION_WORDS
+from mlm_core.masking import DECISION_WORDS
 from mlm_core.figures.predictions import probability_text, topk_figure
 from mlm_core.lessons import quiz, share_state
 from mlm_core.masking import RANDOM_REPLACEMENT_SOURCE
@@ -111,11 +111,7 @@ try:
 except MLMLabError:
     config = share_state.masking_config(share_state.defaults())
 
-try:
-    tokenizer = ui.cached_tokenizer(settings.model_name)
-except MLMLabError as exc:
-    ui.show_error(exc)
-    st.stop()
+tokenizer = ui.tokenizer_or_stop(settings)
 
 own = question_bank().get(state.get(QS_KEY))
 if state.get(QS_KEY) and own is None:
@@ -220,8 +216,8 @@ def guess_quiz() -> None:
     st.subheader("The answers")
     ui.token_chips(list(question.tokens), neutral(question.decisions),
                    originals=[None] * len(question.tokens), highlight=None)
+    model, _ = ui.model_or_stop(settings)
     try:
-        model, _ = ui.cached_model(settings.model_name)
         reports = quiz.rank_guesses(model, tokenizer, question, guesses, lowercase=lowercase)
         predictions = predict_masked(model, tokenizer, question.input_ids, question.attention_mask,
                                      question.labels, k=TOP_K, decisions=question.decision_codes)
@@ -253,11 +249,8 @@ def guess_quiz() -> None:
     if about.get("trained") is False:
         st.warning("This model's prediction head is untrained: its guesses are noise. Pick the bundled default "
                    "(trained) in the sidebar for real predictions.")
-    figure = topk_figure(predictions, bar_height=36 if settings.presenter else 22)
-    figure.update_layout(height=ui.chart_height(figure.layout.height or 450))
-    if settings.presenter:  # subplot titles are annotations: room_figure leaves them
-        figure.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
-    st.plotly_chart(ui.room_figure(figure), key="quiz_topk_fig", config=ui.plotly_config("quiz_model_guesses"))
+    ui.chart(topk_figure(predictions, bar_height=36 if settings.presenter else 22), "quiz_topk_fig",
+             name="quiz_model_guesses")
     masking_page_button()
 
 

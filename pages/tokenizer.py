@@ -245,15 +245,7 @@ for family, label, tokenizer, t, key in vocabs:
     m = cached_stats("measure", key, test_texts, lambda: measure(tokenizer, test_texts))
     rows.append({"family": family, "label": label, **m.as_dict()})
 height = 520 if settings.presenter else 380
-def chart(figure, key: str, name: str) -> None:
-    """A figure with a PNG export name; in presenter view taller and in large type."""
-    if settings.presenter:  # subplot titles are annotations: room_figure leaves them
-        figure.update_layout(height=ui.chart_height(figure.layout.height or 450))
-        figure.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
-    st.plotly_chart(ui.room_figure(figure), key=key, config=ui.plotly_config(name))
-
-
-chart(split_metrics_figure(rows, height=height), "tokenizer_split_fig", "tokenizer_split_words")
+ui.chart(split_metrics_figure(rows, height=height), "tokenizer_split_fig", name="tokenizer_split_words")
 
 st.subheader("What V costs the MLM head, and where the loss starts")
 with st.expander("Head-cost assumptions", expanded=False):
@@ -263,7 +255,7 @@ with st.expander("Head-cost assumptions", expanded=False):
     seq_len = int(c3.number_input("Sequence length T", 8, 512, 128, key="tokenizer_seq_len"))
 costs = [(family, label, head_cost(len(tokenizer), hidden_size=hidden, batch_size=batch, seq_len=seq_len))
          for family, label, tokenizer, _, _ in vocabs]
-chart(head_cost_figure(costs, height=height + 20), "tokenizer_cost_fig", "tokenizer_head_cost")
+ui.chart(head_cost_figure(costs, height=height + 20), "tokenizer_cost_fig", name="tokenizer_head_cost")
 st.caption("Forward pass only (backward costs about twice more). Both costs grow in a straight line with V "
            "(the axes are linear, so a straight line is what you see); ln V grows ever more slowly. Computing the "
            "head at the masked positions only (M = 15% of B·T) divides both costs by about 6.7, whatever V is.")
@@ -290,7 +282,7 @@ profiles = [
     (family, label, cached_stats("profile", key, sentences, lambda: frequency_profile(tokenizer, sentences)))
     for family, label, tokenizer, _, key in vocabs
 ]
-chart(frequency_profile_figure(profiles, height=height + 40), "tokenizer_freq_fig", "tokenizer_frequency_profile")
+ui.chart(frequency_profile_figure(profiles, height=height + 40), "tokenizer_freq_fig", name="tokenizer_frequency_profile")
 st.caption(f"Counted over all of {shown_corpus}. The head scores every entry at every masked position, "
            "including the ones this text never uses.")
 
