@@ -1,4 +1,5 @@
-"""What the model guesses at masked positions: top-k, p(true), rank and loss; typed blanks; filling several masks.
+"""What the model guesses at masked positions: top-k, p(true), rank and loss; typed blanks; the
+pseudo-log-likelihood; filling several masks. (The Predictions page's view-model is ``lessons.predictions``.)
 
 Every function here runs the model through ``head.masked_lm_logits`` (the encoder once, the head on
 the M selected rows only) and turns its (M, V) scores into plain records a page shows.
@@ -25,29 +26,23 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from mlm_core.data import special_ids
 from mlm_core.errors import InputError
 from mlm_core.head import SCORES_AT_ONCE, check_shapes, head_parts, masked_lm_logits, row_groups, selected_index
-from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, mask_tokens
+from mlm_core.masking import IGNORE_INDEX, Decision
 
 __all__ = [
     "TokenPrediction",
     "Predictions",
     "predict_masked",
-    "summarize_by_decision",
-    "mask_positions",
     "with_mask_token",
     "typed_blanks",
-    "default_blank",
     "predict_typed_blanks",
     "PseudoLogLikelihood",
     "pseudo_log_likelihood",
     "pseudo_log_likelihoods",
-    "decision_comparison_text",
     "FillStep",
     "FillResult",
     "FILL_MODES",
-    "FILL_LABELS",
     "MASK_PREDICT_ITERATIONS",
     "mask_predict_schedule",
     "fill_masks",
@@ -170,62 +165,8 @@ def predict_masked(model, tokenizer, input_ids, attention_mask, labels, *, k: in
     return Predictions(tuple(rows), k, int(logits.shape[-1]))
 
 
-def summarize_by_decision(predictions: Predictions) -> list[dict[str, Any]]:
-    """Per decision (MASK, RANDOM, UNCHANGED): count, mean p(true), top-1 accuracy, mean loss."""
-    groups: dict[Decision, list[TokenPrediction]] = {}
-    for p in predictions.positions:
-        if p.decision is not None and p.decision != Decision.NOT_SELECTED:
-            groups.setdefault(p.decision, []).append(p)
-    summary = []
-    for decision in (Decision.MASK, Decision.RANDOM, Decision.UNCHANGED):
-        items = groups.get(decision, [])
-        n = len(items)
-        mean = sum(p.true_prob for p in items) / n if n else float("nan")
-        # standard error of the mean over positions (positions of one sentence are not independent,
-        # so this is a lower bound on the real uncertainty)
-        sem = math.sqrt(sum((p.true_prob - mean) ** 2 for p in items) / (n - 1) / n) if n > 1 else float("nan")
-        summary.append({
-            "decision": decision.name,
-            "count": n,
-            "mean_true_prob": mean,
-            "sem_true_prob": sem,
-            "top1_accuracy": sum(p.correct for p in items) / n if n else float("nan"),
-            "mean_loss": sum(p.loss for p in items) / n if n else float("nan"),
-        })
-    return summary
-
-
-def mask_positions(tokenizer, input_ids, positions: Sequence[int], *, mask_replace_prob: float = 1.0,
-                   random_replace_prob: float = 0.0, generator: torch.Generator):
-    """Corrupt exactly the chosen ``positions`` of one sentence (T,), by BERT's replacement rule.
-
-    ``mask_tokens`` with every other token treated as special and a selection probability of 1:
-    the chosen tokens are all selected, then each becomes [MASK] / random / unchanged with the
-    given shares (1, 0: all [MASK]; 0.8, 0.1: BERT's 80/10/10). Returns a ``MaskingResult`` (T,).
-    """
-    ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
-    chosen = sorted(set(int(p) for p in positions))
-    if any(not 0 <= p < ids.shape[0] for p in chosen):
-        raise InputError(f"Positions must lie between 0 and {ids.shape[0] - 1}; got {chosen}.")
-    protected = torch.ones_like(ids)  # (T,) 1 = never selected
-    protected[chosen] = 0
-    config = MaskingConfig(mlm_probability=1.0, mask_replace_prob=mask_replace_prob,
-                           random_replace_prob=random_replace_prob)
-    return mask_tokens(ids, protected, config, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
-                       generator=generator, special_ids=special_ids(tokenizer))
-
-
-# --------------------------------------------------------------------------- typed blanks and the first word to hide
+# --------------------------------------------------------------------------- typed blanks
 _TYPED_MASK = re.compile(r"\[mask\]|<mask>", re.IGNORECASE)
-# Function words: hiding one of them teaches little, so a new sentence starts from another word.
-_FUNCTION_WORDS = frozenset(
-    "a an the and or but if of to in on at by for with from into onto over under about as is are was were be been "
-    "being am do does did have has had it its this that these those there their they them he she his her him we "
-    "our us you your i my me not no so than then too very can could will would shall should may might must "
-    "while when where which who whom what how up out off down".split()
-)
-
-
 def with_mask_token(tokenizer, text: str) -> str:
     """``text`` with every typed blank, ``[MASK]`` or ``<mask>`` (any case), as this tokenizer's mask token.
 
@@ -244,43 +185,6 @@ def typed_blanks(tokenizer, input_ids) -> list[int]:
     if tokenizer.mask_token_id is None:
         return []
     return (ids == tokenizer.mask_token_id).nonzero().flatten().tolist()
-
-
-def default_blank(tokens: Sequence[str], word_ids: Sequence[int]) -> int | None:
-    """The position to hide first in a new sentence: a content word, never punctuation.
-
-    The whole word (one piece) of letters, not a function word, nearest the middle of the sentence
-    (ties: the longer word, then the leftmost); failing that any word of letters, then any word
-    piece. ``word_ids``: -1 on special tokens (``data.Encoded.word_ids``). None for no word at all.
-
-    >>> default_blank(["[CLS]", "the", "cat", "sat", ".", "[SEP]"], [-1, 0, 1, 2, 3, -1])
-    2
-    """
-    pieces: dict[int, int] = {}
-    for w in word_ids:
-        if w >= 0:
-            pieces[w] = pieces.get(w, 0) + 1
-    eligible = [i for i, w in enumerate(word_ids) if w >= 0]
-    if not eligible:
-        return None
-    middle = (eligible[0] + eligible[-1]) / 2
-
-    def bare(token: str) -> str:
-        return token[1:] if token[:1] in ("Ġ", "▁") and len(token) > 1 else token
-
-    def letters(i: int) -> bool:
-        return bare(tokens[i]).isalpha() and not tokens[i].startswith("##")
-
-    tiers = (
-        [i for i in eligible if pieces[word_ids[i]] == 1 and letters(i) and len(bare(tokens[i])) > 1
-         and bare(tokens[i]).lower() not in _FUNCTION_WORDS],
-        [i for i in eligible if letters(i)],
-        eligible,
-    )
-    for tier in tiers:
-        if tier:
-            return min(tier, key=lambda i: (abs(i - middle), -len(tokens[i]), i))
-    return None
 
 
 @torch.no_grad()
@@ -380,36 +284,6 @@ def pseudo_log_likelihoods(model, tokenizer, sentences: Sequence[Sequence[int]],
     return out
 
 
-def decision_comparison_text(summary: Sequence[dict[str, Any]], n_sentences: int) -> str:
-    """What a ``summarize_by_decision`` table shows, in one paragraph, with its uncertainty.
-
-    Two groups are called different only when their means are more than two standard errors of the
-    difference apart; otherwise the text says the sample cannot tell them apart.
-    """
-    names = {"MASK": "[MASK]", "RANDOM": "random", "UNCHANGED": "unchanged"}
-    rows = [r for r in summary if r["count"] > 0]
-    if not rows:
-        return "No selected positions to compare."
-    parts = [f"{names[r['decision']]} {r['mean_true_prob']:.2f} ± {r['sem_true_prob']:.2f} (n = {r['count']})"
-             if r["count"] > 1 else f"{names[r['decision']]} {r['mean_true_prob']:.2f} (n = 1)" for r in rows]
-    ranked = sorted(rows, key=lambda r: -r["mean_true_prob"])
-    findings = []
-    for a, b in zip(ranked, ranked[1:]):
-        se = math.sqrt((a["sem_true_prob"] if a["count"] > 1 else float("inf")) ** 2
-                       + (b["sem_true_prob"] if b["count"] > 1 else float("inf")) ** 2)
-        gap = a["mean_true_prob"] - b["mean_true_prob"]
-        if math.isfinite(se) and gap > 2 * se:
-            findings.append(f"the model is surer at **{names[a['decision']]}** than at **{names[b['decision']]}** "
-                            f"positions (difference {gap:.2f}, more than twice its standard error {se:.2f})")
-        else:
-            findings.append(f"**{names[a['decision']]}** and **{names[b['decision']]}** cannot be told apart on "
-                            f"this sample (difference {gap:.2f}, standard error {se:.2f})" if math.isfinite(se) else
-                            f"**{names[a['decision']]}** and **{names[b['decision']]}** cannot be compared "
-                            "(one of them has a single position)")
-    return (f"Mean p(true token) ± standard error over the selected positions of {n_sentences} sentences: "
-            + ", ".join(parts) + ". So " + "; ".join(findings) + ".")
-
-
 # --------------------------------------------------------------------------- filling several masks
 @dataclass(frozen=True)
 class FillStep:
@@ -445,11 +319,6 @@ class FillResult:
 
 
 FILL_MODES = ("independent", "easy_first", "mask_predict")
-FILL_LABELS = {
-    "independent": "independent (one pass)",
-    "easy_first": "greedy easy-first (one at a time)",
-    "mask_predict": "Mask-Predict (re-mask the least sure)",
-}
 MASK_PREDICT_ITERATIONS = 4  # Ghazvininejad et al. 2019 report T = 4 and T = 10 (Table 1)
 
 

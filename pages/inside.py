@@ -39,7 +39,7 @@ from mlm_core.inside import (
 from mlm_core.lessons.inside import agreement_over_texts, compare_models, last_word, lens_profile_on_texts, measure_head_patterns
 from mlm_core.head import head_parts
 from mlm_core.formatting import signed
-from mlm_core.predict import mask_positions
+from mlm_core.data import mask_positions
 from mlm_core.session_models import same_vocabulary
 
 MAX_TOKENS = 64  # every view of a sentence this long answers within a second on 2 cores (benchmark P5)

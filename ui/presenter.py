@@ -148,6 +148,13 @@ def chart(fig, key: str, *, name: str | None = None, height: int | None = None, 
     return st.plotly_chart(room_figure(fig), key=key, config=config, **kwargs)
 
 
+def metric_row(metrics) -> None:
+    """``(label, value, help)`` triples (a view-model's numbers) as one row of ``st.metric``, a column each."""
+    metrics = list(metrics)
+    for column, (label, value, help) in zip(st.columns(len(metrics)), metrics):
+        column.metric(label, value, help=help)
+
+
 def plotly_config(filename: str) -> dict:
     """``st.plotly_chart(fig, config=ui.plotly_config("masking_counts"))``: the camera button saves a PNG.
 

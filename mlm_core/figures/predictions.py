@@ -12,7 +12,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mlm_core.figures.masking import COLORS
+from mlm_core.formatting import probability_text
 from mlm_core.lessons.loss_lab import uniform_guess, uniform_guess_label
+from mlm_core.lessons.predictions import FILL_LABELS
 from mlm_core.masking import DECISION_WORDS, SELECTED_DECISIONS
 from mlm_core.predict import Predictions, TokenPrediction
 
@@ -24,15 +26,6 @@ MODE_COLORS = {"independent": "#1c7ed6", "easy_first": "#ae3ec9", "mask_predict"
 
 def _e(text: str) -> str:
     return html.escape(str(text), quote=False)
-
-
-def probability_text(q: float) -> str:
-    """12.3% for visible probabilities, 3.1e-05 for the tiny ones an untrained model gives (never "0.0%").
-
-    >>> probability_text(0.1234), probability_text(0.000067)
-    ('12.3%', '6.7e-05')
-    """
-    return f"{q:.1%}" if q >= 0.001 else f"{q:.1e}"
 
 
 def _facet_title(p: TokenPrediction, known_truth: bool = True) -> str:
@@ -169,8 +162,6 @@ def fill_comparison_figure(results, tokens: list[str], *, height: int = 360, lab
     width, and side by side they overlapped).
     """
     fig = go.Figure()
-    names = {"independent": "independent: one pass", "easy_first": "greedy easy-first: most confident first",
-             "mask_predict": "Mask-Predict: re-mask the least sure"}
     across = label_px is not None
     positions = 0
     for result in results:
@@ -181,7 +172,7 @@ def fill_comparison_figure(results, tokens: list[str], *, height: int = 360, lab
         where = [f"{s.position}: {_e(tokens[s.position]) if s.position < len(tokens) else ''}" for s in steps]
         probs = [s.prob for s in steps]
         fig.add_trace(go.Bar(
-            name=names.get(result.mode, result.mode),
+            name=FILL_LABELS.get(result.mode, result.mode),
             x=probs if across else where, y=where if across else probs, orientation="h" if across else "v",
             text=text, textposition="outside", cliponaxis=False,
             textfont=dict(size=label_px) if across else None,
