@@ -15,29 +15,7 @@ from mlm_core.figures.predictions import (
     topk_figure,
 )
 from mlm_core.lessons import model_card, share_state
-from mlm_core.lessons.predictions import (
-    FILL_LABELS,
-    MaskedExample,
-    clicked_example,
-    compare_decisions,
-    decision_comparison_text,
-    decision_table,
-    default_blank,
-    fill_all,
-    fill_note,
-    fill_rows,
-    fill_title,
-    filled_chips,
-    guess_metrics,
-    guesses,
-    masking_page_example,
-    one_masking_note,
-    pll_metrics,
-    pll_rows,
-    position_rows,
-    summarize_by_decision,
-    typed_blanks_note,
-)
+from mlm_core.lessons import predictions as lesson  # the page's view-model
 from mlm_core.lessons.prose import LessonText
 from mlm_core.models import available_models, model_description
 from mlm_core.predict import MASK_PREDICT_ITERATIONS, predict_typed_blanks, pseudo_log_likelihood, typed_blanks
@@ -60,7 +38,8 @@ CORRUPTIONS = {
     "left unchanged": (0.0, 0.0),
     "BERT's 80/10/10 draw": (0.8, 0.1),
 }
-SOURCES = dict(zip(share_state.PREDICTION_SOURCES, ("Mask it here", "Take it from the Masking page")))  # in links: source=
+# in links: source=
+SOURCES = dict(zip(share_state.PREDICTION_SOURCES, ("Mask it here", "Take it from the Masking page")))
 FILL_VIEWS = ("side by side", "independent", "easy_first", "mask_predict")
 PLL_KEY = "pred_pll"  # (model, ids) -> PseudoLogLikelihood, computed on request
 OWN_KEY = "pred_own_sentence"  # a sentence typed here, for this page only; None: the lesson's sentence
@@ -136,13 +115,13 @@ def sentence_controls() -> str:
     is marked as this page's own, with a button back to the lesson's and one to make it the lesson's.
     """
     state = st.session_state
-    lesson = state.get(ui.KEYS.sentence) or EXAMPLES[0]
+    shared = state.get(ui.KEYS.sentence) or EXAMPLES[0]
     own = state.get(OWN_KEY)
-    state["pred_sentence"] = lesson if own is None else own
+    state["pred_sentence"] = shared if own is None else own
 
     def adopt():
         text = state.get("pred_sentence") or ""
-        state[OWN_KEY] = None if text.strip() == lesson.strip() else text
+        state[OWN_KEY] = None if text.strip() == shared.strip() else text
 
     def back():
         state[OWN_KEY] = None
@@ -154,7 +133,7 @@ def sentence_controls() -> str:
     ui.example_picker(EXAMPLES, key="pred_example", sentence_key="pred_sentence", container=c1, on_pick=adopt)
     text = c2.text_area("…or type your own sentence", key="pred_sentence", height=80, on_change=adopt)
     if own is not None:
-        st.caption(TEXT("own_sentence", lesson=ui.markdown_text(lesson)))
+        st.caption(TEXT("own_sentence", lesson=ui.markdown_text(shared)))
         b1, b2, _ = st.columns([1, 1, 1])
         b1.button("↩ Back to the lesson's sentence", key="pred_own_back", on_click=back, width="stretch")
         b2.button("📌 Use it on every page", key="pred_own_share", on_click=make_lesson, width="stretch",
@@ -172,7 +151,7 @@ def pick_controls(tokens: list[str], word_ids: list[int]) -> tuple[list[int], tu
     elif kept_for == tokens:
         picked = kept  # back on the page: the pills lost their value, the page did not
     else:  # a new sentence
-        first = default_blank(tokens, word_ids)  # a content word, never punctuation
+        first = lesson.default_blank(tokens, word_ids)  # a content word, never punctuation
         picked = [first] if first is not None else []
     state["pred_positions"] = [p for p in picked if p in options]
     state["pred_positions_for"] = tokens
@@ -183,7 +162,7 @@ def pick_controls(tokens: list[str], word_ids: list[int]) -> tuple[list[int], tu
     return chosen, CORRUPTIONS[how]
 
 
-def from_masking_page() -> MaskedExample | None:
+def from_masking_page() -> lesson.MaskedExample | None:
     """The Masking page's masks, rebuilt from the shared sentence, seed and rule (the link's, or this session's).
 
     Through the Masking page's own path (``mask_sentence``): a student who opens a Predictions link gets the
@@ -203,12 +182,12 @@ def from_masking_page() -> MaskedExample | None:
         return None
     st.caption(TEXT("from_masking_page", seed=settings.seed, strategy=config.strategy.replace("_", " "),
                     p=config.mlm_probability))
-    return masking_page_example(masked)
+    return lesson.masking_page_example(masked)
 
 
 def typed_blank_lesson(tokens: list[str], encoded, blanks: list[int]) -> None:
     """A sentence with blanks the learner typed: the model's guesses there (no true token, so no loss)."""
-    st.info(typed_blanks_note(len(blanks), ui.inline_code(tokenizer.mask_token)))
+    st.info(lesson.typed_blanks_note(len(blanks), ui.inline_code(tokenizer.mask_token)))
     k = st.slider("How many guesses to show (k)", 1, 10, 5, key="pred_k")
     try:
         found = predict_typed_blanks(model, tokenizer, encoded.input_ids[0], encoded.attention_mask[0], blanks, k=k)
@@ -218,33 +197,34 @@ def typed_blank_lesson(tokens: list[str], encoded, blanks: list[int]) -> None:
     st.subheader("What the model sees")
     ui.token_chips(tokens, ["MASK" if i in blanks else "NOT_SELECTED" for i in range(len(tokens))])
     st.subheader("Its guesses at your blanks")
-    ui.chart(topk_figure(found, bar_height=36 if settings.presenter else 22), "pred_topk_fig", name="predictions_blanks")
+    ui.chart(topk_figure(found, bar_height=36 if settings.presenter else 22), "pred_topk_fig",
+             name="predictions_blanks")
     if len(blanks) > 1:
         fill_lesson(tokens, encoded.input_ids[0], encoded.attention_mask[0], blanks[:MAX_FILL])
 
 
 def show_fill(result, tokens: list[str]) -> None:
-    st.markdown(fill_title(result))
-    ui.token_chips(*filled_chips(result, tokens))
+    st.markdown(lesson.fill_title(result))
+    ui.token_chips(*lesson.filled_chips(result, tokens))
 
 
 def fill_lesson(tokens, original_ids, attention_mask, fill_positions) -> None:
     """Several masks: independent, greedy easy-first and Mask-Predict filling of the same positions."""
     st.subheader("Several masks: all at once, one at a time, or predict and revise?")
     st.markdown(TEXT("fill_modes"))
-    st.caption(fill_note(len(fill_positions), MAX_FILL))
+    st.caption(lesson.fill_note(len(fill_positions), MAX_FILL))
     c1, c2 = st.columns([3, 1])
     view = c1.radio("Show", FILL_VIEWS, horizontal=True, key="pred_fill_mode",
-                    format_func=lambda v: FILL_LABELS.get(v, v))
+                    format_func=lambda v: lesson.FILL_LABELS.get(v, v))
     iterations = c2.slider("Mask-Predict iterations T", 1, 10, MASK_PREDICT_ITERATIONS, key="pred_fill_iterations")
     try:
-        fills = fill_all(model, tokenizer, original_ids, attention_mask, fill_positions, iterations=iterations)
+        fills = lesson.fill_all(model, tokenizer, original_ids, attention_mask, fill_positions, iterations=iterations)
     except MLMLabError as exc:
         ui.show_error(exc)
         return
     if view != "side by side":
         show_fill(fills[view], tokens)
-        ui.table(pd.DataFrame(fill_rows(fills[view], tokens)), static=True)  # its cells wrap: no value is cut
+        ui.table(pd.DataFrame(lesson.fill_rows(fills[view], tokens)), static=True)  # its cells wrap: no value is cut
         return
     # The sentences side by side; the tables below them at full width (in a third of the page they were cut).
     for column, result in zip(st.columns(len(fills)), fills.values()):
@@ -254,8 +234,8 @@ def fill_lesson(tokens, original_ids, attention_mask, fill_positions) -> None:
                                     label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None),
              "pred_fill_fig", name="predictions_filling")
     for mode, result in fills.items():
-        st.markdown(f"**{FILL_LABELS[mode]}**: step by step")
-        ui.table(pd.DataFrame(fill_rows(result, tokens)), static=True)
+        st.markdown(f"**{lesson.FILL_LABELS[mode]}**: step by step")
+        ui.table(pd.DataFrame(lesson.fill_rows(result, tokens)), static=True)
 
 
 source = st.radio("Masked sentence", list(SOURCES), horizontal=True, key="pred_source", format_func=SOURCES.get,
@@ -274,13 +254,13 @@ if example is None:
     if not positions:
         st.info("Click at least one token above to hide it from the model.")
         st.stop()
-    example = clicked_example(tokenizer, encoded, positions, mask_share=mask_share, random_share=random_share,
+    example = lesson.clicked_example(tokenizer, encoded, positions, mask_share=mask_share, random_share=random_share,
                               seed=settings.seed)
 tokens = example.tokens
 
 k = st.slider("How many guesses to show (k)", 1, 10, 5, key="pred_k")
 try:
-    predictions = guesses(model, tokenizer, example, k)
+    predictions = lesson.guesses(model, tokenizer, example, k)
 except MLMLabError as exc:
     ui.show_error(exc)
     st.stop()
@@ -299,15 +279,15 @@ ui.decision_legend()
 st.subheader("Its guesses, position by position")
 ui.chart(topk_figure(predictions, bar_height=36 if settings.presenter else 22), "pred_topk_fig",
          name="predictions_topk")
-ui.metric_row(guess_metrics(predictions))
-st.caption(one_masking_note(example, len(predictions.positions)))
+ui.metric_row(lesson.guess_metrics(predictions))
+st.caption(lesson.one_masking_note(example, len(predictions.positions)))
 ui.chart(loss_per_position_figure(predictions), "pred_loss_fig", name="predictions_loss")
 try:
     st.page_link("pages/losses.py", label="How this loss is computed, and its variants: the Loss page", icon="📉")
 except Exception:  # the Loss page is not registered (yet)
     st.caption("The Loss page shows how this loss is computed and compares its variants.")
 with st.expander("Every position as a table"):
-    ui.table(pd.DataFrame(position_rows(predictions)))
+    ui.table(pd.DataFrame(lesson.position_rows(predictions)))
 
 # --------------------------------------------------------------------------- a score without a draw
 st.subheader("A score of the sentence that needs no random draw")
@@ -323,9 +303,9 @@ if st.button(f"Score the sentence: mask each of its {n_scored} tokens in turn", 
             ui.show_error(exc)
 pll = st.session_state.get(PLL_KEY)
 if pll is not None and pll[0] == pll_key:
-    ui.metric_row(pll_metrics(pll[1]))
+    ui.metric_row(lesson.pll_metrics(pll[1]))
     with st.expander("Every token's log p, masked alone"):
-        ui.table(pd.DataFrame(pll_rows(pll[1])))
+        ui.table(pd.DataFrame(lesson.pll_rows(pll[1])))
 
 # --------------------------------------------------------------------------- [MASK] vs random vs unchanged
 st.subheader("[MASK] vs random vs unchanged")
@@ -338,16 +318,16 @@ corpus_key = (model_key, settings.seed, n_sentences, rule)
 if st.button(f"📊 Compare on many sentences ({rule.describe()})", key="pred_corpus_run"):
     with st.spinner("Masking and predicting…"):
         try:
-            st.session_state["pred_corpus"] = (*corpus_key, compare_decisions(model, tokenizer, HELDOUT[:n_sentences],
-                                                                              rule, settings.seed))
+            compared = lesson.compare_decisions(model, tokenizer, HELDOUT[:n_sentences], rule, settings.seed)
+            st.session_state["pred_corpus"] = (*corpus_key, compared)
         except MLMLabError as exc:
             ui.show_error(exc)
 corpus = st.session_state.get("pred_corpus")
 if corpus is not None and corpus[:4] == corpus_key:
-    summary = summarize_by_decision(corpus[4])
-    st.markdown(decision_comparison_text(summary, n_sentences))
+    summary = lesson.summarize_by_decision(corpus[4])
+    st.markdown(lesson.decision_comparison_text(summary, n_sentences))
     ui.chart(decision_comparison_figure(corpus[4]), "pred_corpus_fig", name="predictions_by_decision", height=380)
-    ui.table(pd.DataFrame(decision_table(summary)))
+    ui.table(pd.DataFrame(lesson.decision_table(summary)))
 
 # --------------------------------------------------------------------------- several masks at once
 fill_positions = [p.position for p in predictions.positions if p.row == 0][:MAX_FILL]
