@@ -149,10 +149,15 @@ def chart(fig, key: str, *, name: str | None = None, height: int | None = None, 
 
 
 def metric_row(metrics) -> None:
-    """``(label, value, help)`` triples (a view-model's numbers) as one row of ``st.metric``, a column each."""
+    """A view-model's numbers as one row of ``st.metric``, a column each: ``(label, value, help)`` triples, or dicts
+    of ``st.metric``'s keywords (a delta, its colour)."""
     metrics = list(metrics)
-    for column, (label, value, help) in zip(st.columns(len(metrics)), metrics):
-        column.metric(label, value, help=help)
+    for column, metric in zip(st.columns(len(metrics)), metrics):
+        if isinstance(metric, dict):
+            column.metric(**metric)
+        else:
+            label, value, help = metric
+            column.metric(label, value, help=help)
 
 
 def plotly_config(filename: str) -> dict:
