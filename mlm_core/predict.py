@@ -351,76 +351,108 @@ def fill_masks(model, tokenizer, input_ids, attention_mask, positions: Sequence[
         raise InputError(f"mode must be one of {', '.join(FILL_MODES)}; got {mode!r}.")
     ids = torch.as_tensor(input_ids).reshape(-1).clone()  # (T,) never edit the caller's tensor
     mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(1, -1)
-    width = ids.shape[0]
-    special = set(int(i) for i in tokenizer.all_special_ids)
-    remaining = sorted(set(int(p) for p in positions))
-    if not remaining:
-        raise InputError("Pick at least one token to mask.")
-    for p in remaining:
-        if not 0 <= p < width:
-            raise InputError(f"Position {p} is outside the sentence (it has {width} tokens).")
-        if int(ids[p]) in special and int(ids[p]) != tokenizer.mask_token_id:
-            raise InputError(f"Position {p} is the special token {tokenizer.convert_ids_to_tokens(int(ids[p]))}; "
-                             "pick a word piece instead.")
-    ids[remaining] = tokenizer.mask_token_id
-    banned = torch.tensor(sorted(special))  # (S,) ids that never go into a sentence
-
-    def probabilities(todo: list[int]) -> torch.Tensor:
-        labels = torch.full((1, width), IGNORE_INDEX)
-        labels[0, todo] = 0  # any id: only where labels are set matters here
-        logits, _ = masked_lm_logits(model, ids[None], mask, labels)  # (P, V), positions in order
-        logits = logits.float().cpu()
-        logits[:, banned[banned < logits.shape[-1]]] = float("-inf")
-        return logits.softmax(-1)  # (P, V)
-
-    steps: dict[int, FillStep] = {}
-    order: list[int] = []
-    rounds: list[tuple[int, ...]] = []
-    round_tokens: list[tuple[str, ...]] = []
-    round_probs: list[tuple[float, ...]] = []
-    targets = list(remaining)
-    if mode == "independent":
-        probs = probabilities(remaining)  # (P, V): one pass for all positions
-        rounds.append(tuple(remaining))
-        for i, p in enumerate(remaining):
-            steps[p] = _fill(ids, p, probs[i], tokenizer, k)
-            order.append(p)
-    elif mode == "easy_first":
-        while remaining:
-            probs = probabilities(remaining)  # (P, V) with the earlier choices filled in
-            best = int(probs.max(-1).values.argmax())  # the position the model is most sure of
-            p = remaining.pop(best)
-            rounds.append((p,))
-            steps[p] = _fill(ids, p, probs[best], tokenizer, k)
-            order.append(p)
-    else:
-        for t, n_masks in enumerate([len(targets)] + mask_predict_schedule(len(targets), iterations)):
-            if n_masks == 0:
-                break
-            if t == 0:  # iteration 0: every position is masked
-                todo = list(targets)
-            else:  # re-mask the n least confident (ties: the leftmost first)
-                todo = sorted(sorted(targets, key=lambda q: (steps[q].prob, q))[:n_masks])
-                ids[todo] = tokenizer.mask_token_id
-            probs = probabilities(todo)  # (n, V)
-            for i, p in enumerate(todo):
-                steps[p] = _fill(ids, p, probs[i], tokenizer, k)
-            rounds.append(tuple(todo))
-            round_tokens.append(tuple(steps[p].token for p in targets))
-            round_probs.append(tuple(steps[p].prob for p in targets))
-        order = sorted(targets, key=lambda q: max(r for r, done in enumerate(rounds) if q in done))
+    targets = _fill_targets(tokenizer, ids, positions)
+    ids[targets] = tokenizer.mask_token_id
+    filling = _Filling(model, tokenizer, ids, mask, k)
+    {"independent": _fill_independent, "easy_first": _fill_easy_first, "mask_predict": _mask_predict}[mode](
+        filling, targets, iterations)
     final = tuple(ids.tolist())
     return FillResult(
         mode=mode,
-        order=tuple(order),
-        steps=tuple(steps[p] for p in order),
+        order=tuple(filling.order),
+        steps=tuple(filling.steps[p] for p in filling.order),
         ids=final,
         tokens=tuple(tokenizer.convert_ids_to_tokens(list(final))),
         text=tokenizer.decode(list(final), skip_special_tokens=True),
-        rounds=tuple(rounds),
-        round_tokens=tuple(round_tokens),
-        round_probs=tuple(round_probs),
+        rounds=tuple(filling.rounds),
+        round_tokens=tuple(filling.round_tokens),
+        round_probs=tuple(filling.round_probs),
     )
+
+
+def _fill_targets(tokenizer, ids: torch.Tensor, positions: Sequence[int]) -> list[int]:
+    """The positions to fill, sorted, once each; an ``InputError`` for none, one outside the sentence, or a special
+    token other than the mask token (a typed blank may already hold it)."""
+    special = set(int(i) for i in tokenizer.all_special_ids)
+    targets = sorted(set(int(p) for p in positions))
+    if not targets:
+        raise InputError("Pick at least one token to mask.")
+    for p in targets:
+        if not 0 <= p < ids.shape[0]:
+            raise InputError(f"Position {p} is outside the sentence (it has {ids.shape[0]} tokens).")
+        if int(ids[p]) in special and int(ids[p]) != tokenizer.mask_token_id:
+            raise InputError(f"Position {p} is the special token {tokenizer.convert_ids_to_tokens(int(ids[p]))}; "
+                             "pick a word piece instead.")
+    return targets
+
+
+class _Filling:
+    """One sentence being filled: our own copy of its ids (T,), filled in place, each position's latest step, the
+    order they were filled in, and the rounds of predictions that filled them."""
+
+    def __init__(self, model, tokenizer, ids: torch.Tensor, mask: torch.Tensor | None, k: int):
+        self.model, self.tokenizer, self.ids, self.mask, self.k = model, tokenizer, ids, mask, k
+        self.banned = torch.tensor(sorted(set(int(i) for i in tokenizer.all_special_ids)))  # (S,) never in a sentence
+        self.steps: dict[int, FillStep] = {}
+        self.order: list[int] = []
+        self.rounds: list[tuple[int, ...]] = []
+        self.round_tokens: list[tuple[str, ...]] = []
+        self.round_probs: list[tuple[float, ...]] = []
+
+    def probabilities(self, todo: list[int]) -> torch.Tensor:
+        """The model's probabilities (P, V) at the positions ``todo``, in order, on the ids as they are now."""
+        width = self.ids.shape[0]
+        labels = torch.full((1, width), IGNORE_INDEX)
+        labels[0, todo] = 0  # any id: only where labels are set matters here
+        logits, _ = masked_lm_logits(self.model, self.ids[None], self.mask, labels)  # (P, V), positions in order
+        logits = logits.float().cpu()
+        logits[:, self.banned[self.banned < logits.shape[-1]]] = float("-inf")
+        return logits.softmax(-1)  # (P, V)
+
+    def fill(self, position: int, probs: torch.Tensor) -> None:
+        """Write the first choice of ``probs`` (V,) at ``position``, and remember the step."""
+        self.steps[position] = _fill(self.ids, position, probs, self.tokenizer, self.k)
+
+
+def _fill_independent(filling: _Filling, targets: list[int], iterations: int) -> None:
+    """One pass; every position takes its first choice from it."""
+    probs = filling.probabilities(targets)  # (P, V): one pass for all positions
+    filling.rounds.append(tuple(targets))
+    for i, p in enumerate(targets):
+        filling.fill(p, probs[i])
+        filling.order.append(p)
+
+
+def _fill_easy_first(filling: _Filling, targets: list[int], iterations: int) -> None:
+    """Fill the position the model is most sure of, run again with it filled in, repeat."""
+    remaining = list(targets)
+    while remaining:
+        probs = filling.probabilities(remaining)  # (P, V) with the earlier choices filled in
+        best = int(probs.max(-1).values.argmax())  # the position the model is most sure of
+        p = remaining.pop(best)
+        filling.rounds.append((p,))
+        filling.fill(p, probs[best])
+        filling.order.append(p)
+
+
+def _mask_predict(filling: _Filling, targets: list[int], iterations: int) -> None:
+    """Mask-Predict: every position at once, then re-mask and predict again the least confident ones."""
+    steps = filling.steps
+    for t, n_masks in enumerate([len(targets)] + mask_predict_schedule(len(targets), iterations)):
+        if n_masks == 0:
+            break
+        if t == 0:  # iteration 0: every position is masked
+            todo = list(targets)
+        else:  # re-mask the n least confident (ties: the leftmost first)
+            todo = sorted(sorted(targets, key=lambda q: (steps[q].prob, q))[:n_masks])
+            filling.ids[todo] = filling.tokenizer.mask_token_id
+        probs = filling.probabilities(todo)  # (n, V)
+        for i, p in enumerate(todo):
+            filling.fill(p, probs[i])
+        filling.rounds.append(tuple(todo))
+        filling.round_tokens.append(tuple(steps[p].token for p in targets))
+        filling.round_probs.append(tuple(steps[p].prob for p in targets))
+    filling.order = sorted(targets, key=lambda q: max(r for r, done in enumerate(filling.rounds) if q in done))
 
 
 def _fill(ids: torch.Tensor, position: int, probs: torch.Tensor, tokenizer, k: int) -> FillStep:
