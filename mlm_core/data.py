@@ -6,11 +6,13 @@ Shapes: B = batch, T = sequence length.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import re
 import threading
 import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -170,22 +172,34 @@ def encode(tokenizer, texts: str | list[str], max_length: int = 128) -> Encoded:
     return Encoded(batch["input_ids"], attention, special.long(), words, truncated, tokens)
 
 
+# --------------------------------------------------------------------------- masking encoded text
+# Three entry points, each ``masking.mask_tokens`` with a tokenizer's mask id, vocabulary and special ids:
+# mask_batch (a batch, one generator), mask_sentence (one sentence, from a seed: what every page shows) and
+# mask_positions (the positions a learner chose, no selection draw). training.mask_rows masks training rows,
+# each from its own seed.
 def mask_batch(
-    tokenizer, encoded: Encoded, config: MaskingConfig, generator: torch.Generator, trace: bool = True
+    tokenizer, encoded: Encoded | Mapping[str, torch.Tensor], config: MaskingConfig, generator: torch.Generator,
+    trace: bool = True,
 ) -> MaskingResult:
-    """``mask_tokens`` on an encoded batch, with the mask id, vocabulary and special ids of its tokenizer."""
+    """``masking.mask_tokens`` on an encoded batch, with the mask id, vocabulary and special ids of its tokenizer.
+
+    ``encoded``: an ``Encoded`` (``encode``), or a dict with the same tensors (``input_ids``,
+    ``special_tokens_mask``, ``word_ids``, ``attention_mask``), such as ``lessons.nsp.encode_pairs``' sentence
+    pairs. Every rule works on both: word ids for whole-word and span masking, the attention mask for exact count.
+    """
     if tokenizer.mask_token_id is None:
         raise InputError("This tokenizer has no mask token, so it cannot be used for masked-LM training.")
+    field = encoded.__getitem__ if isinstance(encoded, Mapping) else functools.partial(getattr, encoded)
     return mask_tokens(
-        encoded.input_ids,
-        encoded.special_tokens_mask,
+        field("input_ids"),
+        field("special_tokens_mask"),
         config,
         mask_token_id=tokenizer.mask_token_id,
         vocab_size=len(tokenizer),
         generator=generator,
-        word_ids=encoded.word_ids,
+        word_ids=field("word_ids"),
         special_ids=special_ids(tokenizer),
-        attention_mask=encoded.attention_mask,
+        attention_mask=field("attention_mask"),
         trace=trace,
     )
 
@@ -214,7 +228,7 @@ class MaskedSentence:
 def mask_sentence(tokenizer, sentence: str, config: MaskingConfig, seed: int, *, max_length: int = 128) -> MaskedSentence:
     """Mask one sentence the way every page does: one seed gives one selection and one decision per token.
 
-    The generator is ``seeds.generator(seed)``, the learner's own stream: exactly
+    ``encode`` then ``mask_batch`` with ``seeds.generator(seed)``. The generator is ``seeds.generator(seed)``, the learner's own stream: exactly
     ``torch.Generator().manual_seed(seed)``, used for this sentence only, so the
     Masking page, the Quiz and the Predictions page show the same masks for the same seed.
     Raises ``InputError`` for empty text or a tokenizer without a mask token.
@@ -227,6 +241,27 @@ def mask_sentence(tokenizer, sentence: str, config: MaskingConfig, seed: int, *,
     encoded = encode(tokenizer, sentence, max_length=max_length)
     result = mask_batch(tokenizer, encoded, config, seeds.generator(int(seed)))
     return MaskedSentence(sentence, encoded, result, config, int(seed))
+
+
+def mask_positions(tokenizer, input_ids, positions: Sequence[int], *, mask_replace_prob: float = 1.0,
+                   random_replace_prob: float = 0.0, generator: torch.Generator):
+    """Corrupt exactly the chosen ``positions`` of one sentence (T,), by BERT's replacement rule: the tokens a
+    learner clicked (the Predictions and Inside pages), where ``mask_sentence`` draws which ones.
+
+    ``masking.mask_tokens`` with every other token treated as special and a selection probability of 1:
+    the chosen tokens are all selected, then each becomes [MASK] / random / unchanged with the
+    given shares (1, 0: all [MASK]; 0.8, 0.1: BERT's 80/10/10). Returns a ``MaskingResult`` (T,).
+    """
+    ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
+    chosen = sorted(set(int(p) for p in positions))
+    if any(not 0 <= p < ids.shape[0] for p in chosen):
+        raise InputError(f"Positions must lie between 0 and {ids.shape[0] - 1}; got {chosen}.")
+    protected = torch.ones_like(ids)  # (T,) 1 = never selected
+    protected[chosen] = 0
+    config = MaskingConfig(mlm_probability=1.0, mask_replace_prob=mask_replace_prob,
+                           random_replace_prob=random_replace_prob)
+    return mask_tokens(ids, protected, config, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
+                       generator=generator, special_ids=special_ids(tokenizer))
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")

@@ -92,3 +92,12 @@ def percent_text(p: float) -> str:
     ('42.0%', '0.31%', '3.3e-05')
     """
     return f"{p:.1%}" if p >= 0.01 else (f"{p:.2%}" if p >= 1e-4 else f"{p:.1e}")
+
+
+def probability_text(q: float) -> str:
+    """12.3% for visible probabilities, 3.1e-05 for the tiny ones an untrained model gives (never "0.0%").
+
+    >>> probability_text(0.1234), probability_text(0.000067)
+    ('12.3%', '6.7e-05')
+    """
+    return f"{q:.1%}" if q >= 0.001 else f"{q:.1e}"

@@ -198,6 +198,28 @@ class MaskingResult:
 
 SPECIAL = "SPECIAL"  # the name a page shows on [CLS], [SEP] and the like: never a Decision, never selected
 
+# The words a learner reads for each name ``decision_names`` gives: the chips and their legend, tables, figures and
+# sentences all take them from here (``mlm_core.figures.masking.DECISION_STYLE`` adds the colours).
+DECISION_WORDS = {
+    "NOT_SELECTED": "not selected",
+    "MASK": "→ [MASK]",
+    "RANDOM": "→ random",
+    "UNCHANGED": "unchanged",
+    SPECIAL: "special",
+}
+SELECTED_DECISIONS = ("MASK", "RANDOM", "UNCHANGED")  # what a selected token became: where the loss is computed
+
+
+def decision_word(name: str, *, noun: bool = False) -> str:
+    """What a learner reads for a decision name: the legend's word, or with ``noun`` the word a sentence uses
+    ("surer at **[MASK]** than at **random** positions"). A name it does not know comes back as it is.
+
+    >>> decision_word("RANDOM"), decision_word("MASK", noun=True), decision_word("UNCHANGED", noun=True)
+    ('→ random', '[MASK]', 'unchanged')
+    """
+    word = DECISION_WORDS.get(name, name)
+    return word.removeprefix("→ ") if noun else word
+
 
 def decision_names(
     result_or_codes: MaskingResult | torch.Tensor | Sequence[int],

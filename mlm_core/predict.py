@@ -1,4 +1,5 @@
-"""What the model guesses at masked positions: top-k, p(true), rank and loss; typed blanks; filling several masks.
+"""What the model guesses at masked positions: top-k, p(true), rank and loss; typed blanks; the
+pseudo-log-likelihood; filling several masks. (The Predictions page's view-model is ``lessons.predictions``.)
 
 Every function here runs the model through ``head.masked_lm_logits`` (the encoder once, the head on
 the M selected rows only) and turns its (M, V) scores into plain records a page shows.
@@ -25,29 +26,23 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from mlm_core.data import special_ids
 from mlm_core.errors import InputError
 from mlm_core.head import SCORES_AT_ONCE, check_shapes, head_parts, masked_lm_logits, row_groups, selected_index
-from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, mask_tokens
+from mlm_core.masking import IGNORE_INDEX, Decision
 
 __all__ = [
     "TokenPrediction",
     "Predictions",
     "predict_masked",
-    "summarize_by_decision",
-    "mask_positions",
     "with_mask_token",
     "typed_blanks",
-    "default_blank",
     "predict_typed_blanks",
     "PseudoLogLikelihood",
     "pseudo_log_likelihood",
     "pseudo_log_likelihoods",
-    "decision_comparison_text",
     "FillStep",
     "FillResult",
     "FILL_MODES",
-    "FILL_LABELS",
     "MASK_PREDICT_ITERATIONS",
     "mask_predict_schedule",
     "fill_masks",
@@ -170,62 +165,8 @@ def predict_masked(model, tokenizer, input_ids, attention_mask, labels, *, k: in
     return Predictions(tuple(rows), k, int(logits.shape[-1]))
 
 
-def summarize_by_decision(predictions: Predictions) -> list[dict[str, Any]]:
-    """Per decision (MASK, RANDOM, UNCHANGED): count, mean p(true), top-1 accuracy, mean loss."""
-    groups: dict[Decision, list[TokenPrediction]] = {}
-    for p in predictions.positions:
-        if p.decision is not None and p.decision != Decision.NOT_SELECTED:
-            groups.setdefault(p.decision, []).append(p)
-    summary = []
-    for decision in (Decision.MASK, Decision.RANDOM, Decision.UNCHANGED):
-        items = groups.get(decision, [])
-        n = len(items)
-        mean = sum(p.true_prob for p in items) / n if n else float("nan")
-        # standard error of the mean over positions (positions of one sentence are not independent,
-        # so this is a lower bound on the real uncertainty)
-        sem = math.sqrt(sum((p.true_prob - mean) ** 2 for p in items) / (n - 1) / n) if n > 1 else float("nan")
-        summary.append({
-            "decision": decision.name,
-            "count": n,
-            "mean_true_prob": mean,
-            "sem_true_prob": sem,
-            "top1_accuracy": sum(p.correct for p in items) / n if n else float("nan"),
-            "mean_loss": sum(p.loss for p in items) / n if n else float("nan"),
-        })
-    return summary
-
-
-def mask_positions(tokenizer, input_ids, positions: Sequence[int], *, mask_replace_prob: float = 1.0,
-                   random_replace_prob: float = 0.0, generator: torch.Generator):
-    """Corrupt exactly the chosen ``positions`` of one sentence (T,), by BERT's replacement rule.
-
-    ``mask_tokens`` with every other token treated as special and a selection probability of 1:
-    the chosen tokens are all selected, then each becomes [MASK] / random / unchanged with the
-    given shares (1, 0: all [MASK]; 0.8, 0.1: BERT's 80/10/10). Returns a ``MaskingResult`` (T,).
-    """
-    ids = torch.as_tensor(input_ids).reshape(-1)  # (T,)
-    chosen = sorted(set(int(p) for p in positions))
-    if any(not 0 <= p < ids.shape[0] for p in chosen):
-        raise InputError(f"Positions must lie between 0 and {ids.shape[0] - 1}; got {chosen}.")
-    protected = torch.ones_like(ids)  # (T,) 1 = never selected
-    protected[chosen] = 0
-    config = MaskingConfig(mlm_probability=1.0, mask_replace_prob=mask_replace_prob,
-                           random_replace_prob=random_replace_prob)
-    return mask_tokens(ids, protected, config, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
-                       generator=generator, special_ids=special_ids(tokenizer))
-
-
-# --------------------------------------------------------------------------- typed blanks and the first word to hide
+# --------------------------------------------------------------------------- typed blanks
 _TYPED_MASK = re.compile(r"\[mask\]|<mask>", re.IGNORECASE)
-# Function words: hiding one of them teaches little, so a new sentence starts from another word.
-_FUNCTION_WORDS = frozenset(
-    "a an the and or but if of to in on at by for with from into onto over under about as is are was were be been "
-    "being am do does did have has had it its this that these those there their they them he she his her him we "
-    "our us you your i my me not no so than then too very can could will would shall should may might must "
-    "while when where which who whom what how up out off down".split()
-)
-
-
 def with_mask_token(tokenizer, text: str) -> str:
     """``text`` with every typed blank, ``[MASK]`` or ``<mask>`` (any case), as this tokenizer's mask token.
 
@@ -244,43 +185,6 @@ def typed_blanks(tokenizer, input_ids) -> list[int]:
     if tokenizer.mask_token_id is None:
         return []
     return (ids == tokenizer.mask_token_id).nonzero().flatten().tolist()
-
-
-def default_blank(tokens: Sequence[str], word_ids: Sequence[int]) -> int | None:
-    """The position to hide first in a new sentence: a content word, never punctuation.
-
-    The whole word (one piece) of letters, not a function word, nearest the middle of the sentence
-    (ties: the longer word, then the leftmost); failing that any word of letters, then any word
-    piece. ``word_ids``: -1 on special tokens (``data.Encoded.word_ids``). None for no word at all.
-
-    >>> default_blank(["[CLS]", "the", "cat", "sat", ".", "[SEP]"], [-1, 0, 1, 2, 3, -1])
-    2
-    """
-    pieces: dict[int, int] = {}
-    for w in word_ids:
-        if w >= 0:
-            pieces[w] = pieces.get(w, 0) + 1
-    eligible = [i for i, w in enumerate(word_ids) if w >= 0]
-    if not eligible:
-        return None
-    middle = (eligible[0] + eligible[-1]) / 2
-
-    def bare(token: str) -> str:
-        return token[1:] if token[:1] in ("Ġ", "▁") and len(token) > 1 else token
-
-    def letters(i: int) -> bool:
-        return bare(tokens[i]).isalpha() and not tokens[i].startswith("##")
-
-    tiers = (
-        [i for i in eligible if pieces[word_ids[i]] == 1 and letters(i) and len(bare(tokens[i])) > 1
-         and bare(tokens[i]).lower() not in _FUNCTION_WORDS],
-        [i for i in eligible if letters(i)],
-        eligible,
-    )
-    for tier in tiers:
-        if tier:
-            return min(tier, key=lambda i: (abs(i - middle), -len(tokens[i]), i))
-    return None
 
 
 @torch.no_grad()
@@ -381,36 +285,6 @@ def pseudo_log_likelihoods(model, tokenizer, sentences: Sequence[Sequence[int]],
     return out
 
 
-def decision_comparison_text(summary: Sequence[dict[str, Any]], n_sentences: int) -> str:
-    """What a ``summarize_by_decision`` table shows, in one paragraph, with its uncertainty.
-
-    Two groups are called different only when their means are more than two standard errors of the
-    difference apart; otherwise the text says the sample cannot tell them apart.
-    """
-    names = {"MASK": "[MASK]", "RANDOM": "random", "UNCHANGED": "unchanged"}
-    rows = [r for r in summary if r["count"] > 0]
-    if not rows:
-        return "No selected positions to compare."
-    parts = [f"{names[r['decision']]} {r['mean_true_prob']:.2f} ± {r['sem_true_prob']:.2f} (n = {r['count']})"
-             if r["count"] > 1 else f"{names[r['decision']]} {r['mean_true_prob']:.2f} (n = 1)" for r in rows]
-    ranked = sorted(rows, key=lambda r: -r["mean_true_prob"])
-    findings = []
-    for a, b in zip(ranked, ranked[1:]):
-        se = math.sqrt((a["sem_true_prob"] if a["count"] > 1 else float("inf")) ** 2
-                       + (b["sem_true_prob"] if b["count"] > 1 else float("inf")) ** 2)
-        gap = a["mean_true_prob"] - b["mean_true_prob"]
-        if math.isfinite(se) and gap > 2 * se:
-            findings.append(f"the model is surer at **{names[a['decision']]}** than at **{names[b['decision']]}** "
-                            f"positions (difference {gap:.2f}, more than twice its standard error {se:.2f})")
-        else:
-            findings.append(f"**{names[a['decision']]}** and **{names[b['decision']]}** cannot be told apart on "
-                            f"this sample (difference {gap:.2f}, standard error {se:.2f})" if math.isfinite(se) else
-                            f"**{names[a['decision']]}** and **{names[b['decision']]}** cannot be compared "
-                            "(one of them has a single position)")
-    return (f"Mean p(true token) ± standard error over the selected positions of {n_sentences} sentences: "
-            + ", ".join(parts) + ". So " + "; ".join(findings) + ".")
-
-
 # --------------------------------------------------------------------------- filling several masks
 @dataclass(frozen=True)
 class FillStep:
@@ -446,11 +320,6 @@ class FillResult:
 
 
 FILL_MODES = ("independent", "easy_first", "mask_predict")
-FILL_LABELS = {
-    "independent": "independent (one pass)",
-    "easy_first": "greedy easy-first (one at a time)",
-    "mask_predict": "Mask-Predict (re-mask the least sure)",
-}
 MASK_PREDICT_ITERATIONS = 4  # Ghazvininejad et al. 2019 report T = 4 and T = 10 (Table 1)
 
 
@@ -483,76 +352,108 @@ def fill_masks(model, tokenizer, input_ids, attention_mask, positions: Sequence[
         raise InputError(f"mode must be one of {', '.join(FILL_MODES)}; got {mode!r}.")
     ids = torch.as_tensor(input_ids).reshape(-1).clone()  # (T,) never edit the caller's tensor
     mask = None if attention_mask is None else torch.as_tensor(attention_mask).reshape(1, -1)
-    width = ids.shape[0]
-    special = set(int(i) for i in tokenizer.all_special_ids)
-    remaining = sorted(set(int(p) for p in positions))
-    if not remaining:
-        raise InputError("Pick at least one token to mask.")
-    for p in remaining:
-        if not 0 <= p < width:
-            raise InputError(f"Position {p} is outside the sentence (it has {width} tokens).")
-        if int(ids[p]) in special and int(ids[p]) != tokenizer.mask_token_id:
-            raise InputError(f"Position {p} is the special token {tokenizer.convert_ids_to_tokens(int(ids[p]))}; "
-                             "pick a word piece instead.")
-    ids[remaining] = tokenizer.mask_token_id
-    banned = torch.tensor(sorted(special))  # (S,) ids that never go into a sentence
-
-    def probabilities(todo: list[int]) -> torch.Tensor:
-        labels = torch.full((1, width), IGNORE_INDEX)
-        labels[0, todo] = 0  # any id: only where labels are set matters here
-        logits, _ = masked_lm_logits(model, ids[None], mask, labels)  # (P, V), positions in order
-        logits = logits.float().cpu()
-        logits[:, banned[banned < logits.shape[-1]]] = float("-inf")
-        return logits.softmax(-1)  # (P, V)
-
-    steps: dict[int, FillStep] = {}
-    order: list[int] = []
-    rounds: list[tuple[int, ...]] = []
-    round_tokens: list[tuple[str, ...]] = []
-    round_probs: list[tuple[float, ...]] = []
-    targets = list(remaining)
-    if mode == "independent":
-        probs = probabilities(remaining)  # (P, V): one pass for all positions
-        rounds.append(tuple(remaining))
-        for i, p in enumerate(remaining):
-            steps[p] = _fill(ids, p, probs[i], tokenizer, k)
-            order.append(p)
-    elif mode == "easy_first":
-        while remaining:
-            probs = probabilities(remaining)  # (P, V) with the earlier choices filled in
-            best = int(probs.max(-1).values.argmax())  # the position the model is most sure of
-            p = remaining.pop(best)
-            rounds.append((p,))
-            steps[p] = _fill(ids, p, probs[best], tokenizer, k)
-            order.append(p)
-    else:
-        for t, n_masks in enumerate([len(targets)] + mask_predict_schedule(len(targets), iterations)):
-            if n_masks == 0:
-                break
-            if t == 0:  # iteration 0: every position is masked
-                todo = list(targets)
-            else:  # re-mask the n least confident (ties: the leftmost first)
-                todo = sorted(sorted(targets, key=lambda q: (steps[q].prob, q))[:n_masks])
-                ids[todo] = tokenizer.mask_token_id
-            probs = probabilities(todo)  # (n, V)
-            for i, p in enumerate(todo):
-                steps[p] = _fill(ids, p, probs[i], tokenizer, k)
-            rounds.append(tuple(todo))
-            round_tokens.append(tuple(steps[p].token for p in targets))
-            round_probs.append(tuple(steps[p].prob for p in targets))
-        order = sorted(targets, key=lambda q: max(r for r, done in enumerate(rounds) if q in done))
+    targets = _fill_targets(tokenizer, ids, positions)
+    ids[targets] = tokenizer.mask_token_id
+    filling = _Filling(model, tokenizer, ids, mask, k)
+    {"independent": _fill_independent, "easy_first": _fill_easy_first, "mask_predict": _mask_predict}[mode](
+        filling, targets, iterations)
     final = tuple(ids.tolist())
     return FillResult(
         mode=mode,
-        order=tuple(order),
-        steps=tuple(steps[p] for p in order),
+        order=tuple(filling.order),
+        steps=tuple(filling.steps[p] for p in filling.order),
         ids=final,
         tokens=tuple(tokenizer.convert_ids_to_tokens(list(final))),
         text=tokenizer.decode(list(final), skip_special_tokens=True),
-        rounds=tuple(rounds),
-        round_tokens=tuple(round_tokens),
-        round_probs=tuple(round_probs),
+        rounds=tuple(filling.rounds),
+        round_tokens=tuple(filling.round_tokens),
+        round_probs=tuple(filling.round_probs),
     )
+
+
+def _fill_targets(tokenizer, ids: torch.Tensor, positions: Sequence[int]) -> list[int]:
+    """The positions to fill, sorted, once each; an ``InputError`` for none, one outside the sentence, or a special
+    token other than the mask token (a typed blank may already hold it)."""
+    special = set(int(i) for i in tokenizer.all_special_ids)
+    targets = sorted(set(int(p) for p in positions))
+    if not targets:
+        raise InputError("Pick at least one token to mask.")
+    for p in targets:
+        if not 0 <= p < ids.shape[0]:
+            raise InputError(f"Position {p} is outside the sentence (it has {ids.shape[0]} tokens).")
+        if int(ids[p]) in special and int(ids[p]) != tokenizer.mask_token_id:
+            raise InputError(f"Position {p} is the special token {tokenizer.convert_ids_to_tokens(int(ids[p]))}; "
+                             "pick a word piece instead.")
+    return targets
+
+
+class _Filling:
+    """One sentence being filled: our own copy of its ids (T,), filled in place, each position's latest step, the
+    order they were filled in, and the rounds of predictions that filled them."""
+
+    def __init__(self, model, tokenizer, ids: torch.Tensor, mask: torch.Tensor | None, k: int):
+        self.model, self.tokenizer, self.ids, self.mask, self.k = model, tokenizer, ids, mask, k
+        self.banned = torch.tensor(sorted(set(int(i) for i in tokenizer.all_special_ids)))  # (S,) never in a sentence
+        self.steps: dict[int, FillStep] = {}
+        self.order: list[int] = []
+        self.rounds: list[tuple[int, ...]] = []
+        self.round_tokens: list[tuple[str, ...]] = []
+        self.round_probs: list[tuple[float, ...]] = []
+
+    def probabilities(self, todo: list[int]) -> torch.Tensor:
+        """The model's probabilities (P, V) at the positions ``todo``, in order, on the ids as they are now."""
+        width = self.ids.shape[0]
+        labels = torch.full((1, width), IGNORE_INDEX)
+        labels[0, todo] = 0  # any id: only where labels are set matters here
+        logits, _ = masked_lm_logits(self.model, self.ids[None], self.mask, labels)  # (P, V), positions in order
+        logits = logits.float().cpu()
+        logits[:, self.banned[self.banned < logits.shape[-1]]] = float("-inf")
+        return logits.softmax(-1)  # (P, V)
+
+    def fill(self, position: int, probs: torch.Tensor) -> None:
+        """Write the first choice of ``probs`` (V,) at ``position``, and remember the step."""
+        self.steps[position] = _fill(self.ids, position, probs, self.tokenizer, self.k)
+
+
+def _fill_independent(filling: _Filling, targets: list[int], iterations: int) -> None:
+    """One pass; every position takes its first choice from it."""
+    probs = filling.probabilities(targets)  # (P, V): one pass for all positions
+    filling.rounds.append(tuple(targets))
+    for i, p in enumerate(targets):
+        filling.fill(p, probs[i])
+        filling.order.append(p)
+
+
+def _fill_easy_first(filling: _Filling, targets: list[int], iterations: int) -> None:
+    """Fill the position the model is most sure of, run again with it filled in, repeat."""
+    remaining = list(targets)
+    while remaining:
+        probs = filling.probabilities(remaining)  # (P, V) with the earlier choices filled in
+        best = int(probs.max(-1).values.argmax())  # the position the model is most sure of
+        p = remaining.pop(best)
+        filling.rounds.append((p,))
+        filling.fill(p, probs[best])
+        filling.order.append(p)
+
+
+def _mask_predict(filling: _Filling, targets: list[int], iterations: int) -> None:
+    """Mask-Predict: every position at once, then re-mask and predict again the least confident ones."""
+    steps = filling.steps
+    for t, n_masks in enumerate([len(targets)] + mask_predict_schedule(len(targets), iterations)):
+        if n_masks == 0:
+            break
+        if t == 0:  # iteration 0: every position is masked
+            todo = list(targets)
+        else:  # re-mask the n least confident (ties: the leftmost first)
+            todo = sorted(sorted(targets, key=lambda q: (steps[q].prob, q))[:n_masks])
+            filling.ids[todo] = filling.tokenizer.mask_token_id
+        probs = filling.probabilities(todo)  # (n, V)
+        for i, p in enumerate(todo):
+            filling.fill(p, probs[i])
+        filling.rounds.append(tuple(todo))
+        filling.round_tokens.append(tuple(steps[p].token for p in targets))
+        filling.round_probs.append(tuple(steps[p].prob for p in targets))
+    filling.order = sorted(targets, key=lambda q: max(r for r, done in enumerate(filling.rounds) if q in done))
 
 
 def _fill(ids: torch.Tensor, position: int, probs: torch.Tensor, tokenizer, k: int) -> FillStep:

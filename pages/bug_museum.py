@@ -4,24 +4,20 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from mlm_core.lessons import share_state
 from mlm_core import MLMLabError
 from mlm_core.figures.losses import museum_figure
-from mlm_core.formatting import readable
+from mlm_core.lessons import share_state
 from mlm_core.lessons.audit import BATCH_FORMAT, audit_batch, batch_to_json, load_batch_file
-from mlm_core.lessons.loss_lab import LOSS_SETTINGS
-from mlm_core.lessons.museum import exhibit_rows, run_exhibits
-from mlm_core.sampled_softmax import CORRECTION_LABELS, SAMPLED_SOFTMAX
+from mlm_core.lessons.museum import (also_metrics, audit_rows, correct_values, exhibit_code, exhibit_metrics,
+                                     exhibit_rows, rule_values, run_exhibits)
+from mlm_core.lessons.prose import LessonText
 
 BATCH_SENTENCES = 8
 MAX_CHARS = 4_000
 
+TEXT = LessonText("bug_museum")  # mlm_core/lessons/text/bug_museum.md
 settings = ui.page_setup("🐞 Bug museum", link=share_state.PAGE_LINKS["bug_museum"])
-st.markdown(
-    "Tutorials, blog posts and first attempts get the MLM loss subtly wrong. Every exhibit below runs "
-    "**the buggy code and the correct code on the same batch** (the seed in the sidebar) and shows both "
-    "numbers. At the bottom, audit a batch from your own pipeline for the same mistakes."
-)
+st.markdown(TEXT("intro"))
 
 model, tokenizer = ui.model_or_stop(settings)
 rule = ui.shared_masking_config()
@@ -33,67 +29,32 @@ except MLMLabError as exc:
     ui.show_error(exc)
     st.stop()
 
-sampled = SAMPLED_SOFTMAX
-st.caption(
-    f"The batch is the Loss page's for the same seed and text, masked with the rule set on the Masking page or the "
-    f"shared link ({rule.strategy.replace('_', ' ')}, p = {rule.mlm_probability:.0%}, "
-    f"{rule.mask_replace_prob:.0%} / {rule.random_replace_prob:.0%} / {rule.unchanged_prob:.0%}). The correct "
-    f"values are the Loss page's with its default settings: weights {LOSS_SETTINGS.scheme}, sampled softmax K = "
-    f"{sampled.num_sampled} drawn {'with' if sampled.replacement else 'without'} replacement from the corpus' token "
-    f"frequencies, {CORRECTION_LABELS[sampled.correction]}. Vocabulary, as in the audit below: original_ids are the "
-    f"tokens before masking, input_ids what the model sees, labels the targets (-100 where nothing is predicted).")
-figure = museum_figure(exhibits, height=ui.chart_height(420))
+st.caption(TEXT("batch", **rule_values(rule), **correct_values()))
+figure = museum_figure(exhibits)
 if settings.presenter:  # the legend wraps onto more lines at the room's font size: room above the plot
     figure.update_layout(margin=dict(t=130))
     figure.update_traces(textangle=-90, textfont_size=ui.PRESENTER_CHART_FONT_PX - 2,  # upright ones would collide
                          constraintext="none")
-st.plotly_chart(ui.room_figure(figure), key="museum_fig", config=ui.plotly_config("bug_museum"))
-st.caption("The exhibits measured as a loss, buggy beside correct (and, for the sampled-softmax ones, the full "
-           "loss they estimate). The others count tokens or shares; each card below gives its own numbers.")
+ui.chart(figure, "museum_fig", name="bug_museum")
+st.caption(TEXT("figure"))
 
-
-def _number(value: float, unit: str) -> str:
-    if unit.startswith("%"):
-        return f"{readable(value, 3)}%"
-    return readable(value)
-
-
-def show_exhibit(number: int, exhibit) -> None:
+for number, exhibit in enumerate(exhibits, 1):
     with st.container(border=True):
         st.markdown(f"#### {number}. {exhibit.title}")
         st.caption(f"Measured on this batch: {exhibit.unit}")
-        wrong_label, right_label = exhibit.labels
-        buggy = wrong_label == "buggy code"
-        c1, c2 = st.columns(2)
-        c1.metric(f"{'❌ ' if buggy else ''}{wrong_label}", _number(exhibit.wrong_value, exhibit.unit))
-        c2.metric(f"{'✅ ' if buggy else ''}{right_label}", _number(exhibit.right_value, exhibit.unit))
+        ui.metric_row(exhibit_metrics(exhibit))
         if exhibit.also:
-            columns = st.columns(len(exhibit.also))
-            for column, (name, value) in zip(columns, exhibit.also.items()):
-                column.metric(name, readable(value, 3 if "cosine" in name else 4),
-                              help="Cosine between this loss's gradient with respect to the hidden states and the "
-                                   "full loss's: 1 = the same direction." if "cosine" in name else None)
+            ui.metric_row(also_metrics(exhibit))
         st.markdown(exhibit.why)
-        st.code(f"# {'❌ buggy' if buggy else wrong_label}\n{exhibit.wrong_code}\n"
-                f"# {'✅ correct' if buggy else right_label}\n{exhibit.right_code}", language="python",
+        st.code(exhibit_code(exhibit), language="python",
                 wrap_lines=True)  # on a projector a long line must wrap, not scroll out of sight
         if exhibit.details:
             with st.expander("Details on this batch"):
                 st.table(pd.DataFrame(exhibit_rows(exhibit)).set_index("what"))
 
-
-titles = {e.key: e.title for e in exhibits}
-for number, exhibit in enumerate(exhibits, 1):
-    show_exhibit(number, exhibit)
-
 # --------------------------------------------------------------------------- audit
 st.subheader("Audit your batch")
-st.markdown(
-    "Export one batch from your own data pipeline (`original_ids`: the ids **before** masking, `input_ids`: what "
-    "the model sees, and `labels`) and upload it. Each check passes or fails, and a failure names the exhibit that "
-    f"explains it. Accepted formats: {BATCH_FORMAT} `.pt`, `.bin` and pickle files are refused: opening them can "
-    "run code."
-)
+st.markdown(TEXT("audit", formats=BATCH_FORMAT))
 st.download_button("Example: this page's batch as JSON", batch_to_json(
     batch.original_ids, batch.input_ids, batch.labels), file_name="mlm_batch.json",
     mime="application/json", key="museum_example")
@@ -109,13 +70,6 @@ if upload is not None:
         if failed:
             st.error(f"{len(failed)} of {len(checks)} checks failed.")
         else:
-            st.success(f"All {len(checks)} checks passed (with this tokenizer's special tokens and the masking "
-                       f"rule above: p = {rule.mlm_probability:.0%}, {rule.mask_replace_prob:.0%} / "
-                       f"{rule.random_replace_prob:.0%} / {rule.unchanged_prob:.0%}).")
-        st.table(pd.DataFrame([{
-            "check": c.name, "result": "✅ pass" if c.passed else "❌ fail", "found": c.value, "expected": c.expected,
-            "explained by exhibit": titles.get(c.exhibit, "") if c.exhibit else "",
-        } for c in checks]).set_index("check"))
-        st.caption(f"The batch: {tuple(arrays.input_ids.shape)} (rows × positions). Rates pass within 4 standard "
-                   "errors, so a small batch is judged leniently; exact count and span fix each row's count from its "
-                   "length, and that count is what is expected.")
+            st.success(TEXT("passed", n=len(checks), **rule_values(rule)))
+        st.table(pd.DataFrame(audit_rows(checks, exhibits)).set_index("check"))
+        st.caption(TEXT("audit_shape", shape=tuple(arrays.input_ids.shape)))

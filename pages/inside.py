@@ -8,7 +8,6 @@ from mlm_core import MLMLabError, decision_names, encode, seeds
 from mlm_core.bundled import heldout_workshop_sentences, workshop_sentences
 from mlm_core.lessons import share_state
 from mlm_core.lessons.share_state import DEFAULT_SENTENCE
-from mlm_core.data import clip_text
 from mlm_core.lessons.export import lesson_zip, masking_settings
 from mlm_core.figures.inside import (
     agreement_figure,
@@ -37,10 +36,12 @@ from mlm_core.inside import (
     logit_lens,
     special_positions,
 )
-from mlm_core.lessons.inside import agreement_over_texts, compare_models, last_word, lens_profile_on_texts, measure_head_patterns
+from mlm_core.lessons.inside import (agreement_over_texts, compare_models, last_word, lens_profile_on_texts,
+                                     measure_head_patterns, pattern_lines)
+from mlm_core.lessons.prose import LessonText
 from mlm_core.head import head_parts
 from mlm_core.formatting import signed
-from mlm_core.predict import mask_positions
+from mlm_core.data import mask_positions
 from mlm_core.session_models import same_vocabulary
 
 MAX_TOKENS = 64  # every view of a sentence this long answers within a second on 2 cores (benchmark P5)
@@ -62,28 +63,12 @@ VIEWS = {
 }
 assert tuple(VIEWS) == share_state.INSIDE_VIEWS  # the views a link may name (mlm_core.lessons.share_state.FIELDS' view=)
 
+TEXT = LessonText("inside")  # mlm_core/lessons/text/inside.md
 settings = ui.page_setup("🔬 Inside the model", link=share_state.PAGE_LINKS["inside"])
-st.markdown(
-    "The Predictions page shows what goes in and what comes out. This page opens the model at the one "
-    "position that matters in MLM, the hidden one: **where it looks** (attention), **when the answer "
-    "appears** (the logit lens, layer by layer), **which words the guess depends on** (saliency), and "
-    "**what training changed**. Every number is measured on the model in the sidebar."
-)
+st.markdown(TEXT("intro"))
 model, tokenizer = ui.model_or_stop(settings)
 model, tokenizer, trained_entry = ui.trained_model_choice(model, tokenizer)
 model_key = trained_entry.key if trained_entry is not None else f"model:{settings.model_name or 'default'}"
-
-
-def show(fig, key: str, **kwargs):
-    """``st.plotly_chart`` with the camera button's file name, and the room's chart text in presenter view.
-
-    ``ui.room_figure`` sets every tick, axis title, legend and title (a layout font alone leaves the
-    builders' own tick sizes small); subplot titles are annotations, so they are enlarged here.
-    """
-    if settings.presenter:
-        fig.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
-        fig.update_traces(textfont_size=ui.PRESENTER_CHART_FONT_PX, selector=dict(type="heatmap"))
-    return st.plotly_chart(ui.room_figure(fig), key=key, config=ui.plotly_config(key), **kwargs)
 
 
 # --------------------------------------------------------------------------- cached views (shared by reruns)
@@ -152,24 +137,12 @@ def mask_controls(tokens: list[str], special: list[bool]) -> list[int]:
         state["inside_masked_for"] = tokens
     elif "inside_masked" not in state:  # back on the page: the pills lost their value, the page did not
         state["inside_masked"] = [p for p in state.get(KEPT_KEY, []) if p in options]
-    seen: dict[str, int] = {}
-    labels = {}
-    for i in options:  # pills are told apart by their text: a repeated token gets its occurrence number
-        seen[tokens[i]] = seen.get(tokens[i], 0) + 1
-        labels[i] = tokens[i] if tokens.count(tokens[i]) == 1 else f"{tokens[i]} ({seen[tokens[i]]})"
-    chosen = st.pills("Tokens to hide behind [MASK]", options, selection_mode="multi",
-                      format_func=lambda i: ui.markdown_text(labels[i]),  # pill labels render markdown
-                      key="inside_masked")
-    state[KEPT_KEY] = sorted(chosen or [])
-    return sorted(chosen or [])
+    state[KEPT_KEY] = ui.token_pills("Tokens to hide behind [MASK]", tokens, options, key="inside_masked")
+    return state[KEPT_KEY]
 
 
-text, clipped = clip_text(sentence_controls(), MAX_CHARS)
-if not text.strip():
-    st.warning("The sentence is empty: type one above.")
-    st.stop()
-ui.language_note(text, settings.model_name, model)
-encoded = ui.encode_or_stop(tokenizer, text, max_tokens=MAX_TOKENS, clipped=clipped)
+text, encoded = ui.sentence_or_stop(tokenizer, sentence_controls(), max_chars=MAX_CHARS, max_tokens=MAX_TOKENS,
+                                    settings=settings, model=model)
 tokens = encoded.tokens[0]
 original_ids = encoded.input_ids[0]  # (T,)
 hidden = mask_controls(tokens, [bool(s) for s in encoded.special_tokens_mask[0].tolist()])
@@ -233,58 +206,26 @@ def attention_view() -> None:
         ui.show_error(exc)
         return
     L, H, _ = attention.weights.shape
-    st.markdown(
-        f"Every layer has {H} attention heads. Each head gives position {position} a weight for every token "
-        "(the weights add up to 1) and mixes those tokens' vectors into its own. The grid names the token each "
-        "head weights most; **click a cell** to enlarge that head."
-    )
+    st.markdown(TEXT("attention", heads=H, position=position))
     layer, head = pick_head(L, H)
     # presenter view: a row per head, a column per layer, so the cells are wide enough for room-sized labels
     room = ui.PRESENTER_CHART_FONT_PX if settings.presenter else None
-    show(head_grid_figure(attention, selected=(layer, head), label_px=room,
+    ui.chart(head_grid_figure(attention, selected=(layer, head), label_px=room,
                           height=ui.chart_height(grid_height(H if room else L))), "inside_grid",
          on_select=on_grid_click, selection_mode="points")
-    show(head_attention_figure(attention, layer, head, height=ui.chart_height(380)), "inside_head_fig")
-    show(layer_attention_figure(attention, height=ui.chart_height(layers_height(L))), "inside_layers_fig")
+    ui.chart(head_attention_figure(attention, layer, head, height=ui.chart_height(380)), "inside_head_fig")
+    ui.chart(layer_attention_figure(attention, height=ui.chart_height(layers_height(L))), "inside_layers_fig")
 
     st.subheader("Patterns: which heads do what, on this model")
     patterns = cached_patterns(model_key, PATTERN_SENTENCES, model, tokenizer)
     at_mask = cached_patterns(model_key, PATTERN_SENTENCES, model, tokenizer, at_mask=True)
-    st.markdown(
-        "Clark et al. (2019, §3) measured BERT-base's heads on 1,000 Wikipedia segments and found heads that "
-        "attend to the previous or next token, heads that put most of their weight on `[SEP]` (§3.2: in the "
-        "middle layers; they argue it works as a *no-op* when a head's job does not apply), on `[CLS]` (early "
-        "layers) or on periods and commas (late layers), and heads that attend broadly (§3.3). Those are "
-        "findings about BERT-base. Here is **this** model, measured on "
-        f"{patterns.sentences} workshop sentences, **over every word** of the sentences as they are, without "
-        "masks (\"even\": what a head spreading its attention evenly would score). The grid above shows one "
-        "row of each head, the **[MASK]**'s, and at a [MASK] a head may look elsewhere: \"at a [MASK]\" is the "
-        "same head measured there, with each sentence's last word hidden as on this page."
-    )
-    lines = []
-    for p, name in enumerate(patterns.names):
-        (l0, h0, best), count = patterns.top_heads(name, 1)[0], patterns.heads_above(name, 0.5)
-        even = float(patterns.uniform[p])
-        there = float(at_mask.scores[p, l0, h0])
-        lines.append(f"- **{name}**: {count} of {L * H} heads put more than half their attention there; the "
-                     f"strongest is head {l0 + 1}-{h0 + 1} ({best:.0%} over every word; even: {even:.0%}; "
-                     f"at a [MASK]: {there:.0%}).")
-    st.markdown("\n".join(lines) + "\n\n"
-                "\"Same token elsewhere\" is our addition (not one of Clark et al.'s patterns): a head that copies "
-                "what the same word looks like elsewhere in the sentence.")
-    show(patterns_figure(patterns, height=1100 if settings.presenter else 520, cols=2 if settings.presenter else 4),
+    st.markdown(TEXT("patterns", sentences=patterns.sentences))
+    st.markdown("\n".join(pattern_lines(patterns, at_mask)) + "\n\n" + TEXT("same_token"))
+    ui.chart(patterns_figure(patterns, height=1100 if settings.presenter else 520, cols=2 if settings.presenter else 4),
          "inside_patterns_fig")
     with st.expander("The patterns as a table"):
         ui.table(pd.DataFrame(patterns.records()))
-    st.info(
-        "**What attention is not.** A large weight says where a head copied information from, not why the "
-        "model guessed what it guessed. Jain & Wallace (2019) found attention weights often disagree with "
-        "gradient and leave-one-out importance (§4.1) and that very different weights can give the same "
-        "prediction (§4.2); Wiegreffe & Pinter (2019) answer that this depends on what one calls an "
-        "explanation, and that attention can still be informative when tested properly. And after the first "
-        "layer every position already mixes the whole sentence, so a weight on a token is a weight on a "
-        "mixture. The **🎯 What the guess depends on** view asks the question directly and compares the two.",
-        icon="⚠️")
+    st.info(TEXT("attention_is_not"), icon="⚠️")
 
 
 # --------------------------------------------------------------------------- 2. the logit lens
@@ -298,15 +239,8 @@ def lens_view() -> None:
     except MLMLabError as exc:
         ui.show_error(exc)
         return
-    st.markdown(
-        "After every layer, position "
-        f"{position} holds a vector. The **logit lens** feeds that vector to the model's own MLM head (the "
-        "part that turns the last layer's vector into a guess) and reads what it would guess at that depth. "
-        "**Caveat:** the head was trained only on the last layer's output, so the earlier rows are read through "
-        "a lens those layers were never trained for: an approximation that shows *when* the answer becomes "
-        "readable, not what a layer \"thinks\". The last row is exactly the model's prediction."
-    )
-    show(lens_figure(lens, height=ui.chart_height(130 + 46 * lens.top_ids.shape[0])), "inside_lens_fig")
+    st.markdown(TEXT("lens", position=position))
+    ui.chart(lens_figure(lens, height=ui.chart_height(130 + 46 * lens.top_ids.shape[0])), "inside_lens_fig")
     first = lens.first_top1
     last_rank = int(lens.true_rank[-1])
     if first is not None:
@@ -317,25 +251,18 @@ def lens_view() -> None:
     with st.expander("Every depth as a table"):
         ui.table(pd.DataFrame(lens.records()))
     rule = ui.shared_masking_config()
-    st.markdown(f"**One sentence is an anecdote.** The same lens on {PROFILE_SENTENCES} {CORPUS_WORDS} (held-out "
-                f"documents of the workshop corpus), at the [MASK]s of the rule set on the Masking page "
-                f"({rule.describe()}), drawn with the sidebar's seed {settings.seed}:")
+    st.markdown(TEXT("lens_profile", n=PROFILE_SENTENCES, corpus=CORPUS_WORDS, rule=rule.describe(),
+                     seed=settings.seed))
     profile = cached_lens_profile(model_key, PROFILE_SENTENCES, int(settings.seed), rule, model, tokenizer)
     if profile.positions == 0:
         st.info("This rule puts no [MASK] in these sentences: raise p or the [MASK] share on the Masking page.")
         return
-    show(lens_profile_figure(profile, height=ui.chart_height(340)), "inside_lens_profile_fig")
+    ui.chart(lens_profile_figure(profile, height=ui.chart_height(340)), "inside_lens_profile_fig")
 
 
 # --------------------------------------------------------------------------- 3. saliency
 def saliency_view() -> None:
-    st.markdown(
-        f"Which tokens does the guess of “{ui.markdown_text(tokens[position])}” depend on? **Gradient × input** takes one "
-        "forward and one backward pass: the gradient of log p(true token) with respect to each input "
-        "embedding, times that embedding. With `[MASK]`'s embedding subtracted first, it is the first-order "
-        "(linear) estimate of what **leave-one-out** measures exactly: hide each other token behind `[MASK]` "
-        "in turn and see how much log p(true token) drops (one forward pass per token: the reference)."
-    )
+    st.markdown(TEXT("saliency", token=ui.markdown_text(tokens[position])))
     try:
         gradient = cached_gradient(model_key, ids_key, position, true_id, model, tokenizer)
     except MLMLabError as exc:
@@ -353,17 +280,10 @@ def saliency_view() -> None:
     loo = [None if v != v else float(v) for v in result.leave_one_out.tolist()]
     ui.value_chips(list(seen_tokens), loo, highlight=position,
                    titles=[signed(v, ".3f") if v is not None else "not measured" for v in loo])
-    show(saliency_figure(result, height=ui.chart_height(400)), "inside_saliency_fig")
+    ui.chart(saliency_figure(result, height=ui.chart_height(400)), "inside_saliency_fig")
     taus = layer_agreement(attention.weights, result.leave_one_out)
-    show(agreement_figure(result, taus, height=ui.chart_height(320)), "inside_agreement_fig")
-    st.markdown(
-        "Kendall τ compares the order of the tokens by the **size** of their effect, whichever way each pushes: "
-        "Jain & Wallace (2019, §4.1) ask the same question this way (their released code ranks absolute "
-        "gradients and absolute changes in the output). On the signed scores, which also ask whether each token "
-        f"pushes the same way, τ here is {result.tau_input_signed:.2f} for gradient × input against "
-        f"{result.tau_input:.2f} on magnitudes. Where the gradient views disagree with leave-one-out, the model is far "
-        "from linear around this sentence; where attention disagrees, a large weight was not what the guess needed."
-    )
+    ui.chart(agreement_figure(result, taus, height=ui.chart_height(320)), "inside_agreement_fig")
+    st.markdown(TEXT("agreement", signed=result.tau_input_signed, magnitude=result.tau_input))
     with st.expander("Every token as a table"):
         ui.table(pd.DataFrame(result.records()))
     state = st.session_state
@@ -372,7 +292,7 @@ def saliency_view() -> None:
         state["inside_agreement_for"] = model_key
     if state.get("inside_agreement_for") == model_key:
         summary = cached_agreement(model_key, AGREEMENT_SENTENCES, model, tokenizer)
-        show(agreement_summary_figure(summary, height=ui.chart_height(360)), "inside_agreement_summary_fig")
+        ui.chart(agreement_summary_figure(summary, height=ui.chart_height(360)), "inside_agreement_summary_fig")
         ui.table(pd.DataFrame(summary.records()))
 
 
@@ -381,8 +301,7 @@ def training_view() -> None:
     candidates = [trained_entry] if trained_entry is not None else \
         [e for e in ui.trained_models().entries() if same_vocabulary(e.tokenizer, tokenizer)]
     if not candidates:
-        st.info("No model has been trained in this session yet. Train one on the Training page (a few dozen "
-                "steps are enough); it then appears here beside the model it started from.")
+        st.info(TEXT("no_trained_model"))
         try:
             st.page_link("pages/training.py", label="Go to the Training page", icon="🏋️")
         except Exception:  # the Training page is not registered
@@ -404,13 +323,13 @@ def training_view() -> None:
     bar = 32 if settings.presenter else 22
     with left:
         st.markdown("**Before training**")
-        show(topk_figure(comparison.base, bar_height=bar), "inside_before_fig")
+        ui.chart(topk_figure(comparison.base, bar_height=bar), "inside_before_fig")
     with right:
         st.markdown("**After training**")
-        show(topk_figure(comparison.trained, bar_height=bar), "inside_after_fig")
-    show(loss_change_figure(comparison, height=ui.chart_height(340)), "inside_loss_change_fig")
+        ui.chart(topk_figure(comparison.trained, bar_height=bar), "inside_after_fig")
+    ui.chart(loss_change_figure(comparison, height=ui.chart_height(340)), "inside_loss_change_fig")
     if comparison.base_lens is not None and comparison.trained_lens is not None:
-        show(lens_comparison_figure(comparison.base_lens, comparison.trained_lens, height=ui.chart_height(360)),
+        ui.chart(lens_comparison_figure(comparison.base_lens, comparison.trained_lens, height=ui.chart_height(360)),
              "inside_lens_change_fig")
     else:
         st.caption("The logit lens is not available for this model family, so there is no before/after lens.")

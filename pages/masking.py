@@ -12,11 +12,12 @@ from mlm_core.lessons.export import lesson_zip, masking_settings
 from mlm_core.figures.masking import (
     convergence_figure, decision_counts_figure, per_sentence_histogram, span_length_figure,
 )
-from mlm_core.formatting import signed
 from mlm_core.lessons.masking_view import (
-    DEFAULT_HUB_TOKENIZER, collator_snippet, masking_statistics, mlm_lab_snippet, running_counts, token_trace,
+    DEFAULT_HUB_TOKENIZER, collator_snippet, fixed_count_note, masking_statistics, mlm_lab_snippet, rate_metrics,
+    running_counts, span_lengths_note, token_trace,
 )
-from mlm_core.masking import SPAN_REPLACEMENTS
+from mlm_core.lessons.prose import LessonText
+from mlm_core.masking import DECISION_WORDS, SELECTED_DECISIONS, SPAN_REPLACEMENTS
 
 MAX_TOKENS = 128  # what one sentence may use here: BERT's usual pre-training length
 MAX_CHARS = 4_000  # longer text is clipped before tokenizing (128 tokens never need more)
@@ -31,48 +32,11 @@ EXAMPLES = [
     "I drink a cup of coffee every morning before I walk to work.",
 ]
 
-STRATEGY_HELP = {
-    "token": "Each token on its own, with probability p (the BERT paper; Hugging Face's "
-             "`DataCollatorForLanguageModeling`).",
-    "whole_word": "Each *word* on its own, with probability p; all its pieces go together (Hugging Face's "
-                  "`whole_word_mask=True`). Google's whole-word masking is another rule: it fills the exact "
-                  "count with whole words.",
-    "span": "SpanBERT (Joshi et al. 2020, §3.1): spans of whole words, lengths drawn from Geometric(0.2) "
-            "renormalised over 1–10 words (mean 3.8), until round(p·n) of the n eligible tokens are selected, "
-            "never more.",
-    "exact_count": f"Exactly min({MaskingConfig().max_predictions}, max(1, round(n·p))) tokens, n counting every "
-                   "token, [CLS] and [SEP] included (Google BERT's `create_pretraining_data.py`, without its "
-                   "whole-word flag).",
-}
-SPAN_REPLACEMENT_HELP = {
-    "per_span": "per span: a whole span becomes [MASK], or random tokens, or stays (SpanBERT paper, §3.1)",
-    "per_token": "per token, as BERT does (the default of SpanBERT's released code: --replacement-method word_piece)",
-}
-SPAN_DIFFERENCES = """
-MLM Lab follows the paper (§3.1) and differs from SpanBERT's released code
-(`pretraining/fairseq/data/masking.py`, `PairWithSpanMaskingScheme`) here:
-- **Budget**: the code rounds up (`ceil(n · 0.15)`); MLM Lab rounds to the nearest (`round(n · p)`).
-- **Whole words**: the code stops at its budget even inside a word; MLM Lab never cuts a word: a span stops
-  before a word that would pass the budget, and the sentence is done when no free word fits, so it may fall
-  short of the budget by less than one word (on the workshop corpus it never does).
-- **Where a span starts**: the code picks a start *token* (a word of 3 pieces is 3 times as likely) and lets
-  spans run over tokens already masked; MLM Lab picks a start *word* among the free words that fit, and a span
-  stops at a word already taken. So kept spans are often shorter than drawn ones.
-- **Touching spans**: the code merges them before replacing, so they share one decision; MLM Lab keeps one
-  decision per drawn span.
-- **Replacement**: the paper decides 80/10/10 per span (MLM Lab's default); the code's default
-  (`--replacement-method word_piece`) decides per token (the *per token* option). Its default
-  `--geometric-p` is 0.3; the paper's, used here, is 0.2.
-- **Random tokens**: the code draws them from the corpus ("according to input distribution"); MLM Lab draws
-  them uniformly from the non-special vocabulary, as for every rule here.
-"""
+STRATEGIES = ("token", "whole_word", "span", "exact_count")
+TEXT = LessonText("masking")  # mlm_core/lessons/text/masking.md: every explanation on this page
 
 settings = ui.page_setup("🎭 Masking: what BERT hides, and why", link=share_state.PAGE_LINKS["masking"])
-st.markdown(
-    "BERT **selects 15%** of the tokens. Of those, **80%** become `[MASK]`, **10%** a random token and "
-    "**10%** stay unchanged, and the model must predict the original at *every* selected position. "
-    "Step through the decisions below, then mask thousands of sentences to compare each rule with what it promises."
-)
+st.markdown(TEXT("intro"))
 
 
 def sentence_controls() -> str:
@@ -86,13 +50,13 @@ def sentence_controls() -> str:
 def masking_controls() -> MaskingConfig | None:
     advanced = not settings.presenter
     with st.expander("Masking rule", expanded=advanced):
-        strategy = st.radio("Strategy", list(STRATEGY_HELP), horizontal=True, key="masking_strategy",
+        strategy = st.radio("Strategy", STRATEGIES, horizontal=True, key="masking_strategy",
                             format_func=lambda s: s.replace("_", " "))
-        st.caption(STRATEGY_HELP[strategy])
+        st.caption(TEXT(f"strategy_{strategy}", max_predictions=MaskingConfig().max_predictions))
         span_replacement = "per_span"
         if strategy == "span":
             span_replacement = st.radio("80/10/10 decided", SPAN_REPLACEMENTS, horizontal=True,
-                                        key="masking_span_replacement", format_func=SPAN_REPLACEMENT_HELP.get)
+                                        key="masking_span_replacement", format_func=lambda r: TEXT(f"span_{r}"))
         c1, c2, c3 = st.columns(3)
         p = c1.slider("Selection probability p", 0.0, 1.0, 0.15, 0.01, key="masking_p",
                       help="Share of tokens the model must predict. Higher: more signal per sentence, less context.")
@@ -130,7 +94,7 @@ if config is None:
     st.stop()
 if config.strategy == "span":
     with st.expander("Where MLM Lab's span masking differs from SpanBERT's code", expanded=False):
-        st.markdown(SPAN_DIFFERENCES)
+        st.markdown(TEXT("span_differences"))
 
 tokenizer = ui.tokenizer_or_stop(settings)
 try:
@@ -144,9 +108,7 @@ if clipped or encoded.truncated[0]:
 typed = typed_special_tokens(tokenizer, tokens)
 if typed:
     names = ", ".join(dict.fromkeys(ui.inline_code(t) for t in typed))
-    st.caption(f"Your sentence has a typed {names}: like [CLS] and [SEP] it is a special token here, so no rule "
-               "selects it (Hugging Face's collator never selects special tokens either). To have the model fill "
-               "a blank you typed, open the Predictions page.")
+    st.caption(TEXT("typed_special", names=names))
 if encoded.n_eligible == 0:
     st.warning("This text has no tokens that can be masked (only special tokens).")
     st.stop()
@@ -206,14 +168,12 @@ with ui.room_large("masking_draw"):  # the draw line: what the room votes on, re
 counts = running_counts(row["decisions"], step, special_row)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("selected so far", counts["MASK"] + counts["RANDOM"] + counts["UNCHANGED"])
-m2.metric("→ [MASK]", counts["MASK"])
-m3.metric("→ random", counts["RANDOM"])
-m4.metric("unchanged", counts["UNCHANGED"])
+for column, name in zip((m2, m3, m4), SELECTED_DECISIONS):
+    column.metric(DECISION_WORDS[name], counts[name])
 
 # Only what has been revealed: the chart must not give away what the room is voting on.
-counts_figure = decision_counts_figure(counts, revealed=step, total=len(tokens), height=ui.chart_height(300))
-st.plotly_chart(ui.room_figure(counts_figure), key="masking_counts_fig",
-                config=ui.plotly_config("masking_decision_counts"))
+counts_figure = decision_counts_figure(counts, revealed=step, total=len(tokens))
+ui.chart(counts_figure, "masking_counts_fig", name="masking_decision_counts")
 table = pd.DataFrame(trace)
 with ui.advanced("masking_table"):
     with st.expander("Every decision as a table", expanded=False):
@@ -223,17 +183,7 @@ with ui.advanced("masking_table"):
 
 # --------------------------------------------------------------------------- many sentences
 st.subheader("Many sentences: does the rule do what it says?")
-if config.strategy in ("token", "whole_word"):
-    st.markdown(
-        "One sentence is noisy: it may get no selected token at all. Mask the workshop corpus over and over "
-        "and the measured rates settle on the configured ones."
-    )
-else:
-    st.markdown(
-        "This rule fixes how many tokens each sentence gets (Google's exact count, SpanBERT's budget), so there is "
-        "no noise in the count to average away: the rate is what the rule computes from each sentence's length, "
-        "which on short sentences is not p. Compare the two below."
-    )
+st.markdown(TEXT("many_random" if config.strategy in ("token", "whole_word") else "many_fixed"))
 n_tokens = st.select_slider("Tokens to mask", [1_000, 5_000, 10_000, 50_000, 100_000], value=10_000,
                             key="masking_stats_tokens", format_func=lambda n: f"{n:,}")
 if config.strategy == "span" and n_tokens > MAX_SPAN_TOKENS:
@@ -251,48 +201,17 @@ if state.get("masking_stats") is not None:
         st.caption("The rule or seed changed since the corpus was masked: press the button again.")
         stats = None
 if stats is not None:
-    check = stats.selection
-    st.plotly_chart(ui.room_figure(convergence_figure(stats.convergence, config, split_unit=stats.split_unit,
-                                                      height=ui.chart_height(420))),
-                    key="masking_conv_fig", config=ui.plotly_config("masking_convergence"))
-    per = "span" if stats.split_unit == "span" else "token"
-    if check.kind == "binomial":
-        c1, c2, c3 = st.columns(3)
-        unit = "tokens" if check.unit == "token" else "words"
-        c1.metric(f"{unit} selected", f"{check.rate:.2%}", f"z = {signed(check.z)}", delta_color="off", delta_arrow="off",
-                  help=f"{check.selected:,} of {check.units:,} {unit}; z = (rate − p) / standard error, with one "
-                       f"independent draw per {check.unit}. When the rule is followed, |z| is above 3 in about 3 "
-                       "draws of 1,000; far above (say 6) would say it is not.")
-    else:
-        c0, c1, c2, c3 = st.columns(4)
-        c0.metric("the rule selects", f"{check.expected_rate:.2%}",
-                  help=f"The rule's counts sum to {check.expected:,.0f} tokens of {check.units:,}. A fixed count has "
-                       "no sampling error, so there is no z-score to show.")
-        c1.metric("measured", f"{check.rate:.2%}",
-                  help=f"{check.selected:,} tokens selected; {check.rows_short:,} of {check.rows:,} sentences fell short "
-                       "of the rule's count.")
-    c2.metric(f"80/10/10 χ² p-value (per {per})", f"{stats.p_value:.3f}")
-    c3.metric("eligible tokens", f"{stats.eligible:,}")
-    if check.kind == "fixed":
-        per_row = check.expected / max(check.rows, 1)
-        measured_row = check.selected / max(check.rows, 1)
-        why = ("Google counts [CLS] and [SEP] in n and selects at least one token, so short sentences get more than p"
-               if config.strategy == "exact_count" else
-               "each sentence's budget is round(p · its eligible tokens); rounding on short sentences moves the rate off p")
-        st.markdown(f"Per sentence: the rule asks for **{per_row:.2f}** tokens on average, **{measured_row:.2f}** "
-                    f"were selected; {why}.")
-    st.caption(f"The 80/10/10 χ² counts one decision per {per} (the units drawn independently). A p-value far "
-               "below 0.05 would say the split is off; values anywhere between 0 and 1 are normal when the rule is "
-               "implemented right.")
+    ui.chart(convergence_figure(stats.convergence, config, split_unit=stats.split_unit), "masking_conv_fig",
+             name="masking_convergence")
+    ui.metric_row(rate_metrics(stats))
+    note = fixed_count_note(stats, config)
+    if note is not None:
+        st.markdown(note)
+    st.caption(TEXT("chi2", per="span" if stats.split_unit == "span" else "token"))
     if config.strategy == "span" and stats.span_lengths:
-        drawn = sum(k * n for k, n in stats.span_lengths.items()) / sum(stats.span_lengths.values())
-        st.markdown(f"Span lengths: **{drawn:.2f}** words drawn on average (the law: {config.mean_span_length():.2f}); "
-                    f"**{stats.span_kept_mean:.2f}** kept, because the budget, the end of the sentence and other "
-                    "spans cut them.")
-        st.plotly_chart(ui.room_figure(span_length_figure(stats.span_lengths, config, height=ui.chart_height(340))),
-                        key="masking_span_fig", config=ui.plotly_config("masking_span_lengths"))
-    st.plotly_chart(ui.room_figure(per_sentence_histogram(stats.per_sentence, height=ui.chart_height(360))),
-                    key="masking_hist_fig", config=ui.plotly_config("masking_per_sentence"))
+        st.markdown(span_lengths_note(stats, config))
+        ui.chart(span_length_figure(stats.span_lengths, config), "masking_span_fig", name="masking_span_lengths")
+    ui.chart(per_sentence_histogram(stats.per_sentence), "masking_hist_fig", name="masking_per_sentence")
     with ui.advanced("masking_stats_table"):
         ui.table(pd.DataFrame(stats.convergence))
 

@@ -7,8 +7,9 @@ import ui
 from mlm_core import MLMLabError
 from mlm_core.bundled import workshop_sentences
 from mlm_core.lessons.export import lesson_json
-from mlm_core.figures.masking import DECISION_WORDS
-from mlm_core.figures.predictions import probability_text, topk_figure
+from mlm_core.masking import DECISION_WORDS
+from mlm_core.figures.predictions import topk_figure
+from mlm_core.lessons.prose import LessonText
 from mlm_core.lessons import quiz, share_state
 from mlm_core.masking import RANDOM_REPLACEMENT_SOURCE
 from mlm_core.models import model_description
@@ -19,15 +20,13 @@ TOP_K = 5
 QS_FIELD = share_state.Field("qs", "text", None, max_chars=quiz.QUESTION_ID_CHARS, label="teacher's question")
 QS_KEY = "quiz_qs"  # the bank id of the teacher's own sentence (question 1), shared by link as qs=
 
+TEXT = LessonText("quiz")  # mlm_core/lessons/text/quiz.md
 # The sentence stays out of this page's address and share link: it would give the answers away.
 settings = ui.page_setup("❓ Quiz: think before the answer appears", link=share_state.PAGE_LINKS["quiz"])
 GO_MASKING = "quiz_go_masking"
 if st.session_state.pop(GO_MASKING, False):
     st.switch_page("pages/masking.py")
-st.markdown(
-    "Everyone who opens the same link gets the **same question**: the link holds its number and seed, "
-    "never its words. Answer first, then press **Reveal**: the score below counts your first answer to each question."
-)
+st.markdown(TEXT("intro"))
 state = st.session_state
 state.setdefault("quiz_round", 0)
 state.setdefault("quiz_board", {})
@@ -90,16 +89,13 @@ def settings_controls() -> None:
     with ui.advanced("quiz_settings"), st.expander("Question settings (teacher)", expanded=False):
         st.text_area("Ask question 1 about your own sentence", key="quiz_own_text", height=68,
                      placeholder="Type or paste it here: it is kept on this server, never in the link or on the page.",
-                     help="The link then carries a random id (qs=…) instead of the sentence, so students who "
-                          "read the address, or open this panel, see no answer.")
+                     help=TEXT("own_sentence_help"))
         c1, c2 = st.columns(2)
         c1.button("Use my sentence for question 1", key="quiz_use_own", on_click=use_own_sentence)
         c2.button("Corpus sentences only", key="quiz_use_corpus", on_click=use_corpus, disabled=not state.get(QS_KEY))
         if state.get(QS_KEY):
             st.caption("Question 1 asks about your own sentence (hidden here on purpose).")
-        st.caption("The masking rule (p, the [MASK] / random shares, the strategy) comes from the Masking page "
-                   "or the shared link, and the masks are the Masking page's: the quiz only chooses the seed "
-                   "(the first from the sidebar's on whose masks the question can be asked) and shows it.")
+        st.caption(TEXT("rule_note"))
         st.button("Reset my score", key="quiz_reset", on_click=reset_score)
 
 
@@ -111,16 +107,11 @@ try:
 except MLMLabError:
     config = share_state.masking_config(share_state.defaults())
 
-try:
-    tokenizer = ui.cached_tokenizer(settings.model_name)
-except MLMLabError as exc:
-    ui.show_error(exc)
-    st.stop()
+tokenizer = ui.tokenizer_or_stop(settings)
 
 own = question_bank().get(state.get(QS_KEY))
 if state.get(QS_KEY) and own is None:
-    st.warning("This link's own sentence is not on this server any more (was it restarted?): ask for a new "
-               "link. Meanwhile the questions come from the workshop corpus.")
+    st.warning(TEXT("lost_sentence"))
 if round_number == 0 and own is not None:
     sentence, source, where = own, f"teacher:{state[QS_KEY]}", "the teacher's sentence"
 else:
@@ -220,8 +211,8 @@ def guess_quiz() -> None:
     st.subheader("The answers")
     ui.token_chips(list(question.tokens), neutral(question.decisions),
                    originals=[None] * len(question.tokens), highlight=None)
+    model, _ = ui.model_or_stop(settings)
     try:
-        model, _ = ui.cached_model(settings.model_name)
         reports = quiz.rank_guesses(model, tokenizer, question, guesses, lowercase=lowercase)
         predictions = predict_masked(model, tokenizer, question.input_ids, question.attention_mask,
                                      question.labels, k=TOP_K, decisions=question.decision_codes)
@@ -231,33 +222,13 @@ def guess_quiz() -> None:
         return
     right = sum(r.correct for r in reports)
     st.markdown(f"**You got {right} of {len(reports)}.**")
-    vocab = predictions.vocab_size
-    by_position = {p.position: p for p in predictions.positions}
-    rows = []
-    for i, r in enumerate(reports):
-        top = by_position[r.position]
-        rows.append({
-            "blank": i + 1,
-            "answer": r.answer,
-            "your guess": r.guess or "—",
-            "right?": "✅" if r.correct else "❌",
-            f"model's top {TOP_K}": ", ".join(f"{t} {probability_text(q)}" for t, q in zip(top.top_tokens, top.top_probs)),
-            "your guess: rank": f"{r.guess_rank:,} of {vocab:,}" if r.guess_rank else "not one token",
-            "your guess: p": probability_text(r.guess_prob) if r.guess_prob is not None else "—",
-            "answer: rank": f"{r.answer_rank:,}",
-            "answer: p": probability_text(r.answer_prob),  # the chart's format: one probability, one text
-        })
-    ui.table(pd.DataFrame(rows), static=True)  # HTML, it wraps: a dataframe cut "answer: p…" at 1400 px
-    st.caption("Rank 1 is the model's first choice. A guess that the vocabulary splits into several pieces "
-               "cannot fill one blank, so it has no rank.")
+    # HTML, it wraps: a dataframe cut "answer: p…" at 1400 px
+    ui.table(pd.DataFrame(quiz.guess_rows(reports, predictions, TOP_K)), static=True)
+    st.caption(TEXT("rank_note"))
     if about.get("trained") is False:
-        st.warning("This model's prediction head is untrained: its guesses are noise. Pick the bundled default "
-                   "(trained) in the sidebar for real predictions.")
-    figure = topk_figure(predictions, bar_height=36 if settings.presenter else 22)
-    figure.update_layout(height=ui.chart_height(figure.layout.height or 450))
-    if settings.presenter:  # subplot titles are annotations: room_figure leaves them
-        figure.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
-    st.plotly_chart(ui.room_figure(figure), key="quiz_topk_fig", config=ui.plotly_config("quiz_model_guesses"))
+        st.warning(TEXT("untrained"))
+    ui.chart(topk_figure(predictions, bar_height=36 if settings.presenter else 22), "quiz_topk_fig",
+             name="quiz_model_guesses")
     masking_page_button()
 
 
@@ -267,16 +238,8 @@ def random_quiz() -> None:
     masks = question.blanks
     st.subheader("Which tokens were replaced by a random token? Which were left unchanged?")
     ui.token_chips(list(question.shown), neutral(question.decisions))
-    hidden = len(selected) - len(masks)
-    st.markdown(
-        f"BERT selected **{len(selected)}** token{'s' if len(selected) != 1 else ''} of this sentence. You can see "
-        f"**{len(masks)}** `[MASK]`{'s' if len(masks) != 1 else ''}, so **{hidden}** selected "
-        f"token{'s are' if hidden != 1 else ' is'} hiding in plain sight: swapped for a random token, or left "
-        "exactly as they were."
-    )
-    st.caption("The masks are the Masking page's for this seed. Questions are only asked on masks whose random "
-               "replacements look like ordinary whole words (no word pieces, symbols or [unused] entries), so "
-               "you cannot spot one by its shape, only by what it means here. " + RANDOM_REPLACEMENT_SOURCE)
+    st.markdown(quiz.hidden_in_plain_sight(len(selected), len(masks)))
+    st.caption(TEXT("random_fair", source=RANDOM_REPLACEMENT_SOURCE))
     options = list(question.candidates)
     names = labels_for(options)
     if not revealed:
@@ -299,17 +262,8 @@ def random_quiz() -> None:
     c1, c2 = st.columns(2)
     for column, title, score in ((c1, "random", a), (c2, "unchanged", b)):
         column.metric(f"{title}: points", f"{score.points} of {score.max_points}")
-        column.caption(
-            f"found: {', '.join(names.get(i, str(i)) for i in score.hits) or '—'} · "
-            f"missed: {', '.join(names.get(i, str(i)) for i in score.missed) or '—'} · "
-            f"wrong picks: {', '.join(names.get(i, str(i)) for i in score.false_alarms) or '—'}"
-        )
-    st.markdown(
-        "A random token can give itself away when it does not fit the sentence. An **unchanged** token "
-        "cannot: it looks exactly like an unselected one, to you and to the model. That is the point of "
-        "the 10% unchanged — the model must predict the original at *every* position it might be asked "
-        "about, so it keeps a good representation of every real token, not only of `[MASK]`."
-    )
+        column.caption(quiz.selection_caption(score, names))
+    st.markdown(TEXT("unchanged_point"))
     masking_page_button()
 
 
@@ -318,11 +272,8 @@ def loss_quiz() -> None:
     st.subheader("Which positions does the MLM loss use?")
     # What the model sees, without the decision colours: only [MASK] shows, as it does to the model.
     ui.token_chips(list(question.shown), neutral(question.decisions))
-    st.markdown("The loss is a mean of −log p(original token) over some of these positions: which ones? "
-                "Think about what masking *did*, not only about what you can see.")
-    st.caption("Fair play: the quiz takes the first seed whose random replacements (if any) look like ordinary "
-               "words: a word piece or an `[unused]` entry would tell you by its shape that it was selected. "
-               + RANDOM_REPLACEMENT_SOURCE)
+    st.markdown(TEXT("loss_question"))
+    st.caption(TEXT("loss_fair", source=RANDOM_REPLACEMENT_SOURCE))
     options = list(range(len(question.tokens)))
     names = labels_for(options)
     if not revealed:
@@ -340,13 +291,7 @@ def loss_quiz() -> None:
                               for i in range(len(question.tokens))])
     ui.decision_legend()
     st.metric("points", f"{score.points} of {score.max_points}")
-    st.markdown(
-        f"The loss uses the **{len(question.in_loss)} selected positions** — `[MASK]`, random **and** unchanged "
-        "ones, where `labels` holds the original id — and nothing else: unselected tokens and `[CLS]`/`[SEP]` "
-        "have `labels = -100`, which cross-entropy skips. "
-        f"Missed: {', '.join(names[i] for i in score.missed) or '—'}. "
-        f"Wrong picks: {', '.join(names[i] for i in score.false_alarms) or '—'}."
-    )
+    st.markdown(quiz.loss_answer(len(question.in_loss), score, names))
     table = pd.DataFrame({
         "position": options,
         "model sees": list(question.shown),

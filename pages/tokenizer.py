@@ -10,12 +10,12 @@ from mlm_core.data import clean_text, read_text_upload, split_sentences
 from mlm_core.errors import MLMLabError
 from mlm_core.costs import head_cost
 from mlm_core.figures.vocab import frequency_profile_figure, head_cost_figure, split_metrics_figure
-from mlm_core.lessons.vocab import frequency_profile, whole_word_demo
+from mlm_core.lessons.prose import LessonText
+from mlm_core.lessons.vocab import (PageVocab, frequency_profile, size_label, supported_note, vocab_table,
+                                    whole_word_demo)
 from mlm_core.vocab import (
     ALGORITHM_LABELS,
     MAX_VOCAB_SIZE,
-    MIN_FREQUENCY,
-    SIZE_LADDER,
     VocabCache,
     cut_differences,
     corpus_hash,
@@ -39,13 +39,9 @@ MAX_SENTENCE_CHARS = 1_000
 DEFAULT_SENTENCE = "Tokenization splits unbelievably uncommon words into several pieces."
 HIDDEN_SIZES = {"tiny (H = 64)": 64, "MiniLM (H = 384)": 384, "bert-base (H = 768)": 768}
 
+TEXT = LessonText("tokenizer")  # mlm_core/lessons/text/tokenizer.md
 settings = ui.page_setup("🧩 Tokenizer: what the vocabulary size changes", link=share_state.PAGE_LINKS["tokenizer"])
-st.markdown(
-    "Before masking, the tokenizer decides what a *token* is. A small vocabulary cuts words into many "
-    "pieces (longer sequences, and token masking hides only part of a word); a large one keeps words "
-    "whole but gives the MLM head more classes to score: its cost grows with the vocabulary size **V**, "
-    "and an untrained model starts at a loss of **ln V**. Train a few vocabularies on a corpus and compare."
-)
+st.markdown(TEXT("intro"))
 
 
 def corpus_controls() -> tuple[list[str], str] | None:
@@ -82,17 +78,10 @@ def corpus_controls() -> tuple[list[str], str] | None:
     return sentences, name
 
 
-def size_label(size: int) -> str:
-    return f"{size // 1000}k" if size % 1000 == 0 else str(size)
-
-
 def algorithm_control() -> list[str]:
     algorithm = st.radio("Algorithm", ["wordpiece", "bpe", "both"], horizontal=True, key="tokenizer_algorithm",
                          format_func=lambda a: ALGORITHM_LABELS.get(a, "Both"),
-                         help="Both learn their vocabulary by merging the most frequent pairs of pieces, and both "
-                              "use BERT's lower-casing and word splitting. WordPiece (BERT) cuts a word by taking "
-                              "the longest known piece from the left and marks pieces that continue a word (##); "
-                              "BPE replays its merges in order and marks the piece that ends a word (</w>).")
+                         help=TEXT("algorithm_help"))
     return ["wordpiece", "bpe"] if algorithm == "both" else [algorithm]
 
 
@@ -154,16 +143,8 @@ try:
 except MLMLabError as exc:
     ui.show_error(exc)
     st.stop()
-supported = min(largest.values())
-st.info(
-    f"{ui.markdown_text(corpus_name[:1].upper() + corpus_name[1:])} ({len(train_texts):,} training sentences) supports at most "
-    + " and ".join(f"{n:,} {ALGORITHM_LABELS[a]}" for a, n in largest.items())
-    + f" entries: by then every piece seen at least {MIN_FREQUENCY} times is in, so a larger size would give the "
-    f"same vocabulary. Only sizes it can fill are offered"
-    + (f" (not {', '.join(size_label(v) for v in SIZE_LADDER if v >= supported)})" if supported <= SIZE_LADDER[-1] else "")
-    + ". Upload more text for larger ones; bert-base-uncased's 30,522 were learned from Wikipedia and books."
-)
-picked_sizes = size_controls(supported)
+st.info(supported_note(ui.markdown_text(corpus_name[:1].upper() + corpus_name[1:]), len(train_texts), largest))
+picked_sizes = size_controls(min(largest.values()))
 if len(picked_sizes) < 2:
     st.warning("Pick at least two vocabulary sizes to compare.")
     st.stop()
@@ -174,12 +155,10 @@ except MLMLabError as exc:
     st.stop()
 
 # Every vocabulary on the page: (family, label, tokenizer, trained-or-None, cache key).
-vocabs = []
-for t in trained:
-    label = f"{t.label} (all)" if t.saturated else t.label
-    vocabs.append([ALGORITHM_LABELS[t.algorithm], label, t.tokenizer, t, (t.algorithm, t.vocab_size, corpus_hash(train_texts))])
+vocabs = [PageVocab(ALGORITHM_LABELS[t.algorithm], f"{t.label} (all)" if t.saturated else t.label, t.tokenizer, t,
+                    (t.algorithm, t.vocab_size, corpus_hash(train_texts))) for t in trained]
 if BERT in picked_sizes:
-    vocabs.append([BERT, f"{BERT} 30,522", ui.cached_tokenizer(None), None, (BERT,)])
+    vocabs.append(PageVocab(BERT, f"{BERT} 30,522", ui.cached_tokenizer(None), None, (BERT,)))
 stats_cache = st.session_state.setdefault(STATS_KEY, {})
 if len(stats_cache) > 64:
     stats_cache.clear()
@@ -212,15 +191,7 @@ for family, label, tokenizer, _, _ in vocabs:
     pieces = [p for w in words for p in w]
     st.markdown(f"**{label}** — {len(pieces)} tokens for {len(words)} words and punctuation marks")
     ui.token_chips(pieces, titles=[str(i) for i in tokenizer.convert_tokens_to_ids(pieces)])
-st.markdown(
-    "Each scheme writes its pieces in its own notation. **WordPiece** (BERT) marks a piece that *continues* a "
-    "word: `##ing`. **BPE** as Sennrich et al. (2016) wrote it marks the piece that *ends* a word: `ing</w>`. "
-    "GPT-2's and RoBERTa's byte-level BPE, and SentencePiece (ALBERT, T5), mark the piece that *starts* a word "
-    "instead: `Ġing`, `▁ing`. The marks are only notation. What differs is how a word is cut — WordPiece takes "
-    "the longest piece it knows from the left, BPE replays its learned merges in order — and what happens to an "
-    "unknown character: WordPiece turns the whole word into `[UNK]`, BPE only that character (byte-level BPE "
-    "never needs `[UNK]`)."
-)
+st.markdown(TEXT("notation"))
 by_size: dict[int, dict[str, object]] = {}
 for family, label, tokenizer, t, _ in vocabs:
     if t is not None:
@@ -245,15 +216,7 @@ for family, label, tokenizer, t, key in vocabs:
     m = cached_stats("measure", key, test_texts, lambda: measure(tokenizer, test_texts))
     rows.append({"family": family, "label": label, **m.as_dict()})
 height = 520 if settings.presenter else 380
-def chart(figure, key: str, name: str) -> None:
-    """A figure with a PNG export name; in presenter view taller and in large type."""
-    if settings.presenter:  # subplot titles are annotations: room_figure leaves them
-        figure.update_layout(height=ui.chart_height(figure.layout.height or 450))
-        figure.update_annotations(font_size=ui.PRESENTER_CHART_FONT_PX)
-    st.plotly_chart(ui.room_figure(figure), key=key, config=ui.plotly_config(name))
-
-
-chart(split_metrics_figure(rows, height=height), "tokenizer_split_fig", "tokenizer_split_words")
+ui.chart(split_metrics_figure(rows, height=height), "tokenizer_split_fig", name="tokenizer_split_words")
 
 st.subheader("What V costs the MLM head, and where the loss starts")
 with st.expander("Head-cost assumptions", expanded=False):
@@ -263,43 +226,26 @@ with st.expander("Head-cost assumptions", expanded=False):
     seq_len = int(c3.number_input("Sequence length T", 8, 512, 128, key="tokenizer_seq_len"))
 costs = [(family, label, head_cost(len(tokenizer), hidden_size=hidden, batch_size=batch, seq_len=seq_len))
          for family, label, tokenizer, _, _ in vocabs]
-chart(head_cost_figure(costs, height=height + 20), "tokenizer_cost_fig", "tokenizer_head_cost")
-st.caption("Forward pass only (backward costs about twice more). Both costs grow in a straight line with V "
-           "(the axes are linear, so a straight line is what you see); ln V grows ever more slowly. Computing the "
-           "head at the masked positions only (M = 15% of B·T) divides both costs by about 6.7, whatever V is.")
-
-table = pd.DataFrame([
-    {
-        "vocabulary": r["label"],
-        "size reached": r["vocab_size"],
-        "tokens per word": round(r["tokens_per_word"], 3),
-        "words split": f"{r['split_share']:.1%}",
-        "[UNK] rate": f"{r['unk_rate']:.2%}",
-        "head GFLOPs (masked only)": round(c.flops_gathered / 1e9, 2),
-        "head GFLOPs (every position)": round(c.flops_full / 1e9, 2),
-        "logits MiB (masked only)": round(c.logits_bytes_gathered / 2**20, 1),
-        "logits MiB (every position)": round(c.logits_bytes_full / 2**20, 1),
-        "start loss ln V": round(c.start_loss, 2),
-    }
-    for r, (_, _, c) in zip(rows, costs)
-])
-ui.table(table, static=True)  # HTML, its headers wrap: at 1400 px the dataframe cut "logits M…" at the right edge
+ui.chart(head_cost_figure(costs, height=height + 20), "tokenizer_cost_fig", name="tokenizer_head_cost")
+st.caption(TEXT("head_cost"))
+# HTML, its headers wrap: at 1400 px the dataframe cut "logits M…" at the right edge
+ui.table(pd.DataFrame(vocab_table(rows, [c for _, _, c in costs])), static=True)
 
 st.subheader("Frequency profile: how often each entry is used")
 profiles = [
     (family, label, cached_stats("profile", key, sentences, lambda: frequency_profile(tokenizer, sentences)))
     for family, label, tokenizer, _, key in vocabs
 ]
-chart(frequency_profile_figure(profiles, height=height + 40), "tokenizer_freq_fig", "tokenizer_frequency_profile")
+ui.chart(frequency_profile_figure(profiles, height=height + 40), "tokenizer_freq_fig", name="tokenizer_frequency_profile")
 st.caption(f"Counted over all of {shown_corpus}. The head scores every entry at every masked position, "
            "including the ones this text never uses.")
 
 # --- 3. Whole-word vs token masking ------------------------------------------------------------
 st.subheader("Whole-word vs token masking on a word cut into many pieces")
-labels = [entry[1] for entry in vocabs]
+labels = [v.label for v in vocabs]
 c1, c2 = st.columns(2)
 chosen = c1.selectbox("Vocabulary", labels, index=0, key="tokenizer_demo_vocab")
-tokenizer = vocabs[labels.index(chosen)][2]
+tokenizer = vocabs[labels.index(chosen)].tokenizer
 default_word = most_split_word(tokenizer, sentence)
 word_choices = list(dict.fromkeys(sentence_words(tokenizer, sentence)))
 word = c2.selectbox("Word to watch", word_choices,
@@ -328,23 +274,18 @@ if demo is not None:
     c1.metric("token masking: word only partly hidden", f"{demo.partial_share['token']:.0%}",
               help="Of the draws that selected any piece of the word.")
     c2.metric("whole-word masking: word only partly hidden", f"{demo.partial_share['whole_word']:.0%}")
-    st.caption(
-        f"'{shown_word}' is {n_pieces} piece{'s' if n_pieces != 1 else ''} in {chosen}. Over {demo.n_draws} draws "
-        f"(seed {settings.seed}), token masking touched it in {demo.hit_share['token']:.0%} of them and usually "
-        "left other pieces visible, so the model can guess a piece from its neighbours inside the same word. "
-        "Whole-word masking hides all of its pieces or none."
-    )
+    st.caption(TEXT("whole_word", word=shown_word, pieces=n_pieces, plural="s" if n_pieces != 1 else "",
+                    vocab=chosen, draws=demo.n_draws, seed=settings.seed, hit=demo.hit_share["token"]))
 
 # --- 4. Hand over to the Training page ---------------------------------------------------------
 st.subheader("Train a model with one of these vocabularies")
-trainable = [entry[3] for entry in vocabs if entry[3] is not None]
+trainable = [v.trained for v in vocabs if v.trained is not None]
 if trainable:
-    names = [entry[1] for entry in vocabs if entry[3] is not None]
+    names = [v.label for v in vocabs if v.trained is not None]
     c1, c2 = st.columns([2, 1])
     pick = c1.selectbox("Vocabulary for the tiny from-scratch model", names, key="tokenizer_handover")
     if c2.button("Use with the Training page", key="tokenizer_use", width="stretch"):
         st.session_state[ui.KEYS.trained_tokenizer] = trainable[names.index(pick)]
     current = st.session_state.get(ui.KEYS.trained_tokenizer)
     if current is not None:
-        st.success(f"The Training page will offer **{current.label}** (trained on {current.n_sentences:,} "
-                   "sentences) for the tiny from-scratch model. Train it twice with two sizes to compare.")
+        st.success(TEXT("handover", label=current.label, sentences=current.n_sentences))

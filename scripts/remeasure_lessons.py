@@ -61,7 +61,8 @@ from mlm_core.lessons.training_view import (  # noqa: E402
 from mlm_core.precision import resolve_amp  # noqa: E402
 from mlm_core.losses import token_counts  # noqa: E402
 from mlm_core.masking import MaskingConfig  # noqa: E402
-from mlm_core.predict import predict_masked, summarize_by_decision  # noqa: E402
+from mlm_core.lessons.predictions import summarize_by_decision  # noqa: E402
+from mlm_core.predict import predict_masked  # noqa: E402
 from mlm_core.sampled_softmax import SampledSoftmaxConfig, sampled_softmax_sweep  # noqa: E402
 from mlm_core.training import (frequency_buckets, loss_by_group, make_eval_set, split_chunks, train_variants,  # noqa: E402
                                word_piece_ids)

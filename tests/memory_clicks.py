@@ -135,7 +135,8 @@ def pred_compare(model, tok, small):
     """Predictions, "Compare on many sentences": 256 sentences of up to 64 tokens, every token selected."""
     from mlm_core import seeds
     from mlm_core.data import encode, mask_batch
-    from mlm_core.predict import predict_masked, summarize_by_decision
+    from mlm_core.lessons.predictions import summarize_by_decision
+    from mlm_core.predict import predict_masked
 
     texts = workshop_sentences()[: 4 if small else 256]
     batch = encode(tok, texts, max_length=64)

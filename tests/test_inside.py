@@ -17,7 +17,8 @@ from mlm_core.data import encode
 from mlm_core.errors import InputError
 from mlm_core.lessons import inside as lesson
 from mlm_core.models import TINY_FAMILIES, tiny_random_masked_lm
-from mlm_core.predict import mask_positions, predict_masked
+from mlm_core.data import mask_positions
+from mlm_core.predict import predict_masked
 
 SENTENCE = "The cat sat on the mat, and the cat watched the birds."
 KNOWN_HEADS = ("bert", "distilbert", "roberta", "albert")

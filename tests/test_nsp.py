@@ -7,7 +7,7 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, BertForPreTraining
 
 from mlm_core.errors import InputError
-from mlm_core.data import special_ids
+from mlm_core.data import mask_batch, special_ids
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
 from mlm_core.lessons.nsp import (
     IS_NEXT,
@@ -17,7 +17,6 @@ from mlm_core.lessons.nsp import (
     encode_pairs,
     is_next_probabilities,
     make_nsp_pairs,
-    mask_tokens_for_pairs,
     mlm_nsp_loss,
     train_nsp_head,
 )
@@ -111,8 +110,7 @@ def test_pairs_are_masked_with_every_rule(tokenizer, strategy):
         second = batch["token_type_ids"][row].bool() & ~special[row]
         assert int(words[row][second].min()) > int(words[row][~second & ~special[row]].max())
     config = MaskingConfig(strategy=strategy, mlm_probability=0.5)
-    masked = mask_tokens_for_pairs(tokenizer, batch, config, torch.Generator().manual_seed(0),
-                                   special_ids(tokenizer))
+    masked = mask_batch(tokenizer, batch, config, torch.Generator().manual_seed(0), trace=False)
     assert int(masked.selected.sum()) > 0 and not bool(masked.selected[special].any())
     if strategy == "span":
         traced = mask_tokens(batch["input_ids"], batch["special_tokens_mask"], config,

@@ -12,14 +12,12 @@ import torch.nn.functional as F
 from mlm_core.errors import InputError
 from mlm_core.head import masked_lm_logits
 from mlm_core.masking import IGNORE_INDEX, Decision
+from mlm_core.lessons.predictions import decision_comparison_text, default_blank, summarize_by_decision
 from mlm_core.predict import (
-    decision_comparison_text,
-    default_blank,
     fill_masks,
     mask_predict_schedule,
     predict_masked,
     pseudo_log_likelihood,
-    summarize_by_decision,
     typed_blanks,
     with_mask_token,
 )

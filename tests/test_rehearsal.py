@@ -124,6 +124,21 @@ def test_inside_charts_are_room_sized_in_presenter_view(apptest):
     assert not any("green: the true token" in t for t in subtitles)  # every cell is green: the ✓ marks it
 
 
+def test_home_flow_keeps_its_own_scale_in_presenter_view(apptest):
+    """Home's flow picture went through the room-sizing chart helper (issue 28): at the room's font its step labels
+    ran off the left edge ("4. head + loss" lost its "4") and [MASK] overflowed its box. It stays as drawn, as on main."""
+    from mlm_core.figures.home import flow_figure
+
+    at = _presenter(apptest("pages/home.py"))
+    at.run()
+    assert not at.exception
+    (spec,) = _specs(at)
+    drawn = json.loads(flow_figure().to_json())
+    sizes = [[a.get("font", {}).get("size") for a in f["layout"]["annotations"]] for f in (spec, drawn)]
+    assert sizes[0] == sizes[1] and 13 in sizes[0]
+    assert spec["layout"]["height"] == drawn["layout"]["height"]
+
+
 def test_loss_charts_are_room_sized_in_presenter_view(apptest):
     """The Loss page's charts stayed 320-380 px tall in presenter view (the guide says at least 600)."""
     at = _presenter(apptest("pages/losses.py", timeout=240))

@@ -5,9 +5,10 @@ One idea per module, in the order a page meets them:
 - ``page``: ``page_setup`` (the run through app.py, the sidebar, the share box, the title)
 - ``settings``: the shared settings' session-state ``KEYS``, their defaults and ``Settings``
 - ``loaders``: models, tokenizers and corpus counts loaded once per server, behind the access rule
-- ``controls``: widget groups that return plain values (batch, example picker, trained model, on-demand)
+- ``controls``: widget groups that return plain values (sentence, batch, example picker, token pills, trained
+  model, on-demand)
 - ``chips``: token chips and their legend, markdown that shows text as typed (all escaped)
-- ``presenter``: charts, tables and CSS a room can read
+- ``presenter``: charts (``chart``: every page's), tables and CSS a room can read
 - ``share``: share links (``st.query_params``) and the masking rule they carry
 - ``session``: who is connected; ``messages``: errors in words; ``navigation``: Streamlit's old-style runner
 
@@ -20,6 +21,7 @@ from ui.chips import (
     decision_legend,
     inline_code,
     markdown_text,
+    pill_labels,
     token_chips,
     value_chips,
 )
@@ -31,6 +33,8 @@ from ui.controls import (
     example_picker,
     loss_batch_controls,
     on_demand,
+    sentence_or_stop,
+    token_pills,
     trained_model_choice,
     trained_models,
 )
@@ -53,7 +57,9 @@ from ui.presenter import (
     PRESENTER_CHART_TITLE_PX,
     PRESENTER_TITLE_CHARS,
     advanced,
+    chart,
     chart_height,
+    metric_row,
     plotly_config,
     room_figure,
     room_large,
@@ -65,13 +71,14 @@ from ui.settings import DEFAULT_MODEL, KEYS, MAX_MODEL_NAME_CHARS, Settings
 from ui.share import LINK_KEYS, share_link, share_url, shared_masking_config, sync_query_params
 
 __all__ = [
-    "BASE_CHOICE", "CUSTOM_SENTENCE", "DECISION_STYLE", "DEFAULT_MODEL", "KEYS", "LINK_KEYS", "MAX_MODEL_NAME_CHARS",
-    "PRESENTER_CHART_FONT_PX", "PRESENTER_CHART_HEIGHT", "PRESENTER_CHART_TITLE_PX", "PRESENTER_TITLE_CHARS",
-    "Settings", "advanced", "batch_sentences_controls", "cached_blimp", "cached_corpus_counts", "cached_lab_pairs",
-    "cached_model", "cached_pair_score",
-    "cached_tiny_for_vocab", "cached_tokenizer", "chart_height", "chip_html", "client_id", "guess_client", "decision_legend",
-    "encode_or_stop", "example_picker", "inline_code", "language_note", "loss_batch_controls", "markdown_text", "model_or_stop", "on_demand", "page_setup", "plotly_config",
-    "room_figure", "room_large", "session_alive_check", "share_link", "share_url", "shared_masking_config", "show_error",
-    "sync_query_params", "table", "token_chips", "tokenizer_or_stop", "trained_model_choice", "trained_models",
-    "value_chips", "wrap_title",
+    "BASE_CHOICE", "CUSTOM_SENTENCE", "DECISION_STYLE", "DEFAULT_MODEL", "KEYS", "LINK_KEYS",
+    "MAX_MODEL_NAME_CHARS", "PRESENTER_CHART_FONT_PX", "PRESENTER_CHART_HEIGHT", "PRESENTER_CHART_TITLE_PX",
+    "PRESENTER_TITLE_CHARS", "Settings", "advanced", "batch_sentences_controls", "cached_blimp",
+    "cached_corpus_counts", "cached_lab_pairs", "cached_model", "cached_pair_score", "cached_tiny_for_vocab",
+    "cached_tokenizer", "chart", "chart_height", "chip_html", "client_id", "decision_legend", "encode_or_stop",
+    "example_picker", "guess_client", "inline_code", "language_note", "loss_batch_controls", "markdown_text",
+    "metric_row", "model_or_stop", "on_demand", "page_setup", "pill_labels", "plotly_config", "room_figure",
+    "room_large", "sentence_or_stop", "session_alive_check", "share_link", "share_url", "shared_masking_config",
+    "show_error", "sync_query_params", "table", "token_chips", "token_pills", "tokenizer_or_stop",
+    "trained_model_choice", "trained_models", "value_chips", "wrap_title",
 ]

@@ -51,6 +51,22 @@ def inline_code(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+def pill_labels(tokens: list[str], positions) -> dict[int, str]:
+    """A label for each position's pill: the token, with its occurrence number where the sentence repeats it.
+
+    Pills are told apart by their text, so a repeated token needs a number: the (1), the (2).
+
+    >>> pill_labels(["[CLS]", "the", "cat", "saw", "the", "dog", "[SEP]"], [1, 2, 3, 4, 5])
+    {1: 'the (1)', 2: 'cat', 3: 'saw', 4: 'the (2)', 5: 'dog'}
+    """
+    seen: dict[str, int] = {}
+    labels = {}
+    for i in positions:
+        seen[tokens[i]] = seen.get(tokens[i], 0) + 1
+        labels[i] = tokens[i] if tokens.count(tokens[i]) == 1 else f"{tokens[i]} ({seen[tokens[i]]})"
+    return labels
+
+
 def chip_html(token: str, decision: str = "NOT_SELECTED", original: str | None = None,
               highlight: bool = False, title: str | None = None) -> str:
     """One token as an escaped HTML chip; ``##`` pieces are drawn joined to the chip before them.

@@ -1,5 +1,5 @@
-"""Widget groups that return plain values: the batch a lesson computes on, the example sentence picker,
-the page's model (the sidebar's or one trained in this session), and "press to measure" results.
+"""Widget groups that return plain values: the sentence or batch a lesson computes on, the example sentence
+picker, token pills, the page's model (the sidebar's or one trained in this session), and "press to measure" results.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from mlm_core.errors import MLMLabError
 from mlm_core.lessons.loss_lab import LossBatch, loss_batch, pick_sentences
 from mlm_core.lessons.share_state import Field
 from mlm_core.measure import measurement_turn
+from mlm_core.predict import with_mask_token
 from mlm_core.session_models import ServerBudget, TrainedModels
-from ui.chips import markdown_text
+from ui.chips import markdown_text, pill_labels
 from ui.loaders import cached_corpus_counts
-from ui.messages import show_error
+from ui.messages import language_note, show_error
 from ui.session import client_id
 from ui.settings import KEYS, Settings
 
@@ -49,6 +50,31 @@ def encode_or_stop(tokenizer, text: str, *, max_tokens: int, clipped: bool = Fal
     if clipped or encoded.truncated[0]:
         st.info(f"Only the first {max_tokens} tokens are used.")
     return encoded
+
+
+def sentence_or_stop(tokenizer, text: str, *, max_chars: int, max_tokens: int, settings: Settings, model,
+                     empty: str = "The sentence is empty: type one above.",
+                     typed_blanks: bool = False) -> tuple[str, Encoded]:
+    """The one sentence a page computes on: ``text`` clipped to ``max_chars``, the language note, then encoded (at most
+    ``max_tokens``); the ``empty`` warning and the end of this run when there is no text. ``typed_blanks``: a typed
+    ``[MASK]`` or ``<mask>`` becomes this tokenizer's mask token (``predict.with_mask_token``). Returns (text, encoded)."""
+    text, clipped = clip_text(text, max_chars)
+    if not text:
+        st.warning(empty)
+        st.stop()
+    language_note(text, settings.model_name, model)
+    encoded = encode_or_stop(tokenizer, with_mask_token(tokenizer, text) if typed_blanks else text,
+                             max_tokens=max_tokens, clipped=clipped)
+    return text, encoded
+
+
+def token_pills(label: str, tokens: list[str], options: list[int], *, key: str, help: str | None = None) -> list[int]:
+    """Pills to pick tokens by position (``options``), returned sorted; labels escaped (pills render markdown), a
+    repeated token numbered (``chips.pill_labels``)."""
+    labels = pill_labels(tokens, options)
+    chosen = st.pills(label, options, selection_mode="multi", format_func=lambda i: markdown_text(labels[i]), key=key,
+                      help=help)
+    return sorted(chosen or [])
 
 
 def loss_batch_controls(prefix: str, settings: Settings, model, tokenizer, rule, *, n: int, max_chars: int) -> LossBatch:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+import pandas as pd
 import streamlit as st
 
 from mlm_core import grammar
@@ -70,11 +71,14 @@ def cached_corpus_counts(model_name: str | None, vocab_size: int, _tokenizer):
 
 
 def model_or_stop(settings: Settings):
-    """(model, tokenizer) of the sidebar's model, or a clear message and the end of this page run."""
+    """(model, tokenizer) of the sidebar's model, or a clear message, the models that work offline now, and the
+    end of this page run: every page loads its model this way."""
     try:
         return cached_model(settings.model_name)
     except Exception as exc:  # a bad id, no internet, a corrupt checkpoint: say so, never a traceback
         show_error(exc)
+        st.markdown("These models work offline right now:")
+        st.dataframe(pd.DataFrame([m for m in models.available_models() if m["offline"]]), hide_index=True)
         st.stop()
 
 

@@ -129,6 +129,41 @@ def room_figure(fig):
     return fig
 
 
+def chart(fig, key: str, *, name: str | None = None, height: int | None = None, toolbar: bool = True,
+          room: bool = True, **kwargs):
+    """Every page's chart: ``st.plotly_chart`` with the camera button's PNG named ``name`` (else ``key``) and,
+    in presenter view, text a room can read.
+
+    ``room_figure`` sets every tick, axis title, legend and title; subplot titles are annotations and
+    heatmap cells carry their own text size, so those are enlarged here. ``height``: the chart's height
+    (``chart_height``: at least 600 px in presenter view). ``toolbar=False`` hides Plotly's toolbar (a
+    picture with nothing to zoom). ``room=False`` leaves a picture drawn to its own scale as it is in presenter
+    view (Home's flow: its labels and tokens are annotations placed for their size, and would overflow their boxes
+    and the left edge at the room's). ``kwargs`` go to ``st.plotly_chart`` (``on_select``, ``selection_mode``).
+    Returns what ``st.plotly_chart`` returns (the selection, with ``on_select``).
+    """
+    if height is not None:
+        fig.update_layout(height=chart_height(height) if room else height)
+    if room and st.session_state.get(KEYS.presenter):
+        fig.update_annotations(font_size=PRESENTER_CHART_FONT_PX)
+        fig.update_traces(textfont_size=PRESENTER_CHART_FONT_PX, selector=dict(type="heatmap"))
+        fig = room_figure(fig)
+    config = plotly_config(name or key) if toolbar else {"displayModeBar": False}
+    return st.plotly_chart(fig, key=key, config=config, **kwargs)
+
+
+def metric_row(metrics) -> None:
+    """A view-model's numbers as one row of ``st.metric``, a column each: ``(label, value, help)`` triples, or dicts
+    of ``st.metric``'s keywords (a delta, its colour)."""
+    metrics = list(metrics)
+    for column, metric in zip(st.columns(len(metrics)), metrics):
+        if isinstance(metric, dict):
+            column.metric(**metric)
+        else:
+            label, value, help = metric
+            column.metric(label, value, help=help)
+
+
 def plotly_config(filename: str) -> dict:
     """``st.plotly_chart(fig, config=ui.plotly_config("masking_counts"))``: the camera button saves a PNG.
 

@@ -3,23 +3,34 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import plotly.graph_objects as go
 
-from mlm_core.masking import MaskingConfig
+from mlm_core.masking import DECISION_WORDS, MaskingConfig
 
-# The one style of each decision: the token chips (ui.chips), their legend and these figures all read it.
+
+class DecisionStyle(NamedTuple):
+    """How one decision looks on every page."""
+
+    background: str  # the token chip's background
+    color: str  # the chip's border, and every chart mark of this decision
+    label: str  # the word learners read: mlm_core.masking.DECISION_WORDS, never the enum name
+
+
+# The one style of each decision, in the legend's order: the token chips (ui.chips), their legend, the Masking and
+# Predictions figures all read it; the words come from mlm_core.masking.DECISION_WORDS.
 DECISION_STYLE = {
-    # decision name: (chip background, colour: chip border and chart marks, word shown to learners)
-    "NOT_SELECTED": ("#f1f3f5", "#adb5bd", "not selected"),
-    "MASK": ("#ffe3e3", "#e03131", "→ [MASK]"),
-    "RANDOM": ("#fff3bf", "#f08c00", "→ random"),
-    "UNCHANGED": ("#d3f9d8", "#2f9e44", "unchanged"),
-    "SPECIAL": ("#e7f5ff", "#74c0fc", "special"),
+    name: DecisionStyle(background, color, DECISION_WORDS[name])
+    for name, (background, color) in {
+        "NOT_SELECTED": ("#f1f3f5", "#adb5bd"),
+        "MASK": ("#ffe3e3", "#e03131"),
+        "RANDOM": ("#fff3bf", "#f08c00"),
+        "UNCHANGED": ("#d3f9d8", "#2f9e44"),
+        "SPECIAL": ("#e7f5ff", "#74c0fc"),
+    }.items()
 }
-COLORS = {name: color for name, (_, color, _) in DECISION_STYLE.items()}
-# The words of the chips' legend: never the enum names.
-DECISION_WORDS = {name: word for name, (_, _, word) in DECISION_STYLE.items()}
+COLORS = {name: style.color for name, style in DECISION_STYLE.items()}
 
 
 def log_ticks(low: float, high: float) -> tuple[list[float], list[str]]:

@@ -11,14 +11,16 @@ import html
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mlm_core.figures.masking import COLORS
+from mlm_core.formatting import probability_text
 from mlm_core.lessons.loss_lab import uniform_guess, uniform_guess_label
+from mlm_core.lessons.predictions import FILL_LABELS
+from mlm_core.masking import DECISION_WORDS, SELECTED_DECISIONS
 from mlm_core.predict import Predictions, TokenPrediction
 
 TRUE_COLOR = "#2f9e44"  # the token the model should predict
 OTHER_COLOR = "#adb5bd"  # the model's other guesses
 MISSED_COLOR = "#e8590c"  # the true token, shown after the top-k because it ranked lower
-DECISION_COLORS = {"MASK": "#e03131", "RANDOM": "#f08c00", "UNCHANGED": "#2f9e44"}
-DECISION_LABELS = {"MASK": "→ [MASK]", "RANDOM": "→ random token", "UNCHANGED": "unchanged"}
 MODE_COLORS = {"independent": "#1c7ed6", "easy_first": "#ae3ec9", "mask_predict": "#e8590c"}
 
 
@@ -26,19 +28,10 @@ def _e(text: str) -> str:
     return html.escape(str(text), quote=False)
 
 
-def probability_text(q: float) -> str:
-    """12.3% for visible probabilities, 3.1e-05 for the tiny ones an untrained model gives (never "0.0%").
-
-    >>> probability_text(0.1234), probability_text(0.000067)
-    ('12.3%', '6.7e-05')
-    """
-    return f"{q:.1%}" if q >= 0.001 else f"{q:.1e}"
-
-
 def _facet_title(p: TokenPrediction, known_truth: bool = True) -> str:
     if not known_truth:
         return f"position {p.position}: your blank <b>{_e(p.seen_token)}</b>"
-    decision = f" · {DECISION_LABELS.get(p.decision.name, p.decision.name)}" if p.decision is not None else ""
+    decision = f" · {DECISION_WORDS.get(p.decision.name, p.decision.name)}" if p.decision is not None else ""
     return f"position {p.position}: saw <b>{_e(p.seen_token)}</b>, should predict <b>{_e(p.true_token)}</b>{decision}"
 
 
@@ -105,7 +98,8 @@ def decision_comparison_figure(predictions: Predictions, *, height: int = 380) -
     sees; at random ones it must notice that what it sees is wrong.
     """
     fig = go.Figure()
-    for name, label in DECISION_LABELS.items():
+    for name in SELECTED_DECISIONS:
+        label = DECISION_WORDS[name]
         items = [p for p in predictions.positions if p.decision is not None and p.decision.name == name]
         if not items:
             continue
@@ -113,8 +107,8 @@ def decision_comparison_figure(predictions: Predictions, *, height: int = 380) -
         fig.add_trace(go.Box(
             y=[p.true_prob for p in items],
             name=f"{label}<br>n = {len(items)}, mean {mean:.2f}",
-            boxpoints="all", jitter=0.4, pointpos=0, marker=dict(color=DECISION_COLORS[name], size=7),
-            line=dict(color=DECISION_COLORS[name]), fillcolor="rgba(0,0,0,0)",
+            boxpoints="all", jitter=0.4, pointpos=0, marker=dict(color=COLORS[name], size=7),
+            line=dict(color=COLORS[name]), fillcolor="rgba(0,0,0,0)",
             text=[f"saw {_e(p.seen_token)} → {_e(p.true_token)}" for p in items],
             hovertemplate="%{text}<br>p(true) = %{y:.3f}<extra></extra>",
             boxmean=True,
@@ -133,8 +127,8 @@ def loss_per_position_figure(predictions: Predictions, *, height: int = 320) -> 
     """-log p(true) at each selected position, and their mean: the sentence's MLM loss."""
     items = predictions.positions
     labels = [f"{p.position}: {_e(p.true_token)}" for p in items]
-    colors = [DECISION_COLORS.get(p.decision.name, OTHER_COLOR) if p.decision is not None else OTHER_COLOR
-              for p in items]
+    names = [p.decision.name if p.decision is not None else None for p in items]
+    colors = [COLORS[name] if name in SELECTED_DECISIONS else OTHER_COLOR for name in names]
     fig = go.Figure(go.Bar(
         x=labels, y=[p.loss for p in items], marker_color=colors,
         text=[f"{p.loss:.2f}" for p in items], textposition="outside", cliponaxis=False,
@@ -168,8 +162,6 @@ def fill_comparison_figure(results, tokens: list[str], *, height: int = 360, lab
     width, and side by side they overlapped).
     """
     fig = go.Figure()
-    names = {"independent": "independent: one pass", "easy_first": "greedy easy-first: most confident first",
-             "mask_predict": "Mask-Predict: re-mask the least sure"}
     across = label_px is not None
     positions = 0
     for result in results:
@@ -180,7 +172,7 @@ def fill_comparison_figure(results, tokens: list[str], *, height: int = 360, lab
         where = [f"{s.position}: {_e(tokens[s.position]) if s.position < len(tokens) else ''}" for s in steps]
         probs = [s.prob for s in steps]
         fig.add_trace(go.Bar(
-            name=names.get(result.mode, result.mode),
+            name=FILL_LABELS.get(result.mode, result.mode),
             x=probs if across else where, y=where if across else probs, orientation="h" if across else "v",
             text=text, textposition="outside", cliponaxis=False,
             textfont=dict(size=label_px) if across else None,

@@ -106,7 +106,6 @@ def head_cost_figure(points: Sequence[tuple[str, str, HeadCost]], height: int = 
     ref = points[0][2]
     sizes = [c.vocab_size for _, _, c in points]
     curve = [ref.with_vocab(v) for v in _linear_range(int(max(sizes) * 1.1))]
-    mib = 2**20
     fig = make_subplots(
         rows=1,
         cols=3,
@@ -117,11 +116,34 @@ def head_cost_figure(points: Sequence[tuple[str, str, HeadCost]], height: int = 
         ],
         horizontal_spacing=0.08,
     )
+    _head_cost_lines(fig, ref, curve)
+    _vocabulary_markers(fig, points)
+    for col in (1, 2, 3):
+        fig.update_xaxes(type="linear", rangemode="tozero", title_text="vocabulary size V", row=1, col=col)
+        fig.update_yaxes(rangemode="tozero", row=1, col=col)
+    fig.update_layout(
+        title=(
+            f"The head costs 2·H·V FLOPs per predicted position (H = {ref.hidden_size}, "
+            f"B = {ref.batch_size}, T = {ref.seq_len}, {ref.bytes_per_value}-byte values)"
+        ),
+        height=height,
+        legend=dict(orientation="h", y=-0.3),
+        margin=dict(t=80, b=40),
+    )
+    return fig
+
+
+_MIB = 2**20
+
+
+def _head_cost_lines(fig: go.Figure, ref: HeadCost, curve: Sequence[HeadCost]) -> None:
+    """The formulas over a range of V, one line per quantity: FLOPs and logits memory at every position (dashed)
+    and at the masked ones only, and ln V."""
     lines = [
         (1, lambda c: c.flops_full / 1e9, f"every position (B·T = {ref.batch_size * ref.seq_len:,})", "#868e96", "dash"),
         (1, lambda c: c.flops_gathered / 1e9, f"masked positions only (M = {ref.masked_positions:,})", "#1c7ed6", "solid"),
-        (2, lambda c: c.logits_bytes_full / mib, "(B, T, V) logits", "#868e96", "dash"),
-        (2, lambda c: c.logits_bytes_gathered / mib, "(M, V) logits", "#1c7ed6", "solid"),
+        (2, lambda c: c.logits_bytes_full / _MIB, "(B, T, V) logits", "#868e96", "dash"),
+        (2, lambda c: c.logits_bytes_gathered / _MIB, "(M, V) logits", "#1c7ed6", "solid"),
         (3, lambda c: c.start_loss, "ln V", "#2b8a3e", "solid"),
     ]
     shown = set()
@@ -140,13 +162,14 @@ def head_cost_figure(points: Sequence[tuple[str, str, HeadCost]], height: int = 
             col=col,
         )
         shown.add(name)
-    families = []
-    for family, _, _ in points:
-        if family not in families:
-            families.append(family)
+
+
+def _vocabulary_markers(fig: go.Figure, points: Sequence[tuple[str, str, HeadCost]]) -> None:
+    """The page's vocabularies on the lines: one marker per vocabulary, one colour and legend entry per family."""
+    families = list(dict.fromkeys(family for family, _, _ in points))
     for index, family in enumerate(families):
         mine = [(label, c) for f, label, c in points if f == family]
-        for col, value in ((1, lambda c: c.flops_gathered / 1e9), (2, lambda c: c.logits_bytes_gathered / mib),
+        for col, value in ((1, lambda c: c.flops_gathered / 1e9), (2, lambda c: c.logits_bytes_gathered / _MIB),
                            (3, lambda c: c.start_loss)):
             fig.add_trace(
                 go.Scatter(
@@ -163,19 +186,6 @@ def head_cost_figure(points: Sequence[tuple[str, str, HeadCost]], height: int = 
                 row=1,
                 col=col,
             )
-    for col in (1, 2, 3):
-        fig.update_xaxes(type="linear", rangemode="tozero", title_text="vocabulary size V", row=1, col=col)
-        fig.update_yaxes(rangemode="tozero", row=1, col=col)
-    fig.update_layout(
-        title=(
-            f"The head costs 2·H·V FLOPs per predicted position (H = {ref.hidden_size}, "
-            f"B = {ref.batch_size}, T = {ref.seq_len}, {ref.bytes_per_value}-byte values)"
-        ),
-        height=height,
-        legend=dict(orientation="h", y=-0.3),
-        margin=dict(t=80, b=40),
-    )
-    return fig
 
 
 _DASHES = ("solid", "dot", "dash", "dashdot", "longdash", "longdashdot")  # one per size of a family (at most 6 picked)

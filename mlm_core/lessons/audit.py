@@ -101,35 +101,39 @@ def audit_batch(original_ids, input_ids, labels, *, tokenizer, config: MaskingCo
     if not (original.shape == inputs.shape == labels.shape):
         raise InputError(f"original_ids {tuple(original.shape)}, input_ids {tuple(inputs.shape)} and labels "
                          f"{tuple(labels.shape)} must have the same shape.")
-    V = len(tokenizer)
-    mask_id = tokenizer.mask_token_id
-    pad_id = tokenizer.pad_token_id
-    specials = torch.tensor(special_ids(tokenizer), dtype=torch.long)
-    special = torch.isin(original, specials)  # (B, T) includes padding
+    mask_id, pad_id = tokenizer.mask_token_id, tokenizer.pad_token_id
+    special = torch.isin(original, torch.tensor(special_ids(tokenizer), dtype=torch.long))  # (B, T) with padding
     padding = original == pad_id if pad_id is not None else torch.zeros_like(special)
-    checks = []
+    ignore, labelled = _ignore_index_check(labels, original, len(tokenizer), pad_id)
+    selection, selected, rate = _selection_check(labelled, special, padding, config)
+    return [ignore, selection, _split_check(inputs, original, selected, config, mask_id),
+            _special_check(labelled, special, padding, rate), _label_check(labels, original, inputs, labelled, mask_id)]
 
-    # Ignore index: label values that are not token ids.
+
+def _ignore_index_check(labels, original, V: int, pad_id: int | None) -> tuple[AuditCheck, torch.Tensor]:
+    """Label values that are not token ids: -100 and nothing else (a pad id on real tokens is a wrong filler).
+    Also returns where a label is set (B, T)."""
     not_ids = sorted(set(labels[(labels < 0) | (labels >= V)].tolist()))
     zero_filler = pad_id is not None and int(((labels == pad_id) & (original != pad_id)).sum()) > 0
     if not_ids == [IGNORE_INDEX] and not zero_filler:
-        checks.append(AuditCheck("Ignore index", True, "-100", "-100"))
+        check = AuditCheck("Ignore index", True, "-100", "-100")
     elif zero_filler:
         n = int(((labels == pad_id) & (original != pad_id)).sum())
-        checks.append(AuditCheck("Ignore index", False, f"{pad_id} ({n} labels of real tokens)", "-100",
-                                 "wrong_ignore_index"))
+        check = AuditCheck("Ignore index", False, f"{pad_id} ({n} labels of real tokens)", "-100", "wrong_ignore_index")
     elif not not_ids:
-        checks.append(AuditCheck("Ignore index", False, "none: every position has a label", "-100",
-                                 "labels_never_ignored"))
+        check = AuditCheck("Ignore index", False, "none: every position has a label", "-100", "labels_never_ignored")
     else:
-        checks.append(AuditCheck("Ignore index", False, ", ".join(str(v) for v in not_ids), "-100",
-                                 "wrong_ignore_index"))
+        check = AuditCheck("Ignore index", False, ", ".join(str(v) for v in not_ids), "-100", "wrong_ignore_index")
     ignore_values = set(not_ids) | ({pad_id} if zero_filler else set())
     labelled = ~torch.isin(labels, torch.tensor(sorted(ignore_values) or [IGNORE_INDEX]))  # (B, T)
+    return check, labelled
 
-    # Selection rate over the eligible (non-special) tokens. Exact count and span fix each row's count
-    # (MaskingConfig.selection_budget, from the row's length): on short rows that is not p (Google's
-    # exact count selects ~18.6% of the workshop sentences' tokens), so the rule's own count is expected.
+
+def _selection_check(labelled, special, padding, config: MaskingConfig) -> tuple[AuditCheck, torch.Tensor, float]:
+    """The selection rate over the eligible (non-special) tokens. Exact count and span fix each row's count
+    (``MaskingConfig.selection_budget``, from the row's length): on short rows that is not p (Google's exact count
+    selects ~18.6% of the workshop sentences' tokens), so the rule's own count is expected. Also returns the selected
+    tokens (B, T) and the rate."""
     eligible = ~special
     n_eligible = int(eligible.sum())
     selected = labelled & eligible
@@ -140,9 +144,9 @@ def audit_batch(original_ids, input_ids, labels, *, tokenizer, config: MaskingCo
     budgets = [config.selection_budget(int(n), int(e)) for n, e in zip(lengths, eligible_rows)]
     fixed = all(b is not None for b in budgets)
     if int(labelled.sum()) == 0:
-        checks.append(AuditCheck("Selection rate", False, "0 (nothing selected: the loss is NaN)",
-                                 f"{p:.1%} ± {tol:.1%}", "zero_selected_nan"))
-    elif fixed:
+        return (AuditCheck("Selection rate", False, "0 (nothing selected: the loss is NaN)", f"{p:.1%} ± {tol:.1%}",
+                           "zero_selected_nan"), selected, rate)
+    if fixed:
         per_row = selected.sum(1).tolist()
         expected_rate = sum(budgets) / max(1, n_eligible)
         if config.strategy == "exact_count":  # Google's count, row by row
@@ -152,52 +156,55 @@ def audit_batch(original_ids, input_ids, labels, *, tokenizer, config: MaskingCo
             ok = all(s <= b for s, b in zip(per_row, budgets)) and rate >= expected_rate - _tolerance(expected_rate,
                                                                                                     n_eligible)
             expected = f"{expected_rate:.1%}: each row's budget round({p:g} × its eligible tokens), never more"
-        checks.append(AuditCheck("Selection rate", ok, f"{rate:.1%} of {n_eligible} tokens", expected,
-                                 None if ok else ("labels_never_ignored" if rate > expected_rate
-                                                  else "loss_only_at_mask")))
-    else:
-        ok = abs(rate - p) <= tol
-        checks.append(AuditCheck("Selection rate", ok, f"{rate:.1%} of {n_eligible} tokens", f"{p:.1%} ± {tol:.1%}",
-                                 None if ok else ("labels_never_ignored" if rate > p else "loss_only_at_mask")))
+        return (AuditCheck("Selection rate", ok, f"{rate:.1%} of {n_eligible} tokens", expected,
+                           None if ok else ("labels_never_ignored" if rate > expected_rate else "loss_only_at_mask")),
+                selected, rate)
+    ok = abs(rate - p) <= tol
+    return (AuditCheck("Selection rate", ok, f"{rate:.1%} of {n_eligible} tokens", f"{p:.1%} ± {tol:.1%}",
+                       None if ok else ("labels_never_ignored" if rate > p else "loss_only_at_mask")), selected, rate)
 
-    # The 80/10/10 split among the selected tokens.
+
+def _split_check(inputs, original, selected, config: MaskingConfig, mask_id: int | None) -> AuditCheck:
+    """The 80/10/10 split among the selected tokens, and which mistake leaves a wrong split's fingerprint."""
     n_sel = int(selected.sum())
-    if n_sel:
-        s_in, s_orig = inputs[selected], original[selected]
-        shares = {"[MASK]": float((s_in == mask_id).float().mean()),
-                  "random": float(((s_in != mask_id) & (s_in != s_orig)).float().mean()),
-                  "unchanged": float((s_in == s_orig).float().mean())}
-        wanted = {"[MASK]": config.mask_replace_prob, "random": config.random_replace_prob,
-                  "unchanged": config.unchanged_prob}
-        n_units = n_sel  # tokens decided independently
-        if config.strategy == "span" and config.span_replacement == "per_span":
-            n_units = _independent_units(selected)  # a span shares one decision: fewer independent draws
-        bad = [k for k in shares if abs(shares[k] - wanted[k]) > _tolerance(wanted[k], n_units)]
-        exhibit = None
-        if bad:  # which mistake leaves this fingerprint?
-            if shares["[MASK]"] > 0.99 and wanted["[MASK]"] < 0.99:
-                exhibit = "loss_only_at_mask"  # only [MASK] positions labelled
-            elif shares["unchanged"] > 0.5 > wanted["unchanged"]:
-                exhibit = "labels_never_ignored"  # labels on (almost) every token
-            else:
-                exhibit = "random_overwritten"
-        checks.append(AuditCheck(
-            "80/10/10 split", not bad, " / ".join(f"{shares[k]:.0%}" for k in shares),
-            " / ".join(f"{wanted[k]:.0%}" for k in wanted) + f" (of {n_sel} selected)", exhibit))
-    else:
-        checks.append(AuditCheck("80/10/10 split", False, "no selected tokens", "80% / 10% / 10%", "zero_selected_nan"))
+    if not n_sel:
+        return AuditCheck("80/10/10 split", False, "no selected tokens", "80% / 10% / 10%", "zero_selected_nan")
+    s_in, s_orig = inputs[selected], original[selected]
+    shares = {"[MASK]": float((s_in == mask_id).float().mean()),
+              "random": float(((s_in != mask_id) & (s_in != s_orig)).float().mean()),
+              "unchanged": float((s_in == s_orig).float().mean())}
+    wanted = {"[MASK]": config.mask_replace_prob, "random": config.random_replace_prob,
+              "unchanged": config.unchanged_prob}
+    n_units = n_sel  # tokens decided independently
+    if config.strategy == "span" and config.span_replacement == "per_span":
+        n_units = _independent_units(selected)  # a span shares one decision: fewer independent draws
+    bad = [k for k in shares if abs(shares[k] - wanted[k]) > _tolerance(wanted[k], n_units)]
+    exhibit = None
+    if bad:  # which mistake leaves this fingerprint?
+        if shares["[MASK]"] > 0.99 and wanted["[MASK]"] < 0.99:
+            exhibit = "loss_only_at_mask"  # only [MASK] positions labelled
+        elif shares["unchanged"] > 0.5 > wanted["unchanged"]:
+            exhibit = "labels_never_ignored"  # labels on (almost) every token
+        else:
+            exhibit = "random_overwritten"
+    return AuditCheck("80/10/10 split", not bad, " / ".join(f"{shares[k]:.0%}" for k in shares),
+                      " / ".join(f"{wanted[k]:.0%}" for k in wanted) + f" (of {n_sel} selected)", exhibit)
 
-    # Special and padding tokens must never be selected.
+
+def _special_check(labelled, special, padding, rate: float) -> AuditCheck:
+    """Special and padding tokens must never be selected."""
     bad_special = int((labelled & special).sum())
     n_pad = int((labelled & padding).sum())
     if bad_special == 0:
         exhibit = None
     else:
         exhibit = "labels_never_ignored" if (n_pad or rate > 0.5) else "special_ids_hardcoded"
-    checks.append(AuditCheck("Special or padding tokens selected", bad_special == 0,
-                             f"{bad_special} ({n_pad} padding)", "0", exhibit))
+    return AuditCheck("Special or padding tokens selected", bad_special == 0, f"{bad_special} ({n_pad} padding)", "0",
+                      exhibit)
 
-    # Labels: the original token wherever set; every changed position labelled.
+
+def _label_check(labels, original, inputs, labelled, mask_id: int | None) -> AuditCheck:
+    """Labels: the original token wherever set; every changed position labelled; no [MASK] in the originals."""
     label_mismatch = int((labelled & (labels != original)).sum())
     changed_unlabelled = int(((inputs != original) & ~labelled).sum())
     originals_masked = int((original == mask_id).sum()) if mask_id is not None else 0
@@ -208,12 +215,11 @@ def audit_batch(original_ids, input_ids, labels, *, tokenizer, config: MaskingCo
         exhibit = "in_place_masking"
     else:
         exhibit = "labels_never_ignored" if changed_unlabelled == 0 else "loss_only_at_mask"
-    checks.append(AuditCheck(
+    return AuditCheck(
         "Label/-100 consistency", ok,
         f"{label_mismatch} labels ≠ original, {changed_unlabelled} changed tokens without a label, "
         f"{originals_masked} [MASK] in the originals",
-        "labels = original where selected, -100 elsewhere", exhibit))
-    return checks
+        "labels = original where selected, -100 elsewhere", exhibit)
 
 
 MAX_UPLOAD_BYTES = 5_000_000

@@ -38,6 +38,7 @@ from mlm_core.bundled import workshop_sentences
 from mlm_core.costs import MASK_RATE, loss_paths_bytes, masked_positions, step_gemms, train_step_bytes
 from mlm_core.data import encode, mask_batch
 from mlm_core.errors import InputError
+from mlm_core.formatting import signed
 from mlm_core.head import encoder_states, head_parts
 from mlm_core.losses import full_cross_entropy, loop_cross_entropy
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig
@@ -524,3 +525,121 @@ def _categorise(events, wall_s: float) -> list[dict[str, Any]]:
     rows = [{"category": c, "ms": totals[c] * 1e3, "share": totals[c] / wall_s if wall_s > 0 else math.nan}
             for c in STEP_CATEGORIES]
     return sorted(rows, key=lambda r: -r["ms"])
+
+
+# --------------------------------------------------------------------------------------------
+# What the page says about the measurements, and their tables
+# --------------------------------------------------------------------------------------------
+
+
+def size_note(size: dict) -> str:
+    """What the logits' sizes teach (``costs.logits_size``), in numbers (markdown)."""
+    return (f"**What it teaches:** the full logits hold B × T × V = {size['full_values']:,} scores "
+            f"({human_bytes(size['full_bytes'])}), but only the M ≈ 15% selected rows enter the loss: "
+            f"{size['gathered_values']:,} scores ({human_bytes(size['gathered_bytes'])}), {size['ratio']:.1f}× less, "
+            "and the vocabulary multiplies both.")
+
+
+def paths_notes(rows: Sequence[dict], *, repeats: int, positions: int) -> list[str]:
+    """What ``loss_paths`` measured, as the page's captions (markdown): why the loop is missing, when it is, then what
+    the three paths teach at ``positions`` (B × T) positions."""
+    by = {r["path"]: r for r in rows}
+    notes = []
+    if "loop" not in by:
+        notes.append(f"The loop was left out: with more than {LOOP_MAX_ROWS} selected rows it takes minutes, because "
+                     "its backward pass builds a full gradient tensor for every single row.")
+    loop, honest = by.get("loop"), ""
+    if loop is not None:
+        extra = loop["time_ms"] / by["vectorised"]["time_ms"] - 1
+        honest = (f" The loop and the vectorised loss cost about the same here (the loop {signed(extra, '.0%')}): both "
+                  f"compute the head's {by['vectorised']['logits_values']:,} scores first, and that, not the loss, is "
+                  "most of the work at this size. The next measurement takes the head away to show where the loop "
+                  "itself hurts." if loop["speedup"] > 0.67 else
+                  f" The loop is {1 / loop['speedup']:.1f}× slower than the vectorised loss here.")
+    notes.append(
+        f"**What it teaches:** the three losses agree (largest difference {max(r['loss_diff'] for r in rows):.1e}); "
+        f"gathering first is {by['gathered']['speedup']:.1f}× faster than the vectorised loss here "
+        f"with {rows[0]['masked']} of {positions} positions selected, because the head's work scales with the rows "
+        f"it scores.{honest} Times are medians of {repeats} rounds run round-robin; ratios are medians of the "
+        "per-round ratios.")
+    return notes
+
+
+def paths_table(rows: Sequence[dict]) -> list[dict]:
+    """``loss_paths``' rows as the page's table: loss, time, peak memory, scores computed, against the vectorised."""
+    return [{"path": r["label"], "loss": r["loss"], "time (ms)": round(r["time_ms"], 1),
+             "peak memory": human_bytes(r["peak_bytes"]), "scores computed": r["logits_values"],
+             "vs vectorised": f"{r['speedup']:.2f}×"} for r in rows]
+
+
+def sweep_vocabs(vocab: int) -> tuple[int, ...]:
+    """The vocabularies the loop sweep runs for a model of vocabulary ``vocab``: a toy one and the model's (at most
+    RoBERTa's).
+
+    >>> sweep_vocabs(30_522), sweep_vocabs(250_002), sweep_vocabs(1_000)
+    ((1000, 30522), (1000, 50265), (1000,))
+    """
+    return tuple(sorted({1_000, min(vocab, 50_265)}))
+
+
+def sweep_note(rows: Sequence[dict]) -> str:
+    """What ``loop_vs_vectorised`` measured, at its smallest and largest size, and how many rows a batch of
+    32 × 128 tokens selects (markdown)."""
+    low = min(rows, key=lambda r: (r["rows"], r["vocab"]))
+    high = max(rows, key=lambda r: (r["rows"], r["vocab"]))
+    return (f"**What it teaches:** with M = {low['rows']} rows and V = {low['vocab']:,} the loop is {low['ratio']:.1f}× "
+            f"the vectorised loss; with M = {high['rows']} and V = {high['vocab']:,} it is {high['ratio']:.0f}× "
+            f"({high['loop_ms']:.0f} ms against {high['vectorised_ms']:.1f} ms). The same losses "
+            f"(largest difference {max(r['loss_diff'] for r in rows):.1e}): only the cost differs. A batch of "
+            f"32 × 128 tokens selects about {masked_positions(32, 128)} rows.")
+
+
+def sweep_table(rows: Sequence[dict]) -> list[dict]:
+    """``loop_vs_vectorised``' rows as the page's table."""
+    return [{"V": f"{r['vocab']:,}", "M": r["rows"], "loop (ms)": round(r["loop_ms"], 2),
+             "vectorised (ms)": round(r["vectorised_ms"], 2), "loop ÷ vectorised": f"{r['ratio']:.1f}×"} for r in rows]
+
+
+def steps_note(rows: Sequence[dict], *, repeats: int) -> str:
+    """What ``amp_and_checkpointing`` measured: bf16, checkpointing and frozen embeddings against fp32, and the fp32
+    step's matmul share (markdown)."""
+    base = rows[0]
+    ckpt = next((r for r in rows if r["checkpointing"] and r["amp"] == "off"), None)
+    bf16 = next((r for r in rows if not r["checkpointing"] and r["amp"] == "bf16" and not r["frozen"]), None)
+    frozen = next((r for r in rows if r["frozen"] and r["amp"] == "off"), None)
+    parts = []
+    if bf16 is not None:
+        parts.append(f"bf16 took {bf16['time_x']:.2f}× the fp32 time"
+                     + (" (this CPU multiplies bf16 faster)" if bf16["time_x"] < 0.9 else
+                        " (no gain: this CPU, or these small matrices, do not profit from bf16)"))
+    if ckpt is not None:
+        parts.append(f"checkpointing changed peak memory {ckpt['mem_x']:.2f}× and time {ckpt['time_x']:.2f}×"
+                     + (" (at this size the gradients of the weights, not the activations, set the peak: "
+                        "try a larger batch or sequence)" if ckpt["mem_x"] > 0.9 else ""))
+    if frozen is not None:
+        parts.append(f"frozen word embeddings took {frozen['time_x']:.2f}× the time and {frozen['mem_x']:.2f}× the "
+                     "memory")
+    if base.get("mfu") is not None:
+        parts.append(f"the fp32 step's matrix multiplies, timed alone, take {base['mfu']:.0%} of its time")
+    return ("**What it teaches:** memory and time trade against each other: " + "; ".join(parts) + ". "
+            f"Times: medians of {repeats} rounds; ratios: medians of the per-round ratios.")
+
+
+def steps_table(rows: Sequence[dict]) -> list[dict]:
+    """``amp_and_checkpointing``'s rows as the page's table."""
+    return [{"setting": r["label"], "time per step (ms)": round(r["time_ms"], 1), "vs fp32": f"{r['time_x']:.2f}×",
+             "peak memory": human_bytes(r["peak_bytes"]),
+             MATMUL_SHARE: f"{r['mfu']:.0%}" if r.get("mfu") is not None else "–", "loss": r["loss"]} for r in rows]
+
+
+def profile_note(breakdowns: dict[str, list[dict]]) -> str:
+    """What ``step_time_breakdown`` found for each precision: the matmuls' share and the largest other cost
+    (markdown)."""
+    share = {name: next(r["share"] for r in rows if r["category"] == "matrix multiplies")
+             for name, rows in breakdowns.items()}
+    other = {name: next(r for r in rows if r["category"] != "matrix multiplies") for name, rows in breakdowns.items()}
+    return ("**What it teaches:** " + "; ".join(
+        f"in {name}, matrix multiplies take {share[name]:.0%} of the step and the largest other cost is "
+        f"{other[name]['category']} ({other[name]['share']:.0%})" for name in breakdowns)
+        + ". bf16 shrinks the matrix multiplies, so everything else weighs more: that is why a step gains less "
+        "than the matmuls do.")

@@ -17,6 +17,7 @@ import torch
 
 from mlm_core import seeds
 from mlm_core.grammar import PHENOMENA, PUBLISHED, GrammarReport, LabPair, PairScore, accuracy, score_pairs
+from mlm_core.predict import PseudoLogLikelihood
 
 __all__ = [
     "FIRST_PAIR",
@@ -28,6 +29,12 @@ __all__ = [
     "lab_pairs_report",
     "phenomenon_rows",
     "default_model_blimp",
+    "pair_source_note",
+    "pll_line",
+    "blimp_source",
+    "lab_source",
+    "markers_note",
+    "phenomenon_table",
 ]
 
 # The pair the Grammar page opens with: agreement across an intervening noun ("the cabinet" is singular).
@@ -147,3 +154,53 @@ def default_model_blimp(record: dict | None) -> GrammarReport | None:
         by_phenomenon={k: (v["accuracy"], v["se"], v["n"]) for k, v in blimp["by_phenomenon"].items()},
         by_paradigm={k: (v["accuracy"], v["n"]) for k, v in blimp.get("by_paradigm", {}).items()},
     )
+
+
+# --------------------------------------------------------------------------- the page's sentences and tables
+LAB_PAIRS_SOURCE = ("MLM Lab’s own pairs (assets/grammar_pairs.tsv, written for this app in the style of BLiMP’s "
+                    "phenomena; BLiMP itself is not bundled: see README)")
+
+
+def pair_source_note(from_blimp: bool, source: str | None = None) -> str:
+    """Where the page's pairs are drawn from (BLiMP or MLM Lab's own), and where the shown one came from (``source``,
+    already escaped for markdown by the page: it may come from a data file)."""
+    text = f"Pairs are drawn from {'BLiMP (MLMLAB_BLIMP_DIR)' if from_blimp else LAB_PAIRS_SOURCE}."
+    return text + (f" This one: {source}." if source else "")
+
+
+def pll_line(name: str, pll: PseudoLogLikelihood) -> str:
+    """The line above a sentence's chips: its PLL, over how many tokens, and how to read the colours (markdown).
+
+    >>> from mlm_core.predict import PseudoLogLikelihood
+    >>> pll_line("Grammatical", PseudoLogLikelihood(positions=(1, 2), tokens=("the", "dog"), log_probs=(-1.0, -2.5)))
+    '**Grammatical**: PLL -3.50 nats over 2 tokens (darker red = less likely)'
+    """
+    return f"**{name}**: PLL {pll.total:.2f} nats over {len(pll.tokens)} tokens (darker red = less likely)"
+
+
+def blimp_source(report: GrammarReport) -> str:
+    """What the default model's BLiMP figures are: how many pairs, when measured, overall accuracy ± SE."""
+    return (f"BLiMP, {report.n_pairs:,} pairs (a fixed sample of every paradigm), measured when the default "
+            f"model was built (assets/default_mlm/build.json): overall {100 * report.overall:.1f}% "
+            f"± {100 * report.overall_se:.1f}")
+
+
+def lab_source(report: GrammarReport) -> str:
+    """What a measurement on MLM Lab's own pairs is (not BLiMP), overall accuracy ± SE."""
+    return (f"MLM Lab's {report.n_pairs} pairs (not BLiMP: the markers are BLiMP's): "
+            f"overall {100 * report.overall:.1f}% ± {100 * report.overall_se:.1f}")
+
+
+MARKER_MODELS = ("5-gram", "LSTM", "Transformer-XL", "GPT-2", "human")  # the overall figures the caption names
+
+
+def markers_note() -> str:
+    """What the markers are: BLiMP's Table 3 overall figures and Salazar et al.'s RoBERTa-large by PLL."""
+    return ("Markers: BLiMP's Table 3 (Warstadt et al. 2020, TACL), forced choice on all 67,000 pairs: overall "
+            + ", ".join(f"{name} {PUBLISHED[name]['overall']}%" for name in MARKER_MODELS)
+            + f". Masked LMs by PLL (Salazar et al. 2020): RoBERTa-large {PUBLISHED['RoBERTa-large (PLL)']['overall']}%.")
+
+
+def phenomenon_table(rows: Sequence[dict]) -> list[dict]:
+    """``phenomenon_rows`` as the page's table: without the phenomena's keys."""
+    return [{k: v for k, v in r.items() if k != "key"} for r in rows]

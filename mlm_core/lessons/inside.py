@@ -82,6 +82,20 @@ class HeadPatterns:
         return rows
 
 
+def pattern_lines(patterns: HeadPatterns, at_mask: HeadPatterns) -> list[str]:
+    """The patterns in words, one markdown line each: how many heads put more than half their attention there, and
+    the strongest head's share over every word, beside an even spread's and the same head's at a [MASK]."""
+    total = patterns.scores[0].numel()  # L · H heads
+    lines = []
+    for p, name in enumerate(patterns.names):
+        (l0, h0, best), count = patterns.top_heads(name, 1)[0], patterns.heads_above(name, 0.5)
+        even, there = float(patterns.uniform[p]), float(at_mask.scores[p, l0, h0])
+        lines.append(f"- **{name}**: {count} of {total} heads put more than half their attention there; the "
+                     f"strongest is head {l0 + 1}-{h0 + 1} ({best:.0%} over every word; even: {even:.0%}; "
+                     f"at a [MASK]: {there:.0%}).")
+    return lines
+
+
 def _bare(token: str) -> str:
     for mark in _PIECE_MARKS:
         if token.startswith(mark) and len(token) > len(mark):

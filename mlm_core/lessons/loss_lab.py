@@ -21,7 +21,7 @@ from mlm_core.costs import loss_page_bytes
 from mlm_core.data import Encoded, encode, mask_batch
 from mlm_core.errors import InputError
 from mlm_core.measure import click_budget_bytes, human_bytes
-from mlm_core.formatting import readable, row_decimals, signed, significant
+from mlm_core.formatting import metric_delta, readable, row_decimals, signed, significant
 from mlm_core.head import masked_lm_hidden, masked_lm_logits
 from mlm_core.losses import (
     LossOutput,
@@ -31,7 +31,7 @@ from mlm_core.losses import (
     token_frequency_weights,
     weighted_cross_entropy,
 )
-from mlm_core.masking import IGNORE_INDEX, MaskingConfig, MaskingResult, decision_names
+from mlm_core.masking import DECISION_WORDS, IGNORE_INDEX, MaskingConfig, MaskingResult, decision_names
 from mlm_core.sampled_softmax import (
     divisor_words,
     CORRECTION_LABELS,
@@ -39,6 +39,7 @@ from mlm_core.sampled_softmax import (
     SampledSoftmaxConfig,
     draw_negatives,
     proposal_distribution,
+    proposal_mass_report,
     sampled_softmax_loss,
     sampled_softmax_sweep,
 )
@@ -303,6 +304,51 @@ def uniform_guess_label(vocab_size: int) -> str:
     return f"ln V = {uniform_guess(vocab_size):.2f} (uniform guess over V = {int(vocab_size):,} tokens)"
 
 
+K_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 4096)  # the K slider's stops below V
+
+
+def k_choices(vocab_size: int) -> list[int]:
+    """The K slider's stops for a vocabulary of ``vocab_size``: ``K_CHOICES`` below V, then V itself (every class).
+
+    >>> k_choices(100)
+    [8, 16, 32, 64, 100]
+    """
+    return [k for k in K_CHOICES if k < vocab_size] + [vocab_size]
+
+
+def log_uniform_mass(vocab_size: int, tokenizer, counts: torch.Tensor) -> dict[str, float]:
+    """Where the log-uniform proposal puts its mass in this vocabulary: ``unused`` ([unused] ids), ``pad`` ([PAD])
+    and ``never`` (ids the corpus never contains), each a share of 1."""
+    mass = proposal_mass_report(proposal_distribution("log_uniform", vocab_size), tokenizer, counts)
+    return {"unused": mass["unused"], "pad": mass.get("pad", 0), "never": mass["never_in_corpus"]}
+
+
+def loss_values(outputs: dict[str, LossOutput]) -> dict[str, float]:
+    """Each variant's loss as a float, by name (the bars, the metrics and the export show these)."""
+    return {name: float(out.loss) for name, out in outputs.items()}
+
+
+def loss_metrics(outputs: dict[str, LossOutput], settings: LossSettings = LOSS_SETTINGS) -> list[dict[str, Any]]:
+    """The row of numbers under the bars, as ``st.metric`` keywords: the three losses (weighted and sampled against
+    the full one) and the sampled gradient's cosine with the full one's, all at one precision."""
+    values, diag = loss_values(outputs), outputs["sampled"].diagnostics
+    row = f".{row_decimals(values.values())}f"  # one precision for the row (and the bars, the sentences below)
+    return [
+        dict(label="full softmax", value=format(values["full"], row),
+             help="mean over the selected tokens of −log p(true token)"),
+        dict(label="weighted", value=format(values["weighted"], row),
+             delta=metric_delta(values["weighted"] - values["full"], row) + " vs full", delta_color="off",
+             help="Σ w[y]·loss / Σ w[y], as F.cross_entropy(weight=w)"),
+        dict(label="sampled", value=format(values["sampled"], row),
+             delta=metric_delta(values["sampled"] - values["full"], row) + " vs full", delta_color="off",
+             help=CORRECTION_LABELS[settings.sampled.correction]),
+        dict(label="gradient cosine", value=format(diag["grad_cosine"], row),
+             help="Sampled vs full: the cosine between the two gradients with respect to the hidden states: the "
+                  f"direction the encoder is pushed. {diag['num_hits']} accidental hits removed; "
+                  f"{diag['unique_sampled']} distinct ids among the K = {diag['K']} draws."),
+    ]
+
+
 # --------------------------------------------------------------------------------------------
 # Rows for the Loss page's tables and figures
 # --------------------------------------------------------------------------------------------
@@ -316,6 +362,12 @@ def per_token_table(outputs: dict[str, LossOutput], batch: LossBatch) -> list[di
         for row, value in zip(rows, out.per_token.detach().tolist()):
             row[variant] = significant(value)
     return rows
+
+
+def per_token_view(outputs: dict[str, LossOutput], batch: LossBatch) -> list[dict]:
+    """``per_token_table`` as the page shows it: each decision in the legend's words (``masking.DECISION_WORDS``)."""
+    return [{**row, "decision": DECISION_WORDS.get(row["decision"], row["decision"])}
+            for row in per_token_table(outputs, batch)]
 
 
 def per_token_rows(outputs: dict[str, LossOutput], tokens: Sequence[str]) -> list[dict]:
@@ -438,6 +490,34 @@ def sweep_summary(rows: Sequence[dict], vocab_size: int | None = None) -> list[s
                      f"{readable(last['grad_cosine'], 3)}): not the full loss.")
         sentences.append(text)
     return sentences
+
+
+# --------------------------------------------------------------------------------------------
+# The NSP head, for people
+# --------------------------------------------------------------------------------------------
+
+
+def nsp_pair_rows(pairs: Sequence, probabilities: Sequence[float]) -> list[dict]:
+    """One dict per sentence pair: its two sentences, the truth (IsNext / NotNext) and the head's P(IsNext)."""
+    return [{"sentence A": p.first, "sentence B": p.second, "truth": "IsNext" if p.is_next else "NotNext",
+             "P(IsNext)": prob} for p, prob in zip(pairs, probabilities)]
+
+
+def nsp_accuracy_metrics(before: float, after: float) -> list[dict[str, Any]]:
+    """The held-out accuracy before and after training the NSP head, as ``st.metric`` keywords."""
+    return [dict(label="held-out accuracy before", value=f"{before:.0%}"),
+            dict(label="after", value=f"{after:.0%}", delta=metric_delta(after - before, ".0%"))]
+
+
+def combined_metrics(combined: dict) -> list[dict[str, Any]]:
+    """MLM, NSP and their weighted total (``nsp.combined_loss_on_pairs``) as ``st.metric`` keywords, at one
+    precision."""
+    row = f".{row_decimals([combined['mlm_loss'], combined['nsp_loss'], combined['total']])}f"
+    return [dict(label="MLM loss", value=format(combined["mlm_loss"], row),
+                 help=f"over {combined['selected']} selected tokens"),
+            dict(label="NSP loss", value=format(combined["nsp_loss"], row)),
+            dict(label="total", value=format(combined["total"], row),
+                 help="MLM weight × MLM + NSP weight × NSP (BERT: 1 and 1)")]
 
 
 def sampled_softmax_check(model, tokenizer, sentences: Sequence[str], *, num_sentences: int = 32,

@@ -23,12 +23,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from scipy import stats
 
 from mlm_core import seeds
 from mlm_core.data import Encoded, encode, mask_batch
+from mlm_core.formatting import signed
 from mlm_core.masking import SPECIAL, Decision, MaskingConfig, decision_names
 
 SPLIT = (Decision.MASK, Decision.RANDOM, Decision.UNCHANGED)
@@ -327,6 +329,50 @@ def split_chisquare(split: dict, config: MaskingConfig) -> tuple[float, float]:
 
 
 # --------------------------------------------------------------------------- the same masks elsewhere
+def rate_metrics(measured: MaskingStatistics) -> list[dict[str, Any]]:
+    """The numbers beside the rates' chart, as ``st.metric`` keywords: the selection (a z-score where the count is
+    random, the rule's own count where it is fixed), the 80/10/10 χ² p-value and the eligible tokens."""
+    check, per = measured.selection, "span" if measured.split_unit == "span" else "token"
+    if check.kind == "binomial":
+        unit = "tokens" if check.unit == "token" else "words"
+        metrics = [dict(label=f"{unit} selected", value=f"{check.rate:.2%}", delta=f"z = {signed(check.z)}",
+                        delta_color="off", delta_arrow="off",
+                        help=f"{check.selected:,} of {check.units:,} {unit}; z = (rate − p) / standard error, with one "
+                             f"independent draw per {check.unit}. When the rule is followed, |z| is above 3 in about 3 "
+                             "draws of 1,000; far above (say 6) would say it is not.")]
+    else:
+        metrics = [dict(label="the rule selects", value=f"{check.expected_rate:.2%}",
+                        help=f"The rule's counts sum to {check.expected:,.0f} tokens of {check.units:,}. A fixed count "
+                             "has no sampling error, so there is no z-score to show."),
+                   dict(label="measured", value=f"{check.rate:.2%}",
+                        help=f"{check.selected:,} tokens selected; {check.rows_short:,} of {check.rows:,} sentences fell "
+                             "short of the rule's count.")]
+    return metrics + [dict(label=f"80/10/10 χ² p-value (per {per})", value=f"{measured.p_value:.3f}"),
+                      dict(label="eligible tokens", value=f"{measured.eligible:,}")]
+
+
+def fixed_count_note(measured: MaskingStatistics, config: MaskingConfig) -> str | None:
+    """For a rule that fixes each sentence's count: what it asked for per sentence, what was selected, and why that
+    is not p (markdown). None for the rules whose count is random."""
+    check = measured.selection
+    if check.kind != "fixed":
+        return None
+    per_row, measured_row = check.expected / max(check.rows, 1), check.selected / max(check.rows, 1)
+    why = ("Google counts [CLS] and [SEP] in n and selects at least one token, so short sentences get more than p"
+           if config.strategy == "exact_count" else
+           "each sentence's budget is round(p · its eligible tokens); rounding on short sentences moves the rate off p")
+    return (f"Per sentence: the rule asks for **{per_row:.2f}** tokens on average, **{measured_row:.2f}** were "
+            f"selected; {why}.")
+
+
+def span_lengths_note(measured: MaskingStatistics, config: MaskingConfig) -> str:
+    """Drawn against kept span lengths (markdown)."""
+    drawn = sum(k * n for k, n in measured.span_lengths.items()) / sum(measured.span_lengths.values())
+    return (f"Span lengths: **{drawn:.2f}** words drawn on average (the law: {config.mean_span_length():.2f}); "
+            f"**{measured.span_kept_mean:.2f}** kept, because the budget, the end of the sentence and other spans cut "
+            "them.")
+
+
 DEFAULT_HUB_TOKENIZER = "bert-base-uncased"  # the bundled tokenizer's files are bert-base-uncased's
 
 

@@ -206,3 +206,56 @@ def copy_sentence(checks: Sequence[CopyCheck]) -> str:
     return (f"On everyday sentences a new user might type, its first guess repeats a word of the sentence in "
             f"{len(copied)} of {len(checks)}: {shown}. A model that copies has learnt that a word of the sentence is "
             "often a safe guess, not what the blank means.")
+
+
+Metric = tuple[str, str, "str | None"]  # (label, value, help) of one st.metric
+
+
+def model_metrics(about: Mapping[str, Any], record: Mapping[str, Any] | None) -> list[Metric]:
+    """The model panel's first row (``models.model_description``'s facts): size, shape, vocabulary, and the held-out
+    perplexity its build record measured (else the bundled cloze top-5)."""
+    metrics: list[Metric] = [("parameters", f"{about['params'] / 1e6:.1f} M", None),
+                             ("layers · hidden", f"{about['layers']} · {about['hidden']}", None),
+                             ("vocabulary", f"{about['vocab']:,}", None)]
+    scores = about.get("scores", {})
+    if scores.get("heldout_perplexity") is not None:  # cloze scores follow in their own row
+        at_mask = (f" At the [MASK] positions alone the build measured {scores['heldout_mask_perplexity']:.0f}."
+                   if scores.get("heldout_mask_perplexity") is not None else "")
+        metrics.append(("held-out MLM perplexity", f"{scores['heldout_perplexity']:.0f}",
+                        "exp(mean MLM loss over every selected position, [MASK], random and unchanged alike: "
+                        "the loss BertForMaskedLM computes from its labels) on workshop-corpus documents the build "
+                        "never trained on (lower is better), masked with the build's own rule: "
+                        f"{heldout_masking(record)}, not the token masking the other pages "
+                        "start with. The unchanged positions are nearly free (the model sees the answer), "
+                        "so this is lower than the perplexity at [MASK] positions alone." + at_mask))
+    else:
+        metrics.append(("cloze top-5", f"{about['cloze_top5']:.0%}" if about.get("cloze_top5") is not None else "—",
+                        "Share of the bundled fill-in-the-blank sentences where the answer is in the top 5."))
+    return metrics
+
+
+def score_metrics(scores: Mapping[str, Any]) -> list[Metric]:
+    """The bundled model's scores as its build record measured them (``default_model.build_scores``), one row.
+
+    >>> [v for _, v, _ in score_metrics({"cloze_top1": 0.4, "cloze_top1_se": 0.02, "copy_rate": 0.09})]
+    ['40% ± 2%', '—', '9%', '—']
+    """
+    def pct(key: str) -> str:
+        return f"{scores[key]:.0%} ± {scores[key + '_se']:.0%}" if key in scores and key + "_se" in scores else "—"
+
+    return [
+        ("cloze top-1", pct("cloze_top1"), "Answer is the first guess, on fill-in-the-blank sentences never "
+         "trained on (± one standard error)."),
+        ("cloze top-5", pct("cloze_top5"), "Answer among the first five guesses (± one standard error)."),
+        ("copies a word", f"{scores['copy_rate']:.0%}" if "copy_rate" in scores else "—",
+         "Share of those sentences where the first guess repeats a word of the sentence that is not an answer."),
+        ("everyday top-5", f"{scores['everyday_top5']:.0%}" if "everyday_top5" in scores else "—",
+         "Everyday sentences whose answer does not appear in the sentence."),
+    ]
+
+
+def build_caption(scores: Mapping[str, Any]) -> str:
+    """Under the scores: how long the build trained, on how many cloze sentences it was scored."""
+    steps = f"{scores['steps']:,}" if "steps" in scores else "?"
+    return (f"Build record: {steps} training steps, {scores.get('hours', '?')} h on a shared 2-core CPU; "
+            f"{scores.get('cloze_n', '?')} cloze sentences; the checkpoint was chosen on a separate development set.")

@@ -22,9 +22,10 @@ import torch.nn.functional as F
 from mlm_core.data import special_ids
 from mlm_core.errors import InputError
 from mlm_core.formatting import readable
-from mlm_core.lessons.loss_lab import LOSS_SETTINGS, LossBatch, batch_losses
+from mlm_core.lessons.loss_lab import LOSS_SETTINGS, LossBatch, LossSettings, batch_losses
 from mlm_core.losses import full_cross_entropy, hidden_gradient_cosine, token_frequency_weights
-from mlm_core.masking import IGNORE_INDEX, Decision, mask_tokens
+from mlm_core.masking import IGNORE_INDEX, Decision, MaskingConfig, mask_tokens
+from mlm_core.sampled_softmax import CORRECTION_LABELS
 
 REPEATS = 200  # copies of the batch for the exhibit that needs a share, not a single draw
 FULL_LOSS = "full softmax loss"  # the key of the reference number in Exhibit.also
@@ -435,3 +436,78 @@ def run_exhibits(batch: LossBatch, keys: Sequence[str] | None = None) -> list[Ex
 def exhibit_rows(exhibit: Exhibit) -> list[dict]:
     """The exhibit's details as table rows, numbers formatted for people (``formatting.readable``)."""
     return [{"what": k, "value": v if isinstance(v, str) else readable(v)} for k, v in exhibit.details.items()]
+
+
+# --------------------------------------------------------------------------------------------
+# The page's cards, for people
+# --------------------------------------------------------------------------------------------
+
+
+def rule_values(config: MaskingConfig) -> dict[str, str]:
+    """The masking rule's words for the page's sentences: ``strategy``, ``p`` and the ``mask`` / ``random`` /
+    ``unchanged`` shares, as percentages.
+
+    >>> rule_values(MaskingConfig())["p"], rule_values(MaskingConfig())["mask"]
+    ('15%', '80%')
+    """
+    return {"strategy": config.strategy.replace("_", " "), "p": f"{config.mlm_probability:.0%}",
+            "mask": f"{config.mask_replace_prob:.0%}", "random": f"{config.random_replace_prob:.0%}",
+            "unchanged": f"{config.unchanged_prob:.0%}"}
+
+
+def correct_values(settings: LossSettings = LOSS_SETTINGS) -> dict[str, str]:
+    """What the exhibits' correct values are computed with (the Loss page's defaults), for the page's sentence:
+    ``scheme``, ``k``, ``replacement`` ("with" / "without") and ``correction`` in words."""
+    sampled = settings.sampled
+    return {"scheme": settings.scheme, "k": str(sampled.num_sampled),
+            "replacement": "with" if sampled.replacement else "without",
+            "correction": CORRECTION_LABELS[sampled.correction]}
+
+
+def exhibit_number(value: float, unit: str) -> str:
+    """An exhibit's number as its card shows it: a share with 3 significant digits and a % sign, else ``readable``.
+
+    >>> exhibit_number(12.3456, "% of the selected tokens"), exhibit_number(2.345678, "loss (nats)")
+    ('12.3%', '2.346')
+    """
+    if unit.startswith("%"):
+        return f"{readable(value, 3)}%"
+    return readable(value)
+
+
+def is_bug(exhibit: Exhibit) -> bool:
+    """True when the exhibit's two numbers are buggy and correct code (not two conventions)."""
+    return exhibit.labels[0] == "buggy code"
+
+
+def exhibit_metrics(exhibit: Exhibit) -> list[dict]:
+    """The card's two numbers, as ``st.metric`` keywords: buggy (❌) beside correct (✅), or the two conventions."""
+    bug = is_bug(exhibit)
+    wrong_label, right_label = exhibit.labels
+    return [dict(label=f"{'❌ ' if bug else ''}{wrong_label}", value=exhibit_number(exhibit.wrong_value, exhibit.unit)),
+            dict(label=f"{'✅ ' if bug else ''}{right_label}", value=exhibit_number(exhibit.right_value, exhibit.unit))]
+
+
+COSINE_HELP = "Cosine between this loss's gradient with respect to the hidden states and the full loss's: 1 = the same direction."
+
+
+def also_metrics(exhibit: Exhibit) -> list[dict]:
+    """The numbers a card shows beside its two (``Exhibit.also``), as ``st.metric`` keywords; cosines with 3
+    significant digits and what a cosine means."""
+    return [dict(label=name, value=readable(value, 3 if "cosine" in name else 4),
+                 help=COSINE_HELP if "cosine" in name else None) for name, value in exhibit.also.items()]
+
+
+def exhibit_code(exhibit: Exhibit) -> str:
+    """The card's code: the buggy (or first convention's) lines, then the correct (or second) ones, each headed."""
+    bug = is_bug(exhibit)
+    return (f"# {'❌ buggy' if bug else exhibit.labels[0]}\n{exhibit.wrong_code}\n"
+            f"# {'✅ correct' if bug else exhibit.labels[1]}\n{exhibit.right_code}")
+
+
+def audit_rows(checks: Sequence, exhibits: Sequence[Exhibit]) -> list[dict]:
+    """The audit's table, one row per check (``audit.audit_batch``): its result, what was found and expected, and the
+    title of the exhibit that explains a failure."""
+    titles = {e.key: e.title for e in exhibits}
+    return [{"check": c.name, "result": "✅ pass" if c.passed else "❌ fail", "found": c.value, "expected": c.expected,
+             "explained by exhibit": titles.get(c.exhibit, "") if c.exhibit else ""} for c in checks]

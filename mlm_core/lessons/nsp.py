@@ -24,10 +24,10 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.bert.modeling_bert import BertPooler, BertPreTrainingHeads
 
-from mlm_core.data import run_tokenizer, special_ids
+from mlm_core.data import mask_batch, run_tokenizer
 from mlm_core.errors import InputError
 from mlm_core.losses import LossOutput, full_cross_entropy
-from mlm_core.masking import IGNORE_INDEX, mask_tokens
+from mlm_core.masking import IGNORE_INDEX
 from mlm_core.training import TrainConfig, adamw, param_groups
 
 # What came after BERT, said wherever the NSP lesson is shown (sources checked: paper and section).
@@ -385,7 +385,7 @@ def combined_loss_on_pairs(
     (how many tokens the MLM term covers) and ``is_next_prob`` (one float per pair).
     """
     batch = encode_pairs(tokenizer, pairs, max_length)
-    masked = mask_tokens_for_pairs(tokenizer, batch, config, generator, special_ids(tokenizer))
+    masked = mask_batch(tokenizer, batch, config, generator, trace=False)  # the learner's rule, on the pairs
     with torch.no_grad():
         out = mlm_nsp_loss(model, masked.input_ids, batch["attention_mask"], batch["token_type_ids"], masked.labels,
                            batch["next_sentence_label"], mlm_weight=mlm_weight, nsp_weight=nsp_weight)
@@ -394,10 +394,3 @@ def combined_loss_on_pairs(
             "mlm_weight": mlm_weight, "nsp_weight": nsp_weight, "selected": d["M"],
             "is_next_prob": d["is_next_prob"].tolist()}
 
-
-def mask_tokens_for_pairs(tokenizer, batch: dict, config, generator: torch.Generator, special: Sequence[int]):
-    """The learner's masking rule on encoded pairs ([CLS], [SEP] and padding never selected; whole-word and
-    span masking use the pairs' word ids)."""
-    return mask_tokens(batch["input_ids"], batch["special_tokens_mask"], config, mask_token_id=tokenizer.mask_token_id,
-                       vocab_size=len(tokenizer), generator=generator, special_ids=special,
-                       word_ids=batch["word_ids"], attention_mask=batch["attention_mask"], trace=False)

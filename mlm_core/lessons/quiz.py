@@ -25,6 +25,7 @@ import torch
 from mlm_core import seeds
 from mlm_core.data import mask_sentence, token_pieces
 from mlm_core.errors import InputError
+from mlm_core.formatting import probability_text
 from mlm_core.head import masked_lm_logits
 from mlm_core.lessons.share_state import MAX_SEED, QUIZ_KINDS
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, decision_names
@@ -465,3 +466,51 @@ def rank_guesses(model, tokenizer, question: Question, guesses: Sequence[str], *
     answer_stats = guess_ranks(log_probs[rows], targets.cpu()[rows].tolist())
     return [GuessReport(p, a, g, ok, gr, gp, ar, ap) for p, a, g, ok, (gr, gp), (ar, ap)
             in zip(blanks, question.answers, guesses, score.correct, guess_stats, answer_stats)]
+
+
+# --------------------------------------------------------------------------- what the page says after a reveal
+def guess_rows(reports: Sequence[GuessReport], predictions, top_k: int) -> list[dict[str, Any]]:
+    """One table row per blank: the answer, the guess, and how the model ranks both (``predict.Predictions``)."""
+    vocab = predictions.vocab_size
+    by_position = {p.position: p for p in predictions.positions}
+    rows = []
+    for i, r in enumerate(reports):
+        top = by_position[r.position]
+        rows.append({
+            "blank": i + 1,
+            "answer": r.answer,
+            "your guess": r.guess or "—",
+            "right?": "✅" if r.correct else "❌",
+            f"model's top {top_k}": ", ".join(f"{t} {probability_text(q)}" for t, q in zip(top.top_tokens, top.top_probs)),
+            "your guess: rank": f"{r.guess_rank:,} of {vocab:,}" if r.guess_rank else "not one token",
+            "your guess: p": probability_text(r.guess_prob) if r.guess_prob is not None else "—",
+            "answer: rank": f"{r.answer_rank:,}",
+            "answer: p": probability_text(r.answer_prob),  # the chart's format: one probability, one text
+        })
+    return rows
+
+
+def hidden_in_plain_sight(selected: int, masks: int) -> str:
+    """The random-or-unchanged question, in numbers (markdown)."""
+    hidden = selected - masks
+    return (f"BERT selected **{selected}** token{'s' if selected != 1 else ''} of this sentence. You can see "
+            f"**{masks}** `[MASK]`{'s' if masks != 1 else ''}, so **{hidden}** selected "
+            f"token{'s are' if hidden != 1 else ' is'} hiding in plain sight: swapped for a random token, or left "
+            "exactly as they were.")
+
+
+def selection_caption(score: SelectionScore, names: Mapping[int, str]) -> str:
+    """Found, missed and wrong picks of one answer, by their pills' names."""
+    def listed(positions) -> str:
+        return ", ".join(names.get(i, str(i)) for i in positions) or "—"
+
+    return f"found: {listed(score.hits)} · missed: {listed(score.missed)} · wrong picks: {listed(score.false_alarms)}"
+
+
+def loss_answer(in_loss: int, score: SelectionScore, names: Mapping[int, str]) -> str:
+    """Which positions the loss uses, and what the answer missed (markdown)."""
+    return (f"The loss uses the **{in_loss} selected positions** — `[MASK]`, random **and** unchanged ones, where "
+            "`labels` holds the original id — and nothing else: unselected tokens and `[CLS]`/`[SEP]` have "
+            "`labels = -100`, which cross-entropy skips. "
+            f"Missed: {', '.join(names[i] for i in score.missed) or '—'}. "
+            f"Wrong picks: {', '.join(names[i] for i in score.false_alarms) or '—'}.")

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, NamedTuple, Sequence
 
 from mlm_core import seeds
-from mlm_core.data import encode, plain_encodings, special_ids
+from mlm_core.costs import HeadCost
+from mlm_core.data import encode, mask_batch, plain_encodings
 from mlm_core.errors import InputError
-from mlm_core.masking import Decision, MaskingConfig, decision_names, mask_tokens
-from mlm_core.vocab import MODEL_MAX_LENGTH, most_split_word, sentence_words
+from mlm_core.masking import Decision, MaskingConfig, decision_names
+from mlm_core.vocab import ALGORITHM_LABELS, MIN_FREQUENCY, MODEL_MAX_LENGTH, SIZE_LADDER, most_split_word, sentence_words
 
 @dataclass(frozen=True)
 class FrequencyProfile:
@@ -121,18 +122,10 @@ def whole_word_demo(
     examples, hit_share, partial_share = {}, {}, {}
     for offset, strategy in enumerate(("token", "whole_word")):
         generator = seeds.generator(seed, "whole_word_demo", offset)
-        result = mask_tokens(
-            input_ids,
-            special,
-            MaskingConfig(mlm_probability=mlm_probability, strategy=strategy),
-            mask_token_id=tokenizer.mask_token_id,
-            vocab_size=len(tokenizer),
-            generator=generator,
-            word_ids=words,
-            special_ids=special_ids(tokenizer),
-            attention_mask=encoded.attention_mask.expand(n_draws, -1),
-            trace=False,
-        )
+        copies = {"input_ids": input_ids, "special_tokens_mask": special, "word_ids": words,
+                  "attention_mask": encoded.attention_mask.expand(n_draws, -1)}
+        result = mask_batch(tokenizer, copies, MaskingConfig(mlm_probability=mlm_probability, strategy=strategy),
+                            generator, trace=False)
         selected = result.decisions != Decision.NOT_SELECTED  # (N, T)
         n_hit = (selected & in_word).sum(1)  # (N,) pieces of the word selected per draw
         hit = n_hit > 0
@@ -151,3 +144,51 @@ def whole_word_demo(
             word_hidden=int(n_hit[row]),
         )
     return WholeWordDemo(target, positions, n_draws, examples, hit_share, partial_share)
+
+
+# --------------------------------------------------------------------------- what the page shows of the vocabularies
+class PageVocab(NamedTuple):
+    """One vocabulary on the Tokenizer page."""
+
+    family: str  # "WordPiece", "BPE" or "bert-base-uncased": its colour in the charts
+    label: str  # "WordPiece 2k", "BPE 8,137 (all)"
+    tokenizer: Any
+    trained: Any  # the trained vocabulary (``vocab.TrainedVocab``), None for bert-base-uncased
+    key: tuple  # what its measurements are cached under
+
+
+def size_label(size: int) -> str:
+    """'2k' for 2,000, '750' for 750.
+
+    >>> size_label(2000), size_label(750)
+    ('2k', '750')
+    """
+    return f"{size // 1000}k" if size % 1000 == 0 else str(size)
+
+
+def supported_note(name: str, n_train: int, largest: dict[str, int]) -> str:
+    """Which sizes a corpus can fill, and why no larger one is offered (markdown; ``name``: already escaped)."""
+    supported = min(largest.values())
+    return (f"{name} ({n_train:,} training sentences) supports at most "
+            + " and ".join(f"{n:,} {ALGORITHM_LABELS[a]}" for a, n in largest.items())
+            + f" entries: by then every piece seen at least {MIN_FREQUENCY} times is in, so a larger size would give "
+            "the same vocabulary. Only sizes it can fill are offered"
+            + (f" (not {', '.join(size_label(v) for v in SIZE_LADDER if v >= supported)})"
+               if supported <= SIZE_LADDER[-1] else "")
+            + ". Upload more text for larger ones; bert-base-uncased's 30,522 were learned from Wikipedia and books.")
+
+
+def vocab_table(rows: Sequence[dict], costs: Sequence[HeadCost]) -> list[dict[str, Any]]:
+    """One row per vocabulary: its measurements (``vocab.measure``' dicts, with its label) beside the head's cost."""
+    return [{
+        "vocabulary": r["label"],
+        "size reached": r["vocab_size"],
+        "tokens per word": round(r["tokens_per_word"], 3),
+        "words split": f"{r['split_share']:.1%}",
+        "[UNK] rate": f"{r['unk_rate']:.2%}",
+        "head GFLOPs (masked only)": round(c.flops_gathered / 1e9, 2),
+        "head GFLOPs (every position)": round(c.flops_full / 1e9, 2),
+        "logits MiB (masked only)": round(c.logits_bytes_gathered / 2**20, 1),
+        "logits MiB (every position)": round(c.logits_bytes_full / 2**20, 1),
+        "start loss ln V": round(c.start_loss, 2),
+    } for r, c in zip(rows, costs)]
