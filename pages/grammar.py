@@ -52,12 +52,14 @@ except MLMLabError as exc:
     ui.show_error(exc)
     score = None
 if score is not None:
-    (st.success if score.prefers_good else st.warning)(verdict(score))
+    shown = st.info if score.good.tokens == score.bad.tokens else st.success if score.prefers_good else st.warning
+    shown(verdict(score))
     ui.chart(pair_figure(score), "grammar_pair_chart", name="grammar_pair")
+    shade = max((abs(lp) for pll in (score.good, score.bad) for lp in pll.log_probs), default=1.0)  # one scale
     for name, pll in (("Grammatical", score.good), ("Ungrammatical", score.bad)):
         st.markdown(pll_line(name, pll))
         ui.value_chips(list(pll.tokens), list(pll.log_probs),
-                       titles=[f"log P = {lp:.2f}" for lp in pll.log_probs])
+                       titles=[f"log P = {lp:.2f}" for lp in pll.log_probs], scale=shade)
     with ui.advanced("Every token's log-probability"):
         ui.table(token_rows(score), key="grammar_tokens")
 
@@ -71,7 +73,7 @@ if settings.model_name is None and trained_entry is None:
 measured = ui.on_demand(f"Measure {model_label} on MLM Lab's {len(lab)} pairs", "grammar_lab_report",
                         "Scoring every pair…", (model_key,), lambda: lab_pairs_report(model, tokenizer, lab))
 if measured is not None:
-    report, source = measured, lab_source(measured)
+    report, source = measured, lab_source(measured, chosen_on=settings.model_name is None and trained_entry is None)
 if report is None:
     st.caption(TEXT("measure_wait"))
 else:

@@ -93,6 +93,8 @@ def model_panel(model, tokenizer) -> None:
                    f"{about['dtype']}")
         if about.get("scores"):
             ui.metric_row(model_card.score_metrics(about["scores"]))
+            if model_card.benchmark_metrics(about["scores"]):
+                ui.metric_row(model_card.benchmark_metrics(about["scores"]))
             st.caption(model_card.build_caption(about["scores"]))
             how_trained(model, tokenizer, record)
         st.markdown("**Models you can pick in the sidebar**")

@@ -112,13 +112,13 @@ def decision_legend() -> None:
 
 
 def value_chips(tokens: list[str], values: list[float | None], *, highlight: int | None = None,
-                titles: list[str] | None = None) -> None:
+                titles: list[str] | None = None, scale: float | None = None) -> None:
     """Tokens as escaped chips shaded by a value: green for positive, red for negative, grey where None.
 
-    Shades are scaled to the largest |value| of the row.
+    Shades are scaled to the largest |value| of the row, or to ``scale`` (rows drawn to be compared share one).
     """
     finite = [abs(v) for v in values if v is not None and v == v]
-    top = max(finite) if finite and max(finite) > 0 else 1.0
+    top = scale if scale else (max(finite) if finite and max(finite) > 0 else 1.0)
     parts = []
     for i, (token, value) in enumerate(zip(tokens, values)):
         if value is None or value != value:
