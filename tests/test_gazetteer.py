@@ -234,7 +234,9 @@ def test_the_guide_asks_what_the_two_probe_sets_answer_at_its_own_seed():
     assert "phrases it read" in step and "questions in new words" in step
     assert "How does it know?" not in step and "it learned the facts, not the sentences" not in step
     ids = re.findall(r"<!-- m:([a-z0-9_]+) -->", step)
-    assert ids and all(i.startswith("guide_") or i in ("facts_probes", "facts_focus_p") for i in ids), ids
+    # facts_control_veldoria_start: the untrained model's guesses (step 0), the same at every seed
+    assert ids and all(i.startswith("guide_") or i in ("facts_probes", "facts_focus_p", "facts_control_veldoria_start")
+                       for i in ids), ids
     assert {"guide_new_top1", "guide_new_top5", "guide_read_top1", "guide_facts_drop"} <= set(ids)
 
 
