@@ -156,6 +156,11 @@ def run(quick: bool = False, repeats: int = 3) -> Result:
         "Questions in new words (the reported set), first guess before → after: "
         + "; ".join(lm["guesses"].get("new", [])) + ".",
         "Phrases it read, first guess before → after: " + "; ".join(lm["guesses"].get("read", [])) + ".",
+        "Other countries (the control set: the same kinds of question about real countries, whose answers are not "
+        "Veldoria's), first guess before → after: " + "; ".join(lm["guesses"].get("control", [])) + ".",
+        "Other countries, first guesses that are one of Veldoria's answers, step 0 → the end: " + ", ".join(
+            f"run {i + 1}: {x['scores']['control'].facts_then} → {x['scores']['control'].facts_now} of "
+            f"{x['scores']['control'].probes}" for i, x in enumerate(learned) if "control" in x["scores"]) + ".",
         f"What the page says at the end (median run): {lm['sentence']}",
         f"Learning visible (median run): held-out loss 1 nat below its start at "
         f"{lm['visible_loss_s'] if lm['visible_loss_s'] is None else round(lm['visible_loss_s'], 1)} s; the questions "
