@@ -20,7 +20,8 @@ from mlm_core.lessons.training_lessons import (MASK_RATES, MAX_RATES, PAPERS_ON_
                                                filmstrip_summary, learner_probe, probe_choices, rate_train_note,
                                                rate_verdict, run_kind, split_text)
 from mlm_core.lessons.training_view import (LESSONS, PROBE_SET_ABOUT, SOURCES, VARIANT_LABELS, Texts, base_config,
-                                            gazetteer_texts, lesson_defaults, lesson_variants, probe_preview,
+                                            gazetteer_texts, is_default_run, lesson_defaults, lesson_variants,
+                                            probe_preview,
                                             probe_race_rows, probe_rows, probe_set_rows, probe_set_scores,
                                             probes_right, strings_or_facts, usable_probes, with_learner_probe,
                                             workshop_texts)
@@ -280,7 +281,8 @@ if start_col.button("▶ Start training", key="training_start", type="primary",
                              keep_trained=True)  # for the Predictions and Inside pages
         state[RUN_KEY] = run
         state[SEEN_KEY] = None
-        state[RUN_META_KEY] = {"lesson": lesson, "from_scratch": from_scratch}  # how the page reads this run
+        state[RUN_META_KEY] = {"lesson": lesson, "from_scratch": from_scratch,  # how the page reads this run
+                               "defaults": is_default_run(variants, lesson, from_scratch=from_scratch, texts=texts)}
         st.rerun()  # redraw the buttons: Start off, Stop on
     except BusyError as exc:
         ui.show_error(exc, "warning")
@@ -471,7 +473,7 @@ def draw(snap) -> None:
     kind = run_kind(snap.configs)
     meta = state.get(RUN_META_KEY) or {}
     if kind == "mask_rate" and any(evals.values()):
-        verdict = rate_verdict(evals, "scratch" if meta.get("from_scratch") else "fine-tune")
+        verdict = rate_verdict(evals, "scratch" if meta.get("from_scratch") else "fine-tune", meta.get("defaults", False))
         if verdict:
             st.markdown(f"**On this run:** {verdict}")
         st.caption(PAPERS_ON_RATE)

@@ -33,11 +33,12 @@ SPLITS = ((0.8, 0.1), (1.0, 0.0), (0.8, 0.0), (0.8, 0.2), (0.5, 0.25))
 # comparison": github.com/AnswerDotAI/ModernBERT, yamls/modernbert/modernbert-base-pretrain.yaml).
 EVAL_RULE = MaskingConfig()
 
-# The run-to-run spread of the default run, measured by benchmark P7 (benchmarks/p7_lessons.py, median of 3
-# seeds; tests/test_training_lessons.py checks these against benchmarks/results/p7_lessons.json): the lead of
-# the leading rate over 15% on the frozen mask at the last evaluation, smallest and largest over the seeds.
-# Keyed by "fine-tune" (the bundled model) and "scratch" (the tiny random BERT).
-RATE_LEAD_SPREAD = {"fine-tune": ("mask 40%", 0.24, 0.27, 3), "scratch": ("mask 40%", 0.09, 0.15, 3)}
+# The run-to-run spread of the default run, measured by benchmark P7 (benchmarks/p7_lessons.py, 3 seeds;
+# tests/test_training_lessons.py checks these against benchmarks/results/p7_lessons.json): how far 40% ended below
+# 15% on the frozen mask at the last evaluation, smallest and largest over the seeds, and in how many seeds 40%
+# had the lowest loss of the three rates. Keyed by "fine-tune" (the bundled model) and "scratch" (the tiny BERT).
+RATE_LEAD_SPREAD = {"fine-tune": (0.24, 0.27, 3, 3), "scratch": (0.05, 0.09, 3, 2)}
+SPREAD_PAIR = ("mask 40%", "mask 15%")
 
 PAPERS_ON_RATE = (
     "At scale: Wettig et al. (2023, EACL), \"Should You Mask 15% in Masked Language Modeling?\", find in their "
@@ -92,13 +93,14 @@ def _latest_common(evals: Mapping[str, Rows], key: str = "loss") -> tuple[int, d
     return at, {name: s[at] for name, s in zip(evals, steps)}
 
 
-def rate_verdict(evals: Mapping[str, Rows], kind: str) -> str:
-    """One sentence from the run: which rate leads on the frozen 15% mask, by how much, against the spread
-    of the default run over seeds (benchmark P7). `kind`: "fine-tune" or "scratch".
+def rate_verdict(evals: Mapping[str, Rows], kind: str, default_settings: bool = True) -> str:
+    """One sentence from the run: which rate leads on the frozen 15% mask and by how much, then 40% against 15%
+    beside the spread of the default run over seeds (benchmark P7). `kind`: "fine-tune" or "scratch";
+    `default_settings`: the run has the lesson's default settings (the spread was measured for those alone).
 
     >>> rows = lambda *v: [{"step": 10 * i, "loss": x} for i, x in enumerate(v)]
-    >>> rate_verdict({"mask 15%": rows(5.0, 3.0), "mask 40%": rows(5.0, 2.7)}, "fine-tune").split(";")[0]
-    'At step 10, on the frozen 15% mask (the same positions for every variant), mask 40% leads with a held-out loss of 2.70, 0.30 nats below mask 15%'
+    >>> rate_verdict({"mask 15%": rows(5.0, 3.0), "mask 40%": rows(5.0, 2.75)}, "fine-tune").split(". ")[1]
+    'Over 3 seeds of this lesson\'s default run (benchmark P7), mask 40% ended 0.24 to 0.27 nats below mask 15% and had the lowest loss in 3 of them; here it is 0.25 below: within that spread.'
     """
     found = _latest_common(evals)
     if found is None or len(found[1]) < 2:
@@ -106,24 +108,24 @@ def rate_verdict(evals: Mapping[str, Rows], kind: str) -> str:
     at, losses = found
     order = sorted(losses, key=losses.get)
     lead = order[0]
-    others = ", ".join(f"{losses[n]:.2f} for {n}" for n in order[1:])
     ref = "mask 15%" if "mask 15%" in losses and lead != "mask 15%" else order[1]
-    gap = losses[ref] - losses[lead]
+    others = ", ".join(f"{losses[n]:.2f} for {n}" for n in order[1:])
     text = (f"At step {at}, on the frozen 15% mask (the same positions for every variant), {lead} leads with a "
-            f"held-out loss of {losses[lead]:.2f}, {gap:.2f} nats below {ref}; {others}.")
+            f"held-out loss of {losses[lead]:.2f}, {losses[ref] - losses[lead]:.2f} nats below {ref} ({others})")
     spread = RATE_LEAD_SPREAD.get(kind)
-    if spread is not None:
-        name, lo, hi, seeds = spread
-        text += (f" Over {seeds} seeds of this lesson's default run (benchmark P7), {name} led 15% by {lo:.2f} to "
-                 f"{hi:.2f} nats")
-        if at == 0:
-            text += ": at step 0 every variant has the same weights, so the losses are equal."
-        elif lead == name and ref == "mask 15%":
-            text += (", so this lead is " + ("within" if lo <= gap <= hi else "outside") +
-                     " what the seeds gave (settings other than the defaults were not measured).")
-        else:
-            text += "; this run's order differs from the default run's."
-    return text
+    high, low = SPREAD_PAIR
+    if at == 0:
+        return text + ". At step 0 every variant has the same weights, so the losses are equal."
+    if spread is None or high not in losses or low not in losses:
+        return text + "."
+    lo, hi, seeds, led = spread
+    gap = losses[low] - losses[high]
+    text += (f". Over {seeds} seeds of this lesson's default run (benchmark P7), {high} ended {lo:.2f} to {hi:.2f} "
+             f"nats below {low} and had the lowest loss in {led} of them; here it is {gap:.2f} below")
+    if not default_settings:
+        return text + ", but this run's settings are not the defaults, so that spread says little about it."
+    inside = lo - 0.005 <= gap <= hi + 0.005  # the spread's bounds are rounded to 0.01
+    return text + (": within that spread." if inside else ": outside that spread.")
 
 
 def rate_train_note(steps: Mapping[str, Rows], window: int = 10) -> str:
@@ -232,7 +234,7 @@ def bug_signature(bug: str, steps: Mapping[str, Rows], evals: Mapping[str, Rows]
     >>> evals = {CLEAN: [{"step": 0, "loss": 4.9}, {"step": 10, "loss": 2.5}],
     ...          TWIN: [{"step": 0, "loss": 4.9}, {"step": 10, "loss": 2.4}]}
     >>> bug_signature("labels_never_ignored", steps, evals).split(". ")[0]
-    "The buggy twin ends with a training loss of 0.50 (the clean run 2.30) and a held-out loss on the frozen mask of 2.40 (the clean run 2.50): its training loss sits +1.90 from its held-out loss, the clean run's +0.20"
+    'The buggy twin ends with a training loss of 0.50 (the clean run 2.30) and a held-out loss on the frozen mask of 2.40 (the clean run 2.50); held-out minus training loss: +1.90 for the twin, +0.20 for the clean run'
     """
     info = TRAINED_BUGS.get(bug)
     clean_steps, twin_steps = steps.get(CLEAN) or [], steps.get(TWIN) or []
@@ -254,7 +256,8 @@ def bug_signature(bug: str, steps: Mapping[str, Rows], evals: Mapping[str, Rows]
                 f"from the frozen mask's held-out loss over {len(gaps)} evaluations")
         if bug == "eval_remasked":
             flips = sum((a > 0) != (b > 0) for a, b in zip(gaps, gaps[1:]))
-            text += (f" (above and below it: the sign changed {flips} times), so a held-out gain smaller than "
+            text += (f" (above and below it: the sign changed {flips} time{'s' if flips != 1 else ''}), so a held-out "
+                     "gain smaller than "
                      f"{max(abs(g) for g in gaps):.2f} nats between two checkpoints could be the mask alone.")
         else:
             text += f" (on average {sum(gaps) / len(gaps):+.2f}): dropout switched off part of the model it scored."
@@ -262,8 +265,8 @@ def bug_signature(bug: str, steps: Mapping[str, Rows], evals: Mapping[str, Rows]
     if None in (c_train, t_train, c_held, t_held):
         return ""
     return (f"The buggy twin ends with a training loss of {t_train:.2f} (the clean run {c_train:.2f}) and a held-out "
-            f"loss on the frozen mask of {t_held:.2f} (the clean run {c_held:.2f}): its training loss sits "
-            f"{t_held - t_train:+.2f} from its held-out loss, the clean run's {c_held - c_train:+.2f}. Look for "
+            f"loss on the frozen mask of {t_held:.2f} (the clean run {c_held:.2f}); held-out minus training loss: "
+            f"{t_held - t_train:+.2f} for the twin, {c_held - c_train:+.2f} for the clean run. Look for "
             f"{info.look_for}")
 
 

@@ -464,3 +464,16 @@ def probe_race_rows(probes_by_variant: Mapping[str, Sequence[Mapping[str, Any]]]
             row["in the top 5"] = f"{top5} of {known}"
         rows.append(row)
     return rows
+
+
+def is_default_run(variants: Mapping[str, TrainConfig], lesson: str, *, from_scratch: bool, texts: Texts) -> bool:
+    """True when a lesson's variants are exactly its defaults (any seed): what the benchmark measured."""
+    if lesson not in LESSONS or not variants:
+        return False
+    seed = next(iter(variants.values())).seed
+    try:
+        expected = lesson_variants(lesson, base_config(lesson, from_scratch=from_scratch, texts=texts, seed=seed),
+                                   from_scratch=from_scratch)
+    except InputError:
+        return False
+    return dict(variants) == expected
