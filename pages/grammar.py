@@ -8,10 +8,9 @@ from mlm_core.default_model import read_build_record
 from mlm_core.lessons import share_state
 from mlm_core.figures.grammar import pair_figure, phenomena_figure
 from mlm_core.grammar import MAX_SENTENCE_CHARS, PHENOMENA, PUBLISHED, check_sentence
-from mlm_core.lessons.grammar import default_model_blimp, draw_pair, lab_pairs_report, phenomenon_rows, token_rows, verdict
+from mlm_core.lessons.grammar import FIRST_PAIR, default_model_blimp, draw_pair, lab_pairs_report, phenomenon_rows, token_rows, verdict
 
 GOOD, BAD, SHADOW = "grammar_good", "grammar_bad", "_grammar_pair"  # the boxes, and their copy across page switches
-FIRST = ("The keys to the cabinet are on the table.", "The keys to the cabinet is on the table.")
 
 settings = ui.page_setup("📐 Grammar: what the model knows about English", link=share_state.PAGE_LINKS["grammar"])
 st.markdown(
@@ -28,7 +27,7 @@ model_key = trained_entry.key if trained_entry is not None else f"model:{setting
 blimp = ui.cached_blimp()  # None unless MLMLAB_BLIMP_DIR names a copy of BLiMP's data folder
 lab = ui.cached_lab_pairs()
 state = st.session_state
-state.setdefault(SHADOW, FIRST)
+state.setdefault(SHADOW, FIRST_PAIR)
 for key, value in zip((GOOD, BAD), state[SHADOW]):
     state.setdefault(key, value)  # a page switch drops the boxes' values: give them back from the copy
 

@@ -24,11 +24,12 @@ Walk the pages in order, from the sidebar:
 1. **Masking** — which tokens are selected and what replaces them, decision by decision.
 2. **Predictions** — what the model guesses at each selected position, and how sure it is.
 3. **Inside the model** — where [MASK] looks, which layer knows the answer, and what the guess depends on.
-4. **Loss** and **Bug museum** — full, weighted and sampled-softmax losses, and the classic mistakes.
-5. **Tokenizer** — how the vocabulary decides what a token is, and what the head costs.
-6. **Training** — fine-tune live and watch the loss fall, variants side by side.
-7. **Efficiency** — why scoring only the masked rows is faster, measured on your machine.
-8. **Quiz** — guess the masked token, spot the random one, and keep score.
+4. **Grammar** — which sentence of a minimal pair the model finds more likely, scored by pseudo-log-likelihood.
+5. **Loss** and **Bug museum** — full, weighted and sampled-softmax losses, and the classic mistakes.
+6. **Tokenizer** — how the vocabulary decides what a token is, and what the head costs.
+7. **Training** — fine-tune live and watch the loss fall, variants side by side.
+8. **Efficiency** — why scoring only the masked rows is faster, measured on your machine.
+9. **Quiz** — guess the masked token, spot the random one, and keep score.
 
 Every page is reproducible from the **seed** in the sidebar.
 """

@@ -711,7 +711,8 @@ def finish(b: Build) -> None:
         b.log(event="not_exported", reason=f"dev score {score:.4f} <= the starting model's {b.best['score']}")
         return
     metrics = b.measure(blimp=True)
-    metrics["step"] = b.best.get("step", b.step)
+    # the exported checkpoint's step: the dev-best one, or the last when no dev set chose (best["step"] is None)
+    metrics["step"] = b.best["step"] if b.best.get("step") is not None else b.step
     b.log(event="exported_metrics", **metrics)
     export(b, metrics)
     b.log(event="exported", out=b.args.out, step=metrics["step"], wall_s=round(time.time() - b.t0, 1))

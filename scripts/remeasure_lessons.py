@@ -42,6 +42,8 @@ from mlm_core import encode, load_masked_lm, seeds  # noqa: E402
 from mlm_core.bundled import gazetteer, heldout_workshop_sentences, workshop_sentences  # noqa: E402
 from mlm_core.data import mask_batch  # noqa: E402
 from mlm_core.default_model import read_build_record  # noqa: E402
+from mlm_core.grammar import score_pairs  # noqa: E402
+from mlm_core.lessons.grammar import FIRST_PAIR as GRAMMAR_FIRST_PAIR  # noqa: E402
 from mlm_core.lessons.inside import agreement_over_texts, lens_profile_on_texts, measure_head_patterns  # noqa: E402
 from mlm_core.formatting import signed as signed_number  # noqa: E402
 from mlm_core.lessons.loss_lab import (  # noqa: E402
@@ -110,6 +112,13 @@ def _claims() -> list[Claim]:
         c.extend(Claim(i, group, what, fmt) for i in ids)
 
     add("build", "the default model's build step (assets/default_mlm/build.json)", lambda v: str(int(v)), "model_step")
+    # the Grammar page: BLiMP as the default model's build measured it (build.json's final_metrics.blimp)
+    add("build", "the default model's BLiMP accuracy, overall (mean over paradigms), %", percent(1), "blimp_overall")
+    add("build", "the BLiMP pairs it was measured on (a fixed sample of every paradigm)", fixed(0), "blimp_pairs")
+    for key, name in (("dn", "determiner_noun_agreement"), ("island", "island_effects"), ("npi", "npi_licensing")):
+        add("build", f"the default model's BLiMP accuracy on {name}, %", percent(0), f"blimp_{key}")
+    add("grammar", "the Grammar page's first pair (agreement across 'to the cabinet'): PLL(good) - PLL(bad), nats",
+        signed(2), "grammar_first_margin")
     # Inside the model: attention patterns (pages/inside.py, PATTERN_SENTENCES workshop sentences)
     for key, name in (("cls", "[CLS]"), ("sep", "[SEP]"), ("punct", ". or ,"), ("prev", "previous token"),
                       ("next", "next token")):
@@ -337,7 +346,18 @@ class Context:
 
 def measure_build(ctx: Context) -> dict:
     record = read_build_record() or {}
-    return {"model_step": record.get("steps", float("nan"))}
+    out = {"model_step": record.get("steps", float("nan"))}
+    blimp = (record.get("final_metrics") or {}).get("blimp") or {}
+    if blimp:
+        out.update(blimp_overall=blimp["overall"], blimp_pairs=blimp["n_pairs"])
+        for key, name in (("dn", "determiner_noun_agreement"), ("island", "island_effects"), ("npi", "npi_licensing")):
+            out[f"blimp_{key}"] = blimp["by_phenomenon"][name]["accuracy"]
+    return out
+
+
+def measure_grammar(ctx: Context) -> dict:
+    [score] = score_pairs(ctx.model, ctx.tokenizer, [GRAMMAR_FIRST_PAIR])
+    return {"grammar_first_margin": score.margin}
 
 
 def measure_heads(ctx: Context) -> dict:
@@ -571,7 +591,7 @@ def measure_masking(ctx: Context) -> dict:
 
 
 GROUPS: dict[str, Callable[[Context], dict]] = {
-    "build": measure_build, "heads": measure_heads, "lens": measure_lens, "saliency": measure_saliency,
+    "build": measure_build, "grammar": measure_grammar, "heads": measure_heads, "lens": measure_lens, "saliency": measure_saliency,
     "predictions": measure_predictions, "loss_page": measure_loss_page, "sampled": measure_sampled,
     "training": measure_training, "masking": measure_masking,
 }

@@ -19,6 +19,7 @@ from mlm_core import seeds
 from mlm_core.grammar import PHENOMENA, PUBLISHED, GrammarReport, LabPair, PairScore, accuracy, score_pairs
 
 __all__ = [
+    "FIRST_PAIR",
     "ANCHORS",
     "Drawn",
     "draw_pair",
@@ -29,6 +30,8 @@ __all__ = [
     "default_model_blimp",
 ]
 
+# The pair the Grammar page opens with: agreement across an intervening noun ("the cabinet" is singular).
+FIRST_PAIR = ("The keys to the cabinet are on the table.", "The keys to the cabinet is on the table.")
 # The published models drawn beside a measured one (BLiMP Table 3), weakest to strongest.
 ANCHORS = ("5-gram", "LSTM", "GPT-2", "human")
 

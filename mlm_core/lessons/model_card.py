@@ -114,13 +114,14 @@ def training_story(record: Mapping[str, Any] | None) -> list[str]:
         counted = [e.get("steps") for e in earlier]
         steps_before = sum(counted) if all(isinstance(n, int) for n in counted) else None
         builds = "an earlier build" if len(earlier) == 1 else f"{len(earlier)} earlier builds"
-        start = (f"It started from the weights of {builds} ({steps_before:,} steps in all)"
+        steps_words = f"{steps_before:,} steps" + ("" if len(earlier) == 1 else " in all")
+        start = (f"It started from the weights of {builds} ({steps_words})"
                  if steps_before is not None else f"It started from the weights of {builds}")
         known = [s for e in earlier for s in e.get("stages") or [] if isinstance(s, Mapping)]
         listed = all(e.get("stages") for e in earlier)
         if any(_anti_copy(s) > 0 for s in known):
-            out.append(start + ", of which " + ("one" if len(earlier) == 1 else "at least one")
-                       + " trained with the anti-copy penalty too.")
+            out.append(start + (", which trained with the anti-copy penalty too." if len(earlier) == 1 else
+                                ", at least one of which trained with the anti-copy penalty."))
         elif known and listed:
             out.append(start + ", which trained with masked-language modelling alone.")
         else:
