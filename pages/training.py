@@ -15,10 +15,10 @@ from mlm_core.figures.training import (bucket_figure, eval_figure, filmstrip_fig
                                        lr_figure, probe_figure)
 from mlm_core.jobs import BusyError, get_manager, teacher_key_set
 from mlm_core.precision import auto_amp
-from mlm_core.lessons.training_lessons import (MASK_RATES, MAX_RATES, PAPERS_ON_RATE, RATE_CHOICES, SPLITS,
-                                               TRAINED_BUGS, YOURS, bug_of, bug_signature, filmstrip_frames,
+from mlm_core.lessons.training_lessons import (BUG_KEY, LESSON_KEY, MASK_RATES, MAX_RATES, PAPERS_ON_RATE,
+                                               RATE_CHOICES, SPLITS, TRAINED_BUGS, YOURS, bug_of, bug_signature, filmstrip_frames,
                                                filmstrip_summary, learner_probe, probe_choices, rate_train_note,
-                                               rate_verdict, run_kind, split_text)
+                                               rate_verdict, reported_markdown, run_kind, split_text)
 from mlm_core.lessons.training_view import (LESSONS, PROBE_SET_ABOUT, SOURCES, VARIANT_LABELS, Texts, base_config,
                                             gazetteer_texts, is_default_run, lesson_defaults, lesson_variants,
                                             probe_preview,
@@ -227,11 +227,11 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
                     "text, the same positions for every variant, as ModernBERT evaluates its 30% run at 15%.")
             return lesson_variants(lesson, base, from_scratch=from_scratch, rates=rates, split=tuple(split))
         if lesson == "bugs":
-            bug = st.selectbox("The bug", list(TRAINED_BUGS), key="training_bug",
+            bug = st.selectbox("The bug", list(TRAINED_BUGS), key=BUG_KEY,
                                format_func=lambda b: TRAINED_BUGS[b].title,
                                help="Each is a named option of the loop's masking, labels or evaluation step.")
             st.code(TRAINED_BUGS[bug].code, language="python", wrap_lines=True)
-            st.caption("Reported: " + ui.markdown_text(TRAINED_BUGS[bug].reported) + ".")
+            st.caption("Reported: " + reported_markdown(TRAINED_BUGS[bug].reported) + ".")  # our text, its links
             st.info("Two runs from the same weights on the same batches, masks and seed: the clean run, and a twin "
                     "with the bug. The held-out loss of both is measured on the same frozen mask; a bug of the "
                     "evaluation step also shows what its buggy evaluation reports.")
@@ -248,7 +248,7 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
 
 
 # ------------------------------------------------------------------------------------- start / stop
-lesson = st.radio("Lesson", list(LESSONS), key="training_lesson", format_func=LESSONS.get)
+lesson = st.radio("Lesson", list(LESSONS), key=LESSON_KEY, format_func=LESSONS.get)
 model_name = model_controls(lesson)
 try:
     if model_name == TRAINED_VOCAB:
@@ -282,7 +282,10 @@ if start_col.button("▶ Start training", key="training_start", type="primary",
         state[RUN_KEY] = run
         state[SEEN_KEY] = None
         state[RUN_META_KEY] = {"lesson": lesson, "from_scratch": from_scratch,  # how the page reads this run
-                               "defaults": is_default_run(variants, lesson, from_scratch=from_scratch, texts=texts)}
+                               "defaults": is_default_run(variants, lesson, from_scratch=from_scratch, texts=texts),
+                               # a sentence of the learner's is the last probe (bad input never reaches Start)
+                               "learner_probe": lesson == "filmstrip" and bool(
+                                   (state.get("training_film_sentence") or "").strip())}
         st.rerun()  # redraw the buttons: Start off, Stop on
     except BusyError as exc:
         ui.show_error(exc, "warning")
@@ -395,6 +398,8 @@ def draw_filmstrip(snap, lesson_run: bool) -> None:
             return
         groups = [p.get("group", "") for p in entries[-1]["probes"]]
         first = next((i for g in (YOURS, "new") for i in choices if groups[i] == g), next(iter(choices)))
+        if (state.get(RUN_META_KEY) or {}).get("learner_probe"):
+            first = max(choices)  # the learner's own sentence, the last probe
         index = st.selectbox("Probe", list(choices), index=list(choices).index(first), format_func=choices.get,
                              key=f"training_film_probe_{snap.run_id}")
         frames = filmstrip_frames(entries, index)

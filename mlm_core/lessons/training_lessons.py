@@ -9,6 +9,7 @@ are built from the lesson's ``TrainConfig`` (``training_view.lesson_variants``).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -99,8 +100,8 @@ def rate_verdict(evals: Mapping[str, Rows], kind: str, default_settings: bool = 
     `default_settings`: the run has the lesson's default settings (the spread was measured for those alone).
 
     >>> rows = lambda *v: [{"step": 10 * i, "loss": x} for i, x in enumerate(v)]
-    >>> rate_verdict({"mask 15%": rows(5.0, 3.0), "mask 40%": rows(5.0, 2.75)}, "fine-tune").split(". ")[1]
-    'Over 3 seeds of this lesson\'s default run (benchmark P7), mask 40% ended 0.24 to 0.27 nats below mask 15% and had the lowest loss in 3 of them; here it is 0.25 below: within that spread.'
+    >>> print(rate_verdict({"mask 15%": rows(5.0, 3.0), "mask 40%": rows(5.0, 2.75)}, "fine-tune").split(". ")[1])
+    Over 3 seeds of this lesson's default run (benchmark P7), mask 40% ended 0.24 to 0.27 nats below mask 15% and had the lowest loss in 3 of them; here it is 0.25 below: within that spread.
     """
     found = _latest_common(evals)
     if found is None or len(found[1]) < 2:
@@ -206,8 +207,55 @@ TRAINED_BUGS: dict[str, TrainedBug] = {b.key: b for b in (
                "a held-out loss above what the model really does, at every evaluation, and a different number each "
                "time the same weights are evaluated."),
 )}
+_REF = re.compile(r"(?:(?P<repo>[A-Za-z0-9-]+/[A-Za-z0-9._-]+)(?: PR )?|(?<![\w/])(?:PR )?)#(?P<n>\d+)")
+
+
+def reported_markdown(text: str) -> str:
+    """A bug's `reported` text with each reference ("owner/repo#N", "owner/repo PR #N", and a bare "#N" or
+    "PR #N" after one, in the same repository) as a markdown link to its GitHub issue or pull request
+    (GitHub's issues/N address opens a pull request too).
+
+    >>> reported_markdown("huggingface/transformers#20797 saw it; #2946 asks why")
+    '[huggingface/transformers#20797](https://github.com/huggingface/transformers/issues/20797) saw it; [#2946](https://github.com/huggingface/transformers/issues/2946) asks why'
+    """
+    repo = [None]
+
+    def link(m: re.Match) -> str:
+        repo[0] = m.group("repo") or repo[0]
+        if repo[0] is None:
+            return m.group(0)
+        return f"[{m.group(0)}](https://github.com/{repo[0]}/issues/{m.group('n')})"
+
+    return _REF.sub(link, text)
+
+
 MUSEUM_TO_BUG = {b.museum: b.key for b in TRAINED_BUGS.values() if b.museum}
 DEFAULT_BUG = "labels_never_ignored"
+# The Training page's widgets a link from the Bug museum sets (pages/training.py uses the same keys).
+LESSON_KEY, BUG_KEY = "training_lesson", "training_bug"
+
+
+def museum_link(exhibit_key: str) -> tuple[str, str] | None:
+    """(bug, button label) for a Bug museum exhibit that the Training page trains beside a clean twin, else None.
+
+    >>> museum_link("labels_never_ignored")[1]
+    '🏋️ Train it: watch this bug\'s curves beside a clean twin (Training page)'
+    >>> museum_link("weighted_mean") is None
+    True
+    """
+    bug = MUSEUM_TO_BUG.get(exhibit_key)
+    return None if bug is None else (bug, "🏋️ Train it: watch this bug's curves beside a clean twin (Training page)")
+
+
+def training_link_state(bug: str) -> dict[str, str]:
+    """The session-state values that open the Training page on the lesson "Bugs that train" with `bug` chosen.
+
+    >>> training_link_state("eval_dropout")
+    {'training_lesson': 'bugs', 'training_bug': 'eval_dropout'}
+    """
+    if bug not in TRAINED_BUGS:
+        raise InputError(f"Unknown bug {bug!r}; choose one of {', '.join(TRAINED_BUGS)}.")
+    return {LESSON_KEY: "bugs", BUG_KEY: bug}
 
 
 def bug_variants(base: TrainConfig, bug: str) -> dict[str, TrainConfig]:
@@ -311,6 +359,11 @@ def filmstrip_frames(probes: Rows, index: int) -> list[Frame]:
                             tuple(p["probs"][:FILMSTRIP_TOP]), p.get("answer"), p.get("answer_rank"),
                             p.get("answer_prob")))
     return frames
+
+
+def comparison_index(comparison, position: int | None) -> int:
+    """The index, among a ``ModelComparison``'s selected positions, of sequence position `position` (0 if absent)."""
+    return next((i for i, p in enumerate(comparison.base.positions) if p.position == position), 0)
 
 
 def comparison_frames(comparison, position_index: int, labels: tuple[str, str] = ("base", "trained")) -> list[Frame]:
