@@ -371,6 +371,9 @@ def draw_race_probes(snap) -> None:
         return
     st.subheader("The probes, variant by variant")
     ui.table(pd.DataFrame(probe_race_rows(probes)), key="training_probe_race", static=True)
+    if not snap.finished:  # every probe of every variant once the run is done: each redraw would hold the CPU
+        st.caption("Every probe of each variant appears here when the run is done.")
+        return
     for name, entries in probes.items():
         with st.expander(f"{name}: every probe"):
             scores = probe_set_scores(entries)
@@ -422,7 +425,9 @@ def draw_probe_sets(name: str, entries, at: int) -> None:
     """The facts lesson's two probe sets side by side: top-1, top-5 and the answer's rank, from the first
     evaluation to step `at`, each probe's row, and one sentence on what the difference means."""
     scores = probe_set_scores(entries)
-    for column, score in zip(side_by_side(len(scores)), scores):
+    # two sets side by side at most (a third, the learner's sentence, goes below: three columns cut the tables)
+    places = [place for i in range(0, len(scores), 2) for place in side_by_side(min(2, len(scores) - i))]
+    for column, score in zip(places, scores):
         with column:
             st.markdown(f"**{score.label}** ({score.probes}: {PROBE_SET_ABOUT.get(score.group, '')})")
             m1, m2 = st.columns(2)
@@ -487,11 +492,15 @@ def draw(snap) -> None:
         signature = bug_signature(bug, steps, evals)
         if signature:
             st.markdown(f"**{TRAINED_BUGS[bug].title}, on this run:** {signature}")
-    if kind and len(snap.variants) > 1:
+    if meta.get("lesson") == "filmstrip":  # its own lesson: the filmstrip first, live; the probe tables below it
+        draw_filmstrip(snap, lesson_run=True)
+        draw_probes(snap)  # (not in an expander: its bars have one of their own, and expanders do not nest)
+    elif kind and len(snap.variants) > 1:
         draw_race_probes(snap)
     else:
         draw_probes(snap)
-    draw_filmstrip(snap, lesson_run=meta.get("lesson") == "filmstrip")
+    if snap.finished and meta.get("lesson") != "filmstrip":  # elsewhere once the run is done
+        draw_filmstrip(snap, lesson_run=False)
     if any(steps.values()):
         st.plotly_chart(ui.room_figure(loss_figure(steps, vocab_size=vocab_size)), key="training_loss_chart")
         if kind == "mask_rate":

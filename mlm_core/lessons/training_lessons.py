@@ -145,8 +145,10 @@ def rate_train_note(steps: Mapping[str, Rows], window: int = 10) -> str:
                          + (f" over about {sum(masked) / len(masked):.0f} positions a step" if masked else ""))
     if len(parts) < 2:
         return ""
+    rates = [name.removeprefix("mask ").removesuffix("%") for name in steps]
+    share = ", ".join(rates[:-1]) + f" or {rates[-1]}"
     return (f"Training loss, mean of the last {window} steps: " + "; ".join(parts) + ". These are not comparable: "
-            "each is a mean over its own positions (15 or 40 of every 100 tokens), and at a higher rate each guess "
+            f"each is a mean over its own positions ({share} of every 100 tokens), and at a higher rate each guess "
             "has fewer of its neighbours to go on, a harder question. Compare the variants on the frozen mask.")
 
 
@@ -238,8 +240,8 @@ LESSON_KEY, BUG_KEY = "training_lesson", "training_bug"
 def museum_link(exhibit_key: str) -> tuple[str, str] | None:
     """(bug, button label) for a Bug museum exhibit that the Training page trains beside a clean twin, else None.
 
-    >>> museum_link("labels_never_ignored")[1]
-    '🏋️ Train it: watch this bug\'s curves beside a clean twin (Training page)'
+    >>> print(museum_link("labels_never_ignored")[1])
+    🏋️ Train it: watch this bug's curves beside a clean twin (Training page)
     >>> museum_link("weighted_mean") is None
     True
     """
