@@ -153,3 +153,13 @@ def test_the_museum_opens_the_training_page_on_its_bug(apptest):
     assert not at.exception, at.exception
     assert at.radio(key="training_lesson").value == "bugs"
     assert at.selectbox(key="training_bug").value == "random_share_misread"
+
+
+def test_the_masking_page_draws_the_corruption_and_prediction_rates(apptest):
+    at = apptest("pages/masking.py").run()
+    assert not at.exception, at.exception
+    assert any("Two rates in one" in h.value for h in at.subheader)
+    spec = charts(at)["masking_rates_fig"]
+    label = next(t for t in spec["data"] if t.get("mode") == "text")
+    assert any(t.strip() == "predicted 15.0, corrupted 13.5" for t in label["text"])  # BERT's rule, and the default
+    assert any("Wettig et al. (2023, EACL" in m.value for m in at.markdown)

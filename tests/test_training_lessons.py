@@ -104,3 +104,23 @@ def test_the_museum_exhibits_the_trained_bugs_link_to_exist():
     source = Path(museum.__file__).read_text()
     for exhibit in MUSEUM_TO_BUG:
         assert f'key="{exhibit}"' in source, exhibit
+
+
+def test_the_corruption_and_prediction_picture_draws_each_rules_two_rates():
+    """The Masking page's picture (Wettig et al. 2023 separate the two rates): per 100 tokens, the bars stack to the
+    prediction rate, the tick sits at the corruption rate, and its label says both."""
+    from mlm_core.figures.masking import corruption_prediction_figure
+    from mlm_core.lessons.masking_view import rate_rows
+    from mlm_core.masking import MaskingConfig
+
+    rows = rate_rows(MaskingConfig(mlm_probability=0.4, mask_replace_prob=0.8, random_replace_prob=0.1))
+    fig = corruption_prediction_figure(rows)
+    bars = {t.name: list(t.x) for t in fig.data if t.type == "bar"}
+    tick = next(t for t in fig.data if t.name == "corrupted")
+    label = next(t for t in fig.data if t.type == "scatter" and t.mode == "text")
+    yours = list(tick.y).index(rows[0][0])
+    assert [round(bars[k][yours], 6) for k in ("[MASK]", "random", "unchanged")] == [32.0, 4.0, 4.0]
+    assert round(tick.x[yours], 6) == 36.0  # corrupted: [MASK] + random, 40 x (0.8 + 0.1)
+    assert label.text[yours].strip() == "predicted 40.0, corrupted 36.0"
+    for i, (name, shares) in enumerate(reversed(rows)):  # the chart lists the rules bottom-up
+        assert tick.y[i] == name and abs(sum(bars[k][i] for k in bars) - shares.predicted) < 1e-9

@@ -151,15 +151,15 @@ def corruption_prediction_figure(rows, *, height: int = 340) -> go.Figure:
                              ("unchanged", "unchanged", "#2f9e44")):
         fig.add_trace(go.Bar(y=labels, x=[getattr(s, key) for s in shares], name=name, orientation="h",
                              marker_color=color, legendgroup="predicted"))
-    fig.add_trace(go.Scatter(y=labels, x=[s.corrupted for s in shares], mode="markers+text", name="corrupted",
+    # the tick's number goes beside the bar's (under the tick it ran into the next row's bar)
+    fig.add_trace(go.Scatter(y=labels, x=[s.corrupted for s in shares], mode="markers", name="corrupted",
                              marker=dict(symbol="line-ns-open", size=26, line=dict(width=3, color="#212529")),
-                             text=[f"corrupted {s.corrupted:.1f}" for s in shares], textposition="bottom center",
-                             cliponaxis=False))
+                             hovertemplate="corrupted %{x:.1f} per 100<extra></extra>"))
     fig.add_trace(go.Scatter(y=labels, x=[s.predicted for s in shares], mode="text", showlegend=False,
-                             text=[f"  predicted {s.predicted:.1f}" for s in shares], textposition="middle right",
-                             cliponaxis=False))
+                             text=[f"  predicted {s.predicted:.1f}, corrupted {s.corrupted:.1f}" for s in shares],
+                             textposition="middle right", cliponaxis=False, hoverinfo="skip"))
     top = max((s.predicted for s in shares), default=15.0)
     fig.update_layout(barmode="stack", height=height, title="Per 100 tokens: predicted (bars) and corrupted (black tick)",
-                      xaxis=dict(title="tokens per 100", range=[0, top * 1.35]),
+                      xaxis=dict(title="tokens per 100", range=[0, top * 1.6]),
                       legend=dict(orientation="h", y=-0.25), margin=dict(t=50, b=40, l=210))
     return fig
