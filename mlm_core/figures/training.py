@@ -272,7 +272,8 @@ def filmstrip_figure(frames: Sequence[Any], *, title: str = "", unit: str = "ste
                                  textfont=dict(size=font, color=FILMSTRIP_ANSWER),
                                  line=dict(color=FILMSTRIP_ANSWER, width=2.5), marker=dict(size=8)), row=2, col=1)
         top = max((r for r in ranks if r is not None), default=1)
-        fig.update_yaxes(type="log", range=[math.log10(max(top, 10) * 4), -0.35], title_text="rank of the hidden word",
+        # -0.8: room above rank 1 for its label (at -0.35 the "1" was cut off at the top)
+        fig.update_yaxes(type="log", range=[math.log10(max(top, 10) * 4), -0.8], title_text="rank of the hidden word",
                          row=2, col=1)
     answer = next((f.answer for f in frames if f.answer), None)
     fig.update_xaxes(type="category", title_text=unit if unit else None, row=2 if has_rank else 1, col=1)
