@@ -37,8 +37,9 @@ from mlm_core.bundled import workshop_sentences
 from mlm_core.data import read_text_upload
 from mlm_core.errors import InputError, MLMLabError
 from mlm_core.losses import SCHEMES
-from mlm_core.masking import STRATEGIES
+from mlm_core.masking import STRATEGIES, MaskingConfig
 from mlm_core.sampled_softmax import SAMPLERS
+from mlm_core.training.bugs import BUGS
 from mlm_core.training import AMP_MODES, LOSSES, SCHEDULES, TrainConfig, curves_table, train_variants
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -87,6 +88,11 @@ OPTION_HELP = {
                         "learn (repeat the flag for several)",
     "focus_mlm_probability": "share of the --eval-focus-words' tokens selected for prediction in the training batches "
                              "(0: the masking rule's p, like every token)",
+    "eval_masking": "mask the held-out text at this selection probability instead of the training rule's (the rest "
+                    "of the rule as trained; or an 'eval_masking:' section in the config file), e.g. 0.15 while "
+                    "training at 0.4: one frozen evaluation mask, comparable across masking rates",
+    "bug": "train with one named bug of the masking, labels or evaluation step (the Training page's buggy twin; "
+           "default: none, the clean loop)",
     "dropout": "dropout while training (--no-dropout for exact comparisons)",
     "seed": "seed of data order, masks, dropout and sampled classes",
 }
@@ -142,9 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
     opts = p.add_argument_group("training options (TrainConfig)")
     defaults = TrainConfig()
     choices = {"schedule": SCHEDULES, "amp": AMP_MODES, "loss": LOSSES, "weight_scheme": SCHEMES,
-               "sampler": SAMPLERS}
+               "sampler": SAMPLERS, "bug": tuple(BUGS)}
     for f in dataclasses.fields(TrainConfig):
         if f.name == "masking":
+            continue
+        if f.name == "eval_masking":
+            opts.add_argument("--eval-masking", dest="eval_masking", type=float, default=argparse.SUPPRESS,
+                              metavar="FLOAT", help=OPTION_HELP[f.name])
             continue
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
@@ -219,10 +229,15 @@ def resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         if dest in flags:
             masking[field_name] = flags[dest]
     for f in dataclasses.fields(TrainConfig):
-        if f.name in flags and f.name != "masking":
+        if f.name in flags and f.name not in ("masking", "eval_masking"):
             values[f.name] = flags[f.name]
     if masking:
         values["masking"] = masking
+    if "eval_masking" in flags:  # the training rule at another selection probability
+        rule = values.get("masking") or {}
+        rule = dataclasses.asdict(rule) if isinstance(rule, MaskingConfig) else dict(rule)
+        values["eval_masking"] = {**rule, **dict(values.get("eval_masking") or {}),
+                                  "mlm_probability": flags["eval_masking"]}
     if "max_grad_norm" in values and not values["max_grad_norm"]:
         values["max_grad_norm"] = None
     for key in ("probe_sentences", "probe_answers", "probe_groups", "eval_focus_words"):

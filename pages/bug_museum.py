@@ -11,12 +11,23 @@ from mlm_core.lessons.audit import BATCH_FORMAT, audit_batch, batch_to_json, loa
 from mlm_core.lessons.museum import (also_metrics, audit_rows, correct_values, exhibit_code, exhibit_metrics,
                                      exhibit_rows, rule_values, run_exhibits)
 from mlm_core.lessons.prose import LessonText
+from mlm_core.lessons.training_lessons import TRAINED_BUGS, museum_link, training_link_state
 
 BATCH_SENTENCES = 8
 MAX_CHARS = 4_000
 
 TEXT = LessonText("bug_museum")  # mlm_core/lessons/text/bug_museum.md
 settings = ui.page_setup("🐞 Bug museum", link=share_state.PAGE_LINKS["bug_museum"])
+GO_TRAINING = "museum_go_training"  # set by a "Train it" button: open the Training page on that bug
+if st.session_state.pop(GO_TRAINING, False):
+    st.switch_page("pages/training.py")
+
+
+def train_it(bug: str) -> None:
+    st.session_state.update(training_link_state(bug))
+    st.session_state[GO_TRAINING] = True
+
+
 st.markdown(TEXT("intro"))
 
 model, tokenizer = ui.model_or_stop(settings)
@@ -51,6 +62,19 @@ for number, exhibit in enumerate(exhibits, 1):
         if exhibit.details:
             with st.expander("Details on this batch"):
                 st.table(pd.DataFrame(exhibit_rows(exhibit)).set_index("what"))
+        link = museum_link(exhibit.key)
+        if link:
+            st.button(link[1], key=f"museum_train_{exhibit.key}", on_click=train_it, args=(link[0],),
+                      help=f"The Training page's lesson \"Bugs that train\": {TRAINED_BUGS[link[0]].title}, trained "
+                      "beside a clean twin from the same weights, batches, masks and seed.")
+
+
+trained_only = [b for b in TRAINED_BUGS.values() if not b.museum]  # bugs of the evaluation step: no batch to show
+if trained_only:
+    st.markdown(f"**Bugs only a run shows ({len(trained_only)}).** These are in how a run is evaluated, not in "
+                "one batch: the Training page trains each beside a clean twin.")
+    for column, bug in zip(st.columns(len(trained_only)), trained_only):
+        column.button(f"🏋️ {bug.title}", key=f"museum_train_{bug.key}", on_click=train_it, args=(bug.key,))
 
 # --------------------------------------------------------------------------- audit
 st.subheader("Audit your batch")

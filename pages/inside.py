@@ -36,6 +36,8 @@ from mlm_core.inside import (
     logit_lens,
     special_positions,
 )
+from mlm_core.figures.training import filmstrip_figure
+from mlm_core.lessons.training_lessons import comparison_frames, comparison_index, filmstrip_summary
 from mlm_core.lessons.inside import (agreement_over_texts, compare_models, last_word, lens_profile_on_texts,
                                      measure_head_patterns, pattern_lines)
 from mlm_core.lessons.prose import LessonText
@@ -327,6 +329,13 @@ def training_view() -> None:
     with right:
         st.markdown("**After training**")
         ui.chart(topk_figure(comparison.trained, bar_height=bar), "inside_after_fig")
+    # the Training page's filmstrip, two frames: the position looked from, through the base and the trained model
+    frames = comparison_frames(comparison, comparison_index(comparison, position))
+    ui.chart(filmstrip_figure(frames, title="The guess at the position looked from: base model, then trained", unit="",
+                              label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None), "inside_film_fig")
+    summary = filmstrip_summary(frames, unit="")
+    if summary:
+        st.markdown(ui.markdown_text(summary))
     ui.chart(loss_change_figure(comparison, height=ui.chart_height(340)), "inside_loss_change_fig")
     if comparison.base_lens is not None and comparison.trained_lens is not None:
         ui.chart(lens_comparison_figure(comparison.base_lens, comparison.trained_lens, height=ui.chart_height(360)),

@@ -10,11 +10,12 @@ from mlm_core.bundled import workshop_sentences
 from mlm_core.data import clip_text, typed_special_tokens
 from mlm_core.lessons.export import lesson_zip, masking_settings
 from mlm_core.figures.masking import (
-    convergence_figure, decision_counts_figure, per_sentence_histogram, span_length_figure,
+    convergence_figure, corruption_prediction_figure, decision_counts_figure, per_sentence_histogram,
+    span_length_figure,
 )
 from mlm_core.lessons.masking_view import (
-    DEFAULT_HUB_TOKENIZER, collator_snippet, fixed_count_note, masking_statistics, mlm_lab_snippet, rate_metrics,
-    running_counts, span_lengths_note, token_trace,
+    DEFAULT_HUB_TOKENIZER, collator_snippet, fixed_count_note, masking_statistics, measured_rates, mlm_lab_snippet,
+    rate_metrics, rate_rows, running_counts, span_lengths_note, token_trace,
 )
 from mlm_core.lessons.prose import LessonText
 from mlm_core.masking import DECISION_WORDS, SELECTED_DECISIONS, SPAN_REPLACEMENTS
@@ -214,6 +215,22 @@ if stats is not None:
     ui.chart(per_sentence_histogram(stats.per_sentence), "masking_hist_fig", name="masking_per_sentence")
     with ui.advanced("masking_stats_table"):
         ui.table(pd.DataFrame(stats.convergence))
+
+# --------------------------------------------------------------------------- corruption vs prediction
+st.subheader("Two rates in one: what the model must predict, and what it sees corrupted")
+# the sentence's own numbers only once every decision is revealed (the room may still be voting)
+measured = measured_rates(counts, encoded.n_eligible) if step >= len(tokens) else None
+st.markdown(
+    "The masking rate p sets two things at once: how many tokens the model **predicts** (every selected one: "
+    "[MASK], random and unchanged) and how many it sees **corrupted** ([MASK] or random: the unchanged 10% are "
+    "predicted but shown as they are). Wettig et al. (2023, EACL, *Should You Mask 15% in Masked Language "
+    "Modeling?*) separate these two effects of a higher rate in their abstract: more corruption makes the task "
+    "harder, more predictions benefit optimization. The Training page's lesson *Should you mask 15%?* trains "
+    "the same model at 15%, 30% and 40%."
+    + (f" **This sentence:** {measured[0]:.0f} of every 100 eligible tokens predicted, {measured[1]:.0f} corrupted."
+       if measured else " (Reveal every token above to see this sentence's own numbers.)"))
+ui.chart(corruption_prediction_figure(rate_rows(config)), "masking_rates_fig", name="masking_corruption_prediction",
+         height=340)
 
 with ui.advanced("masking_hf"):
     st.subheader("The same masks in code")

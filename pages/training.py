@@ -11,20 +11,27 @@ from mlm_core.lessons import share_state
 from mlm_core import InputError, MLMLabError
 from mlm_core.data import clean_text, read_text_upload, split_sentences
 from mlm_core.lessons.export import lesson_zip
-from mlm_core.figures.training import (bucket_figure, eval_figure, grad_norm_figure, loss_figure, lr_figure,
-                                       probe_figure)
+from mlm_core.figures.training import (bucket_figure, eval_figure, filmstrip_figure, grad_norm_figure, loss_figure,
+                                       lr_figure, probe_figure)
 from mlm_core.jobs import BusyError, get_manager, teacher_key_set
 from mlm_core.precision import auto_amp
+from mlm_core.lessons.training_lessons import (BUG_KEY, LESSON_KEY, MASK_RATES, MAX_RATES, PAPERS_ON_RATE,
+                                               RATE_CHOICES, SPLITS, TRAINED_BUGS, YOURS, bug_of, bug_signature, filmstrip_frames,
+                                               filmstrip_summary, learner_probe, probe_choices, rate_train_note,
+                                               rate_verdict, reported_markdown, run_kind, split_text)
 from mlm_core.lessons.training_view import (LESSONS, PROBE_SET_ABOUT, SOURCES, VARIANT_LABELS, Texts, base_config,
-                                            gazetteer_texts, lesson_defaults, lesson_variants, probe_preview,
-                                            probe_rows, probe_set_rows, probe_set_scores, probes_right,
-                                            strings_or_facts, usable_probes, workshop_texts)
+                                            gazetteer_texts, is_default_run, lesson_defaults, lesson_variants,
+                                            probe_preview,
+                                            probe_race_rows, probe_rows, probe_set_rows, probe_set_scores,
+                                            probes_right, strings_or_facts, usable_probes, with_learner_probe,
+                                            workshop_texts)
 from mlm_core.sampled_softmax import SAMPLED_SOFTMAX
 from mlm_core.models import model_description
 from mlm_core.training import ADAM_BETAS, ADAM_EPS, uncorrected_adam_step_ratio
 
 RUN_KEY = ui.KEYS.training_run  # the jobs.Run of this session (the sidebar shows it on every page)
 SEEN_KEY = "training_seen_status"  # the status the page last drew, to redraw once when a run ends
+RUN_META_KEY = "training_run_meta"  # the lesson and model kind the run was started with
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_PASTE_CHARS = 200_000
 LR_CHOICES = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 3e-2, 1e-1]
@@ -101,9 +108,28 @@ def corpus_controls(from_scratch: bool) -> Texts | None:
         return None
 
 
+def filmstrip_controls(texts: Texts) -> Texts | None:
+    """A sentence of the learner's with one [MASK] and its hidden word, added to the probes (None: bad input)."""
+    c1, c2 = st.columns([3, 1])
+    sentence = c1.text_input("Your own sentence with one [MASK] (optional)", key="training_film_sentence",
+                             placeholder="The capital of Veldoria is [MASK].", max_chars=300)
+    answer = c2.text_input("Its hidden word", key="training_film_answer", placeholder="calder", max_chars=40)
+    if not sentence.strip() and not answer.strip():
+        return texts
+    try:
+        return with_learner_probe(texts, *learner_probe(sentence, answer, tokenizer))
+    except InputError as exc:
+        ui.show_error(exc, "warning")
+        return None
+
+
 def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
     """The variants to train, as TrainConfigs; None (with a message) when a setting is impossible."""
     defaults = lesson_defaults(lesson, from_scratch=from_scratch)
+    if lesson == "filmstrip":
+        texts = filmstrip_controls(texts)  # the learner's own sentence joins the probes
+        if texts is None:
+            return None
     rule = ui.shared_masking_config()  # the learner's rule (Masking page or link): strategy, 80/10/10, p
     suffix = f"{lesson}_{int(from_scratch)}"  # each lesson and model kind keeps its own defaults
     c1, c2, c3, c4 = st.columns(4)
@@ -188,6 +214,30 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
                     "before training, and sees them again every epoch (BERT). RoBERTa's Table 1 found dynamic "
                     "masking comparable or slightly better; on this small text, watch the held-out loss.")
             return lesson_variants(lesson, base, from_scratch=from_scratch, static_copies=int(copies))
+        if lesson == "mask_rate":
+            c1, c2 = st.columns(2)
+            rates = c1.multiselect(f"Masking rates to race (1 to {MAX_RATES})", list(RATE_CHOICES), list(MASK_RATES),
+                                   key="training_rates", format_func=lambda p: f"{p:.0%}",
+                                   help="The share of tokens selected for prediction. BERT: 15%; MosaicBERT and "
+                                   "ModernBERT: 30%; Wettig et al. (2023): 40% for BERT-large.")
+            split = SPLITS[c2.selectbox("Of the selected: [MASK] / random / unchanged", range(len(SPLITS)),
+                                        key="training_split", format_func=lambda i: split_text(*SPLITS[i]),
+                                        help="BERT's 80/10/10 by default; every variant uses the same split.")]
+            st.info("The same model, the same batches in the same order, each rate with its own mask drawn from the "
+                    "same per-token draws (a token selected at 15% is selected at 30% and 40% too). The training "
+                    "losses are not comparable; the **frozen evaluation mask** is: one 15% mask of the held-out "
+                    "text, the same positions for every variant, as ModernBERT evaluates its 30% run at 15%.")
+            return lesson_variants(lesson, base, from_scratch=from_scratch, rates=rates, split=tuple(split))
+        if lesson == "bugs":
+            bug = st.selectbox("The bug", list(TRAINED_BUGS), key=BUG_KEY,
+                               format_func=lambda b: TRAINED_BUGS[b].title,
+                               help="Each is a named option of the loop's masking, labels or evaluation step.")
+            st.code(TRAINED_BUGS[bug].code, language="python", wrap_lines=True)
+            st.caption("Reported: " + reported_markdown(TRAINED_BUGS[bug].reported) + ".")  # our text, its links
+            st.info("Two runs from the same weights on the same batches, masks and seed: the clean run, and a twin "
+                    "with the bug. The held-out loss of both is measured on the same frozen mask; a bug of the "
+                    "evaluation step also shows what its buggy evaluation reports.")
+            return lesson_variants(lesson, base, from_scratch=from_scratch, bug=bug)
         if lesson == "free":
             chosen = st.multiselect("Loss variants to race (1 to 3)", list(VARIANT_LABELS), ["full", "sampled"],
                                     key="training_variants", format_func=lambda v: VARIANT_LABELS[v][0],
@@ -200,7 +250,7 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
 
 
 # ------------------------------------------------------------------------------------- start / stop
-lesson = st.radio("Lesson", list(LESSONS), key="training_lesson", format_func=LESSONS.get)
+lesson = st.radio("Lesson", list(LESSONS), key=LESSON_KEY, format_func=LESSONS.get)
 model_name = model_controls(lesson)
 try:
     if model_name == TRAINED_VOCAB:
@@ -233,6 +283,11 @@ if start_col.button("▶ Start training", key="training_start", type="primary",
                              keep_trained=True)  # for the Predictions and Inside pages
         state[RUN_KEY] = run
         state[SEEN_KEY] = None
+        state[RUN_META_KEY] = {"lesson": lesson, "from_scratch": from_scratch,  # how the page reads this run
+                               "defaults": is_default_run(variants, lesson, from_scratch=from_scratch, texts=texts),
+                               # a sentence of the learner's is the last probe (bad input never reaches Start)
+                               "learner_probe": lesson == "filmstrip" and bool(
+                                   (state.get("training_film_sentence") or "").strip())}
         st.rerun()  # redraw the buttons: Start off, Stop on
     except BusyError as exc:
         ui.show_error(exc, "warning")
@@ -310,6 +365,59 @@ def draw_probes(snap) -> None:
         st.plotly_chart(ui.room_figure(probe), key=f"training_probe_{name}")
 
 
+def draw_race_probes(snap) -> None:
+    """A race of variants (the masking rates, a clean run and its twin): every variant's probe scores in one
+    table, and each variant's probes in full below it."""
+    probes = {name: v.probes for name, v in snap.variants.items() if v.probes}
+    if not probes:
+        return
+    st.subheader("The probes, variant by variant")
+    ui.table(pd.DataFrame(probe_race_rows(probes)), key="training_probe_race", static=True)
+    if not snap.finished:  # every probe of every variant once the run is done: each redraw would hold the CPU
+        st.caption("Every probe of each variant appears here when the run is done.")
+        return
+    for name, entries in probes.items():
+        with st.expander(f"{name}: every probe"):
+            scores = probe_set_scores(entries)
+            groups = [sc.group for sc in scores] or [None]
+            for group in groups:
+                ui.table(pd.DataFrame(probe_set_rows(entries, group) if group else probe_rows(entries)), static=True)
+
+
+def draw_filmstrip(snap, lesson_run: bool) -> None:
+    """One probe's top guesses at every evaluation of the run (steps across), the hidden word's rank below."""
+    with_probes = {name: v.probes for name, v in snap.variants.items() if v.probes}
+    if not with_probes:
+        return
+    box = st.container() if lesson_run else st.expander("🎞 The guess over time: one probe, evaluation by evaluation")
+    with box:
+        if lesson_run:
+            st.subheader("🎞 The guess over time")
+        name = next(iter(with_probes))
+        if len(with_probes) > 1:
+            name = st.selectbox("Variant", list(with_probes), key=f"training_film_variant_{snap.run_id}")
+        entries = with_probes[name]
+        choices = dict(probe_choices(entries[-1]))
+        if not choices:
+            st.caption("No probe of this run has a known hidden word.")
+            return
+        groups = [p.get("group", "") for p in entries[-1]["probes"]]
+        first = next((i for g in (YOURS, "new") for i in choices if groups[i] == g), next(iter(choices)))
+        if (state.get(RUN_META_KEY) or {}).get("learner_probe"):
+            first = max(choices)  # the learner's own sentence, the last probe
+        index = st.selectbox("Probe", list(choices), index=list(choices).index(first), format_func=choices.get,
+                             key=f"training_film_probe_{snap.run_id}")
+        frames = filmstrip_frames(entries, index)
+        figure = filmstrip_figure(frames, title=f"{name}: the guess at [MASK], evaluation by evaluation",
+                                  label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None)
+        st.plotly_chart(ui.room_figure(figure), key=f"training_film_{snap.run_id}")
+        st.markdown(ui.markdown_text(filmstrip_summary(frames)))
+        st.caption("Each column is one evaluation: the model's five first guesses with their probabilities (darker = "
+                   "likelier), the hidden word outlined in green when it is among them; the line below is its rank "
+                   "among all the vocabulary's tokens (1 = the first guess). Inside the model shows the same for the "
+                   "trained model beside the one it started from.")
+
+
 def side_by_side(n: int):
     """n columns on a screen; in presenter view one above the other, so the room-sized tables keep every column."""
     return [st.container() for _ in range(n)] if settings.presenter else st.columns(n)
@@ -319,7 +427,9 @@ def draw_probe_sets(name: str, entries, at: int) -> None:
     """The facts lesson's probe sets side by side: top-1, top-5 and the answer's rank, from the first
     evaluation to step `at`, each probe's row, and one sentence on what the difference means."""
     scores = probe_set_scores(entries)
-    for column, score in zip(side_by_side(len(scores)), scores):
+    # two sets side by side at most (other countries and the learner's sentence go below: three columns cut the tables)
+    places = [place for i in range(0, len(scores), 2) for place in side_by_side(min(2, len(scores) - i))]
+    for column, score in zip(places, scores):
         with column:
             st.markdown(f"**{score.label}** ({score.probes}: {PROBE_SET_ABOUT.get(score.group, '')})")
             m1, m2 = st.columns(2)
@@ -377,9 +487,31 @@ def draw(snap) -> None:
                           "Much of the rest is the model learning to spell the invented name (ve ##ld ##oria), "
                           "which is in nearly every sentence: the facts' own loss and the probes say what it "
                           "learned about Veldoria."))
-    draw_probes(snap)
+    kind = run_kind(snap.configs)
+    meta = state.get(RUN_META_KEY) or {}
+    if kind == "mask_rate" and any(evals.values()):
+        verdict = rate_verdict(evals, "scratch" if meta.get("from_scratch") else "fine-tune", meta.get("defaults", False))
+        if verdict:
+            st.markdown(f"**On this run:** {verdict}")
+        st.caption(PAPERS_ON_RATE)
+    if kind == "bugs" and any(evals.values()):
+        bug = bug_of(snap.configs)
+        signature = bug_signature(bug, steps, evals)
+        if signature:
+            st.markdown(f"**{TRAINED_BUGS[bug].title}, on this run:** {signature}")
+    if meta.get("lesson") == "filmstrip":  # its own lesson: the filmstrip first, live; the probe tables below it
+        draw_filmstrip(snap, lesson_run=True)
+        draw_probes(snap)  # (not in an expander: its bars have one of their own, and expanders do not nest)
+    elif kind and len(snap.variants) > 1:
+        draw_race_probes(snap)
+    else:
+        draw_probes(snap)
+    if snap.finished and meta.get("lesson") != "filmstrip":  # elsewhere once the run is done
+        draw_filmstrip(snap, lesson_run=False)
     if any(steps.values()):
         st.plotly_chart(ui.room_figure(loss_figure(steps, vocab_size=vocab_size)), key="training_loss_chart")
+        if kind == "mask_rate":
+            st.caption(rate_train_note(steps))
     if any((cfg or {}).get("loss") == "sampled" for cfg in (snap.configs or {}).values()):
         st.caption("The sampled-softmax training loss is an estimate of the full loss from the true word and K "
                    "sampled words: compare the variants on the held-out chart, which scores every variant with "

@@ -258,6 +258,20 @@ def _claims() -> list[Claim]:
         "evaluations", text, "facts_right_by_step", "facts_right_steps")
     # the same lesson at the seed the guide teaches with (docs/workshop.md)
     add("training", "the seed docs/workshop.md teaches with (GUIDE_SEED)", text, "guide_seed")
+    # issue 27's three lessons at the guide's seed, every other setting left alone (training_lessons)
+    add("lessons27", f"masking-rate lesson at seed {GUIDE_SEED}: the step of the last evaluation", fixed(0), "rate_step")
+    add("lessons27", f"masking-rate lesson at seed {GUIDE_SEED}: held-out loss on the frozen 15% mask at the end, at "
+        "15% / 30% / 40%", fixed(2), "rate_15", "rate_30", "rate_40")
+    add("lessons27", f"masking-rate lesson at seed {GUIDE_SEED}: training loss, mean of the last 10 steps, at 15% / 40%",
+        fixed(2), "rate_train_15", "rate_train_40")
+    add("lessons27", f"bugs lesson (labels never set to -100) at seed {GUIDE_SEED}: training loss (mean of the last 10 "
+        "steps), clean run / buggy twin", fixed(2), "bug_clean_train", "bug_twin_train")
+    add("lessons27", f"bugs lesson at seed {GUIDE_SEED}: held-out loss on the frozen mask at the end, clean / twin",
+        fixed(2), "bug_clean_held", "bug_twin_held")
+    add("lessons27", f"guess-over-time lesson at seed {GUIDE_SEED}, the capital question in new words: the answer's "
+        "rank at step 0", fixed(0), "film_rank0")
+    add("lessons27", f"guess-over-time lesson at seed {GUIDE_SEED}: the step at which the capital first became the "
+        "first guess", fixed(0), "film_first")
     add("training", f"facts lesson at the guide's seed {GUIDE_SEED}: held-out loss at step 0 minus at the end, nats",
         fixed(2), "guide_facts_drop")
     add("training", f"facts lesson at seed {GUIDE_SEED}: held-out loss at the facts' words at step 0 and at the end",
@@ -602,10 +616,42 @@ def measure_masking(ctx: Context) -> dict:
     return out
 
 
+def measure_lessons27(ctx: Context) -> dict:
+    """Issue 27's lessons as the Training page runs them at the guide's seed with every other setting alone."""
+    from mlm_core.lessons.training_lessons import CLEAN, TWIN, filmstrip_frames
+
+    texts = gazetteer_texts(from_scratch=False)
+
+    def run(lesson):
+        base = base_config(lesson, from_scratch=False, texts=texts, seed=GUIDE_SEED)
+        return train_variants(ctx.model, ctx.tokenizer, texts.train, lesson_variants(lesson, base, from_scratch=False),
+                              eval_texts=texts.held_out)
+
+    def tail(result, window=10):
+        values = [r["loss"] for r in result.steps if r.get("loss") is not None][-window:]
+        return sum(values) / len(values)
+
+    out = {}
+    rates = run("mask_rate")
+    out["rate_step"] = rates["mask 15%"].evals[-1]["step"]
+    for p in (15, 30, 40):
+        out[f"rate_{p}"] = rates[f"mask {p}%"].evals[-1]["loss"]
+    out.update(rate_train_15=tail(rates["mask 15%"]), rate_train_40=tail(rates["mask 40%"]))
+    bugs = run("bugs")  # the default bug: labels never set to -100
+    out.update(bug_clean_train=tail(bugs[CLEAN]), bug_twin_train=tail(bugs[TWIN]),
+               bug_clean_held=bugs[CLEAN].evals[-1]["loss"], bug_twin_held=bugs[TWIN].evals[-1]["loss"])
+    (film,) = run("filmstrip").values()
+    index = next(i for i, p in enumerate(film.probes[-1]["probes"]) if p.get("group") == "new")
+    frames = filmstrip_frames(film.probes, index)
+    out["film_rank0"] = frames[0].answer_rank
+    out["film_first"] = next((int(f.label) for f in frames if f.answer_rank == 1), float("nan"))
+    return out
+
+
 GROUPS: dict[str, Callable[[Context], dict]] = {
     "build": measure_build, "grammar": measure_grammar, "heads": measure_heads, "lens": measure_lens, "saliency": measure_saliency,
     "predictions": measure_predictions, "loss_page": measure_loss_page, "sampled": measure_sampled,
-    "training": measure_training, "masking": measure_masking,
+    "training": measure_training, "masking": measure_masking, "lessons27": measure_lessons27,
 }
 
 
@@ -677,6 +723,17 @@ SENTENCE_CHECKS = (
     SentenceCheck("workshop.md Training: with the facts' words masked as every token the run answers fewer questions in "
                   "new words first (seed 144)", ("guide_off_new_top1", "guide_new_top1"),
                   lambda v: v["guide_off_new_top1"] < v["guide_new_top1"]),
+    SentenceCheck("workshop.md Training (Should you mask 15%?): 40% ends below 15% on the frozen mask, while its "
+                  "training loss is the higher one (harder questions, not comparable)",
+                  ("rate_15", "rate_40", "rate_train_15", "rate_train_40"),
+                  lambda v: v["rate_40"] < v["rate_15"] and v["rate_train_40"] > v["rate_train_15"]),
+    SentenceCheck("workshop.md Training (Bugs that train): the buggy twin's training loss ends far below the clean "
+                  "run's (by more than 1 nat) while its held-out loss is no better",
+                  ("bug_clean_train", "bug_twin_train", "bug_clean_held", "bug_twin_held"),
+                  lambda v: v["bug_twin_train"] < v["bug_clean_train"] - 1 and v["bug_twin_held"] >= v["bug_clean_held"]),
+    SentenceCheck("workshop.md Training (The guess over time): the capital starts in the thousands and becomes the "
+                  "first guess during the run", ("film_rank0", "film_first"),
+                  lambda v: v["film_rank0"] >= 1000 and v["film_first"] == v["film_first"]),
     SentenceCheck("lessons.md Loss: at K = 256 the K sweep (with replacement, importance sampling) shows a mean error the "
                   "draws can measure (more than 2 standard errors from 0: the page says 'mean error', not 'no error "
                   "measurable')", ("sweep_is_256_err", "sweep_is_256_se"),

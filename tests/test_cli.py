@@ -246,3 +246,15 @@ def test_build_default_points_at_the_build_script(capsys):
     err = capsys.readouterr().err
     assert "python scripts/build_default_mlm.py --steps 5" in err
     assert (Path(__file__).resolve().parent.parent / "scripts" / "build_default_mlm.py").is_file()
+
+
+def test_eval_masking_and_bug_flags_reach_the_config():
+    """Issue 27's options: --eval-masking masks the held-out text at another rate with the rest of the training
+    rule, --bug names a buggy twin; a bug that does not exist is a usage error."""
+    args = cli.build_parser().parse_args(["train", "--mlm-probability", "0.4", "--mask-replace-prob", "0.7",
+                                          "--eval-masking", "0.15", "--bug", "labels_never_ignored"])
+    config, _ = cli.resolve(args)
+    assert config.masking.mlm_probability == 0.4 and config.eval_masking.mlm_probability == 0.15
+    assert config.eval_masking.mask_replace_prob == 0.7 and config.bug == "labels_never_ignored"
+    with pytest.raises(cli.UsageError, match="invalid choice"):
+        cli.build_parser().parse_args(["train", "--bug", "no_such_bug"])

@@ -2,6 +2,7 @@
 trained model beside its base, and a link that names a trained model another session has."""
 
 import copy
+import json
 
 import pytest
 import torch
@@ -168,3 +169,16 @@ def test_the_lens_profile_uses_the_sidebars_seed_on_held_out_sentences(apptest):
                 or "inside_lens_profile_fig" in c.proto.id)
     top5 = next(trace["y"] for trace in spec["data"] if "top 5" in (trace.get("name") or ""))
     assert [round(v, 6) for v in top5] == [round(float(v), 6) for v in expected.top5]
+
+
+def test_the_filmstrip_of_the_position_looked_from_base_then_trained(run_page):
+    """Issue 27 §3: the Training page's filmstrip on Inside the model, two frames: the base model, then the trained."""
+    at = run_page("pages/inside.py", state={ui.KEYS.trained_models: _store_with_a_trained_copy()})
+    at.segmented_control(key="inside_view").set_value("training").run()
+    assert not at.exception and not at.error
+    film = next(json.loads(e.proto.spec) for e in at.get("plotly_chart") if e.proto.id.endswith("inside_film_fig"))
+    heat = next(t for t in film["data"] if t["type"] == "heatmap")
+    assert heat["x"] == ["base", "trained"] and len(heat["y"]) == 5
+    ranks = next(t for t in film["data"] if t["type"] == "scatter" and t.get("mode") == "lines+markers+text")["y"]
+    summary = next(m.value for m in at.markdown if m.value.startswith("The hidden word"))
+    assert f"rank {ranks[0]:,} at the base model to rank {ranks[1]:,} at the trained model" in summary.replace("\\", "")

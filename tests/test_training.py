@@ -514,8 +514,9 @@ def test_every_lesson_builds_its_variants_from_defaults_that_say_why():
     texts, variants = L.default_run()
     (cfg,) = variants.values()
     assert texts.name == "Veldoria gazetteer" and texts.held_out and cfg.loss == "full"
-    assert cfg.probe_answers == tuple(a for _, a in texts.probes) and len(cfg.probe_answers) == 30
-    assert cfg.probe_groups == ("read",) * 15 + ("new",) * 15  # issue 25: two probe sets, side by side
+    assert cfg.probe_answers == tuple(a for _, a in texts.probes) and len(cfg.probe_answers) == 45
+    # issue 25: the facts asked in a sentence it read and in new words, and the same questions about other countries
+    assert cfg.probe_groups == ("read",) * 15 + ("new",) * 15 + ("control",) * 15
     with pytest.raises(InputError, match="lesson"):
         L.lesson_defaults("nap", from_scratch=False)
 

@@ -149,3 +149,28 @@ def span_length_figure(drawn: dict[int, int], config: MaskingConfig, height: int
                       xaxis=dict(title="span length (words)", dtick=1), yaxis=dict(title="share of spans"),
                       height=height, legend=dict(orientation="h", y=-0.3), margin=dict(t=60, b=40))
     return fig
+
+
+def corruption_prediction_figure(rows, *, height: int = 340) -> go.Figure:
+    """Per 100 tokens, for each rule (``masking_view.rate_rows``): the tokens the model must predict, split into
+    [MASK], random and unchanged, beside the tokens whose input is corrupted ([MASK] + random). The two rates
+    a higher masking rate raises together, which Wettig et al. (2023) separate."""
+    labels = [label for label, _ in rows][::-1]
+    shares = [s for _, s in rows][::-1]
+    fig = go.Figure()
+    for name, key, color in (("[MASK]", "masked", "#e8590c"), ("random", "random", "#ae3ec9"),
+                             ("unchanged", "unchanged", "#2f9e44")):
+        fig.add_trace(go.Bar(y=labels, x=[getattr(s, key) for s in shares], name=name, orientation="h",
+                             marker_color=color, legendgroup="predicted"))
+    # the tick's number goes beside the bar's (under the tick it ran into the next row's bar)
+    fig.add_trace(go.Scatter(y=labels, x=[s.corrupted for s in shares], mode="markers", name="corrupted",
+                             marker=dict(symbol="line-ns-open", size=26, line=dict(width=3, color="#212529")),
+                             hovertemplate="corrupted %{x:.1f} per 100<extra></extra>"))
+    fig.add_trace(go.Scatter(y=labels, x=[s.predicted for s in shares], mode="text", showlegend=False,
+                             text=[f"  predicted {s.predicted:.1f}, corrupted {s.corrupted:.1f}" for s in shares],
+                             textposition="middle right", cliponaxis=False, hoverinfo="skip"))
+    top = max((s.predicted for s in shares), default=15.0)
+    fig.update_layout(barmode="stack", height=height, title="Per 100 tokens: predicted (bars) and corrupted (black tick)",
+                      xaxis=dict(title="tokens per 100", range=[0, top * 1.6]),
+                      legend=dict(orientation="h", y=-0.25), margin=dict(t=50, b=40, l=210))
+    return fig

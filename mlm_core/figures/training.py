@@ -117,6 +117,11 @@ def eval_figure(evals: Mapping[str, Rows], height: int = 420) -> go.Figure:
         color = _color(i)
         fig.add_trace(go.Scatter(x=x, y=[_value(r, "loss") for r in rows], mode="lines+markers", name=name,
                                  legendgroup=name, line=dict(color=color)), row=1, col=1)
+        if any(_value(r, "reported_loss") is not None for r in rows):  # a twin with an evaluation bug
+            fig.add_trace(go.Scatter(x=x, y=[_value(r, "reported_loss") for r in rows], mode="lines+markers",
+                                     name=f"{name}: what its buggy evaluation reports", legendgroup=name,
+                                     marker=dict(symbol="x", size=9), line=dict(color=color, dash="dot", width=3)),
+                          row=1, col=1)
         if any(_value(r, "mask_loss") is not None for r in rows):
             fig.add_trace(go.Scatter(x=x, y=[_value(r, "mask_loss") for r in rows], mode="lines",
                                      name=f"{name}: [MASK] positions only", legendgroup=name,
@@ -230,3 +235,51 @@ def probe_label_row_px(label_px: int) -> int:
 
 def _short(text: str, limit: int = 70) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+FILMSTRIP_ANSWER = "#2f9e44"
+
+
+def filmstrip_figure(frames: Sequence[Any], *, title: str = "", unit: str = "step", label_px: int | None = None,
+                     height: int | None = None) -> go.Figure:
+    """One masked position, frame by frame (``training_lessons.Frame``s: evaluation steps, or base and trained):
+    the top guesses with their probabilities in columns across (darker = likelier), the hidden word's cells
+    outlined in green, and below, the hidden word's rank among all V tokens as a line (1 at the top, log axis).
+    """
+    font = label_px or 12
+    labels = [html.escape(f.label) for f in frames]
+    k = max((len(f.tokens) for f in frames), default=1)
+    places = [f"{i + 1}." for i in range(k)]
+    z = [[f.probs[i] if i < len(f.probs) else None for f in frames] for i in range(k)]  # (k, frames)
+    text = [[(f"<b>{html.escape(f.tokens[i])}</b>" if f.tokens[i] == f.answer else html.escape(f.tokens[i]))
+             + f"<br>{percent_text(f.probs[i])}" if i < len(f.tokens) else "" for f in frames] for i in range(k)]
+    has_rank = any(f.answer_rank is not None for f in frames)
+    fig = make_subplots(rows=2 if has_rank else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        row_heights=[0.66, 0.34] if has_rank else [1.0])
+    fig.add_trace(go.Heatmap(x=labels, y=places, z=z, text=text, texttemplate="%{text}",
+                             textfont=dict(size=font), colorscale="Blues", zmin=0.0, zmax=1.0, showscale=False,
+                             hovertemplate="%{x}: guess %{y} %{text}<extra></extra>", xgap=2, ygap=2), row=1, col=1)
+    hit = [(labels[c], places[i]) for c, f in enumerate(frames) for i, t in enumerate(f.tokens) if t == f.answer]
+    if hit:
+        fig.add_trace(go.Scatter(x=[h[0] for h in hit], y=[h[1] for h in hit], mode="markers", showlegend=False,
+                                 marker=dict(symbol="square-open", size=2.6 * font + 14, color=FILMSTRIP_ANSWER,
+                                             line=dict(width=3)), hoverinfo="skip"), row=1, col=1)
+    fig.update_yaxes(autorange="reversed", title_text="guess", row=1, col=1)
+    if has_rank:
+        ranks = [f.answer_rank for f in frames]
+        fig.add_trace(go.Scatter(x=labels, y=ranks, mode="lines+markers+text", showlegend=False,
+                                 text=[f"{r:,}" if r is not None else "" for r in ranks], textposition="top center",
+                                 textfont=dict(size=font, color=FILMSTRIP_ANSWER),
+                                 line=dict(color=FILMSTRIP_ANSWER, width=2.5), marker=dict(size=8)), row=2, col=1)
+        top = max((r for r in ranks if r is not None), default=1)
+        # -0.8: room above rank 1 for its label (at -0.35 the "1" was cut off at the top)
+        fig.update_yaxes(type="log", range=[math.log10(max(top, 10) * 4), -0.8], title_text="rank of the hidden word",
+                         row=2, col=1)
+    answer = next((f.answer for f in frames if f.answer), None)
+    fig.update_xaxes(type="category", title_text=unit if unit else None, row=2 if has_rank else 1, col=1)
+    heading = title or "The guess over time"
+    if answer:
+        heading += f" (hidden word: \"{html.escape(answer)}\", outlined in green)"
+    fig.update_layout(title=heading, height=height or (180 + 46 * k + (170 if has_rank else 0)) * font // 12,
+                      margin=dict(t=60 + font, b=40, l=70, r=20), font=dict(size=font) if label_px else None)
+    return fig

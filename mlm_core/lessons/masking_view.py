@@ -470,3 +470,56 @@ def collator_snippet(config: MaskingConfig, sentence: str = "The cat sat on the 
                         "tokenizer's word ids, where punctuation is a word of its own, as in BERT's pre-tokenizer "
                         "and Google's `##` rule. Without `return_offsets_mapping=True` the collator raises IndexError.")
     return code, notes
+
+
+@dataclass(frozen=True)
+class RateShares:
+    """What one masking rule does to every 100 tokens: how many the model must predict, how many it sees corrupted."""
+
+    predicted: float  # selected: the loss is taken there ([MASK], random and unchanged)
+    corrupted: float  # the input changed: [MASK] or a random token
+    masked: float  # [MASK]
+    random: float
+    unchanged: float  # predicted, but shown as they are
+
+
+def rate_shares(rule: MaskingConfig) -> RateShares:
+    """Per 100 tokens, the rule's prediction rate and corruption rate: Wettig et al. (2023, EACL, "Should You Mask
+    15% in Masked Language Modeling?") separate the two effects of a higher masking rate in their abstract,
+    more corruption (a harder task) and more predictions (which benefit optimization).
+
+    >>> s = rate_shares(MaskingConfig())
+    >>> round(s.predicted, 1), round(s.corrupted, 1), round(s.unchanged, 1)
+    (15.0, 13.5, 1.5)
+    """
+    p = 100.0 * rule.mlm_probability
+    return RateShares(p, p * (rule.mask_replace_prob + rule.random_replace_prob), p * rule.mask_replace_prob,
+                      p * rule.random_replace_prob, p * rule.unchanged_prob)
+
+# The rules the Masking page sets beside the learner's: BERT's, the 30% of MosaicBERT and ModernBERT, 40% (Wettig
+# et al.'s BERT-large finding), and 40% without the 80/10/10 split (every selected token is [MASK]).
+RATE_EXAMPLES = (
+    ("BERT: 15%, 80/10/10", MaskingConfig()),
+    ("MosaicBERT, ModernBERT: 30%", MaskingConfig(mlm_probability=0.3)),
+    ("40%, 80/10/10", MaskingConfig(mlm_probability=0.4)),
+    ("40%, all [MASK]", MaskingConfig(mlm_probability=0.4, mask_replace_prob=1.0, random_replace_prob=0.0)),
+)
+
+
+def rate_rows(config: MaskingConfig) -> list[tuple[str, RateShares]]:
+    """The learner's rule first, then the examples: (label, shares per 100 tokens) for the picture."""
+    rows = [(f"Yours: {config.mlm_probability:.0%}, {config.mask_replace_prob:.0%}/{config.random_replace_prob:.0%}/"
+             f"{config.unchanged_prob:.0%}", rate_shares(config))]
+    return rows + [(label, rate_shares(rule)) for label, rule in RATE_EXAMPLES]
+
+
+def measured_rates(counts: dict[str, int], eligible: int) -> tuple[float, float] | None:
+    """(prediction rate, corruption rate) in % of the eligible tokens of one masked sentence.
+
+    >>> measured_rates({"MASK": 2, "RANDOM": 1, "UNCHANGED": 1}, 20)
+    (20.0, 15.0)
+    """
+    if eligible <= 0:
+        return None
+    selected = counts.get("MASK", 0) + counts.get("RANDOM", 0) + counts.get("UNCHANGED", 0)
+    return 100.0 * selected / eligible, 100.0 * (counts.get("MASK", 0) + counts.get("RANDOM", 0)) / eligible

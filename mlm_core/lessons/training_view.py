@@ -19,11 +19,15 @@ from mlm_core.errors import InputError
 from mlm_core.formatting import percent_text
 from mlm_core.masking import IGNORE_INDEX
 from mlm_core.predict import predict_masked
+from mlm_core.lessons.training_lessons import DEFAULT_BUG, MASK_RATES, SPLITS, YOURS, bug_variants, rate_variants
 from mlm_core.training import TrainConfig
 
 LESSONS = {
     "facts": "Teach it facts it cannot know (fine-tune on the gazetteer of Veldoria)",
     "scratch": "Train the tiny model from scratch",
+    "mask_rate": "Should you mask 15%? The same model at 15%, 30% and 40%",
+    "bugs": "Bugs that train: a buggy twin beside a clean run",
+    "filmstrip": "The guess over time: one masked word, evaluation by evaluation",
     "lr_too_high": "Learning rate too high: clipping off vs on",
     "masking": "Static masks (BERT) vs dynamic masking (RoBERTa)",
     "free": "Free run: your settings, up to three loss variants side by side",
@@ -43,13 +47,15 @@ WORKSHOP_PROBES = (
 FACT_MASKING = 0.7
 
 # The facts lesson's probe sets (TrainConfig.probe_groups): the same facts asked in a sentence the model
-# trains on, and in sentences the training text does not contain; and the same kinds of question about real
-# countries, whose answers are not Veldoria's (assets/veldoria_gazetteer.txt).
-PROBE_SETS = {"read": "Phrases it read", "new": "Questions in new words", "control": "Other countries"}
+# trains on, and in sentences the training text does not contain; the same kinds of question about real
+# countries, whose answers are not Veldoria's (assets/veldoria_gazetteer.txt); and a sentence the learner typed.
+PROBE_SETS = {"read": "Phrases it read", "new": "Questions in new words", "control": "Other countries",
+              YOURS: "Your sentence"}
 PROBE_SET_ABOUT = {
     "read": "training sentences, each with its fact masked",
     "new": "the same facts in sentences the training text does not contain, fixed before the lesson was tuned",
     "control": "the same kinds of question about real countries: a Veldoria word there is a wrong answer",
+    YOURS: "the sentence you typed",
 }
 # A run "learned facts about Veldoria" only if it gives Veldoria's words to at most this share of the
 # questions about other countries (one in five; the base model gives none).
@@ -77,6 +83,13 @@ def usable_probes(texts: Texts, tokenizer) -> Texts:
         ok = bool(answer) and len(tokenizer.tokenize(answer)) == 1
         probes.append((sentence, answer if ok else ""))
     return replace(texts, probes=tuple(probes))
+
+
+def with_learner_probe(texts: Texts, sentence: str, answer: str) -> Texts:
+    """The texts with one more probe, a sentence the learner typed (checked by ``training_lessons.learner_probe``);
+    it joins the probe sets as "yours" when the texts have sets."""
+    groups = texts.probe_groups + (YOURS,) if texts.probe_groups else ()
+    return replace(texts, probes=texts.probes + ((sentence, answer),), probe_groups=groups)
 
 
 def gazetteer_texts(from_scratch: bool = False) -> Texts:
@@ -153,7 +166,31 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
         "eval_every": Default(10, "An evaluation every ten steps (and one before the first) draws the held-out "
                               "curve; each costs a forward pass over the held-out text."),
     }
-    if lesson == "facts" and not from_scratch:
+    if lesson == "mask_rate":
+        d["steps"] = Default(300 if from_scratch else 30,
+                             "Three copies of the tiny model, 300 steps each, take about 50 s on one CPU core (benchmark "
+                             "P7 measures it)." if from_scratch else
+                             "Three copies of the model train side by side: 30 steps each take about a minute on one CPU "
+                             "core (benchmark P7 measures it), and the frozen-mask losses have separated by then.")
+        if not from_scratch:
+            d["eval_every"] = Default(5, "An evaluation every five steps draws the frozen-mask curves with seven points.")
+    if lesson == "bugs":
+        d["steps"] = Default(300 if from_scratch else 40,
+                             "Two copies of the tiny model, 300 steps each, take about half a minute on one CPU core."
+                             if from_scratch else
+                             "The clean run and its twin train side by side: 40 steps each take about a minute on one "
+                             "CPU core (benchmark P7 measures it), long enough for each bug's signature to show.")
+        if not from_scratch:
+            d["eval_every"] = Default(5, "An evaluation every five steps: nine points, enough to see a held-out curve "
+                                      "that jumps (the re-masking bug) or sits too high (dropout left on).")
+    if lesson == "filmstrip":
+        d["steps"] = Default(300 if from_scratch else 60,
+                             "300 steps of the tiny model take about 15 s." if from_scratch else
+                             "The facts lesson's run, shorter: by step 20 most facts are answered (benchmark P7), and "
+                             "60 steps with an evaluation every five fit in about a minute.")
+        if not from_scratch:
+            d["eval_every"] = Default(5, "An evaluation every five steps: one frame of the filmstrip each, 13 in all.")
+    if lesson in ("facts", "filmstrip") and not from_scratch:
         d["focus_mlm_probability"] = Default(
             FACT_MASKING, f"The facts' own words (the gazetteer's {len(gazetteer().facts)} answers) are selected for "
             f"prediction {FACT_MASKING:.0%} of the time, every other token at the rule's 15%: each step then asks for "
@@ -200,8 +237,13 @@ VARIANT_LABELS = {
 
 
 def lesson_variants(lesson: str, base: TrainConfig, *, from_scratch: bool, losses: Sequence[str] = ("full",),
-                    clip: float | None = None, static_copies: int = 1) -> dict[str, TrainConfig]:
-    """The variants a lesson races, all from `base` (same data, same masks unless the lesson is masking)."""
+                    clip: float | None = None, static_copies: int = 1, rates: Sequence[float] = MASK_RATES,
+                    split: tuple[float, float] = SPLITS[0], bug: str = DEFAULT_BUG) -> dict[str, TrainConfig]:
+    """The variants a lesson races, all from `base` (same data, same masks unless the lesson is about masks)."""
+    if lesson == "mask_rate":
+        return rate_variants(base, rates, split)
+    if lesson == "bugs":
+        return bug_variants(base, bug)
     if lesson == "lr_too_high":
         clip = clip or 1.0
         sane = sane_learning_rate(from_scratch)
@@ -436,3 +478,39 @@ def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
                 "the strings it read; a question in new words needs the fact itself." + tail)
     return (f"It fills the gap in {said}, and no more of the {new.probes} questions in new words than before "
             f"({new.top1_now} first, {new.top5_now} in its top 5): it has memorised strings, not learned facts." + tail)
+
+
+def probe_race_rows(probes_by_variant: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per variant of a race: each probe set's answers first and in the top 5, and the median rank, at
+    the latest evaluation (or, for probes in one set, the answers first), so several variants fit one table."""
+    rows = []
+    for name, entries in probes_by_variant.items():
+        if not entries:
+            continue
+        row: dict[str, Any] = {"variant": name, "step": entries[-1]["step"]}
+        scores = probe_set_scores(entries)
+        if scores:
+            for s in scores:
+                row[f"{s.label}: first guess right"] = f"{s.top1_now} of {s.probes}"
+                row[f"{s.label}: in the top 5"] = f"{s.top5_now} of {s.probes}"
+                row[f"{s.label}: median rank"] = s.median_rank_now
+        else:
+            right, known = probes_right(entries[-1])
+            top5, _ = probes_in_top(entries[-1], 5)
+            row["first guess right"] = f"{right} of {known}"
+            row["in the top 5"] = f"{top5} of {known}"
+        rows.append(row)
+    return rows
+
+
+def is_default_run(variants: Mapping[str, TrainConfig], lesson: str, *, from_scratch: bool, texts: Texts) -> bool:
+    """True when a lesson's variants are exactly its defaults (any seed): what the benchmark measured."""
+    if lesson not in LESSONS or not variants:
+        return False
+    seed = next(iter(variants.values())).seed
+    try:
+        expected = lesson_variants(lesson, base_config(lesson, from_scratch=from_scratch, texts=texts, seed=seed),
+                                   from_scratch=from_scratch)
+    except InputError:
+        return False
+    return dict(variants) == expected

@@ -2,6 +2,7 @@
 
 - ``config``: ``TrainConfig`` (what defines a run, with its checks) and the seed rule of its streams.
 - ``batches``: texts packed into token chunks, the held-out split, each step's masked micro-batches.
+- ``bugs``: named bugs of the masking, labels and evaluation steps (the "bugs that train" lesson's twins).
 - ``optim``: learning-rate schedule, AdamW, mixed precision, gradient checkpointing, one variant's update.
 - ``distributed``: torchrun ranks, sums over them, an agreed stop, the DeepSpeed back-end.
 - ``evaluate``: held-out metrics (full cross-entropy), frequency buckets, focus words, probes.
@@ -11,8 +12,9 @@
 The names below are the package's public face: ``from mlm_core.training import TrainConfig, train``.
 """
 
-from mlm_core.training.batches import (Batches, Chunks, chunk_token_counts, frequency_buckets, make_chunks, mask_rows,
-                                      split_chunks)
+from mlm_core.training.batches import (Batches, Chunks, MaskScheme, chunk_token_counts, frequency_buckets, make_chunks,
+                                      mask_rows, mask_scheme, split_chunks)
+from mlm_core.training.bugs import BUGS
 from mlm_core.training.config import (AMP_MODES, BUCKET_MASS, BUCKETS, DATA_FIELDS, LOSSES, MAX_VARIANTS, SCHEDULES,
                                       Stream, TrainConfig, check_variants)
 from mlm_core.training.distributed import DeepSpeedOptimizer, World, current_world, deepspeed_config
@@ -24,12 +26,12 @@ from mlm_core.training.optim import (ADAM_BETAS, ADAM_EPS, Optimizer, adamw, aut
                                      lr_at, param_groups, set_checkpointing, uncorrected_adam_step_ratio)
 
 __all__ = [
-    "ADAM_BETAS", "ADAM_EPS", "AMP_MODES", "BUCKETS", "BUCKET_MASS", "DATA_FIELDS", "EVAL_MASKINGS", "EVENT_KINDS",
+    "ADAM_BETAS", "ADAM_EPS", "AMP_MODES", "BUGS", "BUCKETS", "BUCKET_MASS", "DATA_FIELDS", "EVAL_MASKINGS", "EVENT_KINDS",
     "LOSSES", "MAX_VARIANTS", "SCHEDULES",
-    "Batches", "Chunks", "Curves", "DeepSpeedOptimizer", "EvalSet", "Optimizer", "Probe", "Stream", "TrainConfig", "TrainEvent",
+    "Batches", "Chunks", "Curves", "MaskScheme", "DeepSpeedOptimizer", "EvalSet", "Optimizer", "Probe", "Stream", "TrainConfig", "TrainEvent",
     "TrainResult", "TrainStep", "World",
     "adamw", "autocast", "check_amp", "check_variants", "chunk_token_counts", "current_world", "curves_table", "deepspeed_config", "evaluate",
     "focus_ids", "freeze_word_embeddings", "frequency_buckets", "loss_by_group", "lr_at", "make_chunks", "make_eval_set", "make_probes",
-    "mask_rows", "param_groups", "probe_predictions", "set_checkpointing", "smooth",
+    "mask_rows", "mask_scheme", "param_groups", "probe_predictions", "set_checkpointing", "smooth",
     "split_chunks", "train", "train_variants", "uncorrected_adam_step_ratio", "word_piece_ids",
 ]

@@ -21,6 +21,7 @@ from mlm_core import seeds
 from mlm_core.data import run_tokenizer, special_ids
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
+from mlm_core.training import bugs
 from mlm_core.training.config import BUCKET_MASS, Stream, TrainConfig
 from mlm_core.training.distributed import World
 
@@ -174,7 +175,7 @@ def frequency_buckets(counts: torch.Tensor) -> torch.Tensor:
 
 def mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, vocab_size: int,
                special_ids: tuple[int, ...], row_seeds: Sequence[int], focus_ids: torch.Tensor | None = None,
-               focus_probability: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+               focus_probability: float = 0.0, bug: str = "") -> tuple[torch.Tensor, torch.Tensor]:
     """Mask each row with its own generator, so a row's mask depends on its seed only (``row_seeds``: one
     ``seeds.seed_for(cfg.seed, Stream.X, ...)`` value per row).
 
@@ -185,6 +186,7 @@ def mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, voc
     ``focus_ids`` with ``focus_probability`` above the rule's p: a token whose id is one of them is selected
     with that probability instead (``TrainConfig.focus_mlm_probability``): the rule's selection first, then, from
     the same generator, the focus tokens it left out at (f − p) / (1 − p), replaced by the rule's 80/10/10.
+    ``bug``: a masking or labels bug of ``training.bugs`` (its buggy twin draws from the same row seeds).
     Returns (input_ids, labels), both (B, T).
 
     >>> from mlm_core.bundled import load_default_tokenizer
@@ -199,15 +201,21 @@ def mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, voc
     extra = 0.0
     if focus_ids is not None and focus_ids.numel() and focus_probability > masking.mlm_probability:
         extra = (focus_probability - masking.mlm_probability) / (1.0 - masking.mlm_probability)
+    masking = bugs.buggy_masking(masking, bug)  # the clean rule unless the bug changes it
     inputs, labels = [], []
     for r, s in enumerate(row_seeds):
         generator = seeds.generator(s)
+        special, words = chunks.special_tokens_mask[r], chunks.word_ids[r]
+        if bug == "special_tokens_masked":  # only ids 0 and 1 protected: [CLS] and [SEP] become words to select
+            special = bugs.buggy_special_tokens_mask(chunks.input_ids[r])
+            exposed = (special == 0) & (words < 0)  # (T,)
+            words = torch.where(exposed, words.max() + 1 + exposed.long().cumsum(0), words)
         # The attention mask gives each row its own length: exact-count masking counts real tokens,
         # never the padding a short row carries up to seq_len.
-        result = mask_tokens(chunks.input_ids[r], chunks.special_tokens_mask[r], masking,
+        result = mask_tokens(chunks.input_ids[r], special, masking,
                              mask_token_id=mask_token_id, vocab_size=vocab_size,
                              generator=generator,
-                             word_ids=chunks.word_ids[r], special_ids=special_ids,
+                             word_ids=words, special_ids=special_ids,
                              attention_mask=chunks.attention_mask[r], trace=False)
         row_ids, row_labels = result.input_ids, result.labels
         if extra > 0:
@@ -222,8 +230,26 @@ def mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, voc
                 row_ids = torch.where(chosen, more.input_ids, row_ids)
                 row_labels = torch.where(chosen, more.labels, row_labels)
         inputs.append(row_ids)
-        labels.append(row_labels)
+        labels.append(bugs.buggy_labels(chunks.input_ids[r], row_labels, bug))
     return torch.stack(inputs), torch.stack(labels)
+
+
+@dataclass(frozen=True)
+class MaskScheme:
+    """How one variant's training batches are masked: its rule, static copies (0: dynamic) and masking bug."""
+
+    masking: MaskingConfig
+    mask_copies: int = 0
+    bug: str = ""  # a masking or labels bug of training.bugs ("" for the clean rule)
+
+
+def mask_scheme(cfg: TrainConfig) -> MaskScheme:
+    """The masking scheme of a variant: variants that share one share their masks exactly.
+
+    >>> mask_scheme(TrainConfig()) == mask_scheme(TrainConfig(bug="eval_dropout"))  # an evaluation bug: same masks
+    True
+    """
+    return MaskScheme(cfg.masking, cfg.mask_copies, cfg.bug if bugs.changes_training(cfg.bug) else "")
 
 
 class Batches:
@@ -235,15 +261,16 @@ class Batches:
     the number of processes or accumulation steps. This rank's micro-batches are the global micro
     indices j = rank * A + a (a < A), holding samples [j * micro, (j + 1) * micro). Masking one
     example at a time costs a few ms per batch, so a thread does it while the model computes (on
-    a GPU the step would otherwise wait for it). A step is {mask_copies: micro-batches}, one
-    entry per masking scheme the variants use, all on the same chunks.
+    a GPU the step would otherwise wait for it). A step is {MaskScheme: micro-batches}, one
+    entry per masking scheme the variants use (`mask_scheme`), all on the same chunks, every scheme's
+    masks drawn from the same per-sample seeds.
     """
 
     def __init__(self, chunks: Chunks, cfg: TrainConfig, world: World, micro: int, *, mask_token_id: int,
-                 vocab_size: int, special_ids: tuple[int, ...], mask_copies: Sequence[int] = (0,),
+                 vocab_size: int, special_ids: tuple[int, ...], schemes: Sequence[MaskScheme] | None = None,
                  prefetch: int = 2, focus_ids: torch.Tensor | None = None):
         self.chunks, self.cfg, self.world, self.micro = chunks, cfg, world, micro
-        self.mask_copies = tuple(dict.fromkeys(mask_copies))
+        self.schemes = tuple(dict.fromkeys(schemes or [mask_scheme(cfg)]))
         self.mask_kwargs = dict(mask_token_id=mask_token_id, vocab_size=vocab_size, special_ids=special_ids,
                                 focus_ids=focus_ids, focus_probability=cfg.focus_mlm_probability)
         self.perm: dict[int, torch.Tensor] = {}
@@ -267,16 +294,17 @@ class Batches:
 
     def make(self, step: int) -> dict[int, list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]]:
         cfg = self.cfg
-        out: dict[int, list] = {k: [] for k in self.mask_copies}
+        out: dict[MaskScheme, list] = {k: [] for k in self.schemes}
         for a in range(cfg.grad_accum_steps):
             j = self.world.rank * cfg.grad_accum_steps + a
             samples = [step * cfg.batch_size + j * self.micro + i for i in range(self.micro)]
             index = [self._chunk_index(s) for s in samples]
             batch = self.chunks.take(index)
-            for copies in self.mask_copies:
-                row_seeds = [self._mask_seed(s, c, copies) for s, c in zip(samples, index)]
-                inputs, labels = mask_rows(batch, cfg.masking, row_seeds=row_seeds, **self.mask_kwargs)
-                out[copies].append((j, inputs, batch.attention_mask, labels))
+            for scheme in self.schemes:
+                row_seeds = [self._mask_seed(s, c, scheme.mask_copies) for s, c in zip(samples, index)]
+                inputs, labels = mask_rows(batch, scheme.masking, row_seeds=row_seeds, bug=scheme.bug,
+                                           **self.mask_kwargs)
+                out[scheme].append((j, inputs, batch.attention_mask, labels))
         return out
 
     def _fill(self) -> None:

@@ -19,6 +19,7 @@ from mlm_core.errors import InputError
 from mlm_core.losses import SCHEMES
 from mlm_core.masking import MaskingConfig
 from mlm_core.sampled_softmax import SAMPLED_SOFTMAX, SAMPLERS
+from mlm_core.training.bugs import BUGS
 
 # The choices a learner can make, named once so the page, the CLI and the messages agree.
 LOSSES = ("full", "weighted", "sampled")
@@ -69,6 +70,9 @@ class TrainConfig:
     sampler: str = SAMPLED_SOFTMAX.sampler  # sampled softmax: "unigram" = the training corpus' token counts
     logq_correction: bool = SAMPLED_SOFTMAX.logq_correction  # sampled softmax: importance-sampling estimate of the full loss
     masking: MaskingConfig = field(default_factory=MaskingConfig)  # BERT's 15% with 80/10/10
+    # The held-out set's rule (None: `masking`). Variants that train at different rates (the masking-rate
+    # lesson: 15%, 30%, 40%) are all scored on one frozen mask of this rule, the same positions for every one.
+    eval_masking: MaskingConfig | None = None
     # 0: dynamic masking, a fresh mask every time a chunk is drawn (RoBERTa, section 4.1). k >= 1:
     # static masking, k masks made once per chunk and reused in turn, epoch after epoch (BERT's
     # create_pretraining_data.py makes dupe_factor = 10 masked copies of its data up front).
@@ -92,6 +96,9 @@ class TrainConfig:
     # keep the rule, and the held-out set is masked by the rule alone.
     focus_mlm_probability: float = 0.0
     dropout: bool = True  # False sets the model to eval mode while training (exact comparisons)
+    # A named bug of the masking, labels or evaluation step (training.bugs.BUGS), for the "bugs that train"
+    # lesson's buggy twin; "" is the clean loop.
+    bug: str = ""
     seed: int = 0  # data order, masks, dropout and sampled classes all come from this
     # Fine-tuning: keep the word embeddings fixed. In BERT they are tied to the output projection, so the
     # decoder's weight stays fixed too (its bias still trains): the (V, H) matrix, half the default model's
@@ -160,6 +167,10 @@ class TrainConfig:
         flag("logq_correction", self.logq_correction)
         if not isinstance(self.masking, MaskingConfig):
             fail("masking must be a MaskingConfig.")
+        if self.eval_masking is not None and not isinstance(self.eval_masking, MaskingConfig):
+            fail("eval_masking must be a MaskingConfig, or None to mask the held-out text with the training rule.")
+        if self.bug:
+            choice("bug", self.bug, tuple(BUGS))
         whole("mask_copies", self.mask_copies, 0, 1000,
               "0 masks every chunk afresh each time (dynamic); BERT made 10 static copies.")
         whole("eval_every", self.eval_every, 1, 1_000_000)
@@ -197,6 +208,11 @@ class TrainConfig:
         object.__setattr__(self, "weight_decay", float(self.weight_decay))
 
     @property
+    def held_out_masking(self) -> MaskingConfig:
+        """The rule the held-out set is masked with: `eval_masking`, else the training rule."""
+        return self.masking if self.eval_masking is None else self.eval_masking
+
+    @property
     def clipping(self) -> bool:
         return bool(self.max_grad_norm)
 
@@ -204,6 +220,7 @@ class TrainConfig:
         """Plain values only, for JSON, YAML and CSV."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["masking"] = dataclasses.asdict(self.masking)
+        out["eval_masking"] = None if self.eval_masking is None else dataclasses.asdict(self.eval_masking)
         out["probe_sentences"] = list(self.probe_sentences)
         out["probe_answers"] = list(self.probe_answers)
         out["probe_groups"] = list(self.probe_groups)
@@ -225,19 +242,20 @@ class TrainConfig:
             raise InputError(f"Unknown training option(s): {', '.join(unknown)}. "
                              f"Known options: {', '.join(sorted(names))}.")
         kwargs = dict(values)
-        masking = kwargs.get("masking")
-        if isinstance(masking, Mapping):
-            mnames = {f.name for f in dataclasses.fields(MaskingConfig)}
-            bad = sorted(set(masking) - mnames)
-            if bad:
-                raise InputError(f"Unknown masking option(s): {', '.join(bad)}. "
-                                 f"Known: {', '.join(sorted(mnames))}.")
-            try:
-                kwargs["masking"] = MaskingConfig(**masking)
-            except InputError:
-                raise
-            except (TypeError, ValueError) as exc:
-                raise InputError(f"Bad masking settings: {exc}") from None
+        for key in ("masking", "eval_masking"):
+            masking = kwargs.get(key)
+            if isinstance(masking, Mapping):
+                mnames = {f.name for f in dataclasses.fields(MaskingConfig)}
+                bad = sorted(set(masking) - mnames)
+                if bad:
+                    raise InputError(f"Unknown masking option(s): {', '.join(bad)}. "
+                                     f"Known: {', '.join(sorted(mnames))}.")
+                try:
+                    kwargs[key] = MaskingConfig(**masking)
+                except InputError:
+                    raise
+                except (TypeError, ValueError) as exc:
+                    raise InputError(f"Bad masking settings: {exc}") from None
         for key in ("probe_sentences", "probe_answers", "probe_groups", "eval_focus_words"):
             if key in kwargs and isinstance(kwargs[key], list):
                 kwargs[key] = tuple(kwargs[key])
@@ -249,9 +267,12 @@ class TrainConfig:
             raise InputError(f"Bad training settings: {exc}") from None
 
 
-# Settings that decide which tokens a step sees: variants compared side by side must share them.
-# (mask_copies is not one: static and dynamic masking race on the same chunks in the same order.)
-DATA_FIELDS = ("steps", "batch_size", "seq_len", "chunk_overlap", "grad_accum_steps", "masking",
+# Settings that decide which tokens a step sees and what it is measured on: variants compared side by side
+# must share them. (The training rule `masking`, `mask_copies` and `bug` are not: static and dynamic masking,
+# 15% and 40%, a clean run and its buggy twin race on the same chunks in the same order, each with its own
+# masks drawn from the same per-sample seeds; the held-out set's rule, `held_out_masking`, is shared, so every
+# variant is scored on the same frozen mask.)
+DATA_FIELDS = ("steps", "batch_size", "seq_len", "chunk_overlap", "grad_accum_steps", "held_out_masking",
                "eval_every", "eval_fraction", "eval_max_chunks", "probe_sentences", "probe_answers",
                "probe_groups", "probe_top_k", "eval_focus_words", "focus_mlm_probability", "seed")
 
@@ -271,6 +292,10 @@ def check_variants(variants: Mapping[str, TrainConfig]) -> None:
     first = next(iter(variants.values()))
     for name, cfg in variants.items():
         differ = [f for f in DATA_FIELDS if getattr(cfg, f) != getattr(first, f)]
+        if differ == ["held_out_masking"]:
+            raise InputError(f"Variant {name!r} masks the held-out text with another rule: variants that train with "
+                             "different masking rules must share one eval_masking, so every variant is scored on "
+                             "the same frozen mask.")
         if differ:
             raise InputError(f"Variant {name!r} differs in {', '.join(differ)}: variants must share "
                              "these settings so they see identical batches and masks.")
@@ -291,3 +316,5 @@ class Stream(str, enum.Enum):
     SAMPLED = "train_sampled"  # the sampled softmax's classes, per step and micro-batch
     PROBE = "probe"  # which corpus sentences become probes
     STATIC_MASK = "static_mask"  # static masking: copy k of a chunk's masks
+    EVAL_REMASK = "eval_remask"  # bug eval_remasked: the held-out set's fresh mask at each evaluation
+    EVAL_DROPOUT = "eval_dropout"  # bug eval_dropout: the dropout drawn while evaluating

@@ -56,7 +56,7 @@ def _scored_batches(model: nn.Module, eval_set: EvalSet, amp: str):
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, eval_set: EvalSet, *, amp: str = "off") -> dict[str, Any]:
+def evaluate(model: nn.Module, eval_set: EvalSet, *, amp: str = "off", dropout: bool = False) -> dict[str, Any]:
     """Held-out masked-token metrics with full cross-entropy: loss, MLM perplexity, top-1/top-5, per bucket.
 
     `loss` averages over every selected position, the positions Hugging Face's run_mlm.py scores
@@ -64,10 +64,11 @@ def evaluate(model: nn.Module, eval_set: EvalSet, *, amp: str = "off") -> dict[s
     by sequences, not by selected positions; here every position counts once, whatever
     `micro_batch` is); 10% of those positions show the model the true token and
     another 10% a random one, so `mask_loss`, over the [MASK] positions alone, is the harder number.
+    ``dropout=True`` (the bug ``eval_dropout`` only) leaves the model in train mode: dropout stays on.
     """
     device = next(model.parameters()).device
     was_training = model.training
-    model.eval()
+    model.train(dropout)
     total = torch.zeros(3, dtype=torch.float64)  # sum CE, top1 hits, top5 hits
     at_mask = torch.zeros(2, dtype=torch.float64)  # [MASK] positions, sum CE there
     at_focus = torch.zeros(2, dtype=torch.float64)  # positions hiding a focus word, sum CE there
@@ -154,13 +155,22 @@ def focus_ids(tokenizer, words: Sequence[str]) -> torch.Tensor | None:
 
 
 def make_eval_set(eval_chunks: Chunks, cfg: TrainConfig, tokenizer, *, buckets: torch.Tensor, micro_batch: int,
-                  vocab_size: int) -> EvalSet:
-    """The held-out chunks, masked once from the seed: each under up to EVAL_MASKINGS different masks,
-    at most eval_max_chunks rows. `vocab_size` bounds the random replacements (real tokenizer tokens)."""
+                  vocab_size: int, redraw: int | None = None) -> EvalSet:
+    """The frozen evaluation mask: the held-out chunks masked once from the seed with the held-out rule
+    (`TrainConfig.held_out_masking`), each under up to EVAL_MASKINGS different masks, at most eval_max_chunks
+    rows; the same positions for every variant of a run, at every evaluation. `vocab_size` bounds the random
+    replacements (real tokenizer tokens).
+
+    ``redraw`` (the bug ``eval_remasked`` only): a fresh mask of the same text for evaluation number
+    ``redraw``, the noisy held-out set of a pipeline that masks its evaluation data at random on every pass.
+    """
     copies = max(1, min(EVAL_MASKINGS, cfg.eval_max_chunks // max(1, len(eval_chunks))))
     eval_chunks = eval_chunks.take([i for _ in range(copies) for i in range(len(eval_chunks))])
-    row_seeds = [seeds.seed_for(cfg.seed, Stream.EVAL_MASK, r) for r in range(len(eval_chunks))]
-    inputs, labels = mask_rows(eval_chunks, cfg.masking, mask_token_id=tokenizer.mask_token_id,
+    if redraw is None:
+        row_seeds = [seeds.seed_for(cfg.seed, Stream.EVAL_MASK, r) for r in range(len(eval_chunks))]
+    else:
+        row_seeds = [seeds.seed_for(cfg.seed, Stream.EVAL_REMASK, redraw, r) for r in range(len(eval_chunks))]
+    inputs, labels = mask_rows(eval_chunks, cfg.held_out_masking, mask_token_id=tokenizer.mask_token_id,
                                vocab_size=vocab_size, special_ids=special_ids(tokenizer), row_seeds=row_seeds)
     return EvalSet(inputs, eval_chunks.attention_mask, labels, buckets, micro_batch,
                    mask_token_id=tokenizer.mask_token_id, focus_ids=focus_ids(tokenizer, cfg.eval_focus_words))

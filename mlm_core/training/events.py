@@ -26,7 +26,9 @@ class TrainEvent:
     kind "eval": loss, mlm_perplexity (exp(loss): over every selected position, as Hugging Face's
     run_mlm.py reports perplexity), mask_loss (at the [MASK] positions alone), focus_loss (at the
     positions whose hidden word is one of `eval_focus_words`; None without them), top1, top5,
-    masked_tokens, and per bucket `<bucket>_top1` etc.
+    masked_tokens, and per bucket `<bucket>_top1` etc., all on the run's frozen evaluation mask; a variant
+    with an evaluation bug (training.bugs) adds reported_loss and reported_mask_loss, what its buggy
+    evaluation reports.
     kind "probe": values["probes"], one dict per probe sentence (text, positions with top-k, and the
     hidden word's probability and rank when it is known).
     kind "done": the variant's summary; kind "error": values["message"].

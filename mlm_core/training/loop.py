@@ -33,7 +33,8 @@ from mlm_core import losses, sampled_softmax, seeds
 from mlm_core.data import special_ids
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX
-from mlm_core.training.batches import Batches, chunk_token_counts, frequency_buckets, split_chunks
+from mlm_core.training import bugs
+from mlm_core.training.batches import Batches, chunk_token_counts, frequency_buckets, mask_scheme, split_chunks
 from mlm_core.training.config import Stream, TrainConfig, check_variants
 from mlm_core.training.distributed import (DeepSpeedOptimizer, World, all_reduce_sum, current_world,
                                            deepspeed_config, stop_requested)
@@ -214,7 +215,7 @@ def _train_step(state: list[_Variant], micro_batches, step: int, first: TrainCon
     all-reduced before any forward pass. A mean of micro-batch means would weight a micro-batch
     with 5 masked tokens as much as one with 10.
     """
-    mine = [micro_batches[v.cfg.mask_copies] for v in state]  # each variant's masks (static or dynamic)
+    mine = [micro_batches[mask_scheme(v.cfg)] for v in state]  # each variant's masks (its rule, static or dynamic)
     local_tokens = sum(int(b[2].sum()) for b in mine[0])
     norms = [[_normaliser(v.cfg, b[3], v.class_weights) for b in batches] for v, batches in zip(state, mine)]
     masked = [float(sum(int((b[3] != IGNORE_INDEX).sum()) for b in batches)) for batches in mine]
@@ -358,12 +359,25 @@ def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, Train
         result = TrainResult(name=name, config=cfg, eval_on_train=eval_on_train, model=m)
         state.append(_Variant(name, cfg, m, opt, result, class_weights))
 
+    def _buggy_evaluation(v: _Variant, step: int) -> dict[str, Any]:
+        """The held-out loss a pipeline with the variant's evaluation bug reports at this step."""
+        if v.cfg.bug == "eval_remasked":  # a fresh random mask of the held-out text on every pass
+            fresh = make_eval_set(eval_chunks, first, tokenizer, buckets=buckets, micro_batch=max(1, micro),
+                                  vocab_size=mask_vocab, redraw=step)
+            reported = evaluate(v.model, fresh, amp=v.cfg.amp)
+        else:  # "eval_dropout": the model left in train mode, its dropout seeded per evaluation
+            _seed_dropout(seeds.seed_for(first.seed, Stream.EVAL_DROPOUT, step), device)
+            reported = evaluate(v.model, eval_set, amp=v.cfg.amp, dropout=True)
+        return {"reported_loss": reported["loss"], "reported_mask_loss": reported["mask_loss"]}
+
     def do_eval(step: int) -> None:
         if world.rank != 0:
             return
         for v in state:
             t0 = time.perf_counter()
-            values = evaluate(v.model, eval_set, amp=v.cfg.amp)
+            values = evaluate(v.model, eval_set, amp=v.cfg.amp)  # the frozen mask: comparable across variants
+            if bugs.step_of(v.cfg.bug) == bugs.EVALUATION:  # and what the buggy evaluation would report
+                values.update(_buggy_evaluation(v, step))
             values["eval_s"] = time.perf_counter() - t0
             values["eval_on_train"] = eval_on_train
             _report(v, TrainEvent("eval", v.name, step, first.steps, values), emit)
@@ -375,7 +389,7 @@ def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, Train
     counts_dev = counts.float().to(device)
     batches = Batches(train_chunks, first, world, micro, mask_token_id=tokenizer.mask_token_id,
                        vocab_size=mask_vocab, special_ids=special,
-                       mask_copies=[cfg.mask_copies for cfg in variants.values()],
+                       schemes=[mask_scheme(cfg) for cfg in variants.values()],
                        focus_ids=eval_set.focus_ids if first.focus_mlm_probability > 0 else None)
     steps_done = 0
     try:

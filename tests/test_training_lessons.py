@@ -1,0 +1,133 @@
+"""The view-model of issue 27's lessons (mlm_core.lessons.training_lessons): the sentences come from the run's
+numbers, the quoted run-to-run spread is benchmark P7's, the sources link, and the museum's exhibits exist."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mlm_core.lessons import museum
+from mlm_core.lessons.training_lessons import (CLEAN, MUSEUM_TO_BUG, RATE_LEAD_SPREAD, TRAINED_BUGS, TWIN, Frame,
+                                               bug_signature, filmstrip_frames, filmstrip_summary, rate_verdict,
+                                               reported_markdown)
+from mlm_core.lessons.training_view import base_config, gazetteer_texts, is_default_run, lesson_variants
+
+P7 = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "p7_lessons.json"
+
+
+def rows(*values, key="loss"):
+    return [{"step": 10 * i, key: v} for i, v in enumerate(values)]
+
+
+def test_the_quoted_spread_is_benchmark_p7s():
+    """The page quotes RATE_LEAD_SPREAD as measured; it must be what the committed P7 run measured."""
+    if not RATE_LEAD_SPREAD:  # nothing quoted: the page then says no spread
+        return
+    measured = json.loads(P7.read_text())["config"]["rate_lead_spread"]
+    assert set(measured) == set(RATE_LEAD_SPREAD)
+    for kind, spread in RATE_LEAD_SPREAD.items():
+        assert list(spread) == measured[kind]["spread"], kind
+        below = measured[kind]["below_by_seed"]
+        assert (round(min(below), 2), round(max(below), 2), len(below)) == spread[:3]
+
+
+def test_the_rate_sentence_is_computed_from_the_run(monkeypatch):
+    from mlm_core.lessons import training_lessons
+
+    lo, hi, seeds, led = 0.20, 0.30, 3, 2  # a spread as P7 writes it (the logic, not the measured values)
+    monkeypatch.setitem(training_lessons.RATE_LEAD_SPREAD, "fine-tune", (lo, hi, seeds, led))
+    inside = round((lo + hi) / 2, 2)
+    evals = {"mask 15%": rows(5.0, 3.0), "mask 30%": rows(5.0, 2.95), "mask 40%": rows(5.0, 3.0 - inside)}
+    text = rate_verdict(evals, "fine-tune")
+    assert text.startswith(f"At step 10, on the frozen 15% mask (the same positions for every variant), mask 40% "
+                           f"leads with a held-out loss of {3.0 - inside:.2f}")
+    assert (f"Over 3 seeds of this lesson's default run (benchmark P7), mask 40% ended 0.20 to 0.30 nats below "
+            "mask 15% and had the lowest loss in 2 of them") in text
+    assert text.endswith(f"here it is {3.0 - (3.0 - inside):.2f} below: within that spread.")
+    far = {**evals, "mask 40%": rows(5.0, 3.0 - hi - 0.2)}
+    assert rate_verdict(far, "fine-tune").endswith("outside that spread.")
+    assert "not the defaults" in rate_verdict(evals, "fine-tune", default_settings=False)
+    behind = {**evals, "mask 40%": rows(5.0, 3.3)}
+    assert "mask 30% leads" in rate_verdict(behind, "fine-tune") and "here it is -0.30 below" in rate_verdict(
+        behind, "fine-tune")
+    assert rate_verdict({n: r[:1] for n, r in evals.items()}, "fine-tune").endswith("so the losses are equal.")
+    assert rate_verdict({"mask 15%": rows(5.0)}, "fine-tune") == ""  # one variant: nothing to compare
+
+
+def test_only_the_lessons_own_defaults_count_as_the_measured_run(tokenizer):
+    texts = gazetteer_texts(False)
+    for lesson in ("mask_rate", "bugs"):
+        base = base_config(lesson, from_scratch=False, texts=texts, seed=3)
+        variants = lesson_variants(lesson, base, from_scratch=False)
+        assert is_default_run(variants, lesson, from_scratch=False, texts=texts)
+        longer = lesson_variants(lesson, base_config(lesson, from_scratch=False, texts=texts, steps=base.steps + 5),
+                                 from_scratch=False)
+        assert not is_default_run(longer, lesson, from_scratch=False, texts=texts)
+    assert not is_default_run(lesson_variants("mask_rate", base, from_scratch=False, rates=(0.15, 0.5)), "mask_rate",
+                              from_scratch=False, texts=texts)
+
+
+def test_the_remasked_evaluations_signature_counts_the_sign_changes():
+    steps = {CLEAN: [{"step": 1, "loss": 3.0}], TWIN: [{"step": 1, "loss": 3.0}]}
+    frozen = [4.0, 3.5, 3.2, 3.1]
+    reported = [4.1, 3.3, 3.4, 3.0]  # +0.1, -0.2, +0.2, -0.1: the sign changed 3 times
+    evals = {CLEAN: rows(*frozen), TWIN: [{"step": 10 * i, "loss": f, "reported_loss": r}
+                                          for i, (f, r) in enumerate(zip(frozen, reported))]}
+    text = bug_signature("eval_remasked", steps, evals)
+    assert text.startswith("Its training is the clean run's, step for step")
+    assert "reported -0.20 to +0.20 nats from the frozen mask's held-out loss over 4 evaluations" in text
+    assert "the sign changed 3 times" in text and "smaller than 0.20 nats" in text
+    assert text.endswith(TRAINED_BUGS["eval_remasked"].look_for)
+
+
+def test_the_filmstrip_reads_one_probe_at_every_evaluation():
+    def entry(step, tokens, probs, rank):
+        return {"step": step, "probes": [
+            {"text": "x [MASK]", "predictions": [{"tokens": ["a"], "probs": [0.9], "answer": "a", "answer_rank": 1}]},
+            {"text": "the capital is [MASK].", "predictions": [
+                {"tokens": tokens, "probs": probs, "answer": "calder", "answer_rank": rank, "answer_prob": 0.01}]}]}
+
+    probes = [entry(0, ["the", "a", "it", "x", "y", "z"], [0.3, 0.2, 0.1, 0.05, 0.04, 0.01], 14492),
+              entry(5, ["port", "calder", "the", "x", "y"], [0.4, 0.3, 0.1, 0.05, 0.04], 2),
+              entry(10, ["calder", "port", "the", "x", "y"], [0.7, 0.1, 0.1, 0.05, 0.04], 1)]
+    frames = filmstrip_frames(probes, 1)
+    assert [f.label for f in frames] == ["0", "5", "10"] and len(frames[0].tokens) == 5  # the top 5 only
+    assert [f.answer_rank for f in frames] == [14492, 2, 1]
+    assert filmstrip_summary(frames) == ("The hidden word 'calder' went from rank 14,492 at step 0 to rank 1 at "
+                                         "step 10; it first became the first guess at step 10.")
+    base = [Frame("base", ("a",), (0.5,), "calder", 300, 0.0), Frame("trained", ("calder",), (0.6,), "calder", 1, 0.6)]
+    assert filmstrip_summary(base, unit="").endswith("at the trained model; it first became the first guess at the "
+                                                     "trained model.")
+
+
+@pytest.mark.parametrize("bug", list(TRAINED_BUGS))
+def test_every_bug_cites_a_linked_source(bug):
+    text = reported_markdown(TRAINED_BUGS[bug].reported)
+    assert "](https://github.com/" in text
+    assert text.count("](https://github.com/") == TRAINED_BUGS[bug].reported.count("#")  # every reference links
+
+
+def test_the_museum_exhibits_the_trained_bugs_link_to_exist():
+    source = Path(museum.__file__).read_text()
+    for exhibit in MUSEUM_TO_BUG:
+        assert f'key="{exhibit}"' in source, exhibit
+
+
+def test_the_corruption_and_prediction_picture_draws_each_rules_two_rates():
+    """The Masking page's picture (Wettig et al. 2023 separate the two rates): per 100 tokens, the bars stack to the
+    prediction rate, the tick sits at the corruption rate, and its label says both."""
+    from mlm_core.figures.masking import corruption_prediction_figure
+    from mlm_core.lessons.masking_view import rate_rows
+    from mlm_core.masking import MaskingConfig
+
+    rows = rate_rows(MaskingConfig(mlm_probability=0.4, mask_replace_prob=0.8, random_replace_prob=0.1))
+    fig = corruption_prediction_figure(rows)
+    bars = {t.name: list(t.x) for t in fig.data if t.type == "bar"}
+    tick = next(t for t in fig.data if t.name == "corrupted")
+    label = next(t for t in fig.data if t.type == "scatter" and t.mode == "text")
+    yours = list(tick.y).index(rows[0][0])
+    assert [round(bars[k][yours], 6) for k in ("[MASK]", "random", "unchanged")] == [32.0, 4.0, 4.0]
+    assert round(tick.x[yours], 6) == 36.0  # corrupted: [MASK] + random, 40 x (0.8 + 0.1)
+    assert label.text[yours].strip() == "predicted 40.0, corrupted 36.0"
+    for i, (name, shares) in enumerate(reversed(rows)):  # the chart lists the rules bottom-up
+        assert tick.y[i] == name and abs(sum(bars[k][i] for k in bars) - shares.predicted) < 1e-9
