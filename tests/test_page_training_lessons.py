@@ -20,13 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "pages" / "training.py"
 
 
-@pytest.fixture(autouse=True)
-def tiny(monkeypatch):
-    monkeypatch.setenv("MLMLAB_MODEL", "tiny-random")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from tests.test_page_training import tiny  # noqa: F401, E402  (autouse: the tiny model, one torch thread)
 
 
 def charts(at):

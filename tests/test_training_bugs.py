@@ -19,26 +19,15 @@ from mlm_core.training import (BUGS, Batches, Stream, TrainConfig, chunk_token_c
                                train, train_variants)
 from mlm_core.training import bugs
 from tests.conftest import SMALL_CORPUS as CORPUS
-from tests.conftest import small_model, small_tokenizer
+from tests.test_training import model, tok  # noqa: F401  (the same small model and tokenizer fixtures)
+from tests.test_training import quick as quick_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return small_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tok):
-    return small_model(tok)
-
-
 def quick(**overrides):
-    values = dict(steps=6, batch_size=4, seq_len=24, chunk_overlap=4, learning_rate=1e-3, warmup_steps=0,
-                  eval_every=3, dropout=True, seed=1)
-    values.update(overrides)
-    return TrainConfig(**values)
+    """test_training's quick run, with dropout on (the evaluation-dropout bug needs it)."""
+    return quick_run(**{"dropout": True, **overrides})
 
 
 def curves(result):
