@@ -173,9 +173,10 @@ def run(quick: bool = False) -> Result:
                               unit="s", note=f"median of {len(times)} seeds"))
     finally:
         torch.set_num_threads(before_threads)
-    notes.append(f"Every run: torch threads = {threads} (jobs.default_threads(): half the cores), while the "
-                 "machine's other core ran the default-model build (scripts/build_default_mlm.py) in the background: "
-                 "the times are those of a machine with one free core, as a classroom server with the page open has.")
+    notes.append(f"Every run: torch threads = {threads} (jobs.default_threads(): half the cores) on "
+                 f"{os.cpu_count()} cores; the load average before → after each run is given above: above the core "
+                 "count, other work (a background build, other sessions' tests) shared the cores and the times are "
+                 "pessimistic.")
     if quick:
         notes.insert(0, "QUICK smoke run: 6 steps, 1 seed; the targets are not meant to be met.")
     return Result(name="p7_lessons", title="P7, the three lessons of issue 27 — each finishes within 90 s, and what it showed",
