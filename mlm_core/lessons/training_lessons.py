@@ -26,7 +26,7 @@ Rows = Sequence[Mapping[str, Any]]
 
 MASK_RATES = (0.15, 0.3, 0.4)  # BERT's 15%; MosaicBERT's and ModernBERT's 30%; 40% (Wettig et al. 2023)
 RATE_CHOICES = (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
-MAX_RATES = 3  # three model copies train side by side within a minute and a half on a laptop CPU core
+MAX_RATES = 3  # three model copies side by side: three times one run's work (benchmark P7 times it)
 # Of the selected tokens: [MASK] / random / unchanged. BERT's 80/10/10 first.
 SPLITS = ((0.8, 0.1), (1.0, 0.0), (0.8, 0.0), (0.8, 0.2), (0.5, 0.25))
 # The frozen evaluation mask every variant is scored on: BERT's 15% with 80/10/10, token by token, as

@@ -168,18 +168,20 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
     }
     if lesson == "mask_rate":
         d["steps"] = Default(300 if from_scratch else 30,
-                             "Three copies of the tiny model, 300 steps each, take about 50 s on one CPU core (benchmark "
-                             "P7 measures it)." if from_scratch else
-                             "Three copies of the model train side by side: 30 steps each take about a minute on one CPU "
-                             "core (benchmark P7 measures it), and the frozen-mask losses have separated by then.")
+                             "Three copies of the tiny model, 300 steps each, on one loop: three times the work of "
+                             "one run (benchmark P7 measures the time, benchmarks/RESULTS.md)." if from_scratch else
+                             "Three copies of the model train side by side, 30 steps each: three times the work of one "
+                             "run, the slowest lesson here (benchmark P7 measures its time, benchmarks/RESULTS.md), "
+                             "and the frozen-mask losses have separated by then.")
         if not from_scratch:
             d["eval_every"] = Default(5, "An evaluation every five steps draws the frozen-mask curves with seven points.")
     if lesson == "bugs":
         d["steps"] = Default(300 if from_scratch else 40,
-                             "Two copies of the tiny model, 300 steps each, take about half a minute on one CPU core."
+                             "Two copies of the tiny model, 300 steps each: twice the work of one run."
                              if from_scratch else
-                             "The clean run and its twin train side by side: 40 steps each take about a minute on one "
-                             "CPU core (benchmark P7 measures it), long enough for each bug's signature to show.")
+                             "The clean run and its twin train side by side, 40 steps each: twice the work of one run "
+                             "(benchmark P7 measures the time, benchmarks/RESULTS.md), long enough for each bug's "
+                             "signature to show.")
         if not from_scratch:
             d["eval_every"] = Default(5, "An evaluation every five steps: nine points, enough to see a held-out curve "
                                       "that jumps (the re-masking bug) or sits too high (dropout left on).")
