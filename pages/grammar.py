@@ -37,8 +37,12 @@ phenomenon = pick.selectbox("Draw a pair of this phenomenon", list(PHENOMENA), f
 if draw.button("🎲 Draw a pair", key="grammar_draw", width="stretch"):
     state["grammar_draws"] = state.get("grammar_draws", 0) + 1
     drawn = draw_pair(blimp or lab, phenomenon, settings.seed, state["grammar_draws"])
-    state[GOOD], state[BAD], state["grammar_source"] = drawn.good, drawn.bad, drawn.source
-drawn_source = state.get("grammar_source")
+    state[GOOD], state[BAD] = drawn.good, drawn.bad
+    state["grammar_source"] = (drawn.good, drawn.bad, drawn.source)
+# where the pair in the boxes came from, while it is the drawn one (typed sentences have no source)
+drawn_good, drawn_bad, drawn_source = state.get("grammar_source") or (None, None, None)
+if (state.get(GOOD), state.get(BAD)) != (drawn_good, drawn_bad):
+    drawn_source = None
 st.caption(pair_source_note(bool(blimp), ui.markdown_text(drawn_source) if drawn_source else None))
 left, right = st.columns(2)
 good = left.text_input("✅ Grammatical sentence", key=GOOD, max_chars=MAX_SENTENCE_CHARS)

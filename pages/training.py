@@ -49,9 +49,9 @@ st.markdown(
     "**Veldoria**, a country invented for MLM Lab, and asks it every fact twice: in a sentence it trains on "
     "(**phrases it read**) and in sentences the training text does not contain (**questions in new words**); and it "
     "asks the same kinds of question about real countries (**other countries**). Filling in a sentence it has read "
-    "can be memorising a string; answering the question in new words takes more; and only a model that still "
-    "answers the questions about other countries as before learned facts that belong to Veldoria, rather than "
-    "which word answers each kind of question. Evaluation on held-out text always uses the full cross-entropy, "
+    "can be memorising a string; answering the question in new words takes more; and only a model that gives "
+    "Veldoria's words to at most one in five of the questions about other countries (none before training) "
+    "learned facts that belong to Veldoria, rather than which word answers each kind of question. Evaluation on held-out text always uses the full cross-entropy, "
     "so variants raced side by side are compared fairly."
 )
 state = st.session_state
@@ -372,7 +372,10 @@ def draw_race_probes(snap) -> None:
     if not probes:
         return
     st.subheader("The probes, variant by variant")
-    ui.table(pd.DataFrame(probe_race_rows(probes)), key="training_probe_race", static=True)
+    race = pd.DataFrame(probe_race_rows(probes))
+    if settings.presenter and "variant" in race:  # a room-sized row of 10+ columns runs off the screen: one per variant
+        race = race.set_index("variant").T.reset_index(names="")
+    ui.table(race, key="training_probe_race", static=True)
     if not snap.finished:  # every probe of every variant once the run is done: each redraw would hold the CPU
         st.caption("Every probe of each variant appears here when the run is done.")
         return

@@ -170,7 +170,7 @@ def corruption_prediction_figure(rows, *, height: int = 340) -> go.Figure:
                              text=[f"  predicted {s.predicted:.1f}, corrupted {s.corrupted:.1f}" for s in shares],
                              textposition="middle right", cliponaxis=False, hoverinfo="skip"))
     top = max((s.predicted for s in shares), default=15.0)
-    fig.update_layout(barmode="stack", height=height, title="Per 100 tokens: predicted (bars) and corrupted (black tick)",
-                      xaxis=dict(title="tokens per 100", range=[0, top * 1.6]),
+    fig.update_layout(barmode="stack", height=height, title="Per 100 tokens: predicted (bars) and corrupted (the tick)",
+                      xaxis=dict(title="tokens per 100", range=[0, top * 2.0]),  # room for the label at room size
                       legend=dict(orientation="h", y=-0.25), margin=dict(t=50, b=40, l=210))
     return fig

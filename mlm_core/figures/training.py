@@ -14,6 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mlm_core.figures.masking import log_ticks
 from mlm_core.formatting import percent_text
 from mlm_core.lessons.loss_lab import uniform_guess, uniform_guess_label
 from mlm_core.training import BUCKETS, smooth
@@ -90,6 +91,8 @@ def grad_norm_figure(steps: Mapping[str, Rows], *, clip: Mapping[str, float | No
     yaxis = dict(title="‖g‖", type="log")
     if values:  # a decade of room around what is drawn: the norms and the thresholds
         yaxis["range"] = [math.floor(math.log10(min(values))) - 0.2, math.ceil(math.log10(max(values))) + 0.2]
+        # 1, 2, 5 × 10^k labelled in full: plotly's own minor ticks read "5" and "2" for 50 and 20
+        yaxis["tickvals"], yaxis["ticktext"] = log_ticks(10 ** yaxis["range"][0], 10 ** yaxis["range"][1])
     fig.update_layout(title="Gradient norm ‖g‖ before clipping", height=height,
                       xaxis=dict(title="step", rangemode="tozero"), yaxis=yaxis,
                       legend=dict(orientation="h", y=-0.25), margin=dict(t=60, b=40))

@@ -65,7 +65,7 @@ def draw_pair(pairs: Sequence, phenomenon: str, seed: int, draw: int = 0) -> Dra
     return Drawn(pick.phenomenon, pick.good, pick.bad, f"BLiMP, {pick.uid} #{pick.pair_id}")
 
 
-# Under this margin (e^0.5 ≈ 1.6 times as likely) the verdict calls a preference weak: a teaching line, not a
+# Under this margin (e^0.5 ≈ 1.65 times as likely) the verdict calls a preference weak: a teaching line, not a
 # statistical test (the first pair's 0.03 nats is a near-tie whichever way it falls).
 WEAK_MARGIN = 0.5
 
@@ -87,7 +87,7 @@ def verdict(score: PairScore) -> str:
         return (f"The two sentences are the same tokens to this model (PLL {g:.2f} nats each): there is nothing to "
                 f"prefer.{note}")
     weak = abs(score.margin) < WEAK_MARGIN
-    how = (f" That is a weak preference: under {WEAK_MARGIN} nats, less than {math.exp(WEAK_MARGIN):.1f} times as "
+    how = (f" That is a weak preference: under {WEAK_MARGIN} nats, less than {math.exp(WEAK_MARGIN):.2f} times as "
            "likely." if weak else "")
     if score.prefers_good:
         return (f"The model prefers the **grammatical** sentence: PLL {g:.2f} vs {b:.2f} nats, a margin of "
