@@ -131,3 +131,18 @@ def test_the_corruption_and_prediction_picture_draws_each_rules_two_rates():
     assert label.text[yours].strip() == "predicted 40.0, corrupted 36.0"
     for i, (name, shares) in enumerate(reversed(rows)):  # the chart lists the rules bottom-up
         assert tick.y[i] == name and abs(sum(bars[k][i] for k in bars) - shares.predicted) < 1e-9
+
+
+def test_the_filmstrip_keeps_seven_evenly_spaced_frames_at_room_size():
+    """Rehearsal: 13 frames of five guesses overlapped at presenter size (1280 px). At room size at most seven are
+    drawn, the first and the last among them, and the title says how many of how many."""
+    from mlm_core.figures.training import ROOM_FRAMES, filmstrip_figure
+    from mlm_core.lessons.training_lessons import Frame
+
+    frames = [Frame(f"step {5 * i}", ("a", "b"), (0.5, 0.2), "a", 1, 0.5) for i in range(13)]
+    desk = filmstrip_figure(frames)
+    room = filmstrip_figure(frames, label_px=24)
+    assert list(desk.data[0].x) == [f.label for f in frames]
+    shown = list(room.data[0].x)
+    assert len(shown) == ROOM_FRAMES and shown[0] == "step 0" and shown[-1] == "step 60"
+    assert f"{ROOM_FRAMES} of 13 evaluations" in room.layout.title.text

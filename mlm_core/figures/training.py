@@ -243,6 +243,9 @@ def _short(text: str, limit: int = 70) -> str:
 FILMSTRIP_ANSWER = "#2f9e44"
 
 
+ROOM_FRAMES = 7  # the most filmstrip frames drawn at room size (presenter view)
+
+
 def filmstrip_figure(frames: Sequence[Any], *, title: str = "", unit: str = "step", label_px: int | None = None,
                      height: int | None = None) -> go.Figure:
     """One masked position, frame by frame (``training_lessons.Frame``s: evaluation steps, or base and trained):
@@ -250,6 +253,10 @@ def filmstrip_figure(frames: Sequence[Any], *, title: str = "", unit: str = "ste
     outlined in green, and below, the hidden word's rank among all V tokens as a line (1 at the top, log axis).
     """
     font = label_px or 12
+    shown_all = len(frames)
+    if label_px and len(frames) > ROOM_FRAMES:  # room-sized text: 13 columns of five guesses overlap at 1280 px
+        keep = sorted({round(i * (len(frames) - 1) / (ROOM_FRAMES - 1)) for i in range(ROOM_FRAMES)})
+        frames = [frames[i] for i in keep]  # evenly spaced, the first and the last kept
     labels = [html.escape(f.label) for f in frames]
     k = max((len(f.tokens) for f in frames), default=1)
     places = [f"{i + 1}." for i in range(k)]
@@ -283,6 +290,8 @@ def filmstrip_figure(frames: Sequence[Any], *, title: str = "", unit: str = "ste
     heading = title or "The guess over time"
     if answer:
         heading += f" (hidden word: \"{html.escape(answer)}\", outlined in green)"
+    if len(frames) < shown_all:
+        heading += f"<br>{len(frames)} of {shown_all} evaluations, evenly spaced (presenter view)"
     fig.update_layout(title=heading, height=height or (180 + 46 * k + (170 if has_rank else 0)) * font // 12,
                       margin=dict(t=60 + font, b=40, l=70, r=20), font=dict(size=font) if label_px else None)
     return fig
