@@ -531,7 +531,7 @@ def draw(snap) -> None:
         first_eval, last_eval = (v.evals[0], v.evals[-1]) if v.evals else ({}, {})
         clipped = [r for r in v.steps if r.get("grad_norm") is not None]
         limit = (snap.configs or {}).get(name, {}).get("max_grad_norm")
-        rows.append({"variant": name, "steps": len(v.steps), "train loss": last.get("loss"),
+        rows.append({"variant": name, "steps": len(v.steps), "train loss (last step)": last.get("loss"),
                      "held-out loss at start": first_eval.get("loss"), "held-out loss": last_eval.get("loss"),
                      "[MASK]-only loss": last_eval.get("mask_loss"),
                      "facts' words at start": first_eval.get("focus_loss"),
