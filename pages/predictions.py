@@ -95,6 +95,7 @@ def model_panel(model, tokenizer) -> None:
             ui.metric_row(model_card.score_metrics(about["scores"]))
             if model_card.benchmark_metrics(about["scores"]):
                 ui.metric_row(model_card.benchmark_metrics(about["scores"]))
+                st.caption(model_card.BENCHMARK_CAPTION)
             st.caption(model_card.build_caption(about["scores"]))
             how_trained(model, tokenizer, record)
         st.markdown("**Models you can pick in the sidebar**")
