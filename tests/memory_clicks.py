@@ -85,18 +85,18 @@ def eff_paths_loop(model, tok, small):
 def eff_loop_at_its_bound(model, tok, small):
     """The loop at LOOP_MAX_ROWS rows exactly (the bound the library allows), measured as loss_paths measures it."""
     from mlm_core.head import encoder_states
-    from mlm_core.lessons.efficiency import LOOP_MAX_ROWS, _batch, _head_params, _split_head, loss_path_functions
+    from mlm_core.lessons.efficiency import LOOP_MAX_ROWS, masked_batch, head_params, split_head, loss_path_functions
     from mlm_core.measure import peak_memory_bytes
 
     b, t = (1, 16) if small else (16, 128)
-    ids, mask, labels = _batch(tok, b, t, 0, mask_rate=1.0)
+    ids, mask, labels = masked_batch(tok, b, t, 0, mask_rate=1.0)
     keep = (labels != IGNORE_INDEX).reshape(-1).nonzero().squeeze(1)[: (4 if small else LOOP_MAX_ROWS)]
     trimmed = torch.full_like(labels.reshape(-1), IGNORE_INDEX)
     trimmed[keep] = labels.reshape(-1)[keep]
-    transform, decoder = _split_head(model)
+    transform, decoder = split_head(model)
     with torch.no_grad():
         states = encoder_states(model, ids, mask).float()
-    loop = loss_path_functions(transform, decoder, states, trimmed.reshape(labels.shape), _head_params(model))["loop"]
+    loop = loss_path_functions(transform, decoder, states, trimmed.reshape(labels.shape), head_params(model))["loop"]
     loop()
     peak_memory_bytes(loop)
     return {"M": int(keep.numel())}
@@ -113,22 +113,22 @@ def eff_sweep(model, tok, small):
 
 
 def eff_steps(model, tok, small):
-    from mlm_core.lessons.efficiency import _step_bytes, amp_and_checkpointing
+    from mlm_core.lessons.efficiency import step_bytes, amp_and_checkpointing
     from mlm_core.measure import click_budget_bytes
 
-    b, t = (1, 16) if small else widest(lambda b, t: _step_bytes(model, b, t) <= click_budget_bytes())
+    b, t = (1, 16) if small else widest(lambda b, t: step_bytes(model, b, t) <= click_budget_bytes())
     amp_and_checkpointing(model, tok, batch_size=b, seq_len=t, repeats=1)  # repeats add time, not memory
-    return {"B": b, "T": t, "estimate": _step_bytes(model, b, t)}
+    return {"B": b, "T": t, "estimate": step_bytes(model, b, t)}
 
 
 def eff_profile(model, tok, small):
-    from mlm_core.lessons.efficiency import _step_bytes, step_time_breakdown
+    from mlm_core.lessons.efficiency import step_bytes, step_time_breakdown
     from mlm_core.measure import click_budget_bytes
 
-    b, t = (1, 16) if small else widest(lambda b, t: _step_bytes(model, b, t) <= click_budget_bytes())
+    b, t = (1, 16) if small else widest(lambda b, t: step_bytes(model, b, t) <= click_budget_bytes())
     for amp in ("off", "bf16"):
         step_time_breakdown(model, tok, amp=amp, batch_size=b, seq_len=t)
-    return {"B": b, "T": t, "estimate": _step_bytes(model, b, t)}
+    return {"B": b, "T": t, "estimate": step_bytes(model, b, t)}
 
 
 def pred_compare(model, tok, small):

@@ -60,7 +60,7 @@ LOOP_MAX_ROWS = 256  # the loop's backward costs O(M² · V) (each row's grad is
 # --------------------------------------------------------------------------------------------
 
 
-def _split_head(model: nn.Module):
+def split_head(model: nn.Module):
     """(transform, decoder) of a masked-LM head we know how to apply to M rows, from ``head``."""
     head = head_parts(model)  # head is the one place that knows each family's head
     if head is None:
@@ -71,7 +71,7 @@ def _split_head(model: nn.Module):
     return head.transform, head.decoder
 
 
-def _head_params(model: nn.Module) -> list[nn.Parameter]:
+def head_params(model: nn.Module) -> list[nn.Parameter]:
     """Parameters of the head (transform + decoder, tied weight included), each once."""
     head = head_parts(model)
     params, seen = [], set()
@@ -142,7 +142,7 @@ def loss_path_functions(transform: Callable, decoder: nn.Module, states: torch.T
     return {"loop": loop, "vectorised": vectorised, "gathered": gathered}
 
 
-def _batch(tokenizer, batch_size: int, seq_len: int, seed: int, mask_rate: float = MASK_RATE):
+def masked_batch(tokenizer, batch_size: int, seq_len: int, seed: int, mask_rate: float = MASK_RATE):
     """A (B, T) batch of workshop sentences, masked as BERT does: (input_ids, attention_mask, labels)."""
 
     sentences = workshop_sentences()
@@ -163,7 +163,7 @@ def _check_budget(what: str, need: int, batch_size: int, seq_len: int) -> None:
             "smaller batch or sequence length.")
 
 
-def _step_bytes(model: nn.Module, batch_size: int, seq_len: int) -> int:
+def step_bytes(model: nn.Module, batch_size: int, seq_len: int) -> int:
     """``costs.train_step_bytes`` for this model, at the masking rate's expected M."""
     return train_step_bytes(model.config, batch_size=batch_size, seq_len=seq_len,
                             masked=masked_positions(batch_size, seq_len))
@@ -191,17 +191,17 @@ def loss_paths(model: nn.Module, tokenizer, *, batch_size: int = 4, seq_len: int
     builds a full (M, V) gradient for every row, so its cost grows with M².
     """
     _check_sizes(batch_size, seq_len, repeats)
-    transform, decoder = _split_head(model)
+    transform, decoder = split_head(model)
     _check_budget("The three loss paths", loss_paths_bytes(batch_size, seq_len, decoder.weight.shape[0]),
                   batch_size, seq_len)
     device = next(model.parameters()).device
-    input_ids, attention_mask, labels = _batch(tokenizer, batch_size, seq_len, seed)
+    input_ids, attention_mask, labels = masked_batch(tokenizer, batch_size, seq_len, seed)
     if int((labels != IGNORE_INDEX).sum()) == 0:
         raise InputError("No token of this batch was selected for prediction: try another seed.")
     with exclusive_measurement():
         with torch.no_grad():
             states = encoder_states(model, input_ids, attention_mask).float()  # (B, T, H), once
-        fns = loss_path_functions(transform, decoder, states, labels, _head_params(model))
+        fns = loss_path_functions(transform, decoder, states, labels, head_params(model))
         if int((labels != IGNORE_INDEX).sum()) > LOOP_MAX_ROWS:
             del fns["loop"]  # minutes, not seconds: measured only for small batches
         values = {name: fn() for name, fn in fns.items()}  # also the warm-up
@@ -354,9 +354,9 @@ def amp_and_checkpointing(model: nn.Module, tokenizer, *, batch_size: int = 4, s
     chosen = [_setting(s) for s in settings]
     if not chosen:
         raise InputError("Choose at least one setting to measure.")
-    _check_budget("A training step", _step_bytes(model, batch_size, seq_len), batch_size, seq_len)
+    _check_budget("A training step", step_bytes(model, batch_size, seq_len), batch_size, seq_len)
     device = next(model.parameters()).device
-    input_ids, attention_mask, labels = _batch(tokenizer, batch_size, seq_len, seed)
+    input_ids, attention_mask, labels = masked_batch(tokenizer, batch_size, seq_len, seed)
     masked = int((labels != IGNORE_INDEX).sum())
     if masked == 0:
         raise InputError("No token of this batch was selected for prediction: try another seed.")
@@ -446,9 +446,9 @@ def step_time_breakdown(model: nn.Module, tokenizer, *, amp: str = "off", batch_
     """
     _check_sizes(batch_size, seq_len, 1)
     amp, _, frozen = _setting((amp, False, frozen))
-    _check_budget("A profiled training step", _step_bytes(model, batch_size, seq_len), batch_size, seq_len)
+    _check_budget("A profiled training step", step_bytes(model, batch_size, seq_len), batch_size, seq_len)
     device = next(model.parameters()).device
-    input_ids, attention_mask, labels = _batch(tokenizer, batch_size, seq_len, seed)
+    input_ids, attention_mask, labels = masked_batch(tokenizer, batch_size, seq_len, seed)
     if int((labels != IGNORE_INDEX).sum()) == 0:
         raise InputError("No token of this batch was selected for prediction: try another seed.")
     with exclusive_measurement():
