@@ -50,6 +50,21 @@ def page(**state):
     return at
 
 
+def short_facts_run(at, variant: int, steps: int, eval_every: int, timeout: float):
+    """Start the facts lesson with a few small steps (its `variant`-th settings block) and wait for it to end."""
+    at.slider(key=f"training_steps_facts_{variant}").set_value(steps)
+    at.select_slider(key="training_batch").set_value(2)
+    at.select_slider(key="training_seq_len").set_value(32)
+    at.number_input(key=f"training_eval_every_facts_{variant}").set_value(eval_every)
+    at.run()
+    at.button(key="training_start").click().run()
+    run = at.session_state["training_run"]
+    assert run.wait(timeout)
+    at.run()
+    assert not at.exception
+    return run
+
+
 def poll(at, run, done, timeout=240):
     """AppTest does not tick run_every fragments: rerun until `done(snapshot)`."""
     deadline = time.monotonic() + timeout
@@ -126,16 +141,7 @@ def test_presenter_view_enlarges_the_curves():
     import ui
 
     at = page(**{ui.KEYS.presenter: True})
-    at.slider(key="training_steps_facts_1").set_value(4)
-    at.select_slider(key="training_batch").set_value(2)
-    at.select_slider(key="training_seq_len").set_value(32)
-    at.number_input(key="training_eval_every_facts_1").set_value(2)
-    at.run()
-    at.button(key="training_start").click().run()
-    run = at.session_state["training_run"]
-    assert run.wait(120)
-    at.run()
-    assert not at.exception
+    short_facts_run(at, 1, steps=4, eval_every=2, timeout=120)
     specs = [s for s in charts(at).values() if "Probe" not in json.dumps(s.get("layout", {}).get("title", ""))]
     curves = [s for s in specs if any(w in json.dumps(s["layout"].get("title", "")) for w in
                                       ("Training loss", "Gradient norm", "Learning rate", "by token frequency"))]
@@ -277,16 +283,7 @@ def test_the_facts_lesson_shows_both_probe_sets_side_by_side(monkeypatch):
     assert any("Phrases it read" in m.value for m in at.markdown) and any("Questions in new words" in m.value
                                                                           for m in at.markdown)
     assert all(p["answer's rank now"].str.replace(",", "").astype(int).min() >= 1 for p in previews)  # static: text
-    at.slider(key="training_steps_facts_0").set_value(5)
-    at.select_slider(key="training_batch").set_value(2)
-    at.select_slider(key="training_seq_len").set_value(32)
-    at.number_input(key="training_eval_every_facts_0").set_value(5)
-    at.run()
-    at.button(key="training_start").click().run()
-    run = at.session_state["training_run"]
-    assert run.wait(240)
-    at.run()
-    assert not at.exception
+    run = short_facts_run(at, 0, steps=5, eval_every=5, timeout=240)
     labels = [m.label for m in at.metric]
     assert labels.count("first guess right") == 3 and labels.count("answer in the top 5") == 2
     assert labels.count("a Veldoria word first") == 1  # the control set: about other countries, Veldoria is wrong
