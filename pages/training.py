@@ -27,7 +27,7 @@ from mlm_core.lessons.training_view import (LESSONS, PROBE_SET_ABOUT, SOURCES, V
                                             workshop_texts)
 from mlm_core.sampled_softmax import SAMPLED_SOFTMAX
 from mlm_core.models import model_description
-from mlm_core.training import ADAM_BETAS, ADAM_EPS, uncorrected_adam_step_ratio
+from mlm_core.training import ADAM_BETAS, ADAM_EPS, AMP_MODES, SCHEDULES, uncorrected_adam_step_ratio
 
 RUN_KEY = ui.KEYS.training_run  # the jobs.Run of this session (the sidebar shows it on every page)
 SEEN_KEY = "training_seen_status"  # the status the page last drew, to redraw once when a run ends
@@ -145,12 +145,12 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
         a1, a2, a3 = st.columns(3)
         warmup = a1.number_input("Warm-up steps", 0, 500, defaults["warmup_steps"].value,
                                  key=f"training_warmup_{suffix}", help=defaults["warmup_steps"].why)
-        schedule = a1.selectbox("Then", ["linear", "cosine", "constant"], key="training_schedule",
+        schedule = a1.selectbox("Then", SCHEDULES, key="training_schedule",
                                 help="How the learning rate decays after warm-up.")
         clip_default = 1.0 if lesson == "lr_too_high" else defaults["max_grad_norm"].value
         clip = a2.number_input("Clip gradient norm at (0 = off)", 0.0, 100.0, clip_default, 0.5,
                                key=f"training_clip_{suffix}", help=defaults["max_grad_norm"].why)
-        amp_modes = ["auto", "off", "bf16", "fp16"] if on_gpu else ["auto", "off", "bf16"]
+        amp_modes = [m for m in AMP_MODES if on_gpu or m != "fp16"]  # fp16 needs CUDA
         amp = a2.selectbox("Mixed precision", amp_modes, key="training_amp",
                            help="auto: " + auto_amp("cuda" if on_gpu else "cpu").reason + " off: fp32. bf16: "
                            "bf16 autocast (CUDA, or CPU); fp16 needs CUDA and a gradient scaler.")
@@ -525,22 +525,7 @@ def draw(snap) -> None:
     c2.plotly_chart(ui.room_figure(lr_figure(steps)), key="training_lr_chart")
     if any(evals.values()):
         st.plotly_chart(ui.room_figure(bucket_figure(evals)), key="training_bucket_chart")
-    rows = []
-    for name, v in snap.variants.items():
-        last = next((r for r in reversed(v.steps) if r.get("loss") is not None), {})
-        first_eval, last_eval = (v.evals[0], v.evals[-1]) if v.evals else ({}, {})
-        clipped = [r for r in v.steps if r.get("grad_norm") is not None]
-        limit = (snap.configs or {}).get(name, {}).get("max_grad_norm")
-        rows.append({"variant": name, "steps": len(v.steps), "train loss (last step)": last.get("loss"),
-                     "held-out loss at start": first_eval.get("loss"), "held-out loss": last_eval.get("loss"),
-                     "[MASK]-only loss": last_eval.get("mask_loss"),
-                     "facts' words at start": first_eval.get("focus_loss"),
-                     "facts' words": last_eval.get("focus_loss"),
-                     "MLM perplexity": last_eval.get("mlm_perplexity"),
-                     "top-1": last_eval.get("top1"), "top-5": last_eval.get("top5"),
-                     "steps clipped": sum(r["grad_norm"] > limit for r in clipped) if limit else 0,
-                     "tokens/s": (v.final or {}).get("tokens_per_s") or last.get("tokens_per_s"),
-                     "wall time (s)": (v.final or {}).get("wall_time_s") or last.get("elapsed_s")})
+    rows = [v.results_row(clips.get(name)) for name, v in snap.variants.items()]
     st.subheader("Results")
     # 14 columns: HTML, whose headers wrap, so none is cut at the right edge at 1400 px ("top-…" in a dataframe)
     ui.table(pd.DataFrame(rows), key="training_results", percent=("top-1", "top-5"), static=True)

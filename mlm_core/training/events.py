@@ -73,6 +73,35 @@ class Curves:
         elif event.kind == "done":
             self.final = dict(event.values)
 
+    def results_row(self, max_grad_norm: float | None = None) -> dict[str, Any]:
+        """The variant's row of the Training page's results table (and its lesson export): the last
+        step's training loss, the held-out numbers at the first and the last evaluation (the frozen
+        mask), the steps whose gradient norm went over ``max_grad_norm``, and speed.
+
+        >>> c = Curves("run", steps=[{"step": 1, "loss": 3.0, "grad_norm": 2.0, "elapsed_s": 1.5}],
+        ...            evals=[{"step": 0, "loss": 4.0}, {"step": 1, "loss": 2.5, "top1": 0.5}])
+        >>> row = c.results_row(max_grad_norm=1.0)
+        >>> row["train loss (last step)"], row["held-out loss at start"], row["held-out loss"], row["steps clipped"]
+        (3.0, 4.0, 2.5, 1)
+        """
+        last = self.last_step()
+        first_eval, last_eval = (self.evals[0], self.evals[-1]) if self.evals else ({}, {})
+        norms = [r["grad_norm"] for r in self.steps if r.get("grad_norm") is not None]
+        final = self.final or {}
+        return {"variant": self.name, "steps": len(self.steps), "train loss (last step)": last.get("loss"),
+                "held-out loss at start": first_eval.get("loss"), "held-out loss": last_eval.get("loss"),
+                "[MASK]-only loss": last_eval.get("mask_loss"),
+                "facts' words at start": first_eval.get("focus_loss"), "facts' words": last_eval.get("focus_loss"),
+                "MLM perplexity": last_eval.get("mlm_perplexity"),
+                "top-1": last_eval.get("top1"), "top-5": last_eval.get("top5"),
+                "steps clipped": sum(n > max_grad_norm for n in norms) if max_grad_norm else 0,
+                "tokens/s": final.get("tokens_per_s") or last.get("tokens_per_s"),
+                "wall time (s)": final.get("wall_time_s") or last.get("elapsed_s")}
+
+    def last_step(self) -> dict[str, Any]:
+        """The latest step that has a loss (a skipped step, with nothing selected, has none)."""
+        return next((r for r in reversed(self.steps) if r.get("loss") is not None), {})
+
     def copy(self) -> Curves:
         """A copy whose lists the caller may keep and change (the rows themselves are shared)."""
         return Curves(self.name, list(self.steps), list(self.evals), list(self.probes),
@@ -97,8 +126,9 @@ class TrainResult(Curves):
         return self.tokens_seen / self.train_time_s if self.train_time_s > 0 else 0.0
 
     def summary(self) -> dict[str, Any]:
-        """One row for the results table."""
-        last_step = next((r for r in reversed(self.steps) if r.get("loss") is not None), {})
+        """The run's end in machine names: the "done" event's values and the CLI's summary (the page's
+        table, with labels for a learner, is `Curves.results_row`)."""
+        last_step = self.last_step()
         last_eval = self.evals[-1] if self.evals else {}
         return {
             "variant": self.name,
