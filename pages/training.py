@@ -11,6 +11,7 @@ from mlm_core.lessons import share_state
 from mlm_core import InputError, MLMLabError
 from mlm_core.data import clean_text, read_text_upload, split_sentences
 from mlm_core.lessons.export import lesson_zip
+from mlm_core.lessons.prose import LessonText
 from mlm_core.figures.training import (bucket_figure, eval_figure, filmstrip_figure, grad_norm_figure, loss_figure,
                                        lr_figure, probe_figure)
 from mlm_core.jobs import BusyError, get_manager, teacher_key_set
@@ -42,18 +43,8 @@ P_MIN, P_MAX = 0.05, 0.5  # the masked-share slider's range (it starts at the sh
 REDRAW_S = 2.0  # how often the live view redraws (see live_view below)
 
 settings = ui.page_setup("🏋️ Training: watch a masked LM learn", link=share_state.PAGE_LINKS["training"])
-st.markdown(
-    "Press **Start** and the model trains in the background while the curves below update every "
-    f"{REDRAW_S:g} seconds. Each step masks fresh tokens, runs the encoder once, scores only the masked positions, "
-    "and takes one AdamW step. The first lesson fine-tunes the bundled model on the gazetteer of "
-    "**Veldoria**, a country invented for MLM Lab, and asks it every fact twice: in a sentence it trains on "
-    "(**phrases it read**) and in sentences the training text does not contain (**questions in new words**); and it "
-    "asks the same kinds of question about real countries (**other countries**). Filling in a sentence it has read "
-    "can be memorising a string; answering the question in new words takes more; and only a model that gives "
-    "Veldoria's words to at most one in five of the questions about other countries (none before training) "
-    "learned facts that belong to Veldoria, rather than which word answers each kind of question. Evaluation on held-out text always uses the full cross-entropy, "
-    "so variants raced side by side are compared fairly."
-)
+TEXT = LessonText("training")  # mlm_core/lessons/text/training.md
+st.markdown(TEXT("intro", redraw=REDRAW_S))
 state = st.session_state
 
 
@@ -71,9 +62,7 @@ def model_controls(lesson: str) -> str | None:
     index = options.index(sidebar) if sidebar in options else 0
     choice = st.radio("Model", options, index=index, key=f"training_model_{lesson}", horizontal=True,
                       format_func=lambda v: ui.markdown_text(labels.get(v, f"{v} (sidebar): fine-tune it")),
-                      help="A trained model starts near its held-out loss and learns what is new to it; the "
-                      "tiny random one starts near ln V ≈ 10.3 (a uniform guess over 30,522 tokens) and first "
-                      "learns which words are common.")
+                      help=TEXT("model_help"))
     return None if choice == ui.DEFAULT_MODEL else choice
 
 
@@ -130,8 +119,26 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
         texts = filmstrip_controls(texts)  # the learner's own sentence joins the probes
         if texts is None:
             return None
-    rule = ui.shared_masking_config()  # the learner's rule (Masking page or link): strategy, 80/10/10, p
     suffix = f"{lesson}_{int(from_scratch)}"  # each lesson and model kind keeps its own defaults
+    chosen = run_settings(defaults, suffix, from_scratch=from_scratch, on_gpu=on_gpu,
+                          clip_default=1.0 if lesson == "lr_too_high" else defaults["max_grad_norm"].value)
+    with st.expander("Why these defaults?", expanded=False):
+        ui.table(pd.DataFrame([{"setting": name.replace("_", " "), "default": d.value, "why": d.why}
+                               for name, d in defaults.items()]), key=f"training_why_{suffix}")
+        peak = max(range(1, 1001), key=uncorrected_adam_step_ratio)
+        st.caption(TEXT("adam", betas=ADAM_BETAS, eps=ADAM_EPS, peak=peak, ratio=uncorrected_adam_step_ratio(peak)))
+    try:
+        base = base_config(lesson, from_scratch=from_scratch, texts=texts, seed=int(settings.seed), **chosen)
+        return lesson_choices(lesson, base, from_scratch)
+    except InputError as exc:
+        ui.show_error(exc)
+        return None
+
+
+def run_settings(defaults, suffix: str, *, from_scratch: bool, on_gpu: bool, clip_default: float) -> dict:
+    """The run's settings a learner can change (steps, batch, learning rate, and under "More settings" the rest),
+    as `TrainConfig` fields; each starts at the lesson's default, whose reason is its help."""
+    rule = ui.shared_masking_config()  # the learner's rule (Masking page or link): strategy, 80/10/10, p
     c1, c2, c3, c4 = st.columns(4)
     steps = c1.slider("Steps", 5, 1000, defaults["steps"].value, 5, key=f"training_steps_{suffix}",
                       help=defaults["steps"].why)
@@ -147,27 +154,18 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
                                  key=f"training_warmup_{suffix}", help=defaults["warmup_steps"].why)
         schedule = a1.selectbox("Then", SCHEDULES, key="training_schedule",
                                 help="How the learning rate decays after warm-up.")
-        clip_default = 1.0 if lesson == "lr_too_high" else defaults["max_grad_norm"].value
         clip = a2.number_input("Clip gradient norm at (0 = off)", 0.0, 100.0, clip_default, 0.5,
                                key=f"training_clip_{suffix}", help=defaults["max_grad_norm"].why)
-        amp_modes = [m for m in AMP_MODES if on_gpu or m != "fp16"]  # fp16 needs CUDA
-        amp = a2.selectbox("Mixed precision", amp_modes, key="training_amp",
-                           help="auto: " + auto_amp("cuda" if on_gpu else "cpu").reason + " off: fp32. bf16: "
-                           "bf16 autocast (CUDA, or CPU); fp16 needs CUDA and a gradient scaler.")
-        checkpointing = a3.toggle("Gradient checkpointing", False, key="training_ckpt",
-                                  help="Recompute activations in the backward pass: less memory, ~30% slower; "
-                                  "it lets a step hold more tokens on this server.")
-        freeze = a3.toggle("Freeze word embeddings", False, key="training_freeze",
-                           disabled=from_scratch,
-                           help="Fine-tuning only: keep the word embeddings, and the output layer that BERT ties "
-                           "to them, fixed. That matrix (vocabulary × hidden) is half the default model's weights: "
-                           "no gradient, no AdamW update, a faster step. A model trained from scratch needs them.")
+        amp = a2.selectbox("Mixed precision", [m for m in AMP_MODES if on_gpu or m != "fp16"],  # fp16 needs CUDA
+                           key="training_amp", help=TEXT("amp_help", reason=auto_amp("cuda" if on_gpu else "cpu").reason))
+        checkpointing = a3.toggle("Gradient checkpointing", False, key="training_ckpt", help=TEXT("checkpointing_help"))
+        freeze = a3.toggle("Freeze word embeddings", False, key="training_freeze", disabled=from_scratch,
+                           help=TEXT("freeze_help"))
         mlm_p = a3.slider("Masked share", P_MIN, P_MAX, min(max(round(rule.mlm_probability, 2), P_MIN), P_MAX), 0.01,
                           key="training_mlm_p",
-                          help="The share of tokens selected for prediction; it starts at the Masking page's p. "
-                          f"The rest of the rule comes from the Masking page (or the link): "
-                          f"{rule.strategy.replace('_', ' ')}, of the selected {rule.mask_replace_prob:.0%} "
-                          f"[MASK], {rule.random_replace_prob:.0%} random, {rule.unchanged_prob:.0%} unchanged.")
+                          help=TEXT("masked_share_help", strategy=rule.strategy.replace("_", " "),
+                                    mask=rule.mask_replace_prob, random=rule.random_replace_prob,
+                                    unchanged=rule.unchanged_prob))
         eval_every = a1.number_input("Evaluate every … steps", 1, 500, defaults["eval_every"].value,
                                      key=f"training_eval_every_{suffix}", help=defaults["eval_every"].why)
         num_sampled = a2.select_slider("Sampled softmax: K", [16, 64, 256, 1024, 4096], SAMPLED_SOFTMAX.num_sampled,
@@ -179,74 +177,70 @@ def run_controls(lesson: str, from_scratch: bool, texts: Texts, on_gpu: bool):
                                        defaults["focus_mlm_probability"].value, key=f"training_focus_{suffix}",
                                        format_func=lambda v: "as every token (the rule)" if v == 0 else f"{v:.0%}",
                                        help=defaults["focus_mlm_probability"].why)
-    with st.expander("Why these defaults?", expanded=False):
-        ui.table(pd.DataFrame([{"setting": name.replace("_", " "), "default": d.value, "why": d.why}
-                                   for name, d in defaults.items()]), key=f"training_why_{suffix}")
-        peak = max(range(1, 1001), key=uncorrected_adam_step_ratio)
-        st.caption(f"AdamW with BERT's betas {ADAM_BETAS} and eps {ADAM_EPS:g}, and PyTorch's bias correction. "
-                   f"BERT's optimizer had none, so its early steps were larger (at step {peak}, "
-                   f"{uncorrected_adam_step_ratio(peak):.1f}x), which its 10,000 warm-up steps hid; PyTorch's "
-                   "default eps is 1e-8. Weight decay 0.01, not on biases and LayerNorm weights.")
-    try:
-        base = base_config(lesson, from_scratch=from_scratch, texts=texts, seed=int(settings.seed),
-                           steps=int(steps), batch_size=int(batch), seq_len=int(seq_len), learning_rate=float(lr),
-                           warmup_steps=int(warmup), schedule=schedule, amp=amp,
-                           gradient_checkpointing=bool(checkpointing), max_grad_norm=float(clip) or None,
-                           masking=replace(rule, mlm_probability=float(mlm_p)), eval_every=int(eval_every),
-                           num_sampled=int(num_sampled), freeze_word_embeddings=bool(freeze) and not from_scratch,
-                           focus_mlm_probability=float(focus_p))
-        if lesson == "lr_too_high":
-            st.info(f"Three runs from the same weights on the same batches: the learning rate above ({lr:g}) "
-                    f"without clipping, the same with the gradient norm clipped at {clip or 1.0:g}, and a "
-                    "sensible rate for reference. Watch the held-out loss: within a few steps the fast runs "
-                    "forget what the model knew. Clipping caps the size of each gradient, but AdamW divides every "
-                    "update by its running gradient size anyway, so the clipped run takes steps of about the same "
-                    "size and fails too (its first jump may be smaller). The cure is a smaller learning rate.")
-            return lesson_variants(lesson, base, from_scratch=from_scratch, clip=float(clip or 1.0))
-        if lesson == "masking":
-            copies = st.select_slider("Static masks per chunk", [1, 2, 5, 10], 1, key="training_static_copies",
-                                      help="BERT's create_pretraining_data.py masks its data dupe_factor = 10 "
-                                      "times up front; over its 40 epochs each mask came back 4 times (RoBERTa, "
-                                      "section 4.1). The default 40 steps of 8 chunks are about 8 passes over the "
-                                      "gazetteer, so with 10 copies no mask repeats: choose 1 or 2 to see reuse.")
-            st.info("Two runs on the same chunks in the same order. **Dynamic**: every time a chunk comes round "
-                    "it gets a fresh mask (RoBERTa, section 4.1). **Static**: each chunk gets its masks once, "
-                    "before training, and sees them again every epoch (BERT). RoBERTa's Table 1 found dynamic "
-                    "masking comparable or slightly better; on this small text, watch the held-out loss.")
-            return lesson_variants(lesson, base, from_scratch=from_scratch, static_copies=int(copies))
-        if lesson == "mask_rate":
-            c1, c2 = st.columns(2)
-            rates = c1.multiselect(f"Masking rates to race (1 to {MAX_RATES})", list(RATE_CHOICES), list(MASK_RATES),
-                                   key="training_rates", format_func=lambda p: f"{p:.0%}",
-                                   help="The share of tokens selected for prediction. BERT: 15%; MosaicBERT and "
-                                   "ModernBERT: 30%; Wettig et al. (2023): 40% for BERT-large.")
-            split = SPLITS[c2.selectbox("Of the selected: [MASK] / random / unchanged", range(len(SPLITS)),
-                                        key="training_split", format_func=lambda i: split_text(*SPLITS[i]),
-                                        help="BERT's 80/10/10 by default; every variant uses the same split.")]
-            st.info("The same model, the same batches in the same order, each rate with its own mask drawn from the "
-                    "same per-token draws (a token selected at 15% is selected at 30% and 40% too). The training "
-                    "losses are not comparable; the **frozen evaluation mask** is: one 15% mask of the held-out "
-                    "text, the same positions for every variant, as ModernBERT evaluates its 30% run at 15%.")
-            return lesson_variants(lesson, base, from_scratch=from_scratch, rates=rates, split=tuple(split))
-        if lesson == "bugs":
-            bug = st.selectbox("The bug", list(TRAINED_BUGS), key=BUG_KEY,
-                               format_func=lambda b: TRAINED_BUGS[b].title,
-                               help="Each is a named option of the loop's masking, labels or evaluation step.")
-            st.code(TRAINED_BUGS[bug].code, language="python", wrap_lines=True)
-            st.caption("Reported: " + reported_markdown(TRAINED_BUGS[bug].reported) + ".")  # our text, its links
-            st.info("Two runs from the same weights on the same batches, masks and seed: the clean run, and a twin "
-                    "with the bug. The held-out loss of both is measured on the same frozen mask; a bug of the "
-                    "evaluation step also shows what its buggy evaluation reports.")
-            return lesson_variants(lesson, base, from_scratch=from_scratch, bug=bug)
-        if lesson == "free":
-            chosen = st.multiselect("Loss variants to race (1 to 3)", list(VARIANT_LABELS), ["full", "sampled"],
-                                    key="training_variants", format_func=lambda v: VARIANT_LABELS[v][0],
-                                    help=" · ".join(f"{label}: {why}" for label, why in VARIANT_LABELS.values()))
-            return lesson_variants(lesson, base, from_scratch=from_scratch, losses=chosen)
-        return lesson_variants(lesson, base, from_scratch=from_scratch)
-    except InputError as exc:
-        ui.show_error(exc)
-        return None
+    return dict(steps=int(steps), batch_size=int(batch), seq_len=int(seq_len), learning_rate=float(lr),
+                warmup_steps=int(warmup), schedule=schedule, amp=amp, gradient_checkpointing=bool(checkpointing),
+                max_grad_norm=float(clip) or None, masking=replace(rule, mlm_probability=float(mlm_p)),
+                eval_every=int(eval_every), num_sampled=int(num_sampled),
+                freeze_word_embeddings=bool(freeze) and not from_scratch, focus_mlm_probability=float(focus_p))
+
+
+def lesson_choices(lesson: str, base, from_scratch: bool):
+    """The lesson's own choices (the rates to race, the bug, the losses, ...) and its variants, built from `base`."""
+    if lesson == "lr_too_high":
+        clip = base.max_grad_norm or 1.0
+        st.info(TEXT("lr_too_high", lr=base.learning_rate, clip=clip))
+        return lesson_variants(lesson, base, from_scratch=from_scratch, clip=float(clip))
+    if lesson == "masking":
+        copies = st.select_slider("Static masks per chunk", [1, 2, 5, 10], 1, key="training_static_copies",
+                                  help=TEXT("static_masks_help"))
+        st.info(TEXT("masking"))
+        return lesson_variants(lesson, base, from_scratch=from_scratch, static_copies=int(copies))
+    if lesson == "mask_rate":
+        c1, c2 = st.columns(2)
+        rates = c1.multiselect(f"Masking rates to race (1 to {MAX_RATES})", list(RATE_CHOICES), list(MASK_RATES),
+                               key="training_rates", format_func=lambda p: f"{p:.0%}", help=TEXT("rates_help"))
+        split = SPLITS[c2.selectbox("Of the selected: [MASK] / random / unchanged", range(len(SPLITS)),
+                                    key="training_split", format_func=lambda i: split_text(*SPLITS[i]),
+                                    help="BERT's 80/10/10 by default; every variant uses the same split.")]
+        st.info(TEXT("mask_rate"))
+        return lesson_variants(lesson, base, from_scratch=from_scratch, rates=rates, split=tuple(split))
+    if lesson == "bugs":
+        bug = st.selectbox("The bug", list(TRAINED_BUGS), key=BUG_KEY, format_func=lambda b: TRAINED_BUGS[b].title,
+                           help="Each is a named option of the loop's masking, labels or evaluation step.")
+        st.code(TRAINED_BUGS[bug].code, language="python", wrap_lines=True)
+        st.caption("Reported: " + reported_markdown(TRAINED_BUGS[bug].reported) + ".")  # our text, its links
+        st.info(TEXT("bugs"))
+        return lesson_variants(lesson, base, from_scratch=from_scratch, bug=bug)
+    if lesson == "free":
+        chosen = st.multiselect("Loss variants to race (1 to 3)", list(VARIANT_LABELS), ["full", "sampled"],
+                                key="training_variants", format_func=lambda v: VARIANT_LABELS[v][0],
+                                help=" · ".join(f"{label}: {why}" for label, why in VARIANT_LABELS.values()))
+        return lesson_variants(lesson, base, from_scratch=from_scratch, losses=chosen)
+    return lesson_variants(lesson, base, from_scratch=from_scratch)
+
+
+def teacher_panel(manager) -> None:
+    """Every run on this server, and a stop button for each, behind the teacher key (MLMLAB_TEACHER_KEY)."""
+    with st.expander("Teacher: every run on this server", expanded=False):
+        key = st.text_input("Teacher key", type="password", key="training_teacher_key",
+                            help="The value of MLMLAB_TEACHER_KEY the server was started with.")
+        if key:
+            try:
+                runs = manager.teacher_runs(key, client=ui.guess_client())
+                ui.table(pd.DataFrame([[s.run_id, s.label, s.status, f"{s.step} / {s.total_steps}",
+                                            round(s.elapsed_s)] for s in runs],
+                                          columns=["run", "what", "status", "step", "seconds"]), key="training_teacher_runs")
+                if runs:
+                    target = st.selectbox("Run to stop", [s.run_id for s in runs], key="training_teacher_target")
+                    if st.button("■ Stop this run", key="training_teacher_stop"):
+                        manager.teacher_stop(key, target, client=ui.guess_client())
+                        st.toast(f"Stopping run {target}…")
+                wrong = manager.key_guard.failures()
+                if wrong:
+                    st.caption("Wrong teacher keys since the server started (also in the server's terminal): "
+                               + "; ".join(f"{f.total} from {ui.markdown_text(f.client)}" for f in wrong[:10]) + ".")
+            except InputError as exc:
+                ui.show_error(exc, "warning")
 
 
 # ------------------------------------------------------------------------------------- start / stop
@@ -303,26 +297,7 @@ info_col.caption(f"Machine: {counts['running']} of {counts['max_runs']} training
                  f"{manager.max_step_tokens:,} tokens (batch × sequence length; 4× with gradient checkpointing).")
 
 if teacher_key_set():
-    with st.expander("Teacher: every run on this server", expanded=False):
-        key = st.text_input("Teacher key", type="password", key="training_teacher_key",
-                            help="The value of MLMLAB_TEACHER_KEY the server was started with.")
-        if key:
-            try:
-                runs = manager.teacher_runs(key, client=ui.guess_client())
-                ui.table(pd.DataFrame([[s.run_id, s.label, s.status, f"{s.step} / {s.total_steps}",
-                                            round(s.elapsed_s)] for s in runs],
-                                          columns=["run", "what", "status", "step", "seconds"]), key="training_teacher_runs")
-                if runs:
-                    target = st.selectbox("Run to stop", [s.run_id for s in runs], key="training_teacher_target")
-                    if st.button("■ Stop this run", key="training_teacher_stop"):
-                        manager.teacher_stop(key, target, client=ui.guess_client())
-                        st.toast(f"Stopping run {target}…")
-                wrong = manager.key_guard.failures()
-                if wrong:
-                    st.caption("Wrong teacher keys since the server started (also in the server's terminal): "
-                               + "; ".join(f"{f.total} from {ui.markdown_text(f.client)}" for f in wrong[:10]) + ".")
-            except InputError as exc:
-                ui.show_error(exc, "warning")
+    teacher_panel(manager)
 
 
 # ------------------------------------------------------------------------------------- live view
@@ -415,10 +390,7 @@ def draw_filmstrip(snap, lesson_run: bool) -> None:
                                   label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None)
         st.plotly_chart(ui.room_figure(figure), key=f"training_film_{snap.run_id}")
         st.markdown(ui.markdown_text(filmstrip_summary(frames)))
-        st.caption("Each column is one evaluation: the model's five first guesses with their probabilities (darker = "
-                   "likelier), the hidden word outlined in green when it is among them; the line below is its rank "
-                   "among all the vocabulary's tokens (1 = the first guess). Inside the model shows the same for the "
-                   "trained model beside the one it started from.")
+        st.caption(TEXT("filmstrip"))
 
 
 def side_by_side(n: int):
@@ -474,22 +446,14 @@ def draw(snap) -> None:
     vocab_size = len(tokenizer) if from_scratch else None  # ln V, the uniform guess, drawn for scale
     if any(evals.values()):
         st.plotly_chart(ui.room_figure(eval_figure(evals)), key="training_eval_chart")
-        st.caption("Held-out loss: the mean cross-entropy over every selected position, the positions Hugging "
-                   "Face's run_mlm.py scores too (its perplexity is exp of its eval loss, a mean of per-batch means: "
-                   "the same number up to how the batches split the positions); \"MLM perplexity\" is exp of this "
-                   "loss. 10% of those positions show the model the true word, so the dashed line, the [MASK] "
-                   "positions alone, is the harder number.")
+        st.caption(TEXT("held_out"))
         focus = [(name, v.evals[0], v.evals[-1]) for name, v in snap.variants.items()
                  if v.evals and v.evals[0].get("focus_loss") is not None]
         if focus:
             name, first, last = focus[0]
-            st.caption(f"What the fall is made of: at the {last['focus_tokens']} held-out positions that hide one of "
-                       f"the facts' words the loss went from {first['focus_loss']:.2f} to {last['focus_loss']:.2f} "
-                       f"({name}); over every position from {first['loss']:.2f} to {last['loss']:.2f}. "
-                       + ("From scratch, most of the fall is learning which words are common." if from_scratch else
-                          "Much of the rest is the model learning to spell the invented name (ve ##ld ##oria), "
-                          "which is in nearly every sentence: the facts' own loss and the probes say what it "
-                          "learned about Veldoria."))
+            st.caption(TEXT("focus", tokens=last["focus_tokens"], focus_then=first["focus_loss"],
+                            focus_now=last["focus_loss"], variant=name, then=first["loss"], now=last["loss"],
+                            rest=TEXT("focus_scratch" if from_scratch else "focus_trained")))
     kind = run_kind(snap.configs)
     meta = state.get(RUN_META_KEY) or {}
     if kind == "mask_rate" and any(evals.values()):
@@ -516,9 +480,7 @@ def draw(snap) -> None:
         if kind == "mask_rate":
             st.caption(rate_train_note(steps))
     if any((cfg or {}).get("loss") == "sampled" for cfg in (snap.configs or {}).values()):
-        st.caption("The sampled-softmax training loss is an estimate of the full loss from the true word and K "
-                   "sampled words: compare the variants on the held-out chart, which scores every variant with "
-                   "the full cross-entropy.")
+        st.caption(TEXT("sampled"))
     c1, c2 = st.columns([2, 1])
     clips = {name: cfg.get("max_grad_norm") for name, cfg in (snap.configs or {}).items()}
     c1.plotly_chart(ui.room_figure(grad_norm_figure(steps, clip=clips)), key="training_grad_chart")
@@ -554,8 +516,7 @@ run = state.get(RUN_KEY)
 if texts is not None and texts.probe_groups and not from_scratch and (run is None or run.snapshot().finished):
     with st.expander("Before you press Start: what the model guesses at the probes now", expanded=run is None):
         preview = cached_preview(f"{model_name or 'default'}:{id(model)}:{hash(texts.probes)}", texts, model, tokenizer)
-        st.caption("The answer's rank among all the vocabulary's tokens (1 = its first guess). The same tables, "
-                   "with the guesses after training beside these, appear below once the run has its first evaluation.")
+        st.caption(TEXT("preview"))
         sets = list(dict.fromkeys(row["probe set"] for row in preview))
         for column, name in zip(side_by_side(len(sets)), sets):
             with column:
