@@ -107,11 +107,20 @@ class Claim:
 
 
 def _claims() -> list[Claim]:
+    """Every claim the docs mark, group by group (one function per part of the app)."""
     c: list[Claim] = []
 
     def add(group: str, what: str, fmt: Callable, *ids: str) -> None:
         c.extend(Claim(i, group, what, fmt) for i in ids)
 
+    for part in (_model_claims, _loss_claims, _training_claims, _guide_claims):
+        part(add)
+    return c
+
+
+
+def _model_claims(add: Callable[..., None]) -> None:
+    """The default model's build record, the Grammar page, and Inside the model (heads, lens, saliency)."""
     add("build", "the default model's build step (assets/default_mlm/build.json)", lambda v: str(int(v)), "model_step")
     # the Grammar page: BLiMP as the default model's build measured it (build.json's final_metrics.blimp)
     add("build", "the default model's BLiMP accuracy, overall (mean over paradigms), %", percent(1), "blimp_overall")
@@ -153,6 +162,11 @@ def _claims() -> list[Claim]:
         "sal_sentence_min", "sal_sentence_max")
     add("saliency", "mean tau on magnitudes, smallest and largest over every measure, on the page's 24 held-out "
         "sentences", fixed(2), "sal24_min", "sal24_max")
+
+
+
+def _loss_claims(add: Callable[..., None]) -> None:
+    """Predictions, the Loss page and the Bug museum, and the sampled softmax's target."""
     # Predictions: loss by decision (the held-out workshop sentences, BERT's rule, seed 0)
     add("predictions", "held-out workshop sentences (the documents the default model never trained on)", fixed(0),
         "pred_sentences")
@@ -215,6 +229,11 @@ def _claims() -> list[Claim]:
     add("sampled", "K sweep with replacement (importance), mean error at K = 256 and its standard error, %", percent(2),
         "sweep_is_256_err", "sweep_is_256_se")
     add("sampled", "... one draw's spread at K = 256, % of the full loss", percent(1), "sweep_is_256_spread")
+
+
+
+def _training_claims(add: Callable[..., None]) -> None:
+    """The Training page's lessons (default model, the gazetteer, seed 0)."""
     # Training lessons (default model, seed 0, the gazetteer)
     add("training", "lr lesson: held-out loss before training (step 0)", fixed(2), "lr_start")
     add("training", "lr lesson, lr 1e-2: held-out loss at step 5 without / with clipping", fixed(1),
@@ -256,6 +275,11 @@ def _claims() -> list[Claim]:
     add("training", "facts lesson: held-out positions that hide one of the facts' words", fixed(0), "facts_focus_n")
     add("training", "facts lesson: questions in new words right at each evaluation, and the steps of those "
         "evaluations", text, "facts_right_by_step", "facts_right_steps")
+
+
+def _guide_claims(add: Callable[..., None]) -> None:
+    """The Training page's lessons at the seed docs/workshop.md teaches with, issue 27's three lessons, and the
+    Masking page's corpus check."""
     # the same lesson at the seed the guide teaches with (docs/workshop.md)
     add("training", "the seed docs/workshop.md teaches with (GUIDE_SEED)", text, "guide_seed")
     # issue 27's three lessons at the guide's seed, every other setting left alone (training_lessons)
@@ -301,7 +325,6 @@ def _claims() -> list[Claim]:
     add("masking", "... rate, %", percent(2), "z144_rate")
     add("masking", "... z-score", signed(2), "z144_z")
     add("masking", "token masking, seed 3, 10,000 tokens: z-score", signed(2), "z3_z")
-    return c
 
 
 CLAIMS = _claims()
