@@ -26,6 +26,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -355,24 +356,46 @@ def amp_and_checkpointing(model: nn.Module, tokenizer, *, batch_size: int = 4, s
     if not chosen:
         raise InputError("Choose at least one setting to measure.")
     _check_budget("A training step", step_bytes(model, batch_size, seq_len), batch_size, seq_len)
-    device = next(model.parameters()).device
     input_ids, attention_mask, labels = masked_batch(tokenizer, batch_size, seq_len, seed)
     masked = int((labels != IGNORE_INDEX).sum())
     if masked == 0:
         raise InputError("No token of this batch was selected for prediction: try another seed.")
-    gemms = {}
-    if mfu:
-        try:
-            for _, _, frozen in chosen:
-                gemms[frozen] = step_gemms(model.config, batch_size=batch_size, seq_len=seq_len, masked=masked,
-                                           word_embeddings_trained=not frozen)
-        except InputError:
-            gemms = {}  # not a BERT-shaped model: times and memory only
+    gemms = _setting_gemms(model, chosen, batch_size, seq_len, masked) if mfu else {}
+    measured = _time_settings(model, chosen, (input_ids, attention_mask, labels), gemms, repeats=repeats, seed=seed)
+    return _step_rows(chosen, measured, gemms, batch_size=batch_size, seq_len=seq_len, masked=masked)
+
+
+def _setting_gemms(model: nn.Module, chosen, batch_size: int, seq_len: int, masked: int) -> dict[bool, list]:
+    """The step's matrix multiplies, with the word embeddings frozen or trained; {} for a model that is not
+    BERT-shaped (then times and memory only)."""
+    try:
+        return {frozen: step_gemms(model.config, batch_size=batch_size, seq_len=seq_len, masked=masked,
+                                   word_embeddings_trained=not frozen) for _, _, frozen in chosen}
+    except InputError:
+        return {}
+
+
+@dataclass
+class _Measured:
+    """What `_time_settings` measured, by setting index: step times (wall and CPU), peak memory, losses, and the
+    matmul-alone times of each (amp, frozen) pair."""
+
+    times: dict[str, list[float]]
+    cpu_times: dict[str, list[float]]
+    peaks: dict[int, int]
+    losses: dict[int, list[float]]
+    gemm_times: dict[tuple[str, bool], list[tuple[float, float]]]
+
+
+def _time_settings(model: nn.Module, chosen, batch, gemms, *, repeats: int, seed: int) -> _Measured:
+    """Time one `TrainStep` per setting, round-robin, on one private copy put back to the starting weights before
+    every step (see `amp_and_checkpointing`)."""
+    input_ids, attention_mask, labels = batch
+    device = next(model.parameters()).device
     with exclusive_measurement():
         work = copy.deepcopy(model).to(device=device, dtype=torch.float32)
         start = _snapshot(model)  # the caller's own tensors (read, never written): no second copy held
-        first_amp, first_ckpt, first_frozen = chosen[0]
-        step = TrainStep(work, TrainConfig(amp=first_amp, learning_rate=1e-5, seed=seed), device)
+        step = TrainStep(work, TrainConfig(amp=chosen[0][0], learning_rate=1e-5, seed=seed), device)
         losses: dict[int, list[float]] = {i: [] for i in range(len(chosen))}
 
         def prepare(i: int) -> Callable[[], None]:
@@ -410,22 +433,28 @@ def amp_and_checkpointing(model: nn.Module, tokenizer, *, batch_size: int = 4, s
             times = median_times(fns, warmup=0, repeats=repeats, device=device, before=before, cpu_times=cpu_times)
         finally:
             del work, step
-    base, cpu_base = times["0"], cpu_times["0"]
+    return _Measured(times, cpu_times, peaks, losses, gemm_times)
+
+
+def _step_rows(chosen, m: _Measured, gemms, *, batch_size: int, seq_len: int, masked: int) -> list[dict[str, Any]]:
+    """One row per setting: its times and memory as ratios against the first setting, its loss, and its matmul
+    share (``mfu``) where the matmuls were timed."""
+    base, cpu_base = m.times["0"], m.cpu_times["0"]
     rows = []
     for i, (amp, ckpt, frozen) in enumerate(chosen):
-        t, c = times[str(i)], cpu_times[str(i)]
+        t, c = m.times[str(i)], m.cpu_times[str(i)]
         row = {
             "amp": amp, "checkpointing": ckpt, "frozen": frozen, "label": step_label(amp, ckpt, frozen),
             "time_ms": median(t) * 1e3, "times_ms": [x * 1e3 for x in t], "time_x": paired_ratio(t, base),
             "cpu_time_ms": median(c) * 1e3, "cpu_time_x": paired_ratio(c, cpu_base),
-            "peak_bytes": peaks[i], "mem_x": peaks[i] / peaks[0] if peaks[0] else math.nan,
-            "loss": losses[i][-1], "losses": list(losses[i]), "batch_size": batch_size, "seq_len": seq_len,
+            "peak_bytes": m.peaks[i], "mem_x": m.peaks[i] / m.peaks[0] if m.peaks[0] else math.nan,
+            "loss": m.losses[i][-1], "losses": list(m.losses[i]), "batch_size": batch_size, "seq_len": seq_len,
             "masked": masked,
         }
-        if (amp, frozen) in gemm_times:
+        if (amp, frozen) in m.gemm_times:
             # one total per round, measured in the same rounds as the steps
-            g = [w for w, _ in gemm_times[(amp, frozen)]]
-            gc = [x for _, x in gemm_times[(amp, frozen)]]
+            g = [w for w, _ in m.gemm_times[(amp, frozen)]]
+            gc = [x for _, x in m.gemm_times[(amp, frozen)]]
             flops = sum(x.flops for x in gemms[frozen])
             row.update(flops=flops, gemm_ms=median(g) * 1e3, achieved_gflops=flops / median(t) / 1e9,
                        matmul_gflops=flops / median(g) / 1e9, mfu=median([a / b for a, b in zip(g, t) if b > 0]),
