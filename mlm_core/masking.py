@@ -301,6 +301,21 @@ def mask_tokens(
         raise InputError(f"The {config.strategy!r} strategy needs word_ids (from the tokenizer).")
 
     draws: dict[str, torch.Tensor] = {}
+    selected, span_first = _select(input_ids, eligible, config, generator, draws, word_ids, attention_mask)
+    corrupted, labels, decisions = _replace(input_ids, selected, span_first, config, generator, draws,
+                                            mask_token_id=mask_token_id, vocab_size=vocab_size, special_ids=special_ids)
+    if not trace:
+        draws = {}
+    if single:
+        corrupted, labels, decisions = corrupted[0], labels[0], decisions[0]
+        draws = {name: value[0] for name, value in draws.items()}
+    return MaskingResult(corrupted, labels, decisions, draws)
+
+
+def _select(input_ids, eligible, config: MaskingConfig, generator, draws, word_ids, attention_mask):
+    """Step 1, selection by the config's strategy: the (B, T) selected positions, and for SpanBERT's per-span
+    replacement the position of each piece's span start (else None). Records its draws in ``draws``."""
+    device = input_ids.device
     span_first = None  # (B, T) for per-span replacement: the position of each piece's span start
     if config.strategy == "token":
         selected = _select_tokens(eligible, config, generator, draws)
@@ -318,7 +333,14 @@ def mask_tokens(
             )
         lengths = attention_mask.to(device).sum(1)  # (B,) real tokens, [CLS] and [SEP] included
         selected = _select_exact_count(eligible, lengths, config, generator, draws)
+    return selected, span_first
 
+
+def _replace(input_ids, selected, span_first, config: MaskingConfig, generator, draws, *, mask_token_id: int,
+             vocab_size: int, special_ids: Sequence[int]):
+    """Step 2, replacement of the selected tokens (80/10/10 by default): the corrupted ids, the labels (-100 where
+    nothing was selected) and each position's `Decision`. Records its draws in ``draws``."""
+    device = input_ids.device
     # Replacement: one draw decides [MASK] (v < 0.8); among the rest a second draw decides
     # random (w < 0.5) or unchanged. Drawn for every token so a result never depends on B.
     v = _uniform(input_ids.shape, generator, device)
@@ -340,17 +362,10 @@ def mask_tokens(
     decisions = (
         to_mask.long() * Decision.MASK + to_random.long() * Decision.RANDOM + unchanged.long() * Decision.UNCHANGED
     )
-
-    if trace:
-        draws["replace"] = v
-        draws["random"] = w
-        draws["random_token"] = random_ids
-    else:
-        draws = {}
-    if single:
-        corrupted, labels, decisions = corrupted[0], labels[0], decisions[0]
-        draws = {name: value[0] for name, value in draws.items()}
-    return MaskingResult(corrupted, labels, decisions, draws)
+    draws["replace"] = v
+    draws["random"] = w
+    draws["random_token"] = random_ids
+    return corrupted, labels, decisions
 
 
 def _uniform(shape, generator: torch.Generator, device) -> torch.Tensor:
