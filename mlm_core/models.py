@@ -19,6 +19,8 @@ import math
 import os
 import threading
 import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -330,96 +332,109 @@ def _safetensors_parameters(path: Path, problem: str) -> int:
 
 
 
-def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dtype, limit: int):
+@dataclass(frozen=True)
+class _Source:
+    """Where a named model is read from: a local folder or the hub (its cached snapshot, if any)."""
+
+    name: str
+    source: str  # what from_pretrained gets: the folder, or the hub id
+    where: str  # how messages name it: "the folder ./x" or "bert-base-uncased"
+    problem: str  # the message for a damaged or incomplete local/cached copy
+    is_local: bool
+    offline: bool
+    snapshot: Path | None  # the hub cache's copy, when there is one
+    common: dict  # the keyword arguments every from_pretrained call gets
+
+    @property
+    def what(self) -> str:
+        return self.where[0].upper() + self.where[1:]
+
+    def load(self, fn, part: str | None = None, **kwargs):
+        """``fn.from_pretrained(source, ...)``, its failure turned into a `ModelLoadError` that says what to do."""
+        try:
+            return fn.from_pretrained(self.source, **kwargs, **self.common)
+        except Exception as exc:
+            if self.is_local:
+                raise ModelLoadError(self.problem) from None
+            extra = {"what": part} if part else {}
+            raise ModelLoadError(hub.explain_failure(self.where, exc, self.offline, **extra) + _offline_hint()) from None
+
+
+def _locate(name: str, limit: int) -> _Source:
+    """Find `name`: a local folder (its config file checked) or a hub id (its cached copy checked, or the hub asked
+    whether it exists and fits `limit`)."""
     folder = _local_folder(name)
-    is_local = folder is not None
     offline = hub.offline()
     hub.limit_timeouts()
-    where = f"the folder {shown_name(name)}" if is_local else shown_name(name)
     common: dict[str, Any] = {"trust_remote_code": False}
-    snapshot = None
-    if is_local:
+    if folder is not None:
         problem = _folder_problem(name) + _offline_hint()
         _check_config_file(folder, problem)
-        source = str(folder)
-    else:
-        if not hub.is_repo_id(name):
-            raise ModelLoadError(
-                f"{shown_name(name)} is not a Hugging Face model id (like bert-base-uncased or "
-                "someone/their-model) nor a folder path (like ./my-model)." + _offline_hint()
-            )
-        common.update(local_files_only=offline, cache_dir=str(hub.cache_dir()))
-        snapshot = hub.cached_snapshot(name)
-        problem = (f"The cached copy of {where} is damaged: its files are missing or cut short. Download it "
-                   "again." + _offline_hint())
-        if snapshot is not None:
-            _check_config_file(snapshot, problem)
-        elif not offline:
-            hub.check_repo(name, limit)
-        source = name
-
-    try:
-        config = AutoConfig.from_pretrained(source, **common)
-    except Exception as exc:
-        if is_local:
-            raise ModelLoadError(problem) from None
-        raise ModelLoadError(hub.explain_failure(where, exc, offline) + _offline_hint()) from None
-
-    if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return _Source(name, str(folder), f"the folder {shown_name(name)}", problem, True, offline, None, common)
+    if not hub.is_repo_id(name):
         raise ModelLoadError(
-            f"{where[0].upper() + where[1:]} is a {config.model_type!r} model, which has no masked-LM head in Hugging Face "
-            "Transformers, so it cannot fill in [MASK] tokens. Pick a masked LM such as BERT, "
-            "DistilBERT, RoBERTa or ALBERT." + _offline_hint()
+            f"{shown_name(name)} is not a Hugging Face model id (like bert-base-uncased or "
+            "someone/their-model) nor a folder path (like ./my-model)." + _offline_hint()
         )
-    what = where[0].upper() + where[1:]
-    model_access.check_parameter_count(model_access.estimate_parameters(config), what, limit)  # quick, from fields
-    model_access.check_built_size(config, what, limit)  # what it would really allocate and run, on the meta device
-    if is_local or snapshot is not None:
-        _check_weight_files(folder if is_local else snapshot, name, limit, problem)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model, loading = AutoModelForMaskedLM.from_pretrained(
-                source, config=config, dtype=dtype, use_safetensors=True,
-                output_loading_info=True, **common,
-            )
-    except Exception as exc:
-        if is_local:
-            raise ModelLoadError(problem) from None
-        raise ModelLoadError(hub.explain_failure(where, exc, offline, what="weights") + _offline_hint()) from None
+    common.update(local_files_only=offline, cache_dir=str(hub.cache_dir()))
+    snapshot = hub.cached_snapshot(name)
+    problem = (f"The cached copy of {shown_name(name)} is damaged: its files are missing or cut short. Download it "
+               "again." + _offline_hint())
+    if snapshot is not None:
+        _check_config_file(snapshot, problem)
+    elif not offline:
+        hub.check_repo(name, limit)
+    return _Source(name, name, shown_name(name), problem, False, offline, snapshot, common)
 
+
+def _check_heads(model, loading: Mapping[str, Any], what: str) -> None:
+    """Refuse a checkpoint without its trained masked-LM head (an encoder only) or with encoder weights missing."""
     prefix = getattr(model, "base_model_prefix", "") + "."
     missing_head = [k for k in loading.get("missing_keys", ()) if not k.startswith(prefix) and not k.endswith("bias")]
     missing_body = [k for k in loading.get("missing_keys", ()) if k.startswith(prefix)]
     if missing_head:
         raise ModelLoadError(
-            f"{where[0].upper() + where[1:]} has no trained masked-LM head (missing: {', '.join(sorted(missing_head)[:3])}): it is "
+            f"{what} has no trained masked-LM head (missing: {', '.join(sorted(missing_head)[:3])}): it is "
             "an encoder only, so its predictions would be random. Pick a checkpoint saved with its MLM "
             "head (e.g. bert-base-uncased), or the bundled default." + _offline_hint()
         )
     if missing_body:
         raise ModelLoadError(
-            f"{where[0].upper() + where[1:]} is incomplete: {len(missing_body)} encoder weights are missing "
+            f"{what} is incomplete: {len(missing_body)} encoder weights are missing "
             f"(e.g. {missing_body[0]})." + _offline_hint()
         )
 
+
+def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dtype, limit: int):
+    src = _locate(name, limit)
+    config = src.load(AutoConfig)
+    if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        raise ModelLoadError(
+            f"{src.what} is a {config.model_type!r} model, which has no masked-LM head in Hugging Face "
+            "Transformers, so it cannot fill in [MASK] tokens. Pick a masked LM such as BERT, "
+            "DistilBERT, RoBERTa or ALBERT." + _offline_hint()
+        )
+    model_access.check_parameter_count(model_access.estimate_parameters(config), src.what, limit)  # quick, from fields
+    model_access.check_built_size(config, src.what, limit)  # what it would really allocate and run, on the meta device
+    if src.is_local or src.snapshot is not None:
+        _check_weight_files(Path(src.source) if src.is_local else src.snapshot, name, limit, src.problem)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, loading = src.load(AutoModelForMaskedLM, "weights", config=config, dtype=dtype, use_safetensors=True,
+                                  output_loading_info=True)
+    _check_heads(model, loading, src.what)
     if tokenizer is None:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(source, **common)
-        except Exception as exc:
-            if is_local:
-                raise ModelLoadError(problem) from None
-            raise ModelLoadError(hub.explain_failure(where, exc, offline, what="tokenizer") + _offline_hint()) from None
+        tokenizer = src.load(AutoTokenizer, "tokenizer")
     if len(tokenizer) > config.vocab_size:
         raise ModelLoadError(
-            f"The tokenizer has {len(tokenizer):,} tokens but {where} only knows {config.vocab_size:,}: "
+            f"The tokenizer has {len(tokenizer):,} tokens but {src.where} only knows {config.vocab_size:,}: "
             "they do not belong together." + _offline_hint()
         )
     info = {
         "trained": True,
-        "label": Path(name).name if is_local else name,
-        "description": f"{type(model).__name__} loaded from {where}.",
-        "source": "local" if is_local else "hub",
+        "label": Path(name).name if src.is_local else name,
+        "description": f"{type(model).__name__} loaded from {src.where}.",
+        "source": "local" if src.is_local else "hub",
     }
     return model.to(device), tokenizer, info
 
