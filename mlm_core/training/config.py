@@ -1,5 +1,5 @@
-"""What defines a training run: `TrainConfig` and its checks, the settings variants must share,
-and the rule that turns the run's seed into every random stream it uses.
+"""What defines a training run: `TrainConfig` and its checks, `DataConfig` (the settings variants
+must share), and the rule that turns the run's seed into every random stream it uses.
 
 A config is a frozen dataclass (nanoGPT's GPTConfig): defaults carry a comment that says why, and
 `__post_init__` refuses impossible values with a message a workshop participant can act on.
@@ -267,18 +267,56 @@ class TrainConfig:
             raise InputError(f"Bad training settings: {exc}") from None
 
 
-# Settings that decide which tokens a step sees and what it is measured on: variants compared side by side
-# must share them. (The training rule `masking`, `mask_copies` and `bug` are not: static and dynamic masking,
-# 15% and 40%, a clean run and its buggy twin race on the same chunks in the same order, each with its own
-# masks drawn from the same per-sample seeds; the held-out set's rule, `held_out_masking`, is shared, so every
-# variant is scored on the same frozen mask.)
-DATA_FIELDS = ("steps", "batch_size", "seq_len", "chunk_overlap", "grad_accum_steps", "held_out_masking",
-               "eval_every", "eval_fraction", "eval_max_chunks", "probe_sentences", "probe_answers",
-               "probe_groups", "probe_top_k", "eval_focus_words", "focus_mlm_probability", "seed")
+@dataclass(frozen=True)
+class DataConfig:
+    """The settings that decide which tokens a step sees and what it is measured on: one per run.
+
+    Variants compared side by side must share them, so a run has one (`check_variants` returns it)
+    and the loop, its batches, its held-out set and its probes read only these. The training rule
+    `masking`, `mask_copies` and `bug` are not here: static and dynamic masking, 15% and 40%, a clean
+    run and its buggy twin race on the same chunks in the same order, each with its own masks drawn
+    from the same per-sample seeds. The held-out set's rule is here, so every variant is scored on the
+    same frozen mask. Built from a checked config by `DataConfig.of` (a TrainConfig has every one of
+    these fields too, so the helpers that take a DataConfig take a TrainConfig as well).
+
+    >>> DataConfig.of(TrainConfig(steps=20, seed=3)).steps, DataConfig.of(TrainConfig(seed=3)).seed
+    (20, 3)
+    """
+
+    steps: int
+    batch_size: int
+    seq_len: int
+    chunk_overlap: int
+    grad_accum_steps: int
+    held_out_masking: MaskingConfig  # TrainConfig.eval_masking, else the training rule
+    eval_every: int
+    eval_fraction: float
+    eval_max_chunks: int
+    probe_sentences: tuple[str, ...]
+    probe_answers: tuple[str, ...]
+    probe_groups: tuple[str, ...]
+    probe_top_k: int
+    eval_focus_words: tuple[str, ...]
+    focus_mlm_probability: float
+    seed: int
+
+    @classmethod
+    def of(cls, cfg: TrainConfig) -> DataConfig:
+        """The data settings of one variant's config."""
+        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cls)})
 
 
-def check_variants(variants: Mapping[str, TrainConfig]) -> None:
-    """Variants compared side by side must see the same data: same steps, batches, masks and seed."""
+DATA_FIELDS = tuple(f.name for f in dataclasses.fields(DataConfig))
+
+
+def check_variants(variants: Mapping[str, TrainConfig]) -> DataConfig:
+    """Variants compared side by side must see the same data: same steps, batches, masks and seed.
+
+    Returns the data settings they share, the run's one `DataConfig`.
+
+    >>> check_variants({"a": TrainConfig(steps=5), "b": TrainConfig(steps=5, learning_rate=1e-3)}).steps
+    5
+    """
     if not isinstance(variants, Mapping) or not variants:
         raise InputError("Choose at least one variant to train.")
     if len(variants) > MAX_VARIANTS:
@@ -289,9 +327,10 @@ def check_variants(variants: Mapping[str, TrainConfig]) -> None:
             raise InputError("Every variant needs a name.")
         if not isinstance(cfg, TrainConfig):
             raise InputError(f"Variant {name!r} needs a TrainConfig.")
-    first = next(iter(variants.values()))
+    shared = DataConfig.of(next(iter(variants.values())))  # the first variant's; every other must match it
     for name, cfg in variants.items():
-        differ = [f for f in DATA_FIELDS if getattr(cfg, f) != getattr(first, f)]
+        mine = DataConfig.of(cfg)
+        differ = [f for f in DATA_FIELDS if getattr(mine, f) != getattr(shared, f)]
         if differ == ["held_out_masking"]:
             raise InputError(f"Variant {name!r} masks the held-out text with another rule: variants that train with "
                              "different masking rules must share one eval_masking, so every variant is scored on "
@@ -299,6 +338,7 @@ def check_variants(variants: Mapping[str, TrainConfig]) -> None:
         if differ:
             raise InputError(f"Variant {name!r} differs in {', '.join(differ)}: variants must share "
                              "these settings so they see identical batches and masks.")
+    return shared
 
 
 # --------------------------------------------------------------------------------------------
