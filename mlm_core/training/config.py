@@ -130,6 +130,12 @@ class TrainConfig:
             if not isinstance(value, bool):
                 fail(f"{name} must be True or False.")
 
+        def strings(name: str, what: str) -> None:  # a list of strings, kept as a tuple (the config stays hashable)
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                fail(f"{name} must be a list of {what}.")
+            object.__setattr__(self, name, tuple(value))
+
         whole("steps", self.steps, 1, 1_000_000, "A workshop run needs 20 to 200 steps.")
         whole("batch_size", self.batch_size, 1, 65_536, "8 to 32 sequences is typical on a CPU.")
         whole("seq_len", self.seq_len, 8, 8192, "64 or 128 tokens suits sentences.")
@@ -177,27 +183,17 @@ class TrainConfig:
         number("eval_fraction", self.eval_fraction, 0.0, 0.5,
                "Hold out 5% to 20% of the chunks for evaluation.")
         whole("eval_max_chunks", self.eval_max_chunks, 1, 100_000)
-        if isinstance(self.probe_sentences, str) or not all(
-            isinstance(s, str) for s in self.probe_sentences
-        ):
-            fail("probe_sentences must be a list of sentences.")
-        object.__setattr__(self, "probe_sentences", tuple(self.probe_sentences))
-        if isinstance(self.probe_answers, str) or not all(isinstance(a, str) for a in self.probe_answers):
-            fail("probe_answers must be a list of words.")
-        object.__setattr__(self, "probe_answers", tuple(self.probe_answers))
+        strings("probe_sentences", "sentences")
+        strings("probe_answers", "words")
         if self.probe_answers and len(self.probe_answers) != len(self.probe_sentences):
             fail(f"probe_answers has {len(self.probe_answers)} words for {len(self.probe_sentences)} "
                  "probe sentences: give one answer per sentence (\"\" where it is unknown).")
-        if isinstance(self.probe_groups, str) or not all(isinstance(g, str) for g in self.probe_groups):
-            fail("probe_groups must be a list of names.")
-        object.__setattr__(self, "probe_groups", tuple(self.probe_groups))
+        strings("probe_groups", "names")
         if self.probe_groups and len(self.probe_groups) != len(self.probe_sentences):
             fail(f"probe_groups has {len(self.probe_groups)} names for {len(self.probe_sentences)} probe sentences: "
                  "give one set name per sentence.")
         whole("probe_top_k", self.probe_top_k, 1, 50)
-        if isinstance(self.eval_focus_words, str) or not all(isinstance(w, str) for w in self.eval_focus_words):
-            fail("eval_focus_words must be a list of words.")
-        object.__setattr__(self, "eval_focus_words", tuple(self.eval_focus_words))
+        strings("eval_focus_words", "words")
         number("focus_mlm_probability", self.focus_mlm_probability, 0.0, 1.0,
                "The share of the facts' words to mask: 0 keeps the rule's p for them too.")
         flag("dropout", self.dropout)

@@ -1,6 +1,11 @@
 """The loop: `train_variants` steps 1-4 variants of a run through the same batches, masks and
 dropout, step by step, so their curves race; `train` is one variant. `TrainStep` is one step of
-the same loop on a batch you give it, for the Efficiency page and the benchmarks.
+the same loop on a batch you give it, for the Efficiency page, the benchmarks and the default-model
+build; `prepare_variant` sets a model up for either (dropout, checkpointing, optimizer, class weights).
+
+A run, as `_train_variants` reads: its data (`_corpus`: chunks, held-out set and probes, all from
+the run's one `DataConfig`), its variants (`_variant`: a deep copy each), the steps (`_train_step`
+on each step's `MicroBatch`es, `_evaluate` every `eval_every` steps), the end (`_finish`).
 
 Nothing in this package knows about Streamlit or about one model family (minGPT's trainer:
 "nothing in this file really has anything to do with GPT"). One step reads left to right:
@@ -442,6 +447,7 @@ def train_variants(model: nn.Module, tokenizer, texts: Sequence[str],
 def _train_variants(base: nn.Module, tokenizer, texts: Sequence[str], eval_texts: Sequence[str] | None,
                     variants: dict[str, TrainConfig], data: DataConfig, device: torch.device,
                     ds_template: Mapping[str, Any] | None, emit, stop: threading.Event) -> dict[str, TrainResult]:
+    """The run, top to bottom: its data, its variants, an evaluation at step 0, the steps, the end."""
     started = time.perf_counter()
     world = current_world()
     for cfg in variants.values():
