@@ -471,7 +471,7 @@ class Run:
                  eval_texts: Sequence[str] | None = None, client: str | None = None,
                  alive: Callable[[], bool] | None = None, max_seconds: float | None = None,
                  threads: int | None = None, keep_trained: bool = False):
-        check_variants(variants)
+        self.data = check_variants(variants)  # at submit, so a bad run is refused now, not when its turn comes
         self.run_id = uuid.uuid4().hex[:8]
         self.label = label
         self.client = client  # who started it: one queued or running run per client
@@ -497,7 +497,7 @@ class Run:
         self._started_at: float | None = None
         self._finished_at: float | None = None
         self._curves = {name: Curves(name) for name in variants}
-        self.total_steps = next(iter(variants.values())).steps
+        self.total_steps = self.data.steps
         self.results: dict[str, TrainResult] = {}
         self.last_polled = clock()
         self.queue_position: int | None = None
@@ -507,8 +507,7 @@ class Run:
         self._mark: float | None = None  # when the last event arrived
         self._step_wall: dict[int, list] = {}  # step -> [seconds so far, variants reported]
         self._eval_wall: dict[int, float] = {}  # step -> seconds of its evaluations and probes
-        eval_every = next(iter(variants.values())).eval_every
-        self._eval_points = eval_points(self.total_steps, eval_every)
+        self._eval_points = eval_points(self.total_steps, self.data.eval_every)
 
     @property
     def settings_key(self) -> tuple:

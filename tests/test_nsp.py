@@ -9,6 +9,7 @@ from transformers import BertConfig, BertForMaskedLM, BertForPreTraining
 from mlm_core.errors import InputError
 from mlm_core.data import mask_batch, special_ids
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
+from mlm_core.training import Optimizer, TrainConfig
 from mlm_core.lessons.nsp import (
     IS_NEXT,
     NOT_NEXT,
@@ -158,3 +159,20 @@ def test_train_nsp_head_reports_progress(tokenizer):
     fine = train_nsp_head(mlm, tokenizer, DOCS, generator=torch.Generator().manual_seed(0), steps=2,
                           batch_size=4, heldout=4, train_encoder=True)
     assert len(fine.accuracy) == 2 and fine.model.bert is not mlm.bert
+
+
+def test_nsp_steps_through_the_training_loops_optimizer(tokenizer, monkeypatch):
+    """One loop (the house plan): every NSP step is training.Optimizer's update, with its clipping rule."""
+    finished = []
+    real_finish = Optimizer.finish
+
+    def spy(self, skip):
+        finished.append((skip, self.cfg.max_grad_norm))
+        return real_finish(self, skip)
+
+    monkeypatch.setattr(Optimizer, "finish", spy)
+    for train_encoder in (False, True):
+        finished.clear()
+        train_nsp_head(_tiny_mlm(len(tokenizer)), tokenizer, DOCS, generator=torch.Generator().manual_seed(0),
+                       steps=3, batch_size=4, pool_size=8, heldout=4, train_encoder=train_encoder)
+        assert finished == [(False, TrainConfig().max_grad_norm)] * 3

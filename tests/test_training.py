@@ -1,6 +1,7 @@
 """The training loop: it learns, it stops, it leaves the base model and the caller's RNG alone,
 variants see the same data, evaluation is full cross-entropy, and empty selections give no NaN."""
 
+import dataclasses
 import math
 import random
 import threading
@@ -255,6 +256,31 @@ def test_static_masks_repeat_and_dynamic_masks_do_not(tok, model, monkeypatch):
 def test_variants_must_share_data_settings(tok, model):
     with pytest.raises(InputError, match="seq_len"):
         train_variants(model, tok, CORPUS, {"a": quick(), "b": quick(seq_len=32)})
+
+
+def test_check_variants_returns_the_one_data_config_the_variants_share():
+    a = quick()
+    b = quick(learning_rate=1e-2, masking=MaskingConfig(mlm_probability=0.4), eval_masking=MaskingConfig())
+    data = training.check_variants({"a": a, "b": b})  # other rate and learning rate, one held-out rule
+    assert data == training.DataConfig.of(a) == training.DataConfig.of(b)
+    assert data.held_out_masking == MaskingConfig() and (data.steps, data.seed) == (a.steps, a.seed)
+    assert training.DATA_FIELDS == tuple(f.name for f in dataclasses.fields(training.DataConfig))
+    with pytest.raises(InputError, match="another rule"):
+        training.check_variants({"a": a, "b": quick(masking=MaskingConfig(mlm_probability=0.4))})
+
+
+def test_batches_read_the_data_config_and_give_named_micro_batches(tok):
+    cfg = quick(grad_accum_steps=2)  # 4 sequences a step: two micro-batches of 2
+    data = training.DataConfig.of(cfg)
+    chunks, _, _ = training.split_chunks(tok, CORPUS, data)
+    batches = training.Batches(chunks, data, training.current_world(), 2, mask_token_id=tok.mask_token_id,
+                               vocab_size=len(tok), special_ids=special_ids(tok), schemes=[training.mask_scheme(cfg)])
+    try:
+        (group,) = batches.get(0).values()
+    finally:
+        batches.close()
+    assert all(isinstance(b, training.MicroBatch) for b in group) and [b.index for b in group] == [0, 1]
+    assert all(b.input_ids.shape == b.attention_mask.shape == b.labels.shape == (2, cfg.seq_len) for b in group)
 
 
 def test_evaluation_is_full_cross_entropy(tok, model):

@@ -268,8 +268,8 @@ def test_masks_at_higher_rates_contain_the_lower_rates_masks(tok):
     try:
         for step in range(3):
             got = batches.get(step)
-            picked = [got[s][0][3] != IGNORE_INDEX for s in schemes]  # (B, T) each
-            attention = [got[s][0][2] for s in schemes]
+            picked = [got[s][0].labels != IGNORE_INDEX for s in schemes]  # (B, T) each
+            attention = [got[s][0].attention_mask for s in schemes]
             assert all(torch.equal(a, attention[0]) for a in attention)
             assert bool((picked[0] <= picked[1]).all()) and bool((picked[1] <= picked[2]).all())
             assert int(picked[2].sum()) > int(picked[0].sum())

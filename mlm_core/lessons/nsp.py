@@ -28,7 +28,7 @@ from mlm_core.data import mask_batch, run_tokenizer
 from mlm_core.errors import InputError
 from mlm_core.losses import LossOutput, full_cross_entropy
 from mlm_core.masking import IGNORE_INDEX
-from mlm_core.training import TrainConfig, adamw, param_groups
+from mlm_core.training import Optimizer, TrainConfig
 
 # What came after BERT, said wherever the NSP lesson is shown (sources checked: paper and section).
 AFTER_BERT = (
@@ -292,16 +292,17 @@ def train_nsp_head(
     once and every step draws a batch from that pool. This is fast on a CPU and never changes the
     (cached, shared) model. ``train_encoder=True`` fine-tunes a copy of the whole model on fresh
     pairs every step instead (slow). ``on_progress(fraction, text)`` reports progress, for
-    ``st.progress``.
+    ``st.progress``. Every step is the training loop's own update (`training.Optimizer`), on the NSP loss.
     """
     report = on_progress or (lambda fraction, text: None)
     if train_encoder:
         masked_lm = copy.deepcopy(masked_lm)
     model = build_pretraining_model(masked_lm, generator=generator)
-    # The training loop's AdamW (BERT's betas, eps and weight decay, none on biases and LayerNorm), not
-    # train() itself: train() steps a masked LM on token chunks, this is a 2-way classifier on [CLS] states.
-    optimizer = adamw(param_groups(model if train_encoder else model.nsp_head(), TrainConfig.weight_decay), lr)
     device = next(model.parameters()).device
+    # The loop's own update (BERT's AdamW constants and weight decay, none on biases and LayerNorm; the global
+    # gradient norm clipped at max_grad_norm; begin, backward, finish), on the NSP loss: train() itself steps a
+    # masked LM on token chunks, this is a 2-way classifier on [CLS] states. In fp32, as the states are computed.
+    opt = Optimizer(model if train_encoder else model.nsp_head(), TrainConfig(learning_rate=lr, amp="off"), device)
     was_training = masked_lm.training
     masked_lm.train(train_encoder)  # frozen encoder: eval mode, no dropout
     try:
@@ -326,11 +327,11 @@ def train_nsp_head(
                     order = torch.cat([order, torch.randperm(len(pool), generator=generator)])
                 index, order = order[:batch_size], order[batch_size:]
                 cls, target = pool_cls[index], pool_y[index]  # (B, H), (B,)
+            opt.begin(lr)
             logits = model.cls.seq_relationship(model.pooler.activation(model.pooler.dense(cls)))  # (B, 2)
             loss = F.cross_entropy(logits.float(), target)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            opt.backward(loss)
+            opt.finish(skip=False)
             result.accuracy.append(float((logits.detach().argmax(-1) == target).float().mean()))
             result.loss.append(float(loss.detach()))
             start = 0.1 if train_encoder else 0.8

@@ -20,7 +20,7 @@ from mlm_core.formatting import percent_text
 from mlm_core.masking import IGNORE_INDEX
 from mlm_core.predict import predict_masked
 from mlm_core.lessons.training_lessons import DEFAULT_BUG, MASK_RATES, SPLITS, YOURS, bug_variants, rate_variants
-from mlm_core.training import TrainConfig
+from mlm_core.training import TrainConfig, check_variants
 
 LESSONS = {
     "facts": "Teach it facts it cannot know (fine-tune on the gazetteer of Veldoria)",
@@ -509,8 +509,8 @@ def is_default_run(variants: Mapping[str, TrainConfig], lesson: str, *, from_scr
     """True when a lesson's variants are exactly its defaults (any seed): what the benchmark measured."""
     if lesson not in LESSONS or not variants:
         return False
-    seed = next(iter(variants.values())).seed
     try:
+        seed = check_variants(variants).seed
         expected = lesson_variants(lesson, base_config(lesson, from_scratch=from_scratch, texts=texts, seed=seed),
                                    from_scratch=from_scratch)
     except InputError:

@@ -1,6 +1,6 @@
 """The training data: texts packed into token chunks, and each step's masked micro-batches.
 
-    texts ─▶ make_chunks ─▶ Chunks (N, T) ─▶ Batches: seeded order, mask_rows ─▶ (B, T) per micro-batch
+    texts ─▶ make_chunks ─▶ Chunks (N, T) ─▶ Batches: seeded order, mask_rows ─▶ MicroBatch, each (B, T)
 
 Every chunk a step sees and every mask it gets is a function of the run's seed and the sample's
 global number, never of the number of processes or accumulation steps.
@@ -14,6 +14,7 @@ import queue
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import torch
 
@@ -22,7 +23,7 @@ from mlm_core.data import run_tokenizer, special_ids
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
 from mlm_core.training import bugs
-from mlm_core.training.config import BUCKET_MASS, Stream, TrainConfig
+from mlm_core.training.config import BUCKET_MASS, DataConfig, Stream, TrainConfig
 from mlm_core.training.distributed import World
 
 # --------------------------------------------------------------------------------------------
@@ -125,7 +126,7 @@ def make_chunks(tokenizer, texts: Sequence[str], seq_len: int, overlap: int = 16
     return Chunks(input_ids, attention_mask, special_tokens_mask, word_ids)
 
 
-def split_chunks(tokenizer, texts: Sequence[str], cfg: TrainConfig,
+def split_chunks(tokenizer, texts: Sequence[str], cfg: DataConfig,
                  eval_texts: Sequence[str] | None = None) -> tuple[Chunks, Chunks, bool]:
     """The training chunks, the held-out chunks, and whether the held-out ones are training chunks too.
 
@@ -252,6 +253,19 @@ def mask_scheme(cfg: TrainConfig) -> MaskScheme:
     return MaskScheme(cfg.masking, cfg.mask_copies, cfg.bug if bugs.changes_training(cfg.bug) else "")
 
 
+class MicroBatch(NamedTuple):
+    """One forward pass's share of a step: its global micro-batch number j and three (B, T) tensors."""
+
+    index: int  # j: which micro-batch of the global batch (seeds its dropout and sampled classes)
+    input_ids: torch.Tensor  # (B, T) masked
+    attention_mask: torch.Tensor  # (B, T)
+    labels: torch.Tensor  # (B, T), IGNORE_INDEX where nothing was selected
+
+    def to(self, device: torch.device) -> MicroBatch:
+        return MicroBatch(self.index, self.input_ids.to(device), self.attention_mask.to(device),
+                          self.labels.to(device))
+
+
 class Batches:
     """Each step's micro-batches for this rank, masked, prepared one or two steps ahead in a thread.
 
@@ -266,11 +280,11 @@ class Batches:
     masks drawn from the same per-sample seeds.
     """
 
-    def __init__(self, chunks: Chunks, cfg: TrainConfig, world: World, micro: int, *, mask_token_id: int,
-                 vocab_size: int, special_ids: tuple[int, ...], schemes: Sequence[MaskScheme] | None = None,
+    def __init__(self, chunks: Chunks, cfg: DataConfig, world: World, micro: int, *, mask_token_id: int,
+                 vocab_size: int, special_ids: tuple[int, ...], schemes: Sequence[MaskScheme],
                  prefetch: int = 2, focus_ids: torch.Tensor | None = None):
         self.chunks, self.cfg, self.world, self.micro = chunks, cfg, world, micro
-        self.schemes = tuple(dict.fromkeys(schemes or [mask_scheme(cfg)]))
+        self.schemes = tuple(dict.fromkeys(schemes))
         self.mask_kwargs = dict(mask_token_id=mask_token_id, vocab_size=vocab_size, special_ids=special_ids,
                                 focus_ids=focus_ids, focus_probability=cfg.focus_mlm_probability)
         self.perm: dict[int, torch.Tensor] = {}
@@ -292,9 +306,9 @@ class Batches:
         epoch = sample // len(self.chunks)  # static: copy epoch mod k of this chunk's k masks
         return seeds.seed_for(self.cfg.seed, Stream.STATIC_MASK, chunk, epoch % copies)
 
-    def make(self, step: int) -> dict[int, list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]]:
+    def make(self, step: int) -> dict[MaskScheme, list[MicroBatch]]:
         cfg = self.cfg
-        out: dict[MaskScheme, list] = {k: [] for k in self.schemes}
+        out: dict[MaskScheme, list[MicroBatch]] = {k: [] for k in self.schemes}
         for a in range(cfg.grad_accum_steps):
             j = self.world.rank * cfg.grad_accum_steps + a
             samples = [step * cfg.batch_size + j * self.micro + i for i in range(self.micro)]
@@ -304,7 +318,7 @@ class Batches:
                 row_seeds = [self._mask_seed(s, c, scheme.mask_copies) for s, c in zip(samples, index)]
                 inputs, labels = mask_rows(batch, scheme.masking, row_seeds=row_seeds, bug=scheme.bug,
                                            **self.mask_kwargs)
-                out[scheme].append((j, inputs, batch.attention_mask, labels))
+                out[scheme].append(MicroBatch(j, inputs, batch.attention_mask, labels))
         return out
 
     def _fill(self) -> None:
@@ -322,7 +336,7 @@ class Batches:
             if self.closed.is_set() or isinstance(item[1], BaseException):
                 return
 
-    def get(self, step: int):
+    def get(self, step: int) -> dict[MaskScheme, list[MicroBatch]]:
         got, batch = self.queue.get()
         if isinstance(batch, BaseException):
             raise batch

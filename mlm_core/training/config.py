@@ -1,5 +1,5 @@
-"""What defines a training run: `TrainConfig` and its checks, the settings variants must share,
-and the rule that turns the run's seed into every random stream it uses.
+"""What defines a training run: `TrainConfig` and its checks, `DataConfig` (the settings variants
+must share), and the rule that turns the run's seed into every random stream it uses.
 
 A config is a frozen dataclass (nanoGPT's GPTConfig): defaults carry a comment that says why, and
 `__post_init__` refuses impossible values with a message a workshop participant can act on.
@@ -130,6 +130,12 @@ class TrainConfig:
             if not isinstance(value, bool):
                 fail(f"{name} must be True or False.")
 
+        def strings(name: str, what: str) -> None:  # a list of strings, kept as a tuple (the config stays hashable)
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                fail(f"{name} must be a list of {what}.")
+            object.__setattr__(self, name, tuple(value))
+
         whole("steps", self.steps, 1, 1_000_000, "A workshop run needs 20 to 200 steps.")
         whole("batch_size", self.batch_size, 1, 65_536, "8 to 32 sequences is typical on a CPU.")
         whole("seq_len", self.seq_len, 8, 8192, "64 or 128 tokens suits sentences.")
@@ -177,27 +183,17 @@ class TrainConfig:
         number("eval_fraction", self.eval_fraction, 0.0, 0.5,
                "Hold out 5% to 20% of the chunks for evaluation.")
         whole("eval_max_chunks", self.eval_max_chunks, 1, 100_000)
-        if isinstance(self.probe_sentences, str) or not all(
-            isinstance(s, str) for s in self.probe_sentences
-        ):
-            fail("probe_sentences must be a list of sentences.")
-        object.__setattr__(self, "probe_sentences", tuple(self.probe_sentences))
-        if isinstance(self.probe_answers, str) or not all(isinstance(a, str) for a in self.probe_answers):
-            fail("probe_answers must be a list of words.")
-        object.__setattr__(self, "probe_answers", tuple(self.probe_answers))
+        strings("probe_sentences", "sentences")
+        strings("probe_answers", "words")
         if self.probe_answers and len(self.probe_answers) != len(self.probe_sentences):
             fail(f"probe_answers has {len(self.probe_answers)} words for {len(self.probe_sentences)} "
                  "probe sentences: give one answer per sentence (\"\" where it is unknown).")
-        if isinstance(self.probe_groups, str) or not all(isinstance(g, str) for g in self.probe_groups):
-            fail("probe_groups must be a list of names.")
-        object.__setattr__(self, "probe_groups", tuple(self.probe_groups))
+        strings("probe_groups", "names")
         if self.probe_groups and len(self.probe_groups) != len(self.probe_sentences):
             fail(f"probe_groups has {len(self.probe_groups)} names for {len(self.probe_sentences)} probe sentences: "
                  "give one set name per sentence.")
         whole("probe_top_k", self.probe_top_k, 1, 50)
-        if isinstance(self.eval_focus_words, str) or not all(isinstance(w, str) for w in self.eval_focus_words):
-            fail("eval_focus_words must be a list of words.")
-        object.__setattr__(self, "eval_focus_words", tuple(self.eval_focus_words))
+        strings("eval_focus_words", "words")
         number("focus_mlm_probability", self.focus_mlm_probability, 0.0, 1.0,
                "The share of the facts' words to mask: 0 keeps the rule's p for them too.")
         flag("dropout", self.dropout)
@@ -267,18 +263,56 @@ class TrainConfig:
             raise InputError(f"Bad training settings: {exc}") from None
 
 
-# Settings that decide which tokens a step sees and what it is measured on: variants compared side by side
-# must share them. (The training rule `masking`, `mask_copies` and `bug` are not: static and dynamic masking,
-# 15% and 40%, a clean run and its buggy twin race on the same chunks in the same order, each with its own
-# masks drawn from the same per-sample seeds; the held-out set's rule, `held_out_masking`, is shared, so every
-# variant is scored on the same frozen mask.)
-DATA_FIELDS = ("steps", "batch_size", "seq_len", "chunk_overlap", "grad_accum_steps", "held_out_masking",
-               "eval_every", "eval_fraction", "eval_max_chunks", "probe_sentences", "probe_answers",
-               "probe_groups", "probe_top_k", "eval_focus_words", "focus_mlm_probability", "seed")
+@dataclass(frozen=True)
+class DataConfig:
+    """The settings that decide which tokens a step sees and what it is measured on: one per run.
+
+    Variants compared side by side must share them, so a run has one (`check_variants` returns it)
+    and the loop, its batches, its held-out set and its probes read only these. The training rule
+    `masking`, `mask_copies` and `bug` are not here: static and dynamic masking, 15% and 40%, a clean
+    run and its buggy twin race on the same chunks in the same order, each with its own masks drawn
+    from the same per-sample seeds. The held-out set's rule is here, so every variant is scored on the
+    same frozen mask. Built from a checked config by `DataConfig.of` (a TrainConfig has every one of
+    these fields too, so the helpers that take a DataConfig take a TrainConfig as well).
+
+    >>> DataConfig.of(TrainConfig(steps=20, seed=3)).steps, DataConfig.of(TrainConfig(seed=3)).seed
+    (20, 3)
+    """
+
+    steps: int
+    batch_size: int
+    seq_len: int
+    chunk_overlap: int
+    grad_accum_steps: int
+    held_out_masking: MaskingConfig  # TrainConfig.eval_masking, else the training rule
+    eval_every: int
+    eval_fraction: float
+    eval_max_chunks: int
+    probe_sentences: tuple[str, ...]
+    probe_answers: tuple[str, ...]
+    probe_groups: tuple[str, ...]
+    probe_top_k: int
+    eval_focus_words: tuple[str, ...]
+    focus_mlm_probability: float
+    seed: int
+
+    @classmethod
+    def of(cls, cfg: TrainConfig) -> DataConfig:
+        """The data settings of one variant's config."""
+        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cls)})
 
 
-def check_variants(variants: Mapping[str, TrainConfig]) -> None:
-    """Variants compared side by side must see the same data: same steps, batches, masks and seed."""
+DATA_FIELDS = tuple(f.name for f in dataclasses.fields(DataConfig))
+
+
+def check_variants(variants: Mapping[str, TrainConfig]) -> DataConfig:
+    """Variants compared side by side must see the same data: same steps, batches, masks and seed.
+
+    Returns the data settings they share, the run's one `DataConfig`.
+
+    >>> check_variants({"a": TrainConfig(steps=5), "b": TrainConfig(steps=5, learning_rate=1e-3)}).steps
+    5
+    """
     if not isinstance(variants, Mapping) or not variants:
         raise InputError("Choose at least one variant to train.")
     if len(variants) > MAX_VARIANTS:
@@ -289,9 +323,10 @@ def check_variants(variants: Mapping[str, TrainConfig]) -> None:
             raise InputError("Every variant needs a name.")
         if not isinstance(cfg, TrainConfig):
             raise InputError(f"Variant {name!r} needs a TrainConfig.")
-    first = next(iter(variants.values()))
+    shared = DataConfig.of(next(iter(variants.values())))  # the first variant's; every other must match it
     for name, cfg in variants.items():
-        differ = [f for f in DATA_FIELDS if getattr(cfg, f) != getattr(first, f)]
+        mine = DataConfig.of(cfg)
+        differ = [f for f in DATA_FIELDS if getattr(mine, f) != getattr(shared, f)]
         if differ == ["held_out_masking"]:
             raise InputError(f"Variant {name!r} masks the held-out text with another rule: variants that train with "
                              "different masking rules must share one eval_masking, so every variant is scored on "
@@ -299,6 +334,7 @@ def check_variants(variants: Mapping[str, TrainConfig]) -> None:
         if differ:
             raise InputError(f"Variant {name!r} differs in {', '.join(differ)}: variants must share "
                              "these settings so they see identical batches and masks.")
+    return shared
 
 
 # --------------------------------------------------------------------------------------------

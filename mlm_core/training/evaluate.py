@@ -20,7 +20,7 @@ from mlm_core.errors import InputError
 from mlm_core.head import masked_lm_logits
 from mlm_core.masking import IGNORE_INDEX
 from mlm_core.training.batches import Chunks, mask_rows
-from mlm_core.training.config import BUCKETS, Stream, TrainConfig
+from mlm_core.training.config import BUCKETS, DataConfig, Stream
 from mlm_core.training.optim import autocast
 
 # A small held-out text is scored under this many different masks (capped at eval_max_chunks rows),
@@ -154,10 +154,10 @@ def focus_ids(tokenizer, words: Sequence[str]) -> torch.Tensor | None:
     return torch.tensor(ids, dtype=torch.long) if ids else None
 
 
-def make_eval_set(eval_chunks: Chunks, cfg: TrainConfig, tokenizer, *, buckets: torch.Tensor, micro_batch: int,
+def make_eval_set(eval_chunks: Chunks, cfg: DataConfig, tokenizer, *, buckets: torch.Tensor, micro_batch: int,
                   vocab_size: int, redraw: int | None = None) -> EvalSet:
     """The frozen evaluation mask: the held-out chunks masked once from the seed with the held-out rule
-    (`TrainConfig.held_out_masking`), each under up to EVAL_MASKINGS different masks, at most eval_max_chunks
+    (`DataConfig.held_out_masking`), each under up to EVAL_MASKINGS different masks, at most eval_max_chunks
     rows; the same positions for every variant of a run, at every evaluation. `vocab_size` bounds the random
     replacements (real tokenizer tokens).
 
@@ -185,7 +185,7 @@ class Probe:
     group: str = ""  # the probe set it belongs to (TrainConfig.probe_groups), "" for one set
 
 
-def make_probes(tokenizer, texts: Sequence[str], cfg: TrainConfig) -> list[Probe]:
+def make_probes(tokenizer, texts: Sequence[str], cfg: DataConfig) -> list[Probe]:
     """Probe sentences: the config's (with [MASK]), or one word masked in a few corpus sentences."""
     mask_id = tokenizer.mask_token_id
     mask_tok = tokenizer.mask_token

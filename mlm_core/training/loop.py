@@ -1,6 +1,11 @@
 """The loop: `train_variants` steps 1-4 variants of a run through the same batches, masks and
 dropout, step by step, so their curves race; `train` is one variant. `TrainStep` is one step of
-the same loop on a batch you give it, for the Efficiency page and the benchmarks.
+the same loop on a batch you give it, for the Efficiency page, the benchmarks and the default-model
+build; `prepare_variant` sets a model up for either (dropout, checkpointing, optimizer, class weights).
+
+A run, as `_train_variants` reads: its data (`_corpus`: chunks, held-out set and probes, all from
+the run's one `DataConfig`), its variants (`_variant`: a deep copy each), the steps (`_train_step`
+on each step's `MicroBatch`es, `_evaluate` every `eval_every` steps), the end (`_finish`).
 
 Nothing in this package knows about Streamlit or about one model family (minGPT's trainer:
 "nothing in this file really has anything to do with GPT"). One step reads left to right:
@@ -34,14 +39,14 @@ from mlm_core.data import special_ids
 from mlm_core.errors import InputError
 from mlm_core.masking import IGNORE_INDEX
 from mlm_core.training import bugs
-from mlm_core.training.batches import Batches, chunk_token_counts, frequency_buckets, mask_scheme, split_chunks
-from mlm_core.training.config import Stream, TrainConfig, check_variants
+from mlm_core.training.batches import (Batches, Chunks, MaskScheme, MicroBatch, chunk_token_counts, frequency_buckets,
+                                      mask_scheme, split_chunks)
+from mlm_core.training.config import DataConfig, Stream, TrainConfig, check_variants
 from mlm_core.training.distributed import (DeepSpeedOptimizer, World, all_reduce_sum, current_world,
                                            deepspeed_config, stop_requested)
-from mlm_core.training.evaluate import evaluate, make_eval_set, make_probes, probe_predictions
+from mlm_core.training.evaluate import EvalSet, Probe, evaluate, make_eval_set, make_probes, probe_predictions
 from mlm_core.training.events import TrainEvent, TrainResult
-from mlm_core.training.optim import (ADAM_BETAS, ADAM_EPS, Optimizer, check_amp, freeze_word_embeddings, lr_at,
-                                      set_checkpointing)
+from mlm_core.training.optim import ADAM_BETAS, ADAM_EPS, Optimizer, check_amp, lr_at, set_checkpointing
 
 # --------------------------------------------------------------------------------------------
 # One step: encoder once, head on the masked rows only, then the loss
@@ -86,16 +91,47 @@ def _seed_dropout(seed: int, device: torch.device) -> None:
                                       else torch.cuda.current_device()].manual_seed(seed)
 
 
+# --------------------------------------------------------------------------------------------
+# One variant's set-up, for the loop's copies and for TrainStep alike
+# --------------------------------------------------------------------------------------------
+
+
+def prepare_variant(model: nn.Module, cfg: TrainConfig, device: torch.device, *, counts: torch.Tensor | None = None,
+                    world: World = World(), ds_config: dict[str, Any] | None = None,
+                    groups: list[dict[str, Any]] | None = None, betas: tuple[float, float] = ADAM_BETAS,
+                    eps: float = ADAM_EPS) -> tuple[Optimizer | DeepSpeedOptimizer, torch.Tensor | None]:
+    """Set `model` up, in place, to train under `cfg`; returns its optimizer and the weighted loss' class weights.
+
+    Dropout on or off (``cfg.dropout``), gradient checkpointing, the optimizer (`Optimizer`, under DDP
+    when `world` is distributed, or DeepSpeed's engine when `ds_config` is given; ``groups``, ``betas``
+    and ``eps`` go to `Optimizer`), and for the weighted loss one weight per token id (V,), from the
+    corpus' token `counts` (V,), or 1 for every token without a corpus.
+    """
+    model.train(cfg.dropout)
+    set_checkpointing(model, cfg.gradient_checkpointing)
+    if ds_config is not None:
+        opt: Optimizer | DeepSpeedOptimizer = DeepSpeedOptimizer(model, cfg, device, world, ds_config)
+    else:
+        opt = Optimizer(model, cfg, device, distributed=world.distributed, groups=groups, betas=betas, eps=eps)
+    class_weights = None
+    if cfg.loss == "weighted":
+        class_weights = (torch.ones(model.get_output_embeddings().weight.shape[0]) if counts is None else
+                         losses.token_frequency_weights(counts.float(), scheme=cfg.weight_scheme,
+                                                        smoothing=cfg.weight_smoothing)).to(device)
+    return opt, class_weights
+
+
 class TrainStep:
     """One optimizer step of `train`'s loop on a batch you give it.
 
-    It takes the loop's own path (`Optimizer`: autocast, the chosen loss, backward, clipping,
-    AdamW; dropout seeded per step as the loop seeds it), so the Efficiency page and the benchmarks
-    time the step a run takes, and the default-model build (``scripts/build_default_mlm.py``),
-    which draws its own batches, trains with it. ``model`` is trained in place: pass a private copy.
-    ``configure`` switches autocast, checkpointing and frozen word embeddings between steps without
-    rebuilding the optimizer, so several set-ups can be timed round-robin on one copy. ``groups``,
-    ``betas`` and ``eps`` go to `Optimizer` (per-group learning rates, other AdamW constants).
+    It takes the loop's own path (`prepare_variant`, then `Optimizer`: autocast, the chosen loss,
+    backward, clipping, AdamW; dropout seeded per step as the loop seeds it), so the Efficiency page
+    and the benchmarks time the step a run takes, and the default-model build
+    (``scripts/build_default_mlm.py``), which draws its own batches, trains with it. ``model`` is
+    trained in place: pass a private copy. ``configure`` switches autocast, checkpointing and frozen
+    word embeddings between steps without rebuilding the optimizer, so several set-ups can be timed
+    round-robin on one copy. ``groups``, ``betas`` and ``eps`` go to `Optimizer` (per-group learning
+    rates, other AdamW constants).
 
     >>> from mlm_core.models import load_masked_lm
     >>> model, tok = load_masked_lm("tiny-random", device="cpu")
@@ -118,19 +154,10 @@ class TrainStep:
                              "token counts from a corpus: use train() for it.")
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         check_amp(self.device, cfg.amp)
-        self.model = model.to(self.device).train(cfg.dropout)
-        set_checkpointing(model, cfg.gradient_checkpointing)
-        # Built with the word embeddings trainable, so that `configure` can freeze and unfreeze them.
-        self.opt = Optimizer(model, dataclasses.replace(cfg, freeze_word_embeddings=False), self.device,
-                             groups=groups, betas=betas, eps=eps)
+        self.model, self.cfg = model.to(self.device), cfg
+        self.opt, self.class_weights = prepare_variant(self.model, cfg, self.device, groups=groups, betas=betas,
+                                                       eps=eps)  # no corpus: every token weighs the same
         self.grad_norm: float | None = None  # the last step's gradient norm before clipping
-        self.cfg = self.opt.cfg = cfg
-        if cfg.freeze_word_embeddings:
-            freeze_word_embeddings(model)
-            self.opt.params = [p for p in model.parameters() if p.requires_grad]
-        self.class_weights = None
-        if cfg.loss == "weighted":  # no corpus here: every token weighs the same
-            self.class_weights = torch.ones(model.get_output_embeddings().weight.shape[0], device=self.device)
 
     def configure(self, *, amp: str | None = None, gradient_checkpointing: bool | None = None,
                   freeze: bool | None = None) -> None:
@@ -143,12 +170,10 @@ class TrainStep:
             set_checkpointing(self.model, gradient_checkpointing)
             changes["gradient_checkpointing"] = gradient_checkpointing
         if freeze is not None:
-            freeze_word_embeddings(self.model, freeze)
-            self.opt.params = [p for p in self.model.parameters() if p.requires_grad]
             changes["freeze_word_embeddings"] = freeze
         if changes:
             self.cfg = dataclasses.replace(self.cfg, **changes)
-            self.opt.cfg = self.cfg
+            self.opt.set_config(self.cfg)  # freezes or unfreezes the word embeddings on the same AdamW
 
     def release_gradients(self) -> None:
         """Free the last step's gradients now (the next step would free them first thing)."""
@@ -185,8 +210,61 @@ class TrainStep:
 
 
 # --------------------------------------------------------------------------------------------
-# The loop
+# The loop: a run's data, its variants, the steps, the end
 # --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every step and evaluation of a run shares: its data settings, processes and device, the
+    corpus' token counts (the sampled softmax draws from them), its start time and where events go."""
+
+    data: DataConfig
+    world: World
+    device: torch.device
+    counts: torch.Tensor  # (V,) float, on `device`
+    started: float  # time.perf_counter() at the start
+    emit: Callable[[TrainEvent], None]
+
+
+@dataclass(frozen=True)
+class _Corpus:
+    """A run's data, all drawn from its seed: the training chunks, their token counts and frequency
+    buckets, the held-out chunks and their frozen mask, the probes, and what masking needs."""
+
+    tokenizer: Any
+    train_chunks: Chunks
+    eval_chunks: Chunks
+    eval_on_train: bool  # too little text to hold any out: the held-out chunks are training chunks
+    counts: torch.Tensor  # (V,) token counts of the training chunks
+    buckets: torch.Tensor  # (V,) frequency bucket per token id
+    eval_set: EvalSet
+    probes: list[Probe]
+    micro: int  # examples in one forward pass on one rank
+    mask_vocab: int  # random replacements are real tokenizer tokens: min(tokenizer, model vocabulary)
+
+
+def _corpus(base: nn.Module, tokenizer, texts: Sequence[str], eval_texts: Sequence[str] | None,
+            data: DataConfig, world: World) -> _Corpus:
+    """Check the sizes against the model and the processes, then chunk, split, count, mask the held-out set."""
+    max_pos = getattr(getattr(base, "config", None), "max_position_embeddings", None)
+    if max_pos is not None and data.seq_len > max_pos:
+        raise InputError(f"seq_len {data.seq_len} is longer than this model's {max_pos} positions.")
+    per_rank = data.batch_size // data.grad_accum_steps
+    if per_rank % world.size:
+        raise InputError(f"batch_size / grad_accum_steps ({per_rank}) must be a multiple of the "
+                         f"number of processes ({world.size}).")
+    micro = per_rank // world.size
+    out_emb = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    vocab_size = int(out_emb.weight.shape[0]) if out_emb is not None else len(tokenizer)
+    mask_vocab = min(len(tokenizer), vocab_size)
+    train_chunks, eval_chunks, eval_on_train = split_chunks(tokenizer, texts, data, eval_texts)
+    counts = chunk_token_counts(train_chunks, vocab_size)
+    buckets = frequency_buckets(counts)
+    eval_set = make_eval_set(eval_chunks, data, tokenizer, buckets=buckets, micro_batch=max(1, micro),
+                             vocab_size=mask_vocab)
+    return _Corpus(tokenizer, train_chunks, eval_chunks, eval_on_train, counts, buckets, eval_set,
+                   make_probes(tokenizer, texts, data), micro, mask_vocab)
 
 
 @dataclass
@@ -199,14 +277,25 @@ class _Variant:
     class_weights: torch.Tensor | None = None
 
 
+def _variant(name: str, cfg: TrainConfig, base: nn.Module, corpus: _Corpus, run: _Run,
+             ds_template: Mapping[str, Any] | None) -> _Variant:
+    """A deep copy of the base model (fp32 master weights; AMP handles low precision), set up to train."""
+    model = copy.deepcopy(base).to(device=run.device, dtype=torch.float32)
+    ds_config = None if ds_template is None else deepspeed_config(ds_template, cfg, run.world.size)
+    opt, class_weights = prepare_variant(model, cfg, run.device, counts=corpus.counts, world=run.world,
+                                         ds_config=ds_config)
+    result = TrainResult(name=name, config=cfg, eval_on_train=corpus.eval_on_train, model=model)
+    return _Variant(name, cfg, model, opt, result, class_weights)
+
+
 def _report(v: _Variant, event: TrainEvent, emit) -> None:
     """Record an event in the variant's result (`Curves.record`), then send it to the caller."""
     v.result.record(event)
     emit(event)
 
 
-def _train_step(state: list[_Variant], micro_batches, step: int, first: TrainConfig, world: World,
-                device: torch.device, counts_dev: torch.Tensor, started: float, emit) -> int:
+def _train_step(state: list[_Variant], micro_batches: Mapping[MaskScheme, list[MicroBatch]], step: int,
+                run: _Run) -> int:
     """One optimizer step of every variant on the same micro-batches; returns the steps done.
 
     The step's loss is one average over every masked token of the global batch (all micro-batches,
@@ -215,10 +304,11 @@ def _train_step(state: list[_Variant], micro_batches, step: int, first: TrainCon
     all-reduced before any forward pass. A mean of micro-batch means would weight a micro-batch
     with 5 masked tokens as much as one with 10.
     """
+    data, device, world = run.data, run.device, run.world
     mine = [micro_batches[mask_scheme(v.cfg)] for v in state]  # each variant's masks (its rule, static or dynamic)
-    local_tokens = sum(int(b[2].sum()) for b in mine[0])
-    norms = [[_normaliser(v.cfg, b[3], v.class_weights) for b in batches] for v, batches in zip(state, mine)]
-    masked = [float(sum(int((b[3] != IGNORE_INDEX).sum()) for b in batches)) for batches in mine]
+    local_tokens = sum(int(b.attention_mask.sum()) for b in mine[0])
+    norms = [[_normaliser(v.cfg, b.labels, v.class_weights) for b in batches] for v, batches in zip(state, mine)]
+    masked = [float(sum(int((b.labels != IGNORE_INDEX).sum()) for b in batches)) for batches in mine]
     reduced = all_reduce_sum([sum(n) for n in norms] + masked + [float(local_tokens)], device, world)
     totals, masked_counts, tokens_all = reduced[:len(state)], reduced[len(state):-1], reduced[-1]
     for v, batches, v_norms, total, masked_all in zip(state, mine, norms, totals, masked_counts):
@@ -228,15 +318,15 @@ def _train_step(state: list[_Variant], micro_batches, step: int, first: TrainCon
         loss_sum = 0.0
         # Nothing selected anywhere: no loss to learn from, so no update (and no NaN in the curve).
         skip = masked_all == 0 or total <= 0
-        for a, (j, inputs, attention, labels) in enumerate(batches):
-            _seed_dropout(seeds.seed_for(first.seed, Stream.DROPOUT, step, j), device)  # same dropout for every variant
+        for a, b in enumerate(batches):
+            _seed_dropout(seeds.seed_for(data.seed, Stream.DROPOUT, step, b.index), device)  # the same for every variant
 
-            def loss_fn(outputs, v=v, j=j):
-                return _loss_value(v.cfg, outputs, class_weights=v.class_weights, counts=counts_dev,
-                                   generator=seeds.generator(first.seed, Stream.SAMPLED, step, j))
+            def loss_fn(outputs, v=v, j=b.index):
+                return _loss_value(v.cfg, outputs, class_weights=v.class_weights, counts=run.counts,
+                                   generator=seeds.generator(data.seed, Stream.SAMPLED, step, j))
 
             share = v_norms[a] / total if total > 0 else 0.0  # n_a / N
-            value = v.opt.micro_step(inputs, attention, labels, a == len(batches) - 1, loss_fn,
+            value = v.opt.micro_step(b.input_ids, b.attention_mask, b.labels, a == len(batches) - 1, loss_fn,
                                      share=share, world_size=world.size)
             loss_sum += value * share
         (loss_sum,) = all_reduce_sum([loss_sum], device, world)
@@ -250,10 +340,52 @@ def _train_step(state: list[_Variant], micro_batches, step: int, first: TrainCon
         v.result.train_time_s += dt
         v.result.tokens_seen += int(tokens_all)
         record["tokens_per_s"] = tokens_all / dt if dt > 0 else None
-        record["elapsed_s"] = time.perf_counter() - started
+        record["elapsed_s"] = time.perf_counter() - run.started
         v.result.steps_done = step + 1
-        _report(v, TrainEvent("step", v.name, step + 1, first.steps, record), emit)
+        _report(v, TrainEvent("step", v.name, step + 1, data.steps, record), run.emit)
     return step + 1
+
+
+def _evaluate(state: list[_Variant], corpus: _Corpus, run: _Run, step: int) -> None:
+    """Every variant on the frozen held-out mask (comparable across variants), then its probes; rank 0 only."""
+    if run.world.rank != 0:
+        return
+    for v in state:
+        t0 = time.perf_counter()
+        values = evaluate(v.model, corpus.eval_set, amp=v.cfg.amp)
+        if bugs.step_of(v.cfg.bug) == bugs.EVALUATION:  # and what the buggy evaluation would report
+            values.update(_buggy_evaluation(v, corpus, run, step))
+        values["eval_s"] = time.perf_counter() - t0
+        values["eval_on_train"] = corpus.eval_on_train
+        _report(v, TrainEvent("eval", v.name, step, run.data.steps, values), run.emit)
+        if corpus.probes:
+            preds = probe_predictions(v.model, corpus.tokenizer, corpus.probes, run.data.probe_top_k)
+            _report(v, TrainEvent("probe", v.name, step, run.data.steps, {"probes": preds}), run.emit)
+
+
+def _buggy_evaluation(v: _Variant, corpus: _Corpus, run: _Run, step: int) -> dict[str, Any]:
+    """The held-out loss a pipeline with the variant's evaluation bug reports at this step."""
+    if v.cfg.bug == "eval_remasked":  # a fresh random mask of the held-out text on every pass
+        fresh = make_eval_set(corpus.eval_chunks, run.data, corpus.tokenizer, buckets=corpus.buckets,
+                              micro_batch=max(1, corpus.micro), vocab_size=corpus.mask_vocab, redraw=step)
+        reported = evaluate(v.model, fresh, amp=v.cfg.amp)
+    else:  # "eval_dropout": the model left in train mode, its dropout seeded per evaluation
+        _seed_dropout(seeds.seed_for(run.data.seed, Stream.EVAL_DROPOUT, step), run.device)
+        reported = evaluate(v.model, corpus.eval_set, amp=v.cfg.amp, dropout=True)
+    return {"reported_loss": reported["loss"], "reported_mask_loss": reported["mask_loss"]}
+
+
+def _finish(state: list[_Variant], steps_done: int, run: _Run) -> dict[str, TrainResult]:
+    """Each variant's result, its trained copy back in eval mode, its optimizer dropped; a "done" event each."""
+    for v in state:
+        v.result.stopped = steps_done < run.data.steps
+        v.result.wall_time_s = time.perf_counter() - run.started
+        v.model.train(False)
+        if v.cfg.gradient_checkpointing:
+            set_checkpointing(v.model, False)
+        v.opt = None  # drop the optimizer state (and any DDP/DeepSpeed wrapper) now
+        _report(v, TrainEvent("done", v.name, steps_done, run.data.steps, v.result.summary()), run.emit)
+    return {v.name: v.result for v in state}
 
 
 def train(model: nn.Module, tokenizer, texts: Sequence[str], config: TrainConfig, *,
@@ -295,123 +427,48 @@ def train_variants(model: nn.Module, tokenizer, texts: Sequence[str],
     afterwards (`fork_rng`); two runs training at once in one process share that RNG, so only
     their dropout masks (never their data or masks) may then differ from a lone run.
     """
-    check_variants(variants)
+    data = check_variants(variants)  # a public entry: checked here too (jobs.Run checks at submit, to refuse at once)
     emit = on_event or (lambda event: None)
     stop = stop or threading.Event()
-    first = next(iter(variants.values()))
     try:
         dev = torch.device(device) if device is not None else next(model.parameters()).device
         fork_devices = [dev.index if dev.index is not None else torch.cuda.current_device()] \
             if dev.type == "cuda" else []
         with torch.random.fork_rng(devices=fork_devices):
-            return _train_variants(model, tokenizer, texts, dict(variants), first, emit, stop, dev, deepspeed,
-                                   eval_texts)
+            return _train_variants(model, tokenizer, texts, eval_texts, dict(variants), data, dev, deepspeed,
+                                   emit, stop)
     except Exception as exc:
         message = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
         for name in variants:
-            emit(TrainEvent("error", name, 0, first.steps, {"message": message}))
+            emit(TrainEvent("error", name, 0, data.steps, {"message": message}))
         raise
 
 
-def _train_variants(base: nn.Module, tokenizer, texts, variants: dict[str, TrainConfig],
-                    first: TrainConfig, emit, stop: threading.Event, device: torch.device,
-                    ds_template: Mapping[str, Any] | None, eval_texts: Sequence[str] | None = None):
-    world = current_world()
+def _train_variants(base: nn.Module, tokenizer, texts: Sequence[str], eval_texts: Sequence[str] | None,
+                    variants: dict[str, TrainConfig], data: DataConfig, device: torch.device,
+                    ds_template: Mapping[str, Any] | None, emit, stop: threading.Event) -> dict[str, TrainResult]:
+    """The run, top to bottom: its data, its variants, an evaluation at step 0, the steps, the end."""
     started = time.perf_counter()
+    world = current_world()
     for cfg in variants.values():
         check_amp(device, cfg.amp)
-    max_pos = getattr(getattr(base, "config", None), "max_position_embeddings", None)
-    if max_pos is not None and first.seq_len > max_pos:
-        raise InputError(f"seq_len {first.seq_len} is longer than this model's {max_pos} positions.")
-    per_rank = first.batch_size // first.grad_accum_steps
-    if per_rank % world.size:
-        raise InputError(f"batch_size / grad_accum_steps ({per_rank}) must be a multiple of the "
-                         f"number of processes ({world.size}).")
-    micro = per_rank // world.size  # examples in one forward pass on one rank
-    out_emb = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
-    vocab_size = int(out_emb.weight.shape[0]) if out_emb is not None else len(tokenizer)
-    mask_vocab = min(len(tokenizer), vocab_size)  # random replacements are real tokenizer tokens
-    special = special_ids(tokenizer)
-
-    # Data: chunks, a held-out split, token counts, eval masks and probes: all from the seed.
-    train_chunks, eval_chunks, eval_on_train = split_chunks(tokenizer, texts, first, eval_texts)
-    counts = chunk_token_counts(train_chunks, vocab_size)
-    buckets = frequency_buckets(counts)
-    eval_set = make_eval_set(eval_chunks, first, tokenizer, buckets=buckets, micro_batch=max(1, micro),
-                             vocab_size=mask_vocab)
-    probes = make_probes(tokenizer, texts, first)
-
-    # Variants: a deep copy each (fp32 master weights), its own optimizer.
-    state: list[_Variant] = []
-    for name, cfg in variants.items():
-        m = copy.deepcopy(base).to(device=device, dtype=torch.float32)
-        m.train(cfg.dropout)
-        if cfg.gradient_checkpointing:
-            set_checkpointing(m, True)
-        if ds_template is not None:
-            opt = DeepSpeedOptimizer(m, cfg, device, world, deepspeed_config(ds_template, cfg, world.size))
-        else:
-            opt = Optimizer(m, cfg, device, distributed=world.distributed)
-        class_weights = None
-        if cfg.loss == "weighted":
-            class_weights = losses.token_frequency_weights(
-                counts.float(), scheme=cfg.weight_scheme, smoothing=cfg.weight_smoothing).to(device)
-        result = TrainResult(name=name, config=cfg, eval_on_train=eval_on_train, model=m)
-        state.append(_Variant(name, cfg, m, opt, result, class_weights))
-
-    def _buggy_evaluation(v: _Variant, step: int) -> dict[str, Any]:
-        """The held-out loss a pipeline with the variant's evaluation bug reports at this step."""
-        if v.cfg.bug == "eval_remasked":  # a fresh random mask of the held-out text on every pass
-            fresh = make_eval_set(eval_chunks, first, tokenizer, buckets=buckets, micro_batch=max(1, micro),
-                                  vocab_size=mask_vocab, redraw=step)
-            reported = evaluate(v.model, fresh, amp=v.cfg.amp)
-        else:  # "eval_dropout": the model left in train mode, its dropout seeded per evaluation
-            _seed_dropout(seeds.seed_for(first.seed, Stream.EVAL_DROPOUT, step), device)
-            reported = evaluate(v.model, eval_set, amp=v.cfg.amp, dropout=True)
-        return {"reported_loss": reported["loss"], "reported_mask_loss": reported["mask_loss"]}
-
-    def do_eval(step: int) -> None:
-        if world.rank != 0:
-            return
-        for v in state:
-            t0 = time.perf_counter()
-            values = evaluate(v.model, eval_set, amp=v.cfg.amp)  # the frozen mask: comparable across variants
-            if bugs.step_of(v.cfg.bug) == bugs.EVALUATION:  # and what the buggy evaluation would report
-                values.update(_buggy_evaluation(v, step))
-            values["eval_s"] = time.perf_counter() - t0
-            values["eval_on_train"] = eval_on_train
-            _report(v, TrainEvent("eval", v.name, step, first.steps, values), emit)
-            if probes:
-                preds = probe_predictions(v.model, tokenizer, probes, first.probe_top_k)
-                _report(v, TrainEvent("probe", v.name, step, first.steps, {"probes": preds}), emit)
-
-    do_eval(0)
-    counts_dev = counts.float().to(device)
-    batches = Batches(train_chunks, first, world, micro, mask_token_id=tokenizer.mask_token_id,
-                       vocab_size=mask_vocab, special_ids=special,
-                       schemes=[mask_scheme(cfg) for cfg in variants.values()],
-                       focus_ids=eval_set.focus_ids if first.focus_mlm_probability > 0 else None)
+    corpus = _corpus(base, tokenizer, texts, eval_texts, data, world)  # chunks, held-out set, probes: from the seed
+    run = _Run(data, world, device, corpus.counts.float().to(device), started, emit)
+    state = [_variant(name, cfg, base, corpus, run, ds_template) for name, cfg in variants.items()]
+    _evaluate(state, corpus, run, 0)
+    batches = Batches(corpus.train_chunks, data, world, corpus.micro, mask_token_id=tokenizer.mask_token_id,
+                      vocab_size=corpus.mask_vocab, special_ids=special_ids(tokenizer),
+                      schemes=[mask_scheme(cfg) for cfg in variants.values()],
+                      focus_ids=corpus.eval_set.focus_ids if data.focus_mlm_probability > 0 else None)
     steps_done = 0
     try:
-        for step in range(first.steps):
+        for step in range(data.steps):
             if stop_requested(stop, device, world):
                 break
-            micro_batches = {copies: [(j, inputs.to(device), attention.to(device), labels.to(device))
-                                      for j, inputs, attention, labels in group]
-                             for copies, group in batches.get(step).items()}
-            steps_done = _train_step(state, micro_batches, step, first, world, device, counts_dev, started, emit)
-            if not stop.is_set() and (steps_done % first.eval_every == 0 or steps_done == first.steps):
-                do_eval(steps_done)
+            micro_batches = {scheme: [b.to(device) for b in group] for scheme, group in batches.get(step).items()}
+            steps_done = _train_step(state, micro_batches, step, run)
+            if not stop.is_set() and (steps_done % data.eval_every == 0 or steps_done == data.steps):
+                _evaluate(state, corpus, run, steps_done)
     finally:
         batches.close()
-
-    stopped = steps_done < first.steps
-    for v in state:
-        v.result.stopped = stopped
-        v.result.wall_time_s = time.perf_counter() - started
-        v.model.train(False)
-        if v.cfg.gradient_checkpointing:
-            set_checkpointing(v.model, False)
-        v.opt = None  # drop the optimizer state (and any DDP/DeepSpeed wrapper) now
-        _report(v, TrainEvent("done", v.name, steps_done, first.steps, v.result.summary()), emit)
-    return {v.name: v.result for v in state}
+    return _finish(state, steps_done, run)

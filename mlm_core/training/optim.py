@@ -2,7 +2,9 @@
 gradient checkpointing, frozen word embeddings, and `Optimizer`, one variant's update.
 
 Nothing here knows where the batches come from; `loop.py` calls `Optimizer.begin`, one
-`micro_step` per micro-batch, then `finish`.
+`micro_step` per micro-batch, then `finish`. A trainer with a forward pass of its own (the NSP
+lesson's classifier) calls `backward` on its loss in place of `micro_step`: the same AdamW,
+scaling, clipping and order.
 """
 
 from __future__ import annotations
@@ -166,6 +168,11 @@ class Optimizer:
                  eps: float = ADAM_EPS):
         self.cfg = cfg
         self.device = device
+        self.model = model
+        self.distributed = distributed
+        # The groups hold every weight that can train, the word embeddings too, so `set_config` can freeze and
+        # unfreeze them on the same optimizer: a frozen weight gets no .grad, and AdamW skips a weight without one.
+        groups = param_groups(model, cfg.weight_decay) if groups is None else groups
         if cfg.freeze_word_embeddings:  # before DDP wraps the model: it registers what needs gradients
             freeze_word_embeddings(model)
         self.module: nn.Module = GatheredMaskedLM(model, hidden=cfg.loss == "sampled")
@@ -173,11 +180,26 @@ class Optimizer:
             ids = [device.index if device.index is not None else torch.cuda.current_device()] \
                 if device.type == "cuda" else None
             self.module = DistributedDataParallel(self.module, device_ids=ids)
-        self.distributed = distributed
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        groups = param_groups(model, cfg.weight_decay) if groups is None else groups
+        self.refresh_params()
         self.optimizer = adamw(groups, cfg.learning_rate, betas, eps)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp == "fp16")
+
+    def refresh_params(self) -> None:
+        """Clip over the weights that train now (call it after changing a weight's ``requires_grad``)."""
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+
+    def set_config(self, cfg: TrainConfig) -> None:
+        """Take the next steps under `cfg`: its autocast, clipping and frozen word embeddings; AdamW's state stays.
+
+        (The gradient scaler stays as it was built: switching to or from fp16 needs a new Optimizer.)
+        """
+        if cfg.freeze_word_embeddings != self.cfg.freeze_word_embeddings:
+            if self.distributed:
+                raise InputError("Under torchrun the frozen weights are fixed when DDP wraps the model: "
+                                 "start a new run to freeze or unfreeze the word embeddings.")
+            freeze_word_embeddings(self.model, cfg.freeze_word_embeddings)
+        self.cfg = cfg
+        self.refresh_params()
 
     def begin(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -197,8 +219,13 @@ class Optimizer:
             with autocast(self.device, self.cfg.amp):
                 outputs = self.module(inputs, attention, labels)
             loss, _ = loss_fn(outputs)
-            self.scaler.scale(loss * (share * world_size)).backward()
+            self.backward(loss, share=share, world_size=world_size)
         return float(loss.detach())
+
+    def backward(self, loss: torch.Tensor, *, share: float = 1.0, world_size: int = 1) -> None:
+        """Backward of one micro-batch's mean loss, weighted by its `share` of the step (x W under DDP), through
+        the fp16 gradient scaler when there is one. A whole step on one batch has share 1."""
+        self.scaler.scale(loss * (share * world_size)).backward()
 
     def finish(self, skip: bool) -> float | None:
         """Clip and update; returns the gradient norm before clipping (None when skipped or not finite)."""
