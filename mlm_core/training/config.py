@@ -39,6 +39,43 @@ MAX_VARIANTS = 4
 # --------------------------------------------------------------------------------------------
 
 
+# The checks behind TrainConfig.__post_init__: each refuses a value with a message a participant can act on.
+def _fail(message: str) -> None:
+    raise InputError(message)
+
+
+def _whole(name: str, value: Any, low: int, high: int, hint: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(f"{name} must be a whole number, got {value!r}.")
+    if not low <= value <= high:
+        _fail(f"{name} must be between {low} and {high}, got {value}. {hint}".strip())
+
+
+def _number(name: str, value: Any, low: float, high: float, hint: str = "") -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        _fail(f"{name} must be a number, got {value!r}.")
+    if not low <= value <= high:
+        _fail(f"{name} must be between {low:g} and {high:g}, got {value:g}. {hint}".strip())
+    return float(value)
+
+
+def _choice(name: str, value: Any, options: Sequence[str]) -> None:
+    if value not in options:
+        _fail(f"{name} must be one of {', '.join(map(repr, options))}, got {value!r}.")
+
+
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        _fail(f"{name} must be True or False.")
+
+
+def _strings(cfg: Any, name: str, what: str) -> None:  # a list of strings, kept as a tuple (the config stays hashable)
+    value = getattr(cfg, name)
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        _fail(f"{name} must be a list of {what}.")
+    object.__setattr__(cfg, name, tuple(value))
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything that defines a run; the same config and corpus give the same curves.
@@ -106,102 +143,88 @@ class TrainConfig:
     freeze_word_embeddings: bool = False
 
     def __post_init__(self) -> None:
-        def fail(message: str) -> None:
-            raise InputError(message)
-
-        def whole(name: str, value: Any, low: int, high: int, hint: str = "") -> None:
-            if isinstance(value, bool) or not isinstance(value, int):
-                fail(f"{name} must be a whole number, got {value!r}.")
-            if not low <= value <= high:
-                fail(f"{name} must be between {low} and {high}, got {value}. {hint}".strip())
-
-        def number(name: str, value: Any, low: float, high: float, hint: str = "") -> float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                fail(f"{name} must be a number, got {value!r}.")
-            if not low <= value <= high:
-                fail(f"{name} must be between {low:g} and {high:g}, got {value:g}. {hint}".strip())
-            return float(value)
-
-        def choice(name: str, value: Any, options: Sequence[str]) -> None:
-            if value not in options:
-                fail(f"{name} must be one of {', '.join(map(repr, options))}, got {value!r}.")
-
-        def flag(name: str, value: Any) -> None:
-            if not isinstance(value, bool):
-                fail(f"{name} must be True or False.")
-
-        def strings(name: str, what: str) -> None:  # a list of strings, kept as a tuple (the config stays hashable)
-            value = getattr(self, name)
-            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-                fail(f"{name} must be a list of {what}.")
-            object.__setattr__(self, name, tuple(value))
-
-        whole("steps", self.steps, 1, 1_000_000, "A workshop run needs 20 to 200 steps.")
-        whole("batch_size", self.batch_size, 1, 65_536, "8 to 32 sequences is typical on a CPU.")
-        whole("seq_len", self.seq_len, 8, 8192, "64 or 128 tokens suits sentences.")
-        if self.chunk_overlap is None:
-            object.__setattr__(self, "chunk_overlap", min(16, self.seq_len // 4))
-        whole("chunk_overlap", self.chunk_overlap, 0, self.seq_len - 3,
-              "The overlap must leave room for new tokens in every window; 16 is typical.")
-        number("learning_rate", self.learning_rate, 1e-8, 1.0,
-               "Typical: 1e-5 to 5e-5 to fine-tune a trained model, 1e-4 to 1e-3 from scratch.")
-        if self.learning_rate <= 0:
-            fail("learning_rate must be above 0.")
-        whole("warmup_steps", self.warmup_steps, 0, 1_000_000)
-        choice("schedule", self.schedule, SCHEDULES)
-        number("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0, "0 decays to nothing; 0.05 keeps 5% of the peak rate.")
-        number("weight_decay", self.weight_decay, 0.0, 1.0, "0.01 is BERT's value.")
-        if self.max_grad_norm is not None:
-            number("max_grad_norm", self.max_grad_norm, 0.0, 1e6,
-                   "1.0 is the usual clip; use 0 or None to turn clipping off.")
-        choice("amp", self.amp, AMP_MODES)
-        flag("freeze_word_embeddings", self.freeze_word_embeddings)
-        flag("gradient_checkpointing", self.gradient_checkpointing)
-        whole("grad_accum_steps", self.grad_accum_steps, 1, 4096)
-        if self.batch_size % self.grad_accum_steps:
-            fail(f"batch_size ({self.batch_size}) must be a multiple of grad_accum_steps "
-                 f"({self.grad_accum_steps}): each accumulation step takes an equal share.")
-        choice("loss", self.loss, LOSSES)
-        choice("weight_scheme", self.weight_scheme, SCHEMES)
-        number("weight_smoothing", self.weight_smoothing, 0.0, 1e9,
-               "Smoothing is added to every token count; 1 is typical.")
-        if self.weight_smoothing == 0 and self.weight_scheme != "none":
-            fail("weight_smoothing must be above 0, so tokens never seen in the corpus get a finite weight.")
-        whole("num_sampled", self.num_sampled, 1, 10_000_000,
-              "Sampled softmax draws K classes; 64 to 4096 is typical.")
-        choice("sampler", self.sampler, SAMPLERS)
-        flag("logq_correction", self.logq_correction)
-        if not isinstance(self.masking, MaskingConfig):
-            fail("masking must be a MaskingConfig.")
-        if self.eval_masking is not None and not isinstance(self.eval_masking, MaskingConfig):
-            fail("eval_masking must be a MaskingConfig, or None to mask the held-out text with the training rule.")
-        if self.bug:
-            choice("bug", self.bug, tuple(BUGS))
-        whole("mask_copies", self.mask_copies, 0, 1000,
-              "0 masks every chunk afresh each time (dynamic); BERT made 10 static copies.")
-        whole("eval_every", self.eval_every, 1, 1_000_000)
-        number("eval_fraction", self.eval_fraction, 0.0, 0.5,
-               "Hold out 5% to 20% of the chunks for evaluation.")
-        whole("eval_max_chunks", self.eval_max_chunks, 1, 100_000)
-        strings("probe_sentences", "sentences")
-        strings("probe_answers", "words")
-        if self.probe_answers and len(self.probe_answers) != len(self.probe_sentences):
-            fail(f"probe_answers has {len(self.probe_answers)} words for {len(self.probe_sentences)} "
-                 "probe sentences: give one answer per sentence (\"\" where it is unknown).")
-        strings("probe_groups", "names")
-        if self.probe_groups and len(self.probe_groups) != len(self.probe_sentences):
-            fail(f"probe_groups has {len(self.probe_groups)} names for {len(self.probe_sentences)} probe sentences: "
-                 "give one set name per sentence.")
-        whole("probe_top_k", self.probe_top_k, 1, 50)
-        strings("eval_focus_words", "words")
-        number("focus_mlm_probability", self.focus_mlm_probability, 0.0, 1.0,
-               "The share of the facts' words to mask: 0 keeps the rule's p for them too.")
-        flag("dropout", self.dropout)
-        whole("seed", self.seed, 0, 2**63 - 1, "Any whole number from 0 up works as a seed.")
+        self._check_run()
+        self._check_loss()
+        self._check_masking()
+        self._check_evaluation()
+        _flag("dropout", self.dropout)
+        _whole("seed", self.seed, 0, 2**63 - 1, "Any whole number from 0 up works as a seed.")
         if self.max_grad_norm is not None:
             object.__setattr__(self, "max_grad_norm", float(self.max_grad_norm))
         object.__setattr__(self, "learning_rate", float(self.learning_rate))
         object.__setattr__(self, "weight_decay", float(self.weight_decay))
+
+    def _check_run(self) -> None:
+        """The run's size and its optimiser: steps, batch, sequence, learning rate and schedule, clipping, precision."""
+        _whole("steps", self.steps, 1, 1_000_000, "A workshop run needs 20 to 200 steps.")
+        _whole("batch_size", self.batch_size, 1, 65_536, "8 to 32 sequences is typical on a CPU.")
+        _whole("seq_len", self.seq_len, 8, 8192, "64 or 128 tokens suits sentences.")
+        if self.chunk_overlap is None:
+            object.__setattr__(self, "chunk_overlap", min(16, self.seq_len // 4))
+        _whole("chunk_overlap", self.chunk_overlap, 0, self.seq_len - 3,
+               "The overlap must leave room for new tokens in every window; 16 is typical.")
+        _number("learning_rate", self.learning_rate, 1e-8, 1.0,
+                "Typical: 1e-5 to 5e-5 to fine-tune a trained model, 1e-4 to 1e-3 from scratch.")
+        if self.learning_rate <= 0:
+            _fail("learning_rate must be above 0.")
+        _whole("warmup_steps", self.warmup_steps, 0, 1_000_000)
+        _choice("schedule", self.schedule, SCHEDULES)
+        _number("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0, "0 decays to nothing; 0.05 keeps 5% of the peak rate.")
+        _number("weight_decay", self.weight_decay, 0.0, 1.0, "0.01 is BERT's value.")
+        if self.max_grad_norm is not None:
+            _number("max_grad_norm", self.max_grad_norm, 0.0, 1e6,
+                    "1.0 is the usual clip; use 0 or None to turn clipping off.")
+        _choice("amp", self.amp, AMP_MODES)
+        _flag("freeze_word_embeddings", self.freeze_word_embeddings)
+        _flag("gradient_checkpointing", self.gradient_checkpointing)
+        _whole("grad_accum_steps", self.grad_accum_steps, 1, 4096)
+        if self.batch_size % self.grad_accum_steps:
+            _fail(f"batch_size ({self.batch_size}) must be a multiple of grad_accum_steps "
+                  f"({self.grad_accum_steps}): each accumulation step takes an equal share.")
+
+    def _check_loss(self) -> None:
+        """The loss: full, frequency-weighted or sampled, and each one's settings."""
+        _choice("loss", self.loss, LOSSES)
+        _choice("weight_scheme", self.weight_scheme, SCHEMES)
+        _number("weight_smoothing", self.weight_smoothing, 0.0, 1e9,
+                "Smoothing is added to every token count; 1 is typical.")
+        if self.weight_smoothing == 0 and self.weight_scheme != "none":
+            _fail("weight_smoothing must be above 0, so tokens never seen in the corpus get a finite weight.")
+        _whole("num_sampled", self.num_sampled, 1, 10_000_000,
+               "Sampled softmax draws K classes; 64 to 4096 is typical.")
+        _choice("sampler", self.sampler, SAMPLERS)
+        _flag("logq_correction", self.logq_correction)
+
+    def _check_masking(self) -> None:
+        """The training rule, the held-out set's rule, a named bug, static mask copies."""
+        if not isinstance(self.masking, MaskingConfig):
+            _fail("masking must be a MaskingConfig.")
+        if self.eval_masking is not None and not isinstance(self.eval_masking, MaskingConfig):
+            _fail("eval_masking must be a MaskingConfig, or None to mask the held-out text with the training rule.")
+        if self.bug:
+            _choice("bug", self.bug, tuple(BUGS))
+        _whole("mask_copies", self.mask_copies, 0, 1000,
+               "0 masks every chunk afresh each time (dynamic); BERT made 10 static copies.")
+
+    def _check_evaluation(self) -> None:
+        """Evaluation and probes: how often, how much is held out, the probe sentences, answers and sets."""
+        _whole("eval_every", self.eval_every, 1, 1_000_000)
+        _number("eval_fraction", self.eval_fraction, 0.0, 0.5,
+                "Hold out 5% to 20% of the chunks for evaluation.")
+        _whole("eval_max_chunks", self.eval_max_chunks, 1, 100_000)
+        _strings(self, "probe_sentences", "sentences")
+        _strings(self, "probe_answers", "words")
+        if self.probe_answers and len(self.probe_answers) != len(self.probe_sentences):
+            _fail(f"probe_answers has {len(self.probe_answers)} words for {len(self.probe_sentences)} "
+                  "probe sentences: give one answer per sentence (\"\" where it is unknown).")
+        _strings(self, "probe_groups", "names")
+        if self.probe_groups and len(self.probe_groups) != len(self.probe_sentences):
+            _fail(f"probe_groups has {len(self.probe_groups)} names for {len(self.probe_sentences)} probe sentences: "
+                  "give one set name per sentence.")
+        _whole("probe_top_k", self.probe_top_k, 1, 50)
+        _strings(self, "eval_focus_words", "words")
+        _number("focus_mlm_probability", self.focus_mlm_probability, 0.0, 1.0,
+                "The share of the facts' words to mask: 0 keeps the rule's p for them too.")
 
     @property
     def held_out_masking(self) -> MaskingConfig:
