@@ -330,7 +330,7 @@ def draw_probes(snap) -> None:
         if known:
             first_right, _ = probes_right(entries[0])
             st.metric(f"{name}: probes answered right (top-1)", f"{right} of {known}",
-                      delta=f"{right - first_right:+d} since step {entries[0]['step']}")
+                      **ui.metric_change(right, first_right, entries[0]["step"]))
         # static HTML, whose cells wrap: at 1400 px the dataframe cut its right-hand columns off
         ui.table(pd.DataFrame(probe_rows(entries)), key=f"training_probe_table_{name}",
                  percent=("answer's probability now",), static=True)
@@ -409,14 +409,13 @@ def draw_probe_sets(name: str, entries, at: int) -> None:
             st.markdown(f"**{score.label}** ({score.probes}: {PROBE_SET_ABOUT.get(score.group, '')})")
             m1, m2 = st.columns(2)
             m1.metric("first guess right", f"{score.top1_now} of {score.probes}",
-                      delta=f"{score.top1_now - score.top1_then:+d} since step {score.step_then}")
+                      **ui.metric_change(score.top1_now, score.top1_then, score.step_then))
             if score.group == "control":  # a Veldoria word here is wrong: fewer is better
                 m2.metric("a Veldoria word first", f"{score.facts_now} of {score.probes}",
-                          delta=f"{score.facts_now - score.facts_then:+d} since step {score.step_then}",
-                          delta_color="inverse")
+                          **ui.metric_change(score.facts_now, score.facts_then, score.step_then, fewer_is_better=True))
             else:
                 m2.metric("answer in the top 5", f"{score.top5_now} of {score.probes}",
-                          delta=f"{score.top5_now - score.top5_then:+d} since step {score.step_then}")
+                          **ui.metric_change(score.top5_now, score.top5_then, score.step_then))
             if score.median_rank_then is not None and score.median_rank_now is not None:
                 st.caption(f"The answer's median rank among all {len(tokenizer):,} tokens: {score.median_rank_then:,.0f} "
                            f"at step {score.step_then}, {score.median_rank_now:,.0f} at step {score.step_now} "

@@ -150,3 +150,11 @@ def test_the_filmstrip_keeps_seven_evenly_spaced_frames_at_room_size():
     shown = list(room.data[0].x)
     assert len(shown) == ROOM_FRAMES and shown[0] == "step 0" and shown[-1] == "step 60"
     assert f"{ROOM_FRAMES} of 13 evaluations" in room.layout.title.text
+
+
+def test_trained_bugs_speak_the_museums_vocabulary():
+    """The museum links to these twins: the same bug is written with the same names (original_ids: the ids
+    before masking; input_ids: what the model sees), so the two pages never show two versions of one line."""
+    for key in ("labels_never_ignored", "special_tokens_masked"):
+        code = TRAINED_BUGS[key].code
+        assert "original_ids" in code and "input_ids" not in code, code

@@ -49,7 +49,7 @@ from ui.loaders import (
     model_or_stop,
     tokenizer_or_stop,
 )
-from ui.messages import language_note, show_error
+from ui.messages import language_note, metric_change, show_error
 from ui.page import page_setup
 from ui.presenter import (
     PRESENTER_CHART_FONT_PX,
@@ -71,6 +71,7 @@ from ui.settings import DEFAULT_MODEL, KEYS, MAX_MODEL_NAME_CHARS, Settings
 from ui.share import LINK_KEYS, share_link, share_url, shared_masking_config, sync_query_params
 
 __all__ = [
+    "metric_change",
     "BASE_CHOICE", "CUSTOM_SENTENCE", "DECISION_STYLE", "DEFAULT_MODEL", "KEYS", "LINK_KEYS",
     "MAX_MODEL_NAME_CHARS", "PRESENTER_CHART_FONT_PX", "PRESENTER_CHART_HEIGHT", "PRESENTER_CHART_TITLE_PX",
     "PRESENTER_TITLE_CHARS", "Settings", "advanced", "batch_sentences_controls", "cached_blimp",

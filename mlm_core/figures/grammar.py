@@ -27,7 +27,12 @@ def _e(text: str) -> str:
 
 def pair_figure(score: PairScore, height: int = 420) -> go.Figure:
     """Each token's surprisal -log P(token | the rest) for both sentences: the PLL is minus the bars' sum."""
-    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.22, subplot_titles=(
+    # a long sentence's labels turn on their side: give them room below each row, so they never run into the
+    # second row's title (45 tokens ran into it at 420 px)
+    longest = max(len(score.good.tokens), len(score.bad.tokens))
+    if longest > 20:
+        height += 6 * (longest - 20)
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.22 if longest <= 20 else 0.3, subplot_titles=(
         f"grammatical: PLL {score.good.total:.2f} nats", f"ungrammatical: PLL {score.bad.total:.2f} nats"))
     for row, (pll, color) in enumerate(((score.good, GOOD_COLOR), (score.bad, BAD_COLOR)), 1):
         labels = [f"{i + 1}. {_e(t)}" for i, t in enumerate(pll.tokens)]
@@ -38,6 +43,7 @@ def pair_figure(score: PairScore, height: int = 420) -> go.Figure:
     top = max([-lp for pll in (score.good, score.bad) for lp in pll.log_probs] + [1.0])
     for row in (1, 2):
         fig.update_yaxes(title_text="−log P (nats)", row=row, col=1, range=[0, 1.2 * top])
+    fig.update_xaxes(automargin=True)  # the bottom row's turned labels get the room they need below the chart
     fig.update_layout(height=height, margin=dict(t=50, b=20, l=60, r=20),
                       title_text="Which tokens the model finds surprising (taller = less likely)")
     return fig

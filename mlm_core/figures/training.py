@@ -114,7 +114,8 @@ def lr_figure(steps: Mapping[str, Rows], height: int = 220) -> go.Figure:
 def eval_figure(evals: Mapping[str, Rows], height: int = 420) -> go.Figure:
     """Held-out evaluation (always full cross-entropy): loss over every selected position (solid) and at
     the [MASK] positions alone (dashed), and top-1 / top-5 accuracy, per variant."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("held-out loss (full CE)", "held-out accuracy"))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("held-out loss (full CE; dashed: [MASK] only)",
+                                                                    "held-out accuracy (dotted: top-5)"))
     for i, (name, rows) in enumerate(evals.items()):
         x = [r["step"] for r in rows]
         color = _color(i)
@@ -134,8 +135,9 @@ def eval_figure(evals: Mapping[str, Rows], height: int = 420) -> go.Figure:
         fig.add_trace(go.Scatter(x=x, y=[_value(r, "top5") for r in rows], mode="lines+markers",
                                  name=f"{name} top-5", legendgroup=name, line=dict(color=color, dash="dot")),
                       row=1, col=2)
-    fig.update_yaxes(title_text="loss (solid: all selected; dashed: [MASK] only)", row=1, col=1)
-    fig.update_yaxes(title_text="accuracy (solid top-1, dotted top-5)", tickformat=".0%", row=1, col=2)
+    # short axis titles (a room-sized font cuts long ones off): the legend names each line's kind
+    fig.update_yaxes(title_text="loss (nats)", row=1, col=1)
+    fig.update_yaxes(title_text="accuracy", tickformat=".0%", row=1, col=2)
     fig.update_xaxes(title_text="step")
     fig.update_layout(height=height, legend=dict(orientation="h", y=-0.25), margin=dict(t=60, b=40))
     return fig

@@ -113,7 +113,9 @@ def training_story(record: Mapping[str, Any] | None) -> list[str]:
     if earlier:
         counted = [e.get("steps") for e in earlier]
         steps_before = sum(counted) if all(isinstance(n, int) for n in counted) else None
-        builds = "an earlier build" if len(earlier) == 1 else f"{len(earlier)} earlier builds"
+        # one build's weights, whatever its own history: "an earlier build", or the chain behind it
+        builds = ("an earlier build" if len(earlier) == 1 else
+                  f"an earlier build, the last of a chain of {len(earlier)} each started from the one before")
         steps_words = f"{steps_before:,} steps" + ("" if len(earlier) == 1 else " in all")
         start = (f"It started from the weights of {builds} ({steps_words})"
                  if steps_before is not None else f"It started from the weights of {builds}")

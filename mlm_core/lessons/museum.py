@@ -123,7 +123,7 @@ def special_ids_hardcoded(batch: LossBatch) -> Exhibit:
          "special tokens selected in this draw (buggy)": int((buggy.selected & special).sum()),
          "special tokens selected (correct)": int((batch.result.selected & special).sum())},
         key="special_ids_hardcoded",
-        wrong_code="special_tokens_mask = torch.isin(original_ids, torch.tensor([0, 1]))",
+        wrong_code="special_tokens_mask = torch.isin(original_ids, torch.tensor([0, 1]))   # [CLS]=101, [SEP]=102 left open",
         right_code=("encoded = tokenizer(texts, return_special_tokens_mask=True)\n"
                     "special_tokens_mask = encoded['special_tokens_mask']"),
     )

@@ -184,14 +184,14 @@ class TrainedBug:
 
 TRAINED_BUGS: dict[str, TrainedBug] = {b.key: b for b in (
     TrainedBug("labels_never_ignored", "Loss over every token (labels never set to -100)",
-               "labels = input_ids.clone()   # and never labels[~selected] = -100",
+               "labels = original_ids.clone()   # and never labels[~selected] = -100 (original_ids: before masking)",
                "huggingface/transformers#20797: a user who had not set the unselected labels to -100 saw training "
                "losses of 0.10-0.20, about 1.6 once fixed; #2946 asks why the collator sets labels[~masked] = -100",
                "labels_never_ignored",
                "a training loss far below the held-out loss from the first steps, while the held-out loss is no "
                "better: most targets are tokens the model can see in its input (and padding)."),
     TrainedBug("special_tokens_masked", "Special tokens hard-coded as ids 0 and 1",
-               "special_tokens_mask = torch.isin(input_ids, torch.tensor([0, 1]))   # [CLS]=101, [SEP]=102 left open",
+               "special_tokens_mask = torch.isin(original_ids, torch.tensor([0, 1]))   # [CLS]=101, [SEP]=102 left open",
                "huggingface/transformers#1395: run_lm_finetuning.py masked [CLS] and [SEP] too (BERT and RoBERTa); "
                "AnswerDotAI/ModernBERT#218 excludes special tokens its mlm_masking had masked",
                "special_ids_hardcoded",
