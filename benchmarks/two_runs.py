@@ -36,6 +36,7 @@ import torch  # noqa: E402
 from mlm_core import jobs  # noqa: E402
 from mlm_core.lessons.training_view import default_run  # noqa: E402
 from mlm_core.models import load_masked_lm  # noqa: E402
+from mlm_core.training import check_variants  # noqa: E402
 
 TOLERANCE = 0.25  # a forecast within 25% of what happened
 
@@ -65,7 +66,7 @@ def run(quick: bool = False, max_runs: int | None = None) -> Result:
     texts, variants = default_run(model_is_trained=True)
     if quick:
         variants = {name: replace(cfg, steps=12, eval_every=5) for name, cfg in variants.items()}
-    cfg = next(iter(variants.values()))
+    cfg = check_variants(variants)  # the data settings the variants share: steps, batch, sequence length, ...
     manager = jobs.RunManager(max_runs=max_runs, threads=threads)  # the server's limits (environment), the watchdog on
     load_before = os.getloadavg()
     t0 = time.perf_counter()

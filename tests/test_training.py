@@ -778,3 +778,22 @@ def test_focus_words_are_masked_at_their_own_rate(tok):
     cfg = base_config("facts", from_scratch=False, texts=gazetteer_texts())
     assert cfg.focus_mlm_probability == FACT_MASKING > rule.mlm_probability
     assert base_config("masking", from_scratch=False, texts=gazetteer_texts()).focus_mlm_probability == 0.0
+
+
+def test_switching_to_fp16_builds_a_gradient_scaler():
+    """TrainStep.configure(amp=...) goes through Optimizer.set_config: fp16 needs loss scaling, so a switch to or
+    from fp16 builds a scaler that is on exactly when the new precision is fp16 (the old one stayed off)."""
+    import copy
+    import dataclasses
+
+    from mlm_core.models import load_masked_lm
+    from mlm_core.training.optim import Optimizer
+
+    model, _ = load_masked_lm("tiny-random", device="cpu")
+    cfg = TrainConfig(amp="off")
+    opt = Optimizer(copy.deepcopy(model), cfg, torch.device("cpu"))
+    assert not opt.scaler.is_enabled()
+    opt.set_config(dataclasses.replace(cfg, amp="fp16"))
+    assert opt.scaler.is_enabled()
+    opt.set_config(cfg)
+    assert not opt.scaler.is_enabled()

@@ -190,14 +190,15 @@ class Optimizer:
 
     def set_config(self, cfg: TrainConfig) -> None:
         """Take the next steps under `cfg`: its autocast, clipping and frozen word embeddings; AdamW's state stays.
-
-        (The gradient scaler stays as it was built: switching to or from fp16 needs a new Optimizer.)
+        Switching to or from fp16 builds a new gradient scaler (fp16 steps without loss scaling would underflow).
         """
         if cfg.freeze_word_embeddings != self.cfg.freeze_word_embeddings:
             if self.distributed:
                 raise InputError("Under torchrun the frozen weights are fixed when DDP wraps the model: "
                                  "start a new run to freeze or unfreeze the word embeddings.")
             freeze_word_embeddings(self.model, cfg.freeze_word_embeddings)
+        if (cfg.amp == "fp16") != (self.cfg.amp == "fp16"):
+            self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.amp == "fp16")
         self.cfg = cfg
         self.refresh_params()
 
