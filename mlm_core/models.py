@@ -259,7 +259,6 @@ def _seeded_init_(model: nn.Module, generator: torch.Generator, std: float) -> N
     model.tie_weights()  # the output projection is the word-embedding matrix
 
 
-
 _LOCAL_PREFIXES = ("/", "./", "../", "~", ".\\", "..\\")
 
 
@@ -331,12 +330,10 @@ def _safetensors_parameters(path: Path, problem: str) -> int:
         raise ModelLoadError(problem) from None
 
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Source:
     """Where a named model is read from: a local folder or the hub (its cached snapshot, if any)."""
 
-    name: str
     source: str  # what from_pretrained gets: the folder, or the hub id
     where: str  # how messages name it: "the folder ./x" or "bert-base-uncased"
     problem: str  # the message for a damaged or incomplete local/cached copy
@@ -370,7 +367,7 @@ def _locate(name: str, limit: int) -> _Source:
     if folder is not None:
         problem = _folder_problem(name) + _offline_hint()
         _check_config_file(folder, problem)
-        return _Source(name, str(folder), f"the folder {shown_name(name)}", problem, True, offline, None, common)
+        return _Source(str(folder), f"the folder {shown_name(name)}", problem, True, offline, None, common)
     if not hub.is_repo_id(name):
         raise ModelLoadError(
             f"{shown_name(name)} is not a Hugging Face model id (like bert-base-uncased or "
@@ -384,7 +381,7 @@ def _locate(name: str, limit: int) -> _Source:
         _check_config_file(snapshot, problem)
     elif not offline:
         hub.check_repo(name, limit)
-    return _Source(name, name, shown_name(name), problem, False, offline, snapshot, common)
+    return _Source(name, shown_name(name), problem, False, offline, snapshot, common)
 
 
 def _check_heads(model, loading: Mapping[str, Any], what: str) -> None:
@@ -439,7 +436,6 @@ def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dt
     return model.to(device), tokenizer, info
 
 
-
 def _offline_hint() -> str:
     names = ["the bundled default model", f"{TINY_RANDOM!r} (tiny random BERT)"]
     cached = [m["name"] for m in hub.cached_masked_lms()]
@@ -448,8 +444,6 @@ def _offline_hint() -> str:
     else:
         names.append("no masked LMs in the local Hugging Face cache")
     return " Available offline: " + "; ".join(names) + "."
-
-
 
 
 def _default_note() -> str:

@@ -118,7 +118,6 @@ def _claims() -> list[Claim]:
     return c
 
 
-
 def _model_claims(add: Callable[..., None]) -> None:
     """The default model's build record, the Grammar page, and Inside the model (heads, lens, saliency)."""
     add("build", "the default model's build step (assets/default_mlm/build.json)", lambda v: str(int(v)), "model_step")
@@ -162,7 +161,6 @@ def _model_claims(add: Callable[..., None]) -> None:
         "sal_sentence_min", "sal_sentence_max")
     add("saliency", "mean tau on magnitudes, smallest and largest over every measure, on the page's 24 held-out "
         "sentences", fixed(2), "sal24_min", "sal24_max")
-
 
 
 def _loss_claims(add: Callable[..., None]) -> None:
@@ -229,7 +227,6 @@ def _loss_claims(add: Callable[..., None]) -> None:
     add("sampled", "K sweep with replacement (importance), mean error at K = 256 and its standard error, %", percent(2),
         "sweep_is_256_err", "sweep_is_256_se")
     add("sampled", "... one draw's spread at K = 256, % of the full loss", percent(1), "sweep_is_256_spread")
-
 
 
 def _training_claims(add: Callable[..., None]) -> None:

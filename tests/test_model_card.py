@@ -38,7 +38,7 @@ def test_the_story_names_each_objective_from_the_record():
     chain = model_card.training_story(_record(stages=[], init_asset={"build": {"steps": 1000, "stages": [
         {"command": "x --anti-copy 0"}], "lineage": [{"steps": 4400, "stages": [{"command": "x --anti-copy 2"}]},
                                                  {"steps": 1267, "stages": [{"command": "x"}]}]}}))
-    assert any("the last of a chain of 3 each started from the one before (6,667 steps in all), at least one of which trained with the anti-copy penalty" in s
+    assert any("earlier build (6,667 steps in all, over a chain of 3 builds, each started from the one before), at least one of which trained with the anti-copy penalty" in s
                for s in chain)  # a penalty two builds back is still named (default_model.lineage)
     assert model_card.training_story(None) == []
 

@@ -279,7 +279,7 @@ def test_batches_read_the_data_config_and_give_named_micro_batches(tok):
         (group,) = batches.get(0).values()
     finally:
         batches.close()
-    assert all(isinstance(b, training.MicroBatch) for b in group) and [b.index for b in group] == [0, 1]
+    assert all(isinstance(b, training.MicroBatch) for b in group) and [b.j for b in group] == [0, 1]
     assert all(b.input_ids.shape == b.attention_mask.shape == b.labels.shape == (2, cfg.seq_len) for b in group)
 
 
@@ -781,8 +781,9 @@ def test_focus_words_are_masked_at_their_own_rate(tok):
 
 
 def test_switching_to_fp16_builds_a_gradient_scaler():
-    """TrainStep.configure(amp=...) goes through Optimizer.set_config: fp16 needs loss scaling, so a switch to or
-    from fp16 builds a scaler that is on exactly when the new precision is fp16 (the old one stayed off)."""
+    """TrainStep.configure(amp=...) goes through Optimizer.set_config: fp16 needs loss scaling, so after a switch
+    the scaler is on exactly when the precision is fp16 (it stayed off before), and settings the optimizer was
+    built with are refused rather than stored and ignored."""
     import copy
     import dataclasses
 
@@ -794,6 +795,13 @@ def test_switching_to_fp16_builds_a_gradient_scaler():
     opt = Optimizer(copy.deepcopy(model), cfg, torch.device("cpu"))
     assert not opt.scaler.is_enabled()
     opt.set_config(dataclasses.replace(cfg, amp="fp16"))
-    assert opt.scaler.is_enabled()
+    fp16_scaler = opt.scaler
+    assert fp16_scaler.is_enabled()
     opt.set_config(cfg)
     assert not opt.scaler.is_enabled()
+    opt.set_config(dataclasses.replace(cfg, amp="fp16"))
+    assert opt.scaler is fp16_scaler  # back to fp16: the same scaler, with the scale it learned
+    # what shapes the optimizer itself (its groups' decay, the head's output) cannot change between steps
+    for change in ({"weight_decay": 0.5}, {"loss": "sampled"}):
+        with pytest.raises(InputError, match="fixed when it is built"):
+            opt.set_config(dataclasses.replace(cfg, **change))

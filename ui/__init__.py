@@ -71,13 +71,12 @@ from ui.settings import DEFAULT_MODEL, KEYS, MAX_MODEL_NAME_CHARS, Settings
 from ui.share import LINK_KEYS, share_link, share_url, shared_masking_config, sync_query_params
 
 __all__ = [
-    "metric_change",
     "BASE_CHOICE", "CUSTOM_SENTENCE", "DECISION_STYLE", "DEFAULT_MODEL", "KEYS", "LINK_KEYS",
     "MAX_MODEL_NAME_CHARS", "PRESENTER_CHART_FONT_PX", "PRESENTER_CHART_HEIGHT", "PRESENTER_CHART_TITLE_PX",
     "PRESENTER_TITLE_CHARS", "Settings", "advanced", "batch_sentences_controls", "cached_blimp",
     "cached_corpus_counts", "cached_lab_pairs", "cached_model", "cached_pair_score", "cached_tiny_for_vocab",
     "cached_tokenizer", "chart", "chart_height", "chip_html", "client_id", "decision_legend", "encode_or_stop",
-    "example_picker", "guess_client", "inline_code", "language_note", "loss_batch_controls", "markdown_text",
+    "example_picker", "guess_client", "inline_code", "language_note", "loss_batch_controls", "markdown_text", "metric_change",
     "metric_row", "model_or_stop", "on_demand", "page_setup", "pill_labels", "plotly_config", "room_figure",
     "room_large", "sentence_or_stop", "session_alive_check", "share_link", "share_url", "shared_masking_config",
     "show_error", "sync_query_params", "table", "token_chips", "token_pills", "tokenizer_or_stop",

@@ -115,7 +115,7 @@ def eval_figure(evals: Mapping[str, Rows], height: int = 420) -> go.Figure:
     """Held-out evaluation (always full cross-entropy): loss over every selected position (solid) and at
     the [MASK] positions alone (dashed), and top-1 / top-5 accuracy, per variant."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("held-out loss (full CE; dashed: [MASK] only)",
-                                                                    "held-out accuracy (dotted: top-5)"))
+                                                        "held-out accuracy (dotted: top-5)"))
     for i, (name, rows) in enumerate(evals.items()):
         x = [r["step"] for r in rows]
         color = _color(i)

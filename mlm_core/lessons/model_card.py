@@ -113,12 +113,13 @@ def training_story(record: Mapping[str, Any] | None) -> list[str]:
     if earlier:
         counted = [e.get("steps") for e in earlier]
         steps_before = sum(counted) if all(isinstance(n, int) for n in counted) else None
-        # one build's weights, whatever its own history: "an earlier build", or the chain behind it
-        builds = ("an earlier build" if len(earlier) == 1 else
-                  f"an earlier build, the last of a chain of {len(earlier)} each started from the one before")
-        steps_words = f"{steps_before:,} steps" + ("" if len(earlier) == 1 else " in all")
-        start = (f"It started from the weights of {builds} ({steps_words})"
-                 if steps_before is not None else f"It started from the weights of {builds}")
+        # one build's weights, whatever its own history: "an earlier build", and the chain behind it
+        chain = "" if len(earlier) == 1 else f"a chain of {len(earlier)} builds, each started from the one before"
+        if steps_before is not None:
+            start = (f"It started from the weights of an earlier build ({steps_before:,} steps"
+                     + (f" in all, over {chain})" if chain else ")"))
+        else:
+            start = "It started from the weights of an earlier build" + (f" (the last of {chain})" if chain else "")
         known = [s for e in earlier for s in e.get("stages") or [] if isinstance(s, Mapping)]
         listed = all(e.get("stages") for e in earlier)
         if any(_anti_copy(s) > 0 for s in known):

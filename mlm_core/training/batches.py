@@ -256,13 +256,13 @@ def mask_scheme(cfg: TrainConfig) -> MaskScheme:
 class MicroBatch(NamedTuple):
     """One forward pass's share of a step: its global micro-batch number j and three (B, T) tensors."""
 
-    index: int  # j: which micro-batch of the global batch (seeds its dropout and sampled classes)
+    j: int  # which micro-batch of the global batch (seeds its dropout and sampled classes)
     input_ids: torch.Tensor  # (B, T) masked
     attention_mask: torch.Tensor  # (B, T)
     labels: torch.Tensor  # (B, T), IGNORE_INDEX where nothing was selected
 
     def to(self, device: torch.device) -> MicroBatch:
-        return MicroBatch(self.index, self.input_ids.to(device), self.attention_mask.to(device),
+        return MicroBatch(self.j, self.input_ids.to(device), self.attention_mask.to(device),
                           self.labels.to(device))
 
 

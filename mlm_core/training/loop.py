@@ -107,6 +107,9 @@ def prepare_variant(model: nn.Module, cfg: TrainConfig, device: torch.device, *,
     and ``eps`` go to `Optimizer`), and for the weighted loss one weight per token id (V,), from the
     corpus' token `counts` (V,), or 1 for every token without a corpus.
     """
+    if ds_config is not None and (groups is not None or (betas, eps) != (ADAM_BETAS, ADAM_EPS)):
+        raise InputError("DeepSpeed builds its own optimizer from its config: groups, betas and eps go to "
+                         "Optimizer only.")
     model.train(cfg.dropout)
     set_checkpointing(model, cfg.gradient_checkpointing)
     if ds_config is not None:
@@ -214,7 +217,7 @@ class TrainStep:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Run:
     """What every step and evaluation of a run shares: its data settings, processes and device, the
     corpus' token counts (the sampled softmax draws from them), its start time and where events go."""
@@ -319,9 +322,9 @@ def _train_step(state: list[_Variant], micro_batches: Mapping[MaskScheme, list[M
         # Nothing selected anywhere: no loss to learn from, so no update (and no NaN in the curve).
         skip = masked_all == 0 or total <= 0
         for a, b in enumerate(batches):
-            _seed_dropout(seeds.seed_for(data.seed, Stream.DROPOUT, step, b.index), device)  # the same for every variant
+            _seed_dropout(seeds.seed_for(data.seed, Stream.DROPOUT, step, b.j), device)  # the same for every variant
 
-            def loss_fn(outputs, v=v, j=b.index):
+            def loss_fn(outputs, v=v, j=b.j):
                 return _loss_value(v.cfg, outputs, class_weights=v.class_weights, counts=run.counts,
                                    generator=seeds.generator(data.seed, Stream.SAMPLED, step, j))
 

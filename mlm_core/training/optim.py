@@ -10,6 +10,7 @@ scaling, clipping and order.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from typing import Any
 
@@ -154,6 +155,10 @@ def check_amp(device: torch.device, amp: str) -> None:
         raise InputError("This GPU has no bf16 support: choose 'fp16' (with a gradient scaler) or 'off'.")
 
 
+# What `Optimizer.set_config` may change between steps (TrainStep.configure): the rest shapes the optimizer itself.
+SWITCHABLE = ("amp", "max_grad_norm", "freeze_word_embeddings", "gradient_checkpointing")
+
+
 class Optimizer:
     """One variant's weights update: AdamW with optional clipping and fp16 gradient scaling; under
     torchrun the model is wrapped in DistributedDataParallel, which averages gradients over ranks.
@@ -182,7 +187,15 @@ class Optimizer:
             self.module = DistributedDataParallel(self.module, device_ids=ids)
         self.refresh_params()
         self.optimizer = adamw(groups, cfg.learning_rate, betas, eps)
-        self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp == "fp16")
+        self._scalers: dict[bool, torch.amp.GradScaler] = {}
+        self.scaler = self._scaler(cfg.amp)
+
+    def _scaler(self, amp: str) -> torch.amp.GradScaler:
+        """The gradient scaler for `amp`: on for fp16 (one, kept with its learned scale), off otherwise."""
+        fp16 = amp == "fp16"
+        if fp16 not in self._scalers:
+            self._scalers[fp16] = torch.amp.GradScaler(self.device.type, enabled=fp16)
+        return self._scalers[fp16]
 
     def refresh_params(self) -> None:
         """Clip over the weights that train now (call it after changing a weight's ``requires_grad``)."""
@@ -190,15 +203,22 @@ class Optimizer:
 
     def set_config(self, cfg: TrainConfig) -> None:
         """Take the next steps under `cfg`: its autocast, clipping and frozen word embeddings; AdamW's state stays.
-        Switching to or from fp16 builds a new gradient scaler (fp16 steps without loss scaling would underflow).
+        fp16 steps go through the one fp16 gradient scaler (made on the first switch, kept, with its learned scale,
+        when the precision switches away and back). Any other setting is fixed when the optimizer is built: a
+        `cfg` that changes one is refused.
         """
+        changed = [f.name for f in dataclasses.fields(cfg) if f.name not in SWITCHABLE
+                   and getattr(cfg, f.name) != getattr(self.cfg, f.name)]
+        if changed:
+            raise InputError(f"An optimizer's {', '.join(changed)} are fixed when it is built: start a new "
+                             "TrainStep (or run) to change them.")
         if cfg.freeze_word_embeddings != self.cfg.freeze_word_embeddings:
             if self.distributed:
                 raise InputError("Under torchrun the frozen weights are fixed when DDP wraps the model: "
                                  "start a new run to freeze or unfreeze the word embeddings.")
             freeze_word_embeddings(self.model, cfg.freeze_word_embeddings)
         if (cfg.amp == "fp16") != (self.cfg.amp == "fp16"):
-            self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.amp == "fp16")
+            self.scaler = self._scaler(cfg.amp)
         self.cfg = cfg
         self.refresh_params()
 
