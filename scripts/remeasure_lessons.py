@@ -43,7 +43,7 @@ from mlm_core.bundled import gazetteer, heldout_workshop_sentences, workshop_sen
 from mlm_core.data import mask_batch  # noqa: E402
 from mlm_core.default_model import read_build_record  # noqa: E402
 from mlm_core.grammar import score_pairs  # noqa: E402
-from mlm_core.lessons.grammar import FIRST_PAIR as GRAMMAR_FIRST_PAIR  # noqa: E402
+from mlm_core.lessons.grammar import FIRST_PAIR as GRAMMAR_FIRST_PAIR, WEAK_MARGIN  # noqa: E402
 from mlm_core.lessons.inside import agreement_over_texts, lens_profile_on_texts, measure_head_patterns  # noqa: E402
 from mlm_core.formatting import signed as signed_number  # noqa: E402
 from mlm_core.lessons.loss_lab import (  # noqa: E402
@@ -127,7 +127,7 @@ def _model_claims(add: Callable[..., None]) -> None:
     for key, name in (("dn", "determiner_noun_agreement"), ("island", "island_effects"), ("npi", "npi_licensing")):
         add("build", f"the default model's BLiMP accuracy on {name}, %", percent(0), f"blimp_{key}")
     add("grammar", "the Grammar page's first pair (agreement across 'to the cabinet'): PLL(good) - PLL(bad), nats",
-        signed(2), "grammar_first_margin")
+        signed(3), "grammar_first_margin")
     # Inside the model: attention patterns (pages/inside.py, PATTERN_SENTENCES workshop sentences)
     for key, name in (("cls", "[CLS]"), ("sep", "[SEP]"), ("punct", ". or ,"), ("prev", "previous token"),
                       ("next", "next token")):
@@ -691,6 +691,9 @@ def _gaps_vary(gaps: list[float]) -> bool:
 
 
 SENTENCE_CHECKS = (
+    SentenceCheck("workshop.md Grammar: on the first pair the model prefers the grammatical sentence, by a margin the "
+                  "page calls weak (under WEAK_MARGIN): 'Barely, on this pair'", ("grammar_first_margin",),
+                  lambda v: 0 < v["grammar_first_margin"] < WEAK_MARGIN),
     SentenceCheck("lessons.md Inside: on this model [CLS], not [SEP], is where most heads 'park' their attention; "
                   "workshop.md: 'mostly [CLS]'", ("heads_cls_n", "heads_sep_n"),
                   lambda v: v["heads_cls_n"] > 36 and v["heads_cls_n"] > v["heads_sep_n"]),
@@ -703,9 +706,11 @@ SENTENCE_CHECKS = (
     SentenceCheck("lessons.md Predictions: the unchanged positions lower the perplexity ([MASK]-only loss above the "
                   "all-positions loss, unchanged far below)", ("pred_all_loss", "pred_mask_loss", "pred_unchanged_loss"),
                   lambda v: v["pred_mask_loss"] > v["pred_all_loss"] > v["pred_unchanged_loss"]),
-    SentenceCheck("lessons.md Loss: the default meets the target (within 10% of the full loss, cosine >= 0.9) on "
-                  "seeds 0-4", ("target_err_min", "target_err_max", "target_cos_min"),
-                  lambda v: max(abs(v["target_err_min"]), abs(v["target_err_max"])) <= 0.10 and v["target_cos_min"] >= 0.9),
+    SentenceCheck("lessons.md Loss: on seeds 0-4 the default's error is within 10% of the full loss at every seed, and "
+                  "its cosine misses 0.9 narrowly at some (lowest under 0.9, above 0.85; highest at least 0.9)",
+                  ("target_err_min", "target_err_max", "target_cos_min", "target_cos_max"),
+                  lambda v: max(abs(v["target_err_min"]), abs(v["target_err_max"])) <= 0.10
+                  and 0.85 < v["target_cos_min"] < 0.9 <= v["target_cos_max"]),
     SentenceCheck("lessons.md Loss: with replacement TensorFlow's and no correction cross the full loss between "
                   "K = 256 and 4096 and keep rising", ("sweep_tf_256", "sweep_tf_4096", "sweep_tf_v", "sweep_none_256",
                                                       "sweep_none_4096", "sweep_none_v", "target_full"),
