@@ -347,10 +347,8 @@ def draw_race_probes(snap) -> None:
     if not probes:
         return
     st.subheader("The probes, variant by variant")
-    race = pd.DataFrame(probe_race_rows(probes))
-    if settings.presenter and "variant" in race:  # a room-sized row of 10+ columns runs off the screen: one per variant
-        race = race.set_index("variant").T.reset_index(names="")
-    ui.table(race, key="training_probe_race", static=True)
+    # a room-sized row of 10+ columns runs off the screen: in presenter view one column per variant
+    ui.table(pd.DataFrame(probe_race_rows(probes)), key="training_probe_race", static=True, turn="variant")
     if not snap.finished:  # every probe of every variant once the run is done: each redraw would hold the CPU
         st.caption("Every probe of each variant appears here when the run is done.")
         return
@@ -489,7 +487,8 @@ def draw(snap) -> None:
     rows = [v.results_row(clips.get(name)) for name, v in snap.variants.items()]
     st.subheader("Results")
     # 14 columns: HTML, whose headers wrap, so none is cut at the right edge at 1400 px ("top-…" in a dataframe)
-    ui.table(pd.DataFrame(rows), key="training_results", percent=("top-1", "top-5"), static=True)
+    ui.table(pd.DataFrame(rows), key="training_results", percent=("top-1", "top-5"), static=True,
+             turn="variant")  # 14 columns cannot fit a room-sized font: one column per variant there
     curves = pd.DataFrame(snap.curves_rows())
     c1, c2 = st.columns(2)
     c1.download_button("⬇ Download all curves (CSV)", curves.to_csv(index=False).encode("utf-8"),

@@ -337,7 +337,7 @@ def test_predictions_panel_shows_the_build_record(run_page):
     assert any("bert-base-uncased" in m.value and "online" in m.value for m in at.markdown)  # model_card.HUB_NOTE
     # issue 26 review: the panel shows what nothing chose the model by, BLiMP and the unseen everyday set
     blimp = record["final_metrics"]["blimp"]
-    assert shown["BLiMP (PLL)"] == f"{100 * blimp['overall']:.1f}% ± {100 * blimp['overall_se']:.1f}"
+    assert shown["BLiMP (PLL)"] == f"{100 * blimp['overall']:.1f}% ± {100 * blimp['overall_se']:.1f}%"
     assert shown["unseen everyday top-5"] == f"{record['final_metrics']['unseen_top5']:.0%}"
     assert shown["copies a word (unseen)"] == f"{record['final_metrics']['unseen_copy_rate']:.0%}"
     assert any("sets nothing was chosen by" in c.value for c in at.caption)  # which row a teacher should quote

@@ -181,3 +181,21 @@ def test_the_default_models_score_on_its_own_dev_pairs_is_labelled_as_such():
     assert "chose its checkpoint" in lab_source(report, chosen_on=True)
     assert "chose" not in lab_source(report)
     assert "individual annotators' agreement" in markers_note() and "section 3.4" in markers_note()
+
+
+def test_a_long_pair_labels_every_token_on_its_side_with_room_below(tiny):
+    """A 39-token pair: at presenter size plotly hid every other label (the changed word's among them) and the
+    first row's labels ran into the second row's title; a long pair labels every token, standing, in a taller
+    figure with a wider gap between its rows."""
+    from mlm_core.figures.grammar import pair_figure
+
+    model, tokenizer = tiny
+    short = grammar.score_pairs(model, tokenizer, [("The keys are here.", "The keys is here.")])[0]
+    good = ("The old man who lived in the small house at the end of the long and winding road near the old stone "
+            "bridge over the river was very kind to all of the little children in the town.")
+    long = grammar.score_pairs(model, tokenizer, [(good, good.replace("was very", "were very"))])[0]
+    a, b = pair_figure(short), pair_figure(long)
+    assert b.layout.xaxis.dtick == 1 and b.layout.xaxis.tickangle == -90 and a.layout.xaxis.dtick is None
+    assert b.layout.height > a.layout.height
+    gap = b.layout.yaxis.domain[0] - b.layout.yaxis2.domain[1]
+    assert gap > a.layout.yaxis.domain[0] - a.layout.yaxis2.domain[1]

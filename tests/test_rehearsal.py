@@ -355,3 +355,25 @@ def test_probe_panels_label_every_candidate_at_room_size():
     assert all(a["font"]["size"] == ui.PRESENTER_CHART_FONT_PX for a in layout["annotations"])  # panel titles
     assert all(t.textfont.size == ui.PRESENTER_CHART_FONT_PX for t in fig.data)  # bar labels
     assert probe_figure(probes).layout.height == 140 + 190 * 5  # the screen layout is kept
+
+
+def test_room_figure_wraps_each_line_of_a_title_that_has_its_own_lines():
+    """The filmstrip's presenter title is a long first line and "<br>N of M evaluations": room_figure left any title
+    with a <br> as it was, and its first line ran off the chart, hiding the hidden word at its end."""
+    import plotly.graph_objects as go
+    import streamlit as st
+
+    from ui.settings import KEYS
+
+    title = ("Variant: the guess at [MASK], evaluation by evaluation (hidden word <b>marrow</b>)"
+             "<br>7 of 13 evaluations, evenly spaced (presenter view)")
+    fig = go.Figure().update_layout(title=title, margin=dict(t=80))
+    st.session_state[KEYS.presenter] = True
+    try:
+        ui.room_figure(fig)
+    finally:
+        del st.session_state[KEYS.presenter]
+    lines = fig.layout.title.text.split("<br>")
+    assert len(lines) > 2 and lines[-1] == "7 of 13 evaluations, evenly spaced (presenter view)"
+    assert all(len(re.sub(r"<[^>]*>", "", line)) <= ui.PRESENTER_TITLE_CHARS for line in lines)
+    assert "marrow" in fig.layout.title.text and fig.layout.margin.t > 80  # room above the plot for the new line

@@ -107,19 +107,19 @@ def room_figure(fig):
     ``PRESENTER_CHART_HEIGHT`` tall, else as it is.
 
     ``st.plotly_chart(ui.room_figure(fig), ...)``: the figure builders stay free of UI settings. A long
-    title is wrapped onto two lines (with room above the plot for it) instead of running off the chart.
+    title is wrapped, each of its lines on its own (with room above the plot for them), instead of running off
+    the chart.
     """
     if st.session_state.get(KEYS.presenter):
         size = PRESENTER_CHART_FONT_PX
         title = fig.layout.title.text
-        if title and "<br>" not in title and len(title) > PRESENTER_TITLE_CHARS:
-            wrapped = wrap_title(title)
-            lines = wrapped.count("<br>") + 1
-            if lines > 1:
-                top = fig.layout.margin.t if fig.layout.margin.t is not None else 80
-                fig.update_layout(title=dict(text=wrapped, yref="container", y=1, yanchor="top",
-                                             pad=dict(t=PRESENTER_CHART_TITLE_PX + 14)),  # the first line's height
-                                  margin=dict(t=top + (lines - 1) * (PRESENTER_CHART_TITLE_PX + 8) + 12))
+        wrapped = "<br>".join(wrap_title(line) for line in str(title).split("<br>")) if title else title
+        if title and wrapped != title:  # each line of a long title wrapped (a figure's own <br> lines too)
+            top = fig.layout.margin.t if fig.layout.margin.t is not None else 80
+            added = wrapped.count("<br>") - str(title).count("<br>")
+            fig.update_layout(title=dict(text=wrapped, yref="container", y=1, yanchor="top",
+                                         pad=dict(t=PRESENTER_CHART_TITLE_PX + 14)),  # the first line's height
+                              margin=dict(t=top + added * (PRESENTER_CHART_TITLE_PX + 8) + 12))
         # the workshop guide promises charts at least 600 px tall in presenter view: the Loss page's were 320-380
         fig.update_layout(height=max(int(fig.layout.height or 450), PRESENTER_CHART_HEIGHT))
         fig.update_layout(font=dict(size=size), title=dict(font=dict(size=PRESENTER_CHART_TITLE_PX)),
@@ -178,16 +178,22 @@ def plotly_config(filename: str) -> dict:
 
 
 def table(data, *, key: str | None = None, column_config: dict | None = None, percent: tuple[str, ...] = (),
-          static: bool = False) -> None:
+          static: bool = False, turn: str | None = None) -> None:
     """A table a learner reads: sortable ``st.dataframe`` normally; a static ``st.table`` in presenter view or with ``static``.
 
     ``st.dataframe`` draws on a canvas: its font stays small whatever the presenter CSS says, and a
     column narrower than its values cuts them ("garden 0.4…"). ``st.table`` is HTML: its cells wrap,
     so every value shows in full, and the presenter CSS makes it large. ``percent``: columns shown as
-    percentages there (what ``column_config``'s ``format="percent"`` does in the dataframe).
+    percentages there (what ``column_config``'s ``format="percent"`` does in the dataframe). ``turn``: a table
+    too wide for a room-sized font is turned in presenter view, one column per value of that column (a variant)
+    and one row per measure, after its cells became text (a turned column mixes numbers and words).
     """
-    if static or st.session_state.get(KEYS.presenter):
-        st.table(readable_frame(data, percent), hide_index=True)
+    presenter = st.session_state.get(KEYS.presenter)
+    if static or presenter:
+        frame = readable_frame(data, percent)
+        if presenter and turn in frame:
+            frame = frame.set_index(turn).T.reset_index(names="")
+        st.table(frame, hide_index=True)
         return
     st.dataframe(data, hide_index=True, width="stretch", key=key, column_config=column_config)
 

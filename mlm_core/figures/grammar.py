@@ -27,12 +27,13 @@ def _e(text: str) -> str:
 
 def pair_figure(score: PairScore, height: int = 420) -> go.Figure:
     """Each token's surprisal -log P(token | the rest) for both sentences: the PLL is minus the bars' sum."""
-    # a long sentence's labels turn on their side: give them room below each row, so they never run into the
-    # second row's title (45 tokens ran into it at 420 px)
+    # a long sentence's labels stand on their side, every one of them (plotly hides every other one when they
+    # crowd: at presenter size that hid the changed word), with room below each row so they never run into the
+    # second row's title (33-45 tokens did, at 420 px and at presenter size)
     longest = max(len(score.good.tokens), len(score.bad.tokens))
     if longest > 20:
-        height += 6 * (longest - 20)
-    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.22 if longest <= 20 else 0.3, subplot_titles=(
+        height += 10 * (longest - 20)
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.22 if longest <= 20 else 0.36, subplot_titles=(
         f"grammatical: PLL {score.good.total:.2f} nats", f"ungrammatical: PLL {score.bad.total:.2f} nats"))
     for row, (pll, color) in enumerate(((score.good, GOOD_COLOR), (score.bad, BAD_COLOR)), 1):
         labels = [f"{i + 1}. {_e(t)}" for i, t in enumerate(pll.tokens)]
@@ -44,6 +45,8 @@ def pair_figure(score: PairScore, height: int = 420) -> go.Figure:
     for row in (1, 2):
         fig.update_yaxes(title_text="−log P (nats)", row=row, col=1, range=[0, 1.2 * top])
     fig.update_xaxes(automargin=True)  # the bottom row's turned labels get the room they need below the chart
+    if longest > 20:
+        fig.update_xaxes(tickangle=-90, dtick=1)
     fig.update_layout(height=height, margin=dict(t=50, b=20, l=60, r=20),
                       title_text="Which tokens the model finds surprising (taller = less likely)")
     return fig

@@ -153,10 +153,11 @@ def bucket_figure(evals: Mapping[str, Rows], metric: str = "top1", height: int =
         if not rows:
             continue
         last = rows[-1]
-        fig.add_trace(go.Bar(x=list(BUCKETS), y=[_value(last, f"{b}_{metric}") for b in BUCKETS], name=name,
-                             marker_color=_color(i),
-                             text=[f"{last.get(f'{b}_tokens', 0)} tokens" for b in BUCKETS],
-                             textposition="outside"))
+        # the count once per group, in its name: every variant is scored on the same frozen positions, and one
+        # label per bar collided ("29 tokens29 tokens29 tokens") at presenter size
+        groups = [f"{b} ({last.get(f'{b}_tokens', 0)} tokens)" for b in BUCKETS]
+        fig.add_trace(go.Bar(x=groups, y=[_value(last, f"{b}_{metric}") for b in BUCKETS], name=name,
+                             marker_color=_color(i)))
     label = {"top1": "top-1 accuracy", "top5": "top-5 accuracy", "loss": "loss"}.get(metric, metric)
     fig.update_layout(title=f"Held-out {label} by token frequency (latest evaluation)", barmode="group",
                       height=height, yaxis=dict(title=label, tickformat=".0%" if metric != "loss" else None),

@@ -263,12 +263,12 @@ def benchmark_metrics(scores: Mapping[str, Any]) -> list[Metric]:
 
     >>> [v for _, v, _ in benchmark_metrics({"blimp_overall": 0.693, "blimp_overall_se": 0.0086, "blimp_pairs": 2010,
     ...                                      "unseen_top5": 0.5947, "unseen_copy_rate": 0.0925, "repeat_top5": 0.648})]
-    ['69.3% ± 0.9', '59%', '9%', '65%']
+    ['69.3% ± 0.9%', '59%', '9%', '65%']
     """
     if "blimp_overall" not in scores and "unseen_top5" not in scores:
         return []
     se = scores.get("blimp_overall_se")
-    blimp = (f"{100 * scores['blimp_overall']:.1f}%" + (f" ± {100 * se:.1f}" if se is not None else "")
+    blimp = (f"{100 * scores['blimp_overall']:.1f}%" + (f" ± {100 * se:.1f}%" if se is not None else "")
              if "blimp_overall" in scores else "—")
     pct = lambda key: f"{scores[key]:.0%}" if key in scores else "—"  # noqa: E731
     return [
