@@ -2,8 +2,8 @@
 
 ``significant`` keeps a number (for tables that sort), ``readable`` and ``signed`` make text,
 ``row_decimals`` gives numbers shown side by side one precision, ``metric_delta`` is ``signed``
-for ``st.metric``'s delta (an ASCII minus, which points its arrow down), and ``percent_text`` a
-probability.
+for ``st.metric``'s delta (an ASCII minus, which points its arrow down), ``metric_change`` a count's
+change for it, and ``percent_text`` a probability.
 """
 
 from __future__ import annotations
@@ -83,6 +83,22 @@ def metric_delta(value: float, spec: str = ".2f") -> str:
     ('-0.139', '0.00', '+25%')
     """
     return signed(value, spec).replace("−", "-")
+
+
+def metric_change(now: int, then: int, step: int, *, fewer_is_better: bool = False) -> dict:
+    """A count's change as `st.metric`'s delta (its keyword arguments): "+3 since step 0", green when it went the right way, red the
+    wrong way, and grey without an arrow when it did not change (a green "+0" reads as progress, an arrow as a
+    change).
+
+    >>> metric_change(3, 0, 0), metric_change(5, 0, 0, fewer_is_better=True)["delta_color"]
+    ({'delta': '+3 since step 0', 'delta_color': 'normal', 'delta_arrow': 'auto'}, 'inverse')
+    >>> metric_change(2, 2, 0)
+    {'delta': 'no change since step 0', 'delta_color': 'off', 'delta_arrow': 'off'}
+    """
+    if now == then:
+        return {"delta": f"no change since step {step}", "delta_color": "off", "delta_arrow": "off"}
+    return {"delta": f"{now - then:+d} since step {step}", "delta_color": "inverse" if fewer_is_better else "normal",
+            "delta_arrow": "auto"}
 
 
 def percent_text(p: float) -> str:

@@ -10,6 +10,7 @@ import ui
 from mlm_core.lessons import share_state
 from mlm_core import InputError, MLMLabError
 from mlm_core.data import clean_text, read_text_upload, split_sentences
+from mlm_core.formatting import metric_change
 from mlm_core.lessons.export import lesson_zip
 from mlm_core.lessons.prose import LessonText
 from mlm_core.figures.training import (bucket_figure, eval_figure, filmstrip_figure, grad_norm_figure, loss_figure,
@@ -330,7 +331,7 @@ def draw_probes(snap) -> None:
         if known:
             first_right, _ = probes_right(entries[0])
             st.metric(f"{name}: probes answered right (top-1)", f"{right} of {known}",
-                      **ui.metric_change(right, first_right, entries[0]["step"]))
+                      **metric_change(right, first_right, entries[0]["step"]))
         # static HTML, whose cells wrap: at 1400 px the dataframe cut its right-hand columns off
         ui.table(pd.DataFrame(probe_rows(entries)), key=f"training_probe_table_{name}",
                  percent=("answer's probability now",), static=True)
@@ -407,13 +408,13 @@ def draw_probe_sets(name: str, entries, at: int) -> None:
             st.markdown(f"**{score.label}** ({score.probes}: {PROBE_SET_ABOUT.get(score.group, '')})")
             m1, m2 = st.columns(2)
             m1.metric("first guess right", f"{score.top1_now} of {score.probes}",
-                      **ui.metric_change(score.top1_now, score.top1_then, score.step_then))
+                      **metric_change(score.top1_now, score.top1_then, score.step_then))
             if score.group == "control":  # a Veldoria word here is wrong: fewer is better
                 m2.metric("a Veldoria word first", f"{score.facts_now} of {score.probes}",
-                          **ui.metric_change(score.facts_now, score.facts_then, score.step_then, fewer_is_better=True))
+                          **metric_change(score.facts_now, score.facts_then, score.step_then, fewer_is_better=True))
             else:
                 m2.metric("answer in the top 5", f"{score.top5_now} of {score.probes}",
-                          **ui.metric_change(score.top5_now, score.top5_then, score.step_then))
+                          **metric_change(score.top5_now, score.top5_then, score.step_then))
             if score.median_rank_then is not None and score.median_rank_now is not None:
                 st.caption(f"The answer's median rank among all {len(tokenizer):,} tokens: {score.median_rank_then:,.0f} "
                            f"at step {score.step_then}, {score.median_rank_now:,.0f} at step {score.step_now} "

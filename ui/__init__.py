@@ -49,7 +49,7 @@ from ui.loaders import (
     model_or_stop,
     tokenizer_or_stop,
 )
-from ui.messages import language_note, metric_change, show_error
+from ui.messages import language_note, show_error
 from ui.page import page_setup
 from ui.presenter import (
     PRESENTER_CHART_FONT_PX,
@@ -76,7 +76,7 @@ __all__ = [
     "PRESENTER_TITLE_CHARS", "Settings", "advanced", "batch_sentences_controls", "cached_blimp",
     "cached_corpus_counts", "cached_lab_pairs", "cached_model", "cached_pair_score", "cached_tiny_for_vocab",
     "cached_tokenizer", "chart", "chart_height", "chip_html", "client_id", "decision_legend", "encode_or_stop",
-    "example_picker", "guess_client", "inline_code", "language_note", "loss_batch_controls", "markdown_text", "metric_change",
+    "example_picker", "guess_client", "inline_code", "language_note", "loss_batch_controls", "markdown_text",
     "metric_row", "model_or_stop", "on_demand", "page_setup", "pill_labels", "plotly_config", "room_figure",
     "room_large", "sentence_or_stop", "session_alive_check", "share_link", "share_url", "shared_masking_config",
     "show_error", "sync_query_params", "table", "token_chips", "token_pills", "tokenizer_or_stop",

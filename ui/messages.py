@@ -25,17 +25,6 @@ def show_error(exc: BaseException, kind: str = "error") -> None:
         box(markdown_text(f"Something went wrong: {type(exc).__name__}: {exc}"))
 
 
-def metric_change(now: int, then: int, step: int, *, fewer_is_better: bool = False) -> dict:
-    """A count's change as `st.metric`'s delta: "+3 since step 0", green when it went the right way, red the
-    wrong way, and grey when it did not change (a green "+0" reads as progress).
-
-    >>> metric_change(3, 0, 0), metric_change(2, 2, 0)["delta_color"], metric_change(5, 0, 0, fewer_is_better=True)
-    ({'delta': '+3 since step 0', 'delta_color': 'normal'}, 'off', {'delta': '+5 since step 0', 'delta_color': 'inverse'})
-    """
-    color = "off" if now == then else "inverse" if fewer_is_better else "normal"
-    return {"delta": f"{now - then:+d} since step {step}", "delta_color": color}
-
-
 def language_note(text: str, model_name: str | None, model) -> None:
     """A note when ``text`` does not look English and the model learned English only (``mlm_core.language``)."""
     label = (getattr(model, "mlmlab_info", None) or {}).get("label")
