@@ -217,8 +217,7 @@ class Optimizer:
                 raise InputError("Under torchrun the frozen weights are fixed when DDP wraps the model: "
                                  "start a new run to freeze or unfreeze the word embeddings.")
             freeze_word_embeddings(self.model, cfg.freeze_word_embeddings)
-        if (cfg.amp == "fp16") != (self.cfg.amp == "fp16"):
-            self.scaler = self._scaler(cfg.amp)
+        self.scaler = self._scaler(cfg.amp)  # the same one again unless the switch is to or from fp16
         self.cfg = cfg
         self.refresh_params()
 
