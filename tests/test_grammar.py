@@ -10,6 +10,8 @@ import torch.nn.functional as F
 from mlm_core import grammar
 from mlm_core.errors import InputError
 from mlm_core.lessons.grammar import default_model_blimp, draw_pair, phenomenon_rows, token_rows, verdict
+from mlm_core.lessons import grammar as grammar_view
+from mlm_core.figures.grammar import phenomena_figure
 from mlm_core.models import tiny_random_masked_lm
 from mlm_core.predict import pseudo_log_likelihood, pseudo_log_likelihoods
 
@@ -158,7 +160,25 @@ def test_published_anchors_are_blimps_table_3():
         per = grammar.PUBLISHED[name]["by_phenomenon"]
         assert list(per) == list(grammar.PHENOMENA) and all(0 < v <= 100 for v in per.values())
     rows = phenomenon_rows(None, "model")
-    assert len(rows) == 12 and rows[-1]["GPT-2"] == 86.4 and "model" not in rows[0]
+    assert len(rows) == 13 and rows[-1]["GPT-2"] == 86.4 and "model" not in rows[0]
+    assert [rows[0][m] for m in ("5-gram", "GPT-2", "DistilBERT-base (PLL)", "RoBERTa-large (PLL)")] == [61.2, 83.0, 78.3, 86.5]
+    assert all(m not in r for r in rows[1:] for m in grammar_view.PLL_ANCHORS)  # no per-phenomenon PLL figures
+
+
+def test_the_overall_row_carries_the_models_overall_and_the_pll_markers():
+    report = grammar.GrammarReport(n_pairs=60, overall=0.7, overall_se=0.02,
+                                   by_phenomenon={"binding": (0.6, 0.05, 30)}, by_paradigm={})
+    rows = phenomenon_rows(report, "m")
+    assert (rows[0]["m"], rows[0]["m ± SE"], rows[0]["pairs"]) == (70.0, 2.0, 60)
+    table = grammar_view.phenomenon_table(rows)
+    assert all("RoBERTa-large (PLL)" not in r and "key" not in r for r in table)  # the caption names them
+    fig = phenomena_figure(rows, "m")
+    pll = {t.name: t.x for t in fig.data if t.name in grammar_view.PLL_ANCHORS}
+    assert set(pll) == set(grammar_view.PLL_ANCHORS)
+    assert all(xs[0] is not None and all(x is None for x in xs[1:]) for xs in pll.values())
+    assert fig.data[0].y[0] == "<b>overall</b>" and fig.data[0].x[0] == 70.0
+    note = grammar_view.markers_note()
+    assert "DistilBERT-base 78.3%" in note and "BERT about 84%" in note and "issue #2" in note
 
 
 def test_a_drawn_pair_depends_on_the_seed_and_the_draw_only():

@@ -12,13 +12,14 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mlm_core.grammar import PairScore
-from mlm_core.lessons.grammar import ANCHORS
+from mlm_core.lessons.grammar import ANCHORS, OVERALL, PLL_ANCHORS
 
 GOOD_COLOR = "#2f9e44"
 BAD_COLOR = "#e03131"
 MODEL_COLOR = "#1c7ed6"
 ANCHOR_STYLE = {"5-gram": ("#adb5bd", "circle"), "LSTM": ("#868e96", "square"), "GPT-2": ("#7048e8", "diamond"),
-                "human": ("#212529", "star")}
+                "human": ("#212529", "star"), "DistilBERT-base (PLL)": ("#f08c00", "triangle-down"),
+                "BERT (PLL)": ("#e8590c", "x"), "RoBERTa-large (PLL)": ("#c2255c", "triangle-up")}
 
 
 def _e(text: str) -> str:
@@ -52,9 +53,9 @@ def pair_figure(score: PairScore, height: int = 420) -> go.Figure:
     return fig
 
 
-def phenomena_figure(rows: Sequence[dict], label: str, height: int = 520) -> go.Figure:
+def phenomena_figure(rows: Sequence[dict], label: str, height: int = 580) -> go.Figure:
     """Accuracy (%) per phenomenon: the measured model as bars with ±1 SE, the published models as markers."""
-    names = [r["phenomenon"] for r in rows]
+    names = [f"<b>{r['phenomenon']}</b>" if r.get("key") == OVERALL else r["phenomenon"] for r in rows]
     fig = go.Figure()
     if any(label in r for r in rows):
         fig.add_trace(go.Bar(
@@ -63,11 +64,12 @@ def phenomena_figure(rows: Sequence[dict], label: str, height: int = 520) -> go.
             text=[f"{r[label]:.0f}" if r.get(label) is not None else "" for r in rows], textposition="inside",
             insidetextanchor="start", textangle=0,
             hovertemplate="%{y}: %{x:.1f}%<extra>" + _e(label) + "</extra>"))
-    for anchor in ANCHORS:
+    for anchor in ANCHORS + PLL_ANCHORS:
         color, symbol = ANCHOR_STYLE[anchor]
-        fig.add_trace(go.Scatter(y=names, x=[r[anchor] for r in rows], mode="markers", name=anchor,
+        where = "BLiMP Table 3" if anchor in ANCHORS else "overall only"
+        fig.add_trace(go.Scatter(y=names, x=[r.get(anchor) for r in rows], mode="markers", name=anchor,
                                  marker=dict(color=color, symbol=symbol, size=11, line=dict(width=1, color="white")),
-                                 hovertemplate="%{y}: %{x:.1f}%<extra>" + anchor + " (BLiMP Table 3)</extra>"))
+                                 hovertemplate="%{y}: %{x:.1f}%<extra>" + anchor + f" ({where})</extra>"))
     fig.add_vline(x=50, line_dash="dot", line_color="#868e96", annotation_text="chance", annotation_position="top")
     fig.update_layout(height=height, barmode="overlay", xaxis=dict(title="accuracy (%)", range=[0, 100]),
                       yaxis=dict(autorange="reversed"), legend=dict(orientation="h", y=-0.15),

@@ -22,6 +22,8 @@ from mlm_core.predict import PseudoLogLikelihood
 __all__ = [
     "FIRST_PAIR",
     "ANCHORS",
+    "PLL_ANCHORS",
+    "OVERALL",
     "Drawn",
     "draw_pair",
     "verdict",
@@ -41,6 +43,10 @@ __all__ = [
 FIRST_PAIR = ("The keys to the cabinet are on the table.", "The keys to the cabinet is on the table.")
 # The published models drawn beside a measured one (BLiMP Table 3), weakest to strongest.
 ANCHORS = ("5-gram", "LSTM", "GPT-2", "human")
+# Masked LMs scored by PLL as the page scores them; only their overall figures are published, so they stand in the
+# chart's overall row alone (weakest to strongest).
+PLL_ANCHORS = ("DistilBERT-base (PLL)", "BERT (PLL)", "RoBERTa-large (PLL)")
+OVERALL = "overall"  # the key of phenomenon_rows' first row
 
 
 @dataclass(frozen=True)
@@ -131,8 +137,20 @@ class _AsParadigm:
 
 
 def phenomenon_rows(report: GrammarReport | None, label: str) -> list[dict]:
-    """One row per phenomenon: the measured model (``label``, with its standard error) and the published anchors (%)."""
-    rows = []
+    """An overall row, then one row per phenomenon: the measured model (``label``, with its standard error) and the
+    published anchors (%). Only the overall row has the masked LMs scored by PLL (``PLL_ANCHORS``): the papers give
+    no per-phenomenon figures for them.
+
+    >>> rows = phenomenon_rows(None, "model")
+    >>> rows[0]["phenomenon"], rows[0]["GPT-2"], rows[0]["RoBERTa-large (PLL)"], "RoBERTa-large (PLL)" in rows[1]
+    ('overall', 83.0, 86.5, False)
+    """
+    overall = {"phenomenon": OVERALL, "key": OVERALL}
+    if report is not None:
+        overall.update({label: round(100 * report.overall, 1), f"{label} ± SE": round(100 * report.overall_se, 1),
+                        "pairs": report.n_pairs})
+    overall.update({anchor: PUBLISHED[anchor]["overall"] for anchor in ANCHORS + PLL_ANCHORS})
+    rows = [overall]
     for key, name in PHENOMENA.items():
         row = {"phenomenon": name, "key": key}
         if report is not None and key in report.by_phenomenon:
@@ -198,14 +216,19 @@ MARKER_MODELS = ("5-gram", "LSTM", "Transformer-XL", "GPT-2", "human")  # the ov
 
 
 def markers_note() -> str:
-    """What the markers are: BLiMP's Table 3 overall figures and Salazar et al.'s RoBERTa-large by PLL."""
+    """What the markers are: BLiMP's Table 3 overall figures and three masked LMs by PLL."""
     return ("Markers: BLiMP's Table 3 (Warstadt et al. 2020, TACL), the models by forced choice on all 67,000 pairs, "
             "human as individual annotators' agreement (about 100 annotations of each paradigm, the paper's section "
             "3.4): overall "
             + ", ".join(f"{name} {PUBLISHED[name]['overall']}%" for name in MARKER_MODELS)
-            + f". Masked LMs by PLL (Salazar et al. 2020): RoBERTa-large {PUBLISHED['RoBERTa-large (PLL)']['overall']}%.")
+            + ". Masked LMs by PLL, as this page scores (overall row only: no per-phenomenon figures are published): "
+            f"RoBERTa-large {PUBLISHED['RoBERTa-large (PLL)']['overall']}% (Salazar et al. 2020, their repository "
+            f"github.com/awslabs/mlm-scoring), DistilBERT-base {PUBLISHED['DistilBERT-base (PLL)']['overall']}% (the "
+            f"same repository, after the paper), BERT about {PUBLISHED['BERT (PLL)']['overall']:.0f}% (a rounded "
+            "figure from the paper's first author, the repository's issue #2).")
 
 
 def phenomenon_table(rows: Sequence[dict]) -> list[dict]:
-    """``phenomenon_rows`` as the page's table: without the phenomena's keys."""
-    return [{k: v for k, v in r.items() if k != "key"} for r in rows]
+    """``phenomenon_rows`` as the page's table: without the phenomena's keys and the overall-only PLL markers (the
+    caption gives them)."""
+    return [{k: v for k, v in r.items() if k != "key" and k not in PLL_ANCHORS} for r in rows]
