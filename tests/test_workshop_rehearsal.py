@@ -229,15 +229,15 @@ def test_a_text_that_is_not_english_is_recognised(text, expected):
 
 
 def test_english_corpora_get_no_note():
-    """Every sentence of the workshop corpus, the daily-life corpus and the cloze set (3,193 English sentences)."""
+    """Every sentence of the workshop corpus, the daily-life corpus (both parts) and the cloze set."""
     from pathlib import Path
 
     from mlm_core.bundled import workshop_sentences
     from mlm_core.language import language_hint
 
     root = Path(__file__).resolve().parents[1] / "assets"
-    daily = [x for x in (root / "daily_life_corpus.txt").read_text(encoding="utf-8").splitlines()
-             if x.strip() and not x.startswith("#")]
+    daily = [x for name in ("daily_life_corpus.txt", "daily_life_corpus_2.txt")
+             for x in (root / name).read_text(encoding="utf-8").splitlines() if x.strip() and not x.startswith("#")]
     cloze = [x.split("\t")[0] for x in (root / "cloze.tsv").read_text(encoding="utf-8").splitlines()
              if x.strip() and not x.startswith("#")]
     texts = [*workshop_sentences(), *daily, *cloze]

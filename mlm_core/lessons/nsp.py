@@ -305,45 +305,53 @@ def train_nsp_head(
     opt = Optimizer(model if train_encoder else model.nsp_head(), TrainConfig(learning_rate=lr, amp="off"), device)
     was_training = masked_lm.training
     masked_lm.train(train_encoder)  # frozen encoder: eval mode, no dropout
-    try:
-        pairs_heldout = make_nsp_pairs(documents, heldout, generator=generator) if heldout else []
-        result = NSPTrainResult(model, heldout_pairs=pairs_heldout)
+    # Fine-tuning the encoder draws dropout from torch's global RNG: seeded from `generator` inside fork_rng, so a
+    # run repeats for a seed and the caller's RNG state comes back, as in the training loop (the frozen encoder
+    # runs in eval mode and draws nothing more from `generator`).
+    dropout_seed = int(torch.randint(0, 2**62, (1,), generator=generator)) if train_encoder else 0
+    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else [], enabled=train_encoder):
         if train_encoder:
-            heldout_cls, heldout_y = _cls_states(model, tokenizer, pairs_heldout, max_length, report, 0.0, 0.1)
-        else:
-            pool = make_nsp_pairs(documents, pool_size, generator=generator)
-            pool_cls, pool_y = _cls_states(model, tokenizer, pool, max_length, report, 0.0, 0.6)
-            heldout_cls, heldout_y = _cls_states(model, tokenizer, pairs_heldout, max_length, report, 0.6, 0.8)
-        if pairs_heldout:
-            result.heldout_before = _head_accuracy(model, heldout_cls, heldout_y)
-        order = torch.empty(0, dtype=torch.long)
-        for step in range(steps):
+            torch.manual_seed(dropout_seed)
+        try:
+            pairs_heldout = make_nsp_pairs(documents, heldout, generator=generator) if heldout else []
+            result = NSPTrainResult(model, heldout_pairs=pairs_heldout)
             if train_encoder:
-                batch = encode_pairs(tokenizer, make_nsp_pairs(documents, batch_size, generator=generator), max_length)
-                target = batch["next_sentence_label"].to(device)
-                cls = model.encode(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])[0][:, 0]
+                heldout_cls, heldout_y = _cls_states(model, tokenizer, pairs_heldout, max_length, report, 0.0, 0.1)
             else:
-                if len(order) < batch_size:  # a new pass over the pool, in a new order
-                    order = torch.cat([order, torch.randperm(len(pool), generator=generator)])
-                index, order = order[:batch_size], order[batch_size:]
-                cls, target = pool_cls[index], pool_y[index]  # (B, H), (B,)
-            opt.begin(lr)
-            logits = model.cls.seq_relationship(model.pooler.activation(model.pooler.dense(cls)))  # (B, 2)
-            loss = F.cross_entropy(logits.float(), target)
-            opt.backward(loss)
-            opt.finish(skip=False)
-            result.accuracy.append(float((logits.detach().argmax(-1) == target).float().mean()))
-            result.loss.append(float(loss.detach()))
-            start = 0.1 if train_encoder else 0.8
-            report(start + (0.95 - start) * (step + 1) / steps,
-                   f"Step {step + 1}/{steps}: batch accuracy {result.accuracy[-1]:.0%}")
-        if pairs_heldout:
-            if train_encoder:  # the encoder changed: its [CLS] states too
-                heldout_cls, heldout_y = _cls_states(model, tokenizer, pairs_heldout, max_length, report, 0.95, 1.0)
-            result.heldout_after = _head_accuracy(model, heldout_cls, heldout_y)
-        report(1.0, "Done")
-    finally:
-        masked_lm.train(was_training)
+                pool = make_nsp_pairs(documents, pool_size, generator=generator)
+                pool_cls, pool_y = _cls_states(model, tokenizer, pool, max_length, report, 0.0, 0.6)
+                heldout_cls, heldout_y = _cls_states(model, tokenizer, pairs_heldout, max_length, report, 0.6, 0.8)
+            if pairs_heldout:
+                result.heldout_before = _head_accuracy(model, heldout_cls, heldout_y)
+            order = torch.empty(0, dtype=torch.long)
+            for step in range(steps):
+                if train_encoder:
+                    pairs = make_nsp_pairs(documents, batch_size, generator=generator)
+                    batch = encode_pairs(tokenizer, pairs, max_length)
+                    target = batch["next_sentence_label"].to(device)
+                    cls = model.encode(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])[0][:, 0]
+                else:
+                    if len(order) < batch_size:  # a new pass over the pool, in a new order
+                        order = torch.cat([order, torch.randperm(len(pool), generator=generator)])
+                    index, order = order[:batch_size], order[batch_size:]
+                    cls, target = pool_cls[index], pool_y[index]  # (B, H), (B,)
+                opt.begin(lr)
+                logits = model.cls.seq_relationship(model.pooler.activation(model.pooler.dense(cls)))  # (B, 2)
+                loss = F.cross_entropy(logits.float(), target)
+                opt.backward(loss)
+                opt.finish(skip=False)
+                result.accuracy.append(float((logits.detach().argmax(-1) == target).float().mean()))
+                result.loss.append(float(loss.detach()))
+                start = 0.1 if train_encoder else 0.8
+                report(start + (0.95 - start) * (step + 1) / steps,
+                       f"Step {step + 1}/{steps}: batch accuracy {result.accuracy[-1]:.0%}")
+            if pairs_heldout:
+                if train_encoder:  # the encoder changed: its [CLS] states too
+                    heldout_cls, heldout_y = _cls_states(model, tokenizer, pairs_heldout, max_length, report, 0.95, 1.0)
+                result.heldout_after = _head_accuracy(model, heldout_cls, heldout_y)
+            report(1.0, "Done")
+        finally:
+            masked_lm.train(was_training)
     return result
 
 
