@@ -1,4 +1,4 @@
-"""Run P1–P5, MFU and P7 (and P6 where CUDA is present) and write ``benchmarks/RESULTS.md``.
+"""Run P1–P5, MFU, P7 and the default model's targets (P6 where CUDA is present); write ``benchmarks/RESULTS.md``.
 
     python -m benchmarks            # the full run (several minutes on a 2-core CPU)
     python -m benchmarks --quick    # small sizes: checks that everything runs (RESULTS.md untouched)
@@ -21,8 +21,8 @@ import sys
 import time
 import traceback
 
-from benchmarks._common import (RESULTS_DIR, ROOT, Result, Target, device_name, fmt, machine_info, report, table,
-                                target_line)
+from benchmarks._common import (RESULTS_DIR, ROOT, TIGHT_UNITS, Result, Target, device_name, fmt, machine_info, report,
+                                table, target_line)
 
 import torch  # noqa: E402
 
@@ -36,6 +36,7 @@ BENCHMARKS = [
     ("p7", "benchmarks.p7_visible_learning"),
     ("p7_lessons", "benchmarks.p7_lessons"),
     ("two_runs", "benchmarks.two_runs"),
+    ("default_model", "benchmarks.default_model"),
 ]
 RESULTS_MD = ROOT / "benchmarks" / "RESULTS.md"
 DEFAULT_THREADS = 1  # see THREADS below
@@ -215,11 +216,12 @@ def write_results(results: dict[str, Result | None], errors: dict[str, str], p6:
         other = {_plain(t.name): t for t in (others[key].targets if key in others else [])}
         for t in result.targets:
             o = other.get(_plain(t.name))
-            o_text = f"{fmt(o.value)}{o.unit if o.unit in ('×', 's') else ''} {'✅' if o.met else '❌'}" if o else ""
+            o_text = f"{fmt(o.value)}{o.unit if o.unit in TIGHT_UNITS else ''} {'✅' if o.met else '❌'}" if o else ""
             line = target_line(t)
             measured = line.split(f"{t.name}: ", 1)[1].split(" (target ")[0]  # names may hold ": "
-            lines.append(f"| {t.name} | {measured}{' — ' + t.note if t.note else ''} | {t.op} {t.bound:g}"
-                         f"{t.unit if t.unit in ('×', 's') else ''} | {'✅ met' if t.met else '❌ missed'} | {o_text} |")
+            unit = t.unit if t.unit in TIGHT_UNITS else ""
+            lines.append(f"| {t.name} | {measured}{' — ' + t.note if t.note else ''} | {t.op} {t.bound:g}{unit} | "
+                         f"{'✅ met' if t.met else '❌ missed'} | {o_text} |")
     missed = [key for key, r in results.items() if r and any(not t.met for t in r.targets)]
     lines += ["", "## Why a target is missed", ""]
     lines += [f"- {MISS_NOTES[key.upper()]}" for key in missed if key.upper() in MISS_NOTES]

@@ -151,9 +151,12 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], markdown: b
     return "\n".join(lines)
 
 
+TIGHT_UNITS = ("×", "s", "%")  # written against the number (1.5×, 0.3s, 75%); any other unit after a space
+
+
 def target_line(t: Target) -> str:
-    value = fmt(t.value) + (t.unit if t.unit in ("×", "s") else (" " + t.unit if t.unit else ""))
-    bound = fmt(t.bound) + (t.unit if t.unit in ("×", "s") else (" " + t.unit if t.unit else ""))
+    value = fmt(t.value) + (t.unit if t.unit in TIGHT_UNITS else (" " + t.unit if t.unit else ""))
+    bound = fmt(t.bound) + (t.unit if t.unit in TIGHT_UNITS else (" " + t.unit if t.unit else ""))
     note = f" ({t.note})" if t.note else ""
     return f"{'MET   ' if t.met else 'MISSED'}  {t.name}: {value} (target {t.op} {bound}){note}"
 
