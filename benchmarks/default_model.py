@@ -78,6 +78,11 @@ def _pct(x: Any) -> float:
     return float("nan") if x is None else round(100 * x, 2)
 
 
+def _nats(x: Any) -> float:
+    """A recorded loss as it is; NaN when not recorded (it then meets no target)."""
+    return float("nan") if x is None else x
+
+
 def _shown(x: Any, se: Any = None) -> str:
     """'68.9% ± 0.9' (a share and its standard error, in points); '' when not recorded."""
     if x is None:
@@ -111,15 +116,13 @@ def record_targets(record: dict[str, Any]) -> list[Target]:
         Target("Default model repeat-answer cloze top-5, no loss", _pct(final.get("repeat_top5")), ">=",
                _pct(init.get("repeat_top5")), unit="%",
                note=f"the bound is {started}: {_shown(init.get('repeat_top5'))}; n = {final.get('repeat_n')}"),
-        Target("Default model unseen everyday cloze, top-1 (reported)", _pct(final.get("unseen_top1")), ">=",
-               _pct(init.get("unseen_top1")), unit="%", note=f"no target in the issue; the bound is {started}"),
-        Target("Default model cloze set, top-1 (reported)", _pct(final.get("cloze_top1")), ">=",
-               _pct(init.get("cloze_top1")), unit="%", note=f"no target in the issue; the bound is {started}"),
-        Target("Default model cloze set, top-5 (reported)", _pct(final.get("cloze_top5")), ">=",
-               _pct(init.get("cloze_top5")), unit="%", note=f"no target in the issue; the bound is {started}"),
-        Target("Default model held-out loss (reported)", final.get("heldout_loss", float("nan")), "<=",
-               init.get("heldout_loss", float("nan")), unit="nats",
-               note=f"no target in the issue; the bound is {started}"),
+    ] + [
+        Target(f"Default model {name} (reported)", value(final.get(key)), op, value(init.get(key)), unit=unit,
+               note=f"no target in the issue; the bound is {started}")
+        for name, key, op, unit, value in (("unseen everyday cloze, top-1", "unseen_top1", ">=", "%", _pct),
+                                           ("cloze set, top-1", "cloze_top1", ">=", "%", _pct),
+                                           ("cloze set, top-5", "cloze_top5", ">=", "%", _pct),
+                                           ("held-out loss", "heldout_loss", "<=", "nats", _nats))
     ]
 
 
