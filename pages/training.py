@@ -338,7 +338,7 @@ def draw_probes(snap) -> None:
         # presenter view: room-sized fonts, and panels tall enough that plotly labels all 5 candidates
         probe = probe_figure(entries[-1]["probes"], title=f"{name}: step {at}",
                              label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None)
-        st.plotly_chart(ui.room_figure(probe), key=f"training_probe_{name}")
+        ui.chart(probe, f"training_probe_{name}")
 
 
 def draw_race_probes(snap) -> None:
@@ -387,7 +387,7 @@ def draw_filmstrip(snap, lesson_run: bool) -> None:
         frames = filmstrip_frames(entries, index)
         figure = filmstrip_figure(frames, title=f"{name}: the guess at [MASK], evaluation by evaluation",
                                   label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None)
-        st.plotly_chart(ui.room_figure(figure), key=f"training_film_{snap.run_id}")
+        ui.chart(figure, f"training_film_{snap.run_id}")
         st.markdown(ui.markdown_text(filmstrip_summary(frames)))
         st.caption(TEXT("filmstrip"))
 
@@ -427,7 +427,7 @@ def draw_probe_sets(name: str, entries, at: int) -> None:
         last = [p for p in entries[-1]["probes"] if p.get("group", "") == group]
         probe = probe_figure(last, title=f"{name}: step {at}",
                              label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None)
-        st.plotly_chart(ui.room_figure(probe), key=f"training_probe_{name}_{group}")
+        ui.chart(probe, f"training_probe_{name}_{group}")
 
 
 def draw(snap) -> None:
@@ -443,7 +443,7 @@ def draw(snap) -> None:
         return
     vocab_size = len(tokenizer) if from_scratch else None  # ln V, the uniform guess, drawn for scale
     if any(evals.values()):
-        st.plotly_chart(ui.room_figure(eval_figure(evals)), key="training_eval_chart")
+        ui.chart(eval_figure(evals), "training_eval_chart")
         st.caption(TEXT("held_out"))
         focus = [(name, v.evals[0], v.evals[-1]) for name, v in snap.variants.items()
                  if v.evals and v.evals[0].get("focus_loss") is not None]
@@ -474,17 +474,20 @@ def draw(snap) -> None:
     if snap.finished and meta.get("lesson") != "filmstrip":  # elsewhere once the run is done
         draw_filmstrip(snap, lesson_run=False)
     if any(steps.values()):
-        st.plotly_chart(ui.room_figure(loss_figure(steps, vocab_size=vocab_size)), key="training_loss_chart")
+        ui.chart(loss_figure(steps, vocab_size=vocab_size), "training_loss_chart")
         if kind == "mask_rate":
             st.caption(rate_train_note(steps))
     if any((cfg or {}).get("loss") == "sampled" for cfg in (snap.configs or {}).values()):
         st.caption(TEXT("sampled"))
-    c1, c2 = st.columns([2, 1])
+    # side by side on a laptop; one under the other in presenter view, where a third of the page is too narrow
+    c1, c2 = (st.container(), st.container()) if settings.presenter else st.columns([2, 1])
     clips = {name: cfg.get("max_grad_norm") for name, cfg in (snap.configs or {}).items()}
-    c1.plotly_chart(ui.room_figure(grad_norm_figure(steps, clip=clips)), key="training_grad_chart")
-    c2.plotly_chart(ui.room_figure(lr_figure(steps)), key="training_lr_chart")
+    with c1:
+        ui.chart(grad_norm_figure(steps, clip=clips), "training_grad_chart")
+    with c2:
+        ui.chart(lr_figure(steps), "training_lr_chart")
     if any(evals.values()):
-        st.plotly_chart(ui.room_figure(bucket_figure(evals)), key="training_bucket_chart")
+        ui.chart(bucket_figure(evals), "training_bucket_chart")
     rows = [v.results_row(clips.get(name)) for name, v in snap.variants.items()]
     st.subheader("Results")
     # 14 columns: HTML, whose headers wrap, so none is cut at the right edge at 1400 px ("top-…" in a dataframe)

@@ -149,6 +149,11 @@ def test_presenter_view_enlarges_the_curves():
     for spec in curves:
         assert spec["layout"]["height"] >= ui.PRESENTER_CHART_HEIGHT
         assert spec["layout"]["xaxis"]["tickfont"]["size"] == ui.PRESENTER_CHART_FONT_PX
+    # subplot titles are annotations: the held-out and loss charts' kept plotly's 16 px (they skipped ui.chart)
+    titled = [s for s in specs if s["layout"].get("annotations")]
+    assert titled, [s["layout"].get("title") for s in specs]
+    for spec in titled:
+        assert {a.get("font", {}).get("size") for a in spec["layout"]["annotations"]} == {ui.PRESENTER_CHART_FONT_PX}
     # the probe bars: 11 px text on the projector; at 20 px in 190-px panels plotly hid every other candidate
     probes = [spec for key, spec in charts(at).items() if "training_probe_" in key]
     assert probes, list(charts(at))
