@@ -21,8 +21,8 @@ import sys
 import time
 import traceback
 
-from benchmarks._common import (RESULTS_DIR, ROOT, TIGHT_UNITS, Result, Target, device_name, fmt, machine_info, report,
-                                table, target_line)
+from benchmarks._common import (RESULTS_DIR, ROOT, Result, Target, device_name, fmt, machine_info, report, table,
+                                target_line, with_unit)
 
 import torch  # noqa: E402
 
@@ -224,11 +224,10 @@ def write_results(results: dict[str, Result | None], errors: dict[str, str], p6:
         other = {_plain(t.name): t for t in (others[key].targets if key in others else [])}
         for t in result.targets:
             o = other.get(_plain(t.name))
-            o_text = f"{fmt(o.value)}{o.unit if o.unit in TIGHT_UNITS else ''} {'✅' if o.met else '❌'}" if o else ""
+            o_text = f"{with_unit(fmt(o.value), o.unit)} {'✅' if o.met else '❌'}" if o else ""
             line = target_line(t)
             measured = line.split(f"{t.name}: ", 1)[1].split(" (target ")[0]  # names may hold ": "
-            unit = t.unit if t.unit in TIGHT_UNITS else ""
-            lines.append(f"| {t.name} | {measured}{' — ' + t.note if t.note else ''} | {t.op} {t.bound:g}{unit} | "
+            lines.append(f"| {t.name} | {measured}{' — ' + t.note if t.note else ''} | {t.op} {with_unit(f'{t.bound:g}', t.unit)} | "
                          f"{'✅ met' if t.met else '❌ missed'} | {o_text} |")
     missed = [key for key, r in results.items() if r and any(not t.met for t in r.targets)]
     lines += ["", "## Why a target is missed", ""]

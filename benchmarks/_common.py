@@ -154,9 +154,18 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], markdown: b
 TIGHT_UNITS = ("×", "s", "%")  # written against the number (1.5×, 0.3s, 75%); any other unit after a space
 
 
+def with_unit(number: str, unit: str) -> str:
+    """``number`` and its unit as RESULTS.md writes them: '75%', '0.3s', '60 MB', '2.5 nats'.
+
+    >>> with_unit("60", "MB"), with_unit("75", "%"), with_unit("3", "")
+    ('60 MB', '75%', '3')
+    """
+    return number + (unit if unit in TIGHT_UNITS else (" " + unit if unit else ""))
+
+
 def target_line(t: Target) -> str:
-    value = fmt(t.value) + (t.unit if t.unit in TIGHT_UNITS else (" " + t.unit if t.unit else ""))
-    bound = fmt(t.bound) + (t.unit if t.unit in TIGHT_UNITS else (" " + t.unit if t.unit else ""))
+    value = with_unit(fmt(t.value), t.unit)
+    bound = with_unit(fmt(t.bound), t.unit)
     note = f" ({t.note})" if t.note else ""
     return f"{'MET   ' if t.met else 'MISSED'}  {t.name}: {value} (target {t.op} {bound}){note}"
 

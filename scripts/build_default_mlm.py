@@ -447,8 +447,13 @@ def load_data(args, mix: dict[str, float], ckpt_dir: Path, log, t0: float, argv)
               source_stats=source_stats, held_seqs=held_seqs, grammar_dev=grammar_dev, blimp_pairs=blimp_pairs)
     if blimp_pairs:
         log(event="blimp_sample", folder=str(folder), pairs=len(blimp_pairs), per_paradigm=args.blimp_per_paradigm,
-            sha1=hashlib.sha1(json.dumps([[p.uid, p.pair_id] for p in blimp_pairs]).encode()).hexdigest())
+            sha1=sample_sha1(blimp_pairs))
     return b
+
+
+def sample_sha1(pairs) -> str:
+    """sha1 of a BLiMP sample's (UID, pairID) list: the log and the record name the same pairs by it."""
+    return hashlib.sha1(json.dumps([[p.uid, p.pair_id] for p in pairs]).encode()).hexdigest()
 
 
 def set_up_training(b: Build) -> None:
@@ -576,6 +581,7 @@ def build_record(b: Build, final_metrics: dict) -> dict:
                                    "(PLL(good) > PLL(bad)), written for the project, not BLiMP"},
             "blimp": ({"pairs": len(b.blimp_pairs), "per_paradigm": args.blimp_per_paradigm,
                        "sample": "mlm_core.grammar.subsample: the pairs of each paradigm with the smallest sha1('UID:pairID')",
+                       "sample_sha1": sample_sha1(b.blimp_pairs),
                        "use": "reported only: never trained on (its sentences are filtered out of every source), never "
                               "used to choose a checkpoint, weight or recipe",
                        "source": "Warstadt et al. 2020, BLiMP: The Benchmark of Linguistic Minimal Pairs for English, "
