@@ -10,6 +10,7 @@ from mlm_core.errors import InputError
 from mlm_core.data import mask_batch, special_ids
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
 from mlm_core.training import Optimizer, TrainConfig
+from mlm_core.training import optim as training_optim
 from mlm_core.lessons.nsp import (
     IS_NEXT,
     NOT_NEXT,
@@ -170,12 +171,15 @@ def test_nsp_steps_through_the_training_loops_optimizer(tokenizer, monkeypatch):
         finished.append((skip, self.cfg.max_grad_norm))
         return real_finish(self, skip)
 
+    wrapped = []  # the masked-LM wrapper a micro-step calls: NSP steps its own classifier and never needs one
     monkeypatch.setattr(Optimizer, "finish", spy)
+    monkeypatch.setattr(training_optim, "GatheredMaskedLM", lambda *a, **k: wrapped.append(a))
     for train_encoder in (False, True):
         finished.clear()
         train_nsp_head(_tiny_mlm(len(tokenizer)), tokenizer, DOCS, generator=torch.Generator().manual_seed(0),
                        steps=3, batch_size=4, pool_size=8, heldout=4, train_encoder=train_encoder)
         assert finished == [(False, TrainConfig().max_grad_norm)] * 3
+    assert wrapped == []
 
 
 def test_fine_tuning_the_encoder_repeats_for_a_seed_and_leaves_the_global_rng_alone(tokenizer):

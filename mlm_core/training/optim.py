@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -180,7 +181,6 @@ class Optimizer:
         groups = param_groups(model, cfg.weight_decay) if groups is None else groups
         if cfg.freeze_word_embeddings:  # before DDP wraps the model: it registers what needs gradients
             freeze_word_embeddings(model)
-        self.module: nn.Module = GatheredMaskedLM(model, hidden=cfg.loss == "sampled")
         if distributed:
             ids = [device.index if device.index is not None else torch.cuda.current_device()] \
                 if device.type == "cuda" else None
@@ -189,6 +189,13 @@ class Optimizer:
         self.optimizer = adamw(groups, cfg.learning_rate, betas, eps)
         self._scalers: dict[bool, torch.amp.GradScaler] = {}
         self.scaler = self._scaler(cfg.amp)
+
+    @functools.cached_property
+    def module(self) -> nn.Module:
+        """What `micro_step` calls: the masked LM gathered at its labelled positions (`GatheredMaskedLM`), made
+        on first use, so an optimizer that never takes a masked-LM step (the NSP lesson's head) never builds it;
+        under torchrun, wrapped in DistributedDataParallel when the optimizer is built."""
+        return GatheredMaskedLM(self.model, hidden=self.cfg.loss == "sampled")
 
     def _scaler(self, amp: str) -> torch.amp.GradScaler:
         """The gradient scaler for `amp`: on for fp16 (one, kept with its learned scale), off otherwise."""
