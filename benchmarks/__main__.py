@@ -57,8 +57,10 @@ MISS_NOTES = {
                      "(B, D, G: about 4.8M more training tokens on one CPU core) BLiMP stayed level within its "
                      "standard error (69.3%, 68.9%, 69.4%), so more steps of the same data are not the lever; stage "
                      "H (the daily-life corpus part 2 at a quarter of each batch, 2,000 steps) raised dev to 0.7295 "
-                     "and was measured but not shipped, and so were stages I1, I2 and J and a soup of I1 and I2 (2026-12-02; BLiMP "
-                     "68.9% and 69.2% where measured; docs/lessons.md, 'Stages tried'). What is left is data and "
+                     "and was measured but not shipped, and so were stages I1, I2, J, K (learning rates doubled) and L (halved) and "
+                     "a soup of I1 and I2 (2026-12-02/03; BLiMP 68.9%, 69.2% and 69.0% where measured; docs/lessons.md, "
+                     "'Stages tried'). Within one run the dev score moves by about 0.01 from one evaluation to the "
+                     "next, the size of the differences between stages. What is left is data and "
                      "compute on a scale this 2-core machine does not give: an estimate, not a measurement. The "
                      "reported-only cloze rows compare with the weights the stage started from, measured on that "
                      "stage's own held-out packing; they are not targets.",
