@@ -105,7 +105,7 @@ train = [e for e in log if e.get("event") == "train"]
 record = json.loads((out / "asset" / "build.json").read_text()) if (out / "asset" / "build.json").is_file() else None
 blimp = ((record or {}).get("final_metrics") or {}).get("blimp") or {}
 print(json.dumps({
-    "build_exit": rc, "steps": train[-1]["step"] if train else 0,
+    "build_exit": rc, "steps": max((e["step"] for e in log if isinstance(e.get("step"), int)), default=0),
     "s_per_step": train[-1].get("s_per_step") if train else None,
     "best_dev": max((round(e["dev_score"], 4) for e in evals), default=None),
     "exported": record is not None and {"step": record["selected"]["step"], "dev": record["selected"]["score"],

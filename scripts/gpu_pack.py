@@ -120,7 +120,7 @@ def _module_level_imports(path: Path) -> set[str]:
     """Top-level names a module imports when it is imported (function bodies left out: those imports are optional).
 
     >>> sorted(_module_level_imports(Path(__file__)))[:3]
-    ['__future__', 'argparse', 'hashlib']
+    ['__future__', 'argparse', 'datetime']
     """
     import ast
 
@@ -229,7 +229,7 @@ def package_tensors(init_names: set[str]) -> tuple[dict, dict, float]:
 
 def pack(out: Path, build_argv: list[str], cache_dir: Path) -> dict:
     """Write the pack for ``build_argv`` (the build's command line: recipe, ``--init-asset``, ``--blimp``,
-    ``--npm-dir``) into ``out`` (emptied first); returns the manifest."""
+    ``--npm-dir``) into ``out`` (emptied first); returns the manifest with the pack's ``bytes``."""
     from scripts import build_default_mlm as build
 
     args, _ = build.parse_args(build_argv)
@@ -275,9 +275,7 @@ def pack(out: Path, build_argv: list[str], cache_dir: Path) -> dict:
         "tensors": tensors,
     }
     (out / FILES["manifest"]).write_text(json.dumps(manifest, indent=1) + "\n")
-    manifest["bytes"] = folder_bytes(out)
-    (out / FILES["manifest"]).write_text(json.dumps(manifest, indent=1) + "\n")
-    return manifest
+    return {**manifest, "bytes": folder_bytes(out)}  # the size is the pack's, manifest included
 
 
 # --------------------------------------------------------------------------- unpack (there)
