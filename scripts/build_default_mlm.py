@@ -175,10 +175,12 @@ def load_checkpoint(path: Path, model, opt) -> dict:
         model.load_state_dict(state, strict=False)
         model.tie_weights()
         params = dict(model.named_parameters())
+        # fused (and capturable) AdamW keeps its step beside the parameter, on CUDA too; the others on the CPU
+        on_param = any(g.get("fused") or g.get("capturable") for g in opt.param_groups)
         for n, step in meta.get("opt_step", {}).items():
             p = params[n]
             opt.state[p] = {
-                "step": torch.tensor(step),
+                "step": torch.tensor(step, dtype=torch.float32, device=p.device if on_param else "cpu"),
                 "exp_avg": f.get_tensor(f"opt/{n}/exp_avg").to(p.device),
                 "exp_avg_sq": f.get_tensor(f"opt/{n}/exp_avg_sq").to(p.device),
             }
@@ -414,7 +416,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
     ap.add_argument("--gpu-pack", default=None,
                     help="a folder made by scripts/gpu_build.sh pack (unpacked): packed data and a stand-in encoder, for a "
                          "machine without the sources (docs/gpu_build.md); needs --init-asset")
+    ap.add_argument("--measure-only", action="store_true",
+                    help="with --init-asset: log that asset's numbers (eval_init: every set, BLiMP) and stop; no "
+                         "training, no export (docs/gpu_build.md re-measures a GPU-built asset so)")
     args = ap.parse_args(argv)
+    if args.measure_only and not args.init_asset:
+        ap.error("--measure-only measures the --init-asset: give one")
     if args.export_only and args.resume:  # the record describes the run that made the checkpoint
         with safe_open(args.resume, "pt") as f:
             saved = json.loads(f.metadata()["meta"]).get("args", {})
@@ -869,6 +876,8 @@ def main(argv: list[str] | None = None) -> int:
         "note": args.stage_note,
     }
     measure_start(b)
+    if args.measure_only:
+        return 0
 
     if args.export_only:
         final = b.measure(blimp=True)

@@ -28,7 +28,7 @@ MIX=${MIX:-workshop=0.2,daily=0.2,wordnet=0.1,sotu=0.05,moby=0.05,austen=0.2,gut
 MLM_PROB=${MLM_PROB:-0.15}
 BF16=${BF16:-1}
 EVAL_EVERY=${EVAL_EVERY:-250}
-CKPT_EVERY=${CKPT_EVERY:-100}
+CKPT_EVERY=${CKPT_EVERY:-100}  # run raises it to RUN_CKPT_EVERY: its checkpoints never come back
 ANTI_COPY=${ANTI_COPY:-0}
 BLIMP_PER_PARADIGM=${BLIMP_PER_PARADIGM:-30}
 INIT_ASSET=${INIT_ASSET:-assets/default_mlm}
@@ -47,6 +47,8 @@ FINISH_S=${FINISH_S:-90}       # after the build's deadline: last eval, BLiMP on
 DEVICE=${DEVICE:-cuda}
 WORK=${WORK:-/tmp/mlmlab_gpu}
 PYTHON=${PYTHON:-python3}
+RUN_CKPT_EVERY=${RUN_CKPT_EVERY:-500}  # the best checkpoint is kept at every eval anyway; these are for a resume there
+PART_BYTES=${PART_BYTES:-15M}        # the run tool returns files of at most 16 MiB: the weights come back in parts
 
 recipe() {
   local a=(--steps "$STEPS" --batch "$BATCH" --seq-len "$SEQ_LEN" --lr "$LR" --head-lr "$HEAD_LR" --warmup "$WARMUP"
@@ -86,6 +88,7 @@ case "$cmd" in
     elapsed=$(( $(date +%s) - start ))
     left=$(( CALL_S - MARGIN_S - elapsed ))
     MINUTES=${MINUTES:-$(awk -v s=$(( left - FINISH_S )) 'BEGIN { printf "%.2f", (s > 30 ? s : 30) / 60 }')}
+    CKPT_EVERY=$RUN_CKPT_EVERY
     mapfile -t args < <(recipe)
     echo "budget: ${left} s left of CALL_S=${CALL_S} less MARGIN_S=${MARGIN_S}; --minutes ${MINUTES}" | tee -a "$OUT/stdout.log"
     rc=0
@@ -94,12 +97,22 @@ case "$cmd" in
         --gpu-pack "$WORK" --blimp "$WORK/blimp" --out "$OUT/asset" --ckpt-dir "$WORK/ckpt" \
         --export-every 0 --stage-note "$STAGE_NOTE" >>"$OUT/stdout.log" 2>&1 || rc=$?
     cp "$WORK/ckpt/log.jsonl" "$OUT/log.jsonl" 2>/dev/null || true
+    rm -f "$OUT"/asset/*.tmp
+    if [ -f "$OUT/asset/model.safetensors" ]; then  # rejoin here: docs/gpu_build.md, step 4
+      (cd "$OUT/asset" && sha256sum model.safetensors >model.safetensors.sha256 &&
+        split -b "$PART_BYTES" -d model.safetensors model.safetensors.part && rm model.safetensors)
+    fi
     tail -n 3 "$OUT/stdout.log" | cut -c1-400
     "$PYTHON" - "$OUT" "$rc" <<'EOF'
 import json, sys
 from pathlib import Path
 out, rc = Path(sys.argv[1]), int(sys.argv[2])
-log = [json.loads(l) for l in (out / "log.jsonl").read_text().splitlines()] if (out / "log.jsonl").is_file() else []
+log = []
+for line in (out / "log.jsonl").read_text().splitlines() if (out / "log.jsonl").is_file() else []:
+    try:  # the timeout's kill can cut the last line
+        log.append(json.loads(line))
+    except ValueError:
+        pass
 evals = [e for e in log if e.get("event") in ("eval", "final") and e.get("dev_score") is not None]
 train = [e for e in log if e.get("event") == "train"]
 record = json.loads((out / "asset" / "build.json").read_text()) if (out / "asset" / "build.json").is_file() else None
@@ -108,9 +121,11 @@ print(json.dumps({
     "build_exit": rc, "steps": max((e["step"] for e in log if isinstance(e.get("step"), int)), default=0),
     "s_per_step": train[-1].get("s_per_step") if train else None,
     "best_dev": max((round(e["dev_score"], 4) for e in evals), default=None),
-    "exported": record is not None and {"step": record["selected"]["step"], "dev": record["selected"]["score"],
+    "exported": record is not None and {"step": (record.get("selected") or {}).get("step"),
+                                        "dev": (record.get("selected") or {}).get("score"),
                                         "blimp": blimp.get("overall"), "machine": record.get("machine")},
     "not_exported": [e.get("reason") for e in log if e.get("event") == "not_exported"],
+    "weights_parts": sorted(p.name for p in (out / "asset").glob("model.safetensors.part*")),
 }, indent=1))
 EOF
     exit "$rc"

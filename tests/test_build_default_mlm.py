@@ -104,3 +104,19 @@ def test_heldout_numbers_are_training_evaluate_over_every_selected_position_and_
     assert out["loss"] == pytest.approx(total / n, rel=1e-5)
     assert out["mask_loss"] == pytest.approx(at_mask / n_mask, rel=1e-5)
     assert data.heldout_set(tokenizer, [], mask, cont) is None
+
+
+def test_measure_only_logs_the_init_assets_numbers_and_exports_nothing(tmp_path, tokenizer, monkeypatch):
+    """docs/gpu_build.md re-measures a returned asset with ``--init-asset ASSET --measure-only``."""
+    _run(tmp_path, tokenizer, monkeypatch, "--steps", "4", "--export-every", "2")
+    asset = tmp_path / "out"
+    assert (asset / "model.safetensors").is_file()
+    again = tmp_path / "again"
+    again.mkdir()
+    calls, log = _run(again, tokenizer, monkeypatch, "--steps", "4", "--init-asset", str(asset), "--measure-only")
+    init = [e for e in log if e["event"] == "eval_init"]
+    assert len(init) == 1 and "heldout_loss" in init[0] and init[0]["note"].endswith(str(asset))
+    assert not calls and not any(e["event"] in ("train", "exported", "final") for e in log)
+    assert not (again / "out").exists()
+    with pytest.raises(SystemExit):
+        build.parse_args(["--measure-only"])
