@@ -420,8 +420,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
                     help="with --init-asset: log that asset's numbers (eval_init: every set, BLiMP) and stop; no "
                          "training, no export (docs/gpu_build.md re-measures a GPU-built asset so)")
     args = ap.parse_args(argv)
-    if args.measure_only and not args.init_asset:
-        ap.error("--measure-only measures the --init-asset: give one")
+    if args.measure_only and (not args.init_asset or args.resume or args.export_only):
+        ap.error("--measure-only measures the --init-asset alone: give one, without --resume or --export-only")
     if args.export_only and args.resume:  # the record describes the run that made the checkpoint
         with safe_open(args.resume, "pt") as f:
             saved = json.loads(f.metadata()["meta"]).get("args", {})

@@ -118,5 +118,6 @@ def test_measure_only_logs_the_init_assets_numbers_and_exports_nothing(tmp_path,
     assert len(init) == 1 and "heldout_loss" in init[0] and init[0]["note"].endswith(str(asset))
     assert not calls and not any(e["event"] in ("train", "exported", "final") for e in log)
     assert not (again / "out").exists()
-    with pytest.raises(SystemExit):
-        build.parse_args(["--measure-only"])
+    for argv in (["--measure-only"], ["--measure-only", "--init-asset", str(asset), "--resume", "x.safetensors"]):
+        with pytest.raises(SystemExit):  # a resumed checkpoint's metrics_init would skip the measurement
+            build.parse_args(argv)
