@@ -58,7 +58,7 @@ def _encoder_config():
     return cfg
 
 
-def _encoder_state() -> dict[str, torch.Tensor]:
+def encoder_state() -> dict[str, torch.Tensor]:
     """The installed encoder's tensors, keyed as in ``BertForMaskedLM`` (``bert.`` prefix)."""
     raw = load_file(str(encoder_dir() / "model.safetensors"))
     out = {}
@@ -97,7 +97,7 @@ def build_untrained():
     finally:
         hf_logging.set_verbosity(verbosity)
     model.to_empty(device="cpu")
-    state = _encoder_state()
+    state = encoder_state()
     missing, unexpected = model.load_state_dict(state, strict=False)
     bad = [k for k in missing if not k.startswith("cls.")]
     if bad or unexpected:

@@ -205,15 +205,12 @@ def package_tensors(init_names: set[str]) -> tuple[dict, dict, float]:
     """``(manifest tensors, tensors to carry, the word embeddings' max rounding error)``: every tensor of the
     installed encoder as ``BertForMaskedLM`` names it, with its sha256 and how the stand-in gets it: ``fp16`` (the
     word embeddings), ``init_asset`` (the init asset holds it) or ``exact`` (carried as installed)."""
-    from mlm_core.bundled import encoder_dir
+    from mlm_core.default_model import encoder_state
     from scripts.build_default_mlm import tensor_sha256
 
-    raw = load_file(str(encoder_dir() / "model.safetensors"))
     manifest, carry, err = {}, {}, 0.0
-    for k, v in raw.items():
-        if k.startswith("pooler.") or k.endswith("position_ids"):
-            continue  # the build never loads them (default_model._encoder_state)
-        name = "bert." + k
+    for name, v in encoder_state().items():  # the tensors the build loads, as BertForMaskedLM names them
+        k = name[len("bert."):]
         if k == WORD_EMBEDDINGS:
             carried = "fp16"
             carry[k] = v.to(torch.float16).contiguous()
