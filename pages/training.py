@@ -15,7 +15,8 @@ from mlm_core.lessons.export import lesson_zip
 from mlm_core.lessons.prose import LessonText
 from mlm_core.figures.training import (bucket_figure, eval_figure, filmstrip_figure, grad_norm_figure, loss_figure,
                                        lr_figure, probe_figure)
-from mlm_core.jobs import BusyError, get_manager, teacher_key_set
+from mlm_core.jobs import BusyError, get_manager
+from mlm_core.teacher_key import teacher_key_set
 from mlm_core.precision import auto_amp
 from mlm_core.lessons.training_lessons import (BUG_KEY, LESSON_KEY, MASK_RATES, MAX_RATES, PAPERS_ON_RATE,
                                                RATE_CHOICES, SPLITS, TRAINED_BUGS, YOURS, bug_of, bug_signature, filmstrip_frames,

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from mlm_core import jobs
+from mlm_core import jobs, teacher_key
 from mlm_core.errors import InputError
 from mlm_core.masking import MaskingConfig
 from mlm_core.training import TrainConfig, TrainEvent, TrainResult
@@ -340,7 +340,7 @@ def test_environment_sets_the_limits(monkeypatch):
 
 
 def test_only_the_teacher_key_sees_and_stops_other_sessions_runs(monkeypatch):
-    monkeypatch.delenv(jobs.TEACHER_KEY_ENV, raising=False)
+    monkeypatch.delenv(teacher_key.TEACHER_KEY_ENV, raising=False)
     now = [0.0]
     manager = jobs.RunManager(max_runs=2, watchdog=False, train_fn=fake_train, clock=lambda: now[0])
     try:
@@ -348,7 +348,7 @@ def test_only_the_teacher_key_sees_and_stops_other_sessions_runs(monkeypatch):
         b = manager.submit(FakeModel(), None, ["t"], {"a": CFG}, label="student B", client="ip:10.0.0.2")
         with pytest.raises(InputError, match="No teacher key"):
             manager.teacher_runs("")
-        monkeypatch.setenv(jobs.TEACHER_KEY_ENV, "s3cret-key")
+        monkeypatch.setenv(teacher_key.TEACHER_KEY_ENV, "s3cret-key")
         for wrong in (None, "", "s3cret", "S3CRET-KEY"):
             with pytest.raises(InputError, match="Wrong teacher key"):
                 manager.teacher_runs(wrong)
@@ -371,7 +371,7 @@ def test_teacher_key_guesses_are_slowed_per_client_and_logged(monkeypatch, caplo
     """Issue 29 item 4: 41 guesses in 50 s from one tab, with no delay, lockout or log. Now: three free, then a
     wait that doubles; while waiting, even the right key is refused unread; every tab of one address shares the
     count; another client is not held up; a right key clears the count; every wrong key is logged and listed."""
-    monkeypatch.setenv(jobs.TEACHER_KEY_ENV, "s3cret-key")
+    monkeypatch.setenv(teacher_key.TEACHER_KEY_ENV, "s3cret-key")
     now = [0.0]
     manager = jobs.RunManager(max_runs=1, watchdog=False, train_fn=fake_train, clock=lambda: now[0])
     student, other = "ip:10.0.0.5", "ip:10.0.0.6"
@@ -414,10 +414,10 @@ def test_teacher_key_guesses_are_slowed_per_client_and_logged(monkeypatch, caplo
 def test_teacher_key_comparison_is_constant_time(monkeypatch):
     """Issue 29 item 4: the key is compared with hmac.compare_digest on hashes of both sides (so the length does
     not show either), never with ==."""
-    monkeypatch.setenv(jobs.TEACHER_KEY_ENV, "s3cret-key")
+    monkeypatch.setenv(teacher_key.TEACHER_KEY_ENV, "s3cret-key")
     calls = []
-    real = jobs.hmac.compare_digest
-    monkeypatch.setattr(jobs.hmac, "compare_digest", lambda a, b: calls.append((len(a), len(b))) or real(a, b))
-    assert jobs._teacher_key_ok("s3cret-key") and not jobs._teacher_key_ok("s")
+    real = teacher_key.hmac.compare_digest
+    monkeypatch.setattr(teacher_key.hmac, "compare_digest", lambda a, b: calls.append((len(a), len(b))) or real(a, b))
+    assert teacher_key.teacher_key_ok("s3cret-key") and not teacher_key.teacher_key_ok("s")
     assert calls == [(32, 32), (32, 32)]
 
