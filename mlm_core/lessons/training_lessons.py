@@ -38,7 +38,7 @@ EVAL_RULE = MaskingConfig()
 # tests/test_training_lessons.py checks these against benchmarks/results/p7_lessons.json): how far 40% ended below
 # 15% on the frozen mask at the last evaluation, smallest and largest over the seeds, and in how many seeds 40%
 # had the lowest loss of the three rates. Keyed by "fine-tune" (the bundled model) and "scratch" (the tiny BERT).
-RATE_LEAD_SPREAD = {"fine-tune": (0.2, 0.26, 3, 2), "scratch": (0.05, 0.09, 3, 2)}
+RATE_LEAD_SPREAD = {"fine-tune": (0.2, 0.33, 3, 3), "scratch": (0.05, 0.09, 3, 2)}
 SPREAD_PAIR = ("mask 40%", "mask 15%")
 
 PAPERS_ON_RATE = (
