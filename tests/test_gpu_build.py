@@ -181,13 +181,15 @@ def test_the_run_recipe_is_the_shipped_assets_with_a_gpu_batch():
     args, _ = build.parse_args(_recipe())
     settings = SHIPPED["settings"]
     differ = {k for k in RECIPE_KEYS if getattr(args, k) != settings[k]}
-    assert differ <= {"batch", "init_asset"}, differ  # empty once a GPU-built asset ships
+    # The GPU run keeps the shipped data, rates, masking and precision; its schedule is its own (batch 128 for
+    # 1,500 steps, a fresh seed so its batches are new, its evaluation pace): those may differ from a CPU stage's.
+    schedule = {"batch", "init_asset", "steps", "seed", "eval_every"}
+    assert differ <= schedule, differ
     assert args.batch == 128 and args.init_asset == "assets/default_mlm"
     # the record's own reproduce line says the same
     line = SHIPPED["reproduce"].split("  (")[0].split(" ", 2)[2]
     shipped, _ = build.parse_args(shlex.split(line))
-    assert {k for k in RECIPE_KEYS if getattr(args, k) != getattr(shipped, k)} <= {"batch", "init_asset",
-                                                                                    "eval_every", "ckpt_every"}
+    assert {k for k in RECIPE_KEYS if getattr(args, k) != getattr(shipped, k)} <= schedule | {"ckpt_every"}
     assert build.parse_args(_recipe(BATCH="64"))[0].batch == 64
 
 
