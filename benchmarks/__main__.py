@@ -52,10 +52,10 @@ MISS_NOTES = {
           "stage D; the Veldoria batch's 0.920 and both loss errors, -6.9% and -6.3%, meet their targets). The "
           "estimator and its settings (unigram proposal, no replacement, importance sampling, K = 256) did not "
           "change: the model's hidden states and head did; on the stage-B model the same batch gave 0.931. "
-          "docs/lessons.md (Loss) says the cosine half is missed narrowly at some seeds (0.892-0.926 over seeds 0-4).",
+          "docs/lessons.md (Loss) says the cosine half is missed narrowly at some seeds (0.891-0.917 over seeds 0-4).",
     "DEFAULT_MODEL": "Default model (issue 26): BLiMP and unseen top-5 are missed. Over the last four shipped stages "
-                     "(B, D, G and O: about 4.8M training tokens on one CPU core, then stage O's 4.1M, G's recipe run "
-                     "3.25x longer and stopped at its best dev evaluation, step 4,000 of 6,500) BLiMP stayed level "
+                     "(B, D, G and O: about 4.8M training tokens on one CPU core, then stage O's 4.1M token positions, G's "
+                     "recipe on a 6,500-step schedule, exported at its best dev evaluation, step 4,000) BLiMP stayed level "
                      "within its standard error (69.3%, 68.9%, 69.4%, 69.35%) while unseen top-5 rose from 59.0% "
                      "to 62.6%, so more steps of the same data are not the lever for grammar; stage "
                      "H (the daily-life corpus part 2 at a quarter of each batch, 2,000 steps) raised dev to 0.7295 "

@@ -59,7 +59,6 @@ CHECKPOINTING_TOKEN_FACTOR = 4  # gradient checkpointing stores one tensor per l
 DEFAULT_MAX_RUN_S = 300.0  # a workshop run is a minute or two; five minutes is the most one run holds a slot
 
 
-
 class BusyError(InputError):
     """Every training slot and every queue place is taken; the message says what to do."""
 

@@ -691,9 +691,9 @@ def _gaps_vary(gaps: list[float]) -> bool:
 
 
 SENTENCE_CHECKS = (
-    SentenceCheck("workshop.md Grammar: on the first pair the model prefers the grammatical sentence, by a margin the "
-                  "page calls weak (under WEAK_MARGIN): 'Barely, on this pair'", ("grammar_first_margin",),
-                  lambda v: 0 < v["grammar_first_margin"] < WEAK_MARGIN),
+    SentenceCheck("workshop.md Grammar: on the first pair the model prefers the grammatical sentence, by a margin at or "
+                  "above the page's line for a weak preference (WEAK_MARGIN): 'On this pair, yes'", ("grammar_first_margin",),
+                  lambda v: v["grammar_first_margin"] >= WEAK_MARGIN),
     SentenceCheck("lessons.md Inside: on this model [CLS], not [SEP], is where most heads 'park' their attention; "
                   "workshop.md: 'mostly [CLS]'", ("heads_cls_n", "heads_sep_n"),
                   lambda v: v["heads_cls_n"] > 36 and v["heads_cls_n"] > v["heads_sep_n"]),

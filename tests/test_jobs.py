@@ -375,7 +375,7 @@ def test_teacher_key_guesses_are_slowed_per_client_and_logged(monkeypatch, caplo
     now = [0.0]
     manager = jobs.RunManager(max_runs=1, watchdog=False, train_fn=fake_train, clock=lambda: now[0])
     student, other = "ip:10.0.0.5", "ip:10.0.0.6"
-    with caplog.at_level("WARNING", logger="mlm_core.jobs"):
+    with caplog.at_level("WARNING", logger="mlm_core.teacher_key"):
         for guess in ("a", "b", "c"):
             with pytest.raises(InputError, match="^Wrong teacher key.$"):
                 manager.teacher_runs(guess, client=student)
