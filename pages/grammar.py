@@ -83,6 +83,7 @@ if report is None:
 else:
     st.caption(f"{model_label}: {source}.")
 rows = phenomenon_rows(report, model_label)
-ui.chart(phenomena_figure(rows, model_label), "grammar_phenomena_chart", name="grammar_phenomena")
+ui.chart(phenomena_figure(rows, model_label, label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None),
+         "grammar_phenomena_chart", name="grammar_phenomena")
 st.caption(markers_note())
 ui.table(phenomenon_table(rows), key="grammar_phenomena_table")

@@ -53,8 +53,13 @@ def pair_figure(score: PairScore, height: int = 420) -> go.Figure:
     return fig
 
 
-def phenomena_figure(rows: Sequence[dict], label: str, height: int = 580) -> go.Figure:
-    """Accuracy (%) per phenomenon: the measured model as bars with ±1 SE, the published models as markers."""
+def phenomena_figure(rows: Sequence[dict], label: str, height: int = 580, label_px: int | None = None) -> go.Figure:
+    """Accuracy (%) per phenomenon: the measured model as bars with ±1 SE, the published models as markers.
+
+    ``label_px`` (presenter view: ``ui.PRESENTER_CHART_FONT_PX``): the bars' accuracy labels at that size, with
+    each row tall enough to hold one. Plotly shrinks a label to fit inside its bar, so at 580 px the 13 rows'
+    labels came out at about 8 px in presenter view, where the ticks beside them were 20.
+    """
     names = [f"<b>{r['phenomenon']}</b>" if r.get("key") == OVERALL else r["phenomenon"] for r in rows]
     fig = go.Figure()
     if any(label in r for r in rows):
@@ -62,7 +67,7 @@ def phenomena_figure(rows: Sequence[dict], label: str, height: int = 580) -> go.
             y=names, x=[r.get(label) for r in rows], orientation="h", name=label, marker_color=MODEL_COLOR,
             error_x=dict(type="data", array=[r.get(f"{label} ± SE", 0) for r in rows], visible=True),
             text=[f"{r[label]:.0f}" if r.get(label) is not None else "" for r in rows], textposition="inside",
-            insidetextanchor="start", textangle=0,
+            insidetextanchor="start", textangle=0, textfont=dict(size=label_px or 12),
             hovertemplate="%{y}: %{x:.1f}%<extra>" + _e(label) + "</extra>"))
     for anchor in ANCHORS + PLL_ANCHORS:
         color, symbol = ANCHOR_STYLE[anchor]
@@ -74,4 +79,9 @@ def phenomena_figure(rows: Sequence[dict], label: str, height: int = 580) -> go.
     fig.update_layout(height=height, barmode="overlay", xaxis=dict(title="accuracy (%)", range=[0, 100]),
                       yaxis=dict(autorange="reversed"), legend=dict(orientation="h", y=-0.15),
                       margin=dict(t=40, b=60, l=10, r=20), title_text="Accuracy per phenomenon")
+    if label_px is not None:
+        row_px = 2 * round(1.2 * label_px)  # a label's line (plotly: 1.2 x the font) and the gap around its bar
+        legend_px = 4 * round(1.4 * label_px)  # the 8 legend entries wrap into about 4 lines at that size
+        fig.update_layout(height=max(height, 60 + len(rows) * row_px + 3 * label_px + legend_px),
+                          uniformtext=dict(minsize=label_px, mode="show"))
     return fig

@@ -106,3 +106,30 @@ def test_start_training_fits_on_one_line_at_1280x720(browser, server):
           .find(x => x.textContent.includes('Start training')); const p = b.querySelector('p');
           return [p.getBoundingClientRect().height, parseFloat(getComputedStyle(p).fontSize)]; }""")
         assert high[0] < 1.9 * high[1] and high[1] >= MIN_PX, high
+
+
+GRAMMAR_BAR_LABELS = """() => {
+  const plot = Array.from(document.querySelectorAll('.js-plotly-plot'))
+    .find(p => (p.querySelector('.gtitle') || {}).textContent === 'Accuracy per phenomenon');
+  return Array.from(plot.querySelectorAll('text.bartext')).map(t => {
+    const r = t.getBoundingClientRect(); return {px: parseFloat(t.style.fontSize), height: r.height, top: r.top, bottom: r.bottom,
+      text: t.textContent}; });
+}"""
+
+
+def test_the_grammar_charts_accuracy_labels_are_room_sized_at_1280x720(browser, server):
+    """Plotly shrinks a label to fit inside its bar: on the 13 rows of the per-phenomenon chart they were about
+    8 px in presenter view, beside 20-px ticks (the 2026-12-04 workshop walk)."""
+    with student(browser, 1280, 720) as page:
+        open_page(page, server, "grammar")
+        presenter_view(page)
+        page.get_by_role("button", name="Measure").click()  # the tiny test model has no build record: measure it
+        wait_idle(page, 120)
+        page.wait_for_selector(".js-plotly-plot text.bartext", timeout=120_000)
+        page.wait_for_timeout(800)
+        bars = [b for b in page.evaluate(GRAMMAR_BAR_LABELS) if b["text"]]
+        assert len(bars) == 13, bars  # overall and 12 phenomena
+        # plotly shrinks an inside label with a transform, not its font size: measure the drawn box (1.2 x the font)
+        assert min(b["height"] for b in bars) >= 1.2 * MIN_PX, bars  # 27 px, was 15
+        rows = sorted(bars, key=lambda b: b["top"])
+        assert all(a["bottom"] <= b["top"] for a, b in zip(rows, rows[1:])), rows  # one label a row, none overlap
