@@ -181,12 +181,11 @@ def test_the_overall_row_carries_the_models_overall_and_the_pll_markers():
     assert "DistilBERT-base 78.3%" in note and "BERT about 84%" in note and "issue #2" in note
 
 
-
 def test_presenter_view_gives_the_accuracy_labels_the_rooms_size_and_each_row_room_for_one():
     rows = phenomenon_rows(grammar.GrammarReport(n_pairs=60, overall=0.7, overall_se=0.02,
                                                  by_phenomenon={"binding": (0.6, 0.05, 30)}, by_paradigm={}), "m")
     screen, room = phenomena_figure(rows, "m"), phenomena_figure(rows, "m", label_px=20)
-    assert screen.layout.height == 580 and screen.layout.uniformtext.minsize is None
+    assert screen.layout.height == 580 and screen.layout.uniformtext.minsize is None and screen.data[0].textfont.size is None
     assert room.data[0].textfont.size == 20 and room.layout.uniformtext.minsize == 20
     assert room.layout.height >= len(rows) * 2 * round(1.2 * 20) > screen.layout.height  # 13 rows of 48 px
 

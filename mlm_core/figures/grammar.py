@@ -67,7 +67,7 @@ def phenomena_figure(rows: Sequence[dict], label: str, height: int = 580, label_
             y=names, x=[r.get(label) for r in rows], orientation="h", name=label, marker_color=MODEL_COLOR,
             error_x=dict(type="data", array=[r.get(f"{label} ± SE", 0) for r in rows], visible=True),
             text=[f"{r[label]:.0f}" if r.get(label) is not None else "" for r in rows], textposition="inside",
-            insidetextanchor="start", textangle=0, textfont=dict(size=label_px or 12),
+            insidetextanchor="start", textangle=0, textfont=dict(size=label_px) if label_px else None,
             hovertemplate="%{y}: %{x:.1f}%<extra>" + _e(label) + "</extra>"))
     for anchor in ANCHORS + PLL_ANCHORS:
         color, symbol = ANCHOR_STYLE[anchor]

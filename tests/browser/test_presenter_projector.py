@@ -111,9 +111,11 @@ def test_start_training_fits_on_one_line_at_1280x720(browser, server):
 GRAMMAR_BAR_LABELS = """() => {
   const plot = Array.from(document.querySelectorAll('.js-plotly-plot'))
     .find(p => (p.querySelector('.gtitle') || {}).textContent === 'Accuracy per phenomenon');
-  return Array.from(plot.querySelectorAll('text.bartext')).map(t => {
-    const r = t.getBoundingClientRect(); return {px: parseFloat(t.style.fontSize), height: r.height, top: r.top, bottom: r.bottom,
-      text: t.textContent}; });
+  if (!plot) return {labels: [], bars: []};
+  const box = e => { const r = e.getBoundingClientRect(); return {height: r.height, top: r.top, bottom: r.bottom}; };
+  return {labels: Array.from(plot.querySelectorAll('text.bartext')).filter(t => t.textContent)
+            .map(t => ({px: parseFloat(t.style.fontSize), text: t.textContent, ...box(t)})),
+          bars: Array.from(plot.querySelectorAll('.trace.bars .point path')).map(box).filter(b => b.height > 0)};
 }"""
 
 
@@ -124,12 +126,14 @@ def test_the_grammar_charts_accuracy_labels_are_room_sized_at_1280x720(browser, 
         open_page(page, server, "grammar")
         presenter_view(page)
         page.get_by_role("button", name="Measure").click()  # the tiny test model has no build record: measure it
+        page.wait_for_function(f"() => ({GRAMMAR_BAR_LABELS})().labels.length === 13", timeout=120_000)
         wait_idle(page, 120)
-        page.wait_for_selector(".js-plotly-plot text.bartext", timeout=120_000)
         page.wait_for_timeout(800)
-        bars = [b for b in page.evaluate(GRAMMAR_BAR_LABELS) if b["text"]]
-        assert len(bars) == 13, bars  # overall and 12 phenomena
+        chart = page.evaluate(GRAMMAR_BAR_LABELS)
+        bars, labels = chart["bars"], chart["labels"]
+        assert len(labels) == 13, labels  # overall and 12 phenomena
         # plotly shrinks an inside label with a transform, not its font size: measure the drawn box (1.2 x the font)
-        assert min(b["height"] for b in bars) >= 1.2 * MIN_PX, bars  # 27 px, was 15
-        rows = sorted(bars, key=lambda b: b["top"])
+        assert min(b["height"] for b in labels) >= 1.2 * MIN_PX, labels  # 27 px, was 15
+        assert bars and min(b["height"] for b in bars) >= max(b["height"] for b in labels), (bars, labels)  # inside its bar
+        rows = sorted(labels, key=lambda b: b["top"])
         assert all(a["bottom"] <= b["top"] for a, b in zip(rows, rows[1:])), rows  # one label a row, none overlap
