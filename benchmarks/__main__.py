@@ -62,7 +62,12 @@ MISS_NOTES = {
                      "and was measured but not shipped, and so were stages I1, I2, J, K (learning rates doubled), L (halved), M (mailing-list "
                      "e-mail) and N (no WordNet) and a soup of I1 and I2 (2026-12-02/03; BLiMP 68.9%, 69.2%, 69.0% and "
                      "69.5% where measured; docs/lessons.md, "
-                     "'Stages tried'). Within one run the dev score moves by about 0.01 from one evaluation to the "
+                     "'Stages tried'); so were four stages from O (2026-12-04): P (more literary prose) and R (Wikipedia "
+                     "lead summaries in place of the speeches and the Bible) stayed below O's dev score, and so did S, the "
+                     "control (O's recipe continued with a new seed, no change: dev 0.699-0.723 against O's 0.7347, the "
+                     "best of O's 13 evaluations); Q (Wikipedia lead summaries in place of WordNet) beat it on dev "
+                     "(0.7398) but not on the reported sets (BLiMP 68.5%, unseen top-5 61.2%, repeat-answer top-5 59.3% "
+                     "against 68.5%). Within one run the dev score moves by about 0.01 from one evaluation to the "
                      "next, the size of the differences between stages. What is left is data and "
                      "compute on a scale this 2-core machine does not give: an estimate, not a measurement. The "
                      "reported-only cloze rows compare with the weights the stage started from, measured on that "
@@ -201,7 +206,9 @@ def _p7_picture() -> list[str]:
 def write_results(results: dict[str, Result | None], errors: dict[str, str], p6: str, quick: bool,
                   started: str, load_before, load_after, seconds: float) -> None:
     others = _other_runs()
-    info = machine_info()
+    # assembled from JSON: the machine the runs were made on (the newest run's), not the one assembling them
+    ran = [r for r in results.values() if r and r.machine.get("platform")]
+    info = max(ran, key=lambda r: r.finished or "").machine if "assembled" in started and ran else machine_info()
     lines = [
         "# MLM Lab benchmarks",
         "",
