@@ -193,10 +193,10 @@ def small_model(tokenizer, seed=0):
 
 def probe_panels_label_every_candidate(layout: dict, k: int, font_px: int) -> list[float]:
     """Each probe panel's height in px; plotly labels every one of k categories when it is >= k · 1.2 · font."""
-    from mlm_core.figures.training import probe_label_row_px
+    from mlm_core.figures import label_row_px
 
     plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
     panels = [(layout[name]["domain"][1] - layout[name]["domain"][0]) * plot_px
               for name in layout if name.startswith("yaxis")]
-    assert panels and all(p >= k * probe_label_row_px(font_px) for p in panels), panels
+    assert panels and all(p >= k * label_row_px(font_px) for p in panels), panels
     return panels

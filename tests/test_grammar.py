@@ -189,6 +189,7 @@ def test_presenter_view_gives_the_accuracy_labels_the_rooms_size_and_each_row_ro
     assert room.data[0].textfont.size == 20 and room.layout.uniformtext.minsize == 20
     assert room.layout.height >= len(rows) * 2 * round(1.2 * 20) > screen.layout.height  # 13 rows of 48 px
 
+
 def test_a_drawn_pair_depends_on_the_seed_and_the_draw_only():
     pairs = [grammar.LabPair("binding", f"good {i}", f"bad {i}", f"note {i}") for i in range(30)]
     a = draw_pair(pairs, "binding", seed=3, draw=1)

@@ -11,6 +11,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mlm_core.figures import label_row_px
 from mlm_core.grammar import PairScore
 from mlm_core.lessons.grammar import ANCHORS, OVERALL, PLL_ANCHORS
 
@@ -80,7 +81,7 @@ def phenomena_figure(rows: Sequence[dict], label: str, height: int = 580, label_
                       yaxis=dict(autorange="reversed"), legend=dict(orientation="h", y=-0.15),
                       margin=dict(t=40, b=60, l=10, r=20), title_text="Accuracy per phenomenon")
     if label_px is not None:
-        row_px = 2 * round(1.2 * label_px)  # a label's line (plotly: 1.2 x the font) and the gap around its bar
+        row_px = 2 * label_row_px(label_px)  # a label's line and the gap around its bar
         legend_px = 4 * round(1.4 * label_px)  # the 8 legend entries wrap into about 4 lines at that size
         fig.update_layout(height=max(height, 60 + len(rows) * row_px + 3 * label_px + legend_px),
                           uniformtext=dict(minsize=label_px, mode="show"))

@@ -14,6 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mlm_core.figures import label_row_px
 from mlm_core.figures.masking import log_ticks
 from mlm_core.formatting import percent_text
 from mlm_core.lessons.loss_lab import uniform_guess, uniform_guess_label
@@ -204,7 +205,7 @@ def probe_figure(probes: Sequence[Mapping[str, Any]], title: str = "", height: i
         height = height or 140 + 190 * n
     else:
         k = max((len(pred["tokens"]) for _, pred in panels), default=1)
-        panel_px = math.ceil(1.5 * probe_label_row_px(label_px) * k)  # every candidate labelled, with room
+        panel_px = math.ceil(1.5 * label_row_px(label_px) * k)  # every candidate labelled, with room
         gap_px = 5 * label_px + 10  # the x ticks of the panel above, then this panel's two-line title
         margin_t = 60 + 3 * label_px  # the chart title, then the first panel's two-line title
         plot_px = n * panel_px + (n - 1) * gap_px
@@ -228,15 +229,6 @@ def probe_figure(probes: Sequence[Mapping[str, Any]], title: str = "", height: i
     fig.update_layout(title=title or "What the model guesses at [MASK]", height=height,
                       margin=dict(t=margin_t, b=30, l=110))
     return fig
-
-
-def probe_label_row_px(label_px: int) -> int:
-    """The pixels plotly wants per category label of ``label_px`` (plotly.js Lib.bigFont: 1.2 × the font).
-
-    >>> probe_label_row_px(20), probe_label_row_px(12)
-    (24, 14)
-    """
-    return round(1.2 * label_px)
 
 
 def _short(text: str, limit: int = 70) -> str:
