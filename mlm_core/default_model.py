@@ -83,6 +83,29 @@ def init_head_(model) -> None:
     model.tie_weights()
 
 
+OUTPUT_WEIGHT = "cls.predictions.decoder.weight"
+
+
+def output_untied(model) -> bool:
+    """True when the output layer's weight is a tensor of its own, not the word embeddings."""
+    return model.get_output_embeddings().weight is not model.get_input_embeddings().weight
+
+
+def untie_output_(model) -> None:
+    """Give the output layer a copy of the word embeddings as a weight of its own (in place; no-op when
+    already untied): the model predicts exactly as before, and the two can now train apart. The
+    config says so (``tie_word_embeddings`` False), so ``tie_weights`` no longer ties them back.
+
+    >>> m = build_untrained(); untie_output_(m); output_untied(m), m.config.tie_word_embeddings
+    (True, False)
+    """
+    if output_untied(model):
+        return
+    model.config.tie_word_embeddings = False
+    decoder = model.get_output_embeddings()
+    decoder.weight = torch.nn.Parameter(model.get_input_embeddings().weight.detach().clone())
+
+
 def build_untrained():
     """The installed encoder with an untrained MLM head (identity transform, unit LayerNorm, zero bias)."""
     cfg = _encoder_config()
@@ -185,6 +208,9 @@ def apply_delta_(model, weights_path: Path) -> list[str]:
         if not t.is_floating_point() or not torch.isfinite(t).all():
             raise ValueError(f"tensor {name!r} is not a finite floating-point tensor")
     applied = []
+    if OUTPUT_WEIGHT in delta:  # an asset whose output layer was trained apart from the word embeddings
+        untie_output_(model)
+        params = dict(model.named_parameters(remove_duplicate=False))
     with torch.no_grad():
         for name, t in delta.items():
             target = params.get(name, buffers.get(name))

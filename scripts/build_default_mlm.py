@@ -108,7 +108,8 @@ ADAM_EPS = 1e-6
 # --------------------------------------------------------------------------- the model's groups
 def trainable_names(model, freeze_word_embeddings: bool = True, freeze_layers: int = 0) -> list[str]:
     """Parameters to train; with ``freeze_layers`` k > 0 the embeddings and layers 0..k-1 stay as
-    installed (no backward pass through them at all: cheaper steps, smaller asset)."""
+    installed (no backward pass through them at all: cheaper steps, smaller asset). An untied output
+    layer (``default_model.untie_output_``) is a parameter of its own and trains."""
     names = []
     frozen_prefixes = tuple(f"bert.encoder.layer.{i}." for i in range(freeze_layers))
     for name, p in model.named_parameters():  # tied decoder is deduplicated
@@ -121,20 +122,24 @@ def trainable_names(model, freeze_word_embeddings: bool = True, freeze_layers: i
 
 
 def param_groups(model, names: list[str], emb_name: str, *, lr: float, head_lr: float, emb_lr: float,
-                 weight_decay: float) -> list[dict]:
+                 weight_decay: float, output_lr: float = 0.0) -> list[dict]:
     """AdamW groups for ``training.TrainStep``: the body (decay, and no decay on biases and LayerNorm
-    weights), the MLM head at ``head_lr`` and, when trained, the word embeddings at ``emb_lr``;
-    ``lr_scale`` is each group's rate relative to ``lr``, the schedule's peak."""
+    weights), the MLM head at ``head_lr``, when trained the word embeddings at ``emb_lr`` and an untied
+    output layer's weight at ``output_lr``; ``lr_scale`` is each group's rate relative to ``lr``, the
+    schedule's peak."""
     params = dict(model.named_parameters())
     no_decay = lambda n: n.endswith("bias") or "LayerNorm" in n  # noqa: E731
     body = [n for n in names if not n.startswith("cls.") and n != emb_name]
+    head = [n for n in names if n.startswith("cls.") and n != dm.OUTPUT_WEIGHT]
     groups = [
         {"params": [params[n] for n in body if not no_decay(n)], "weight_decay": weight_decay},
         {"params": [params[n] for n in body if no_decay(n)], "weight_decay": 0.0},
-        {"params": [params[n] for n in names if n.startswith("cls.")], "weight_decay": 0.0, "lr_scale": head_lr / lr},
+        {"params": [params[n] for n in head], "weight_decay": 0.0, "lr_scale": head_lr / lr},
     ]
     if emb_name in names:
         groups.append({"params": [params[emb_name]], "weight_decay": 0.0, "lr_scale": emb_lr / lr})
+    if dm.OUTPUT_WEIGHT in names:
+        groups.append({"params": [params[dm.OUTPUT_WEIGHT]], "weight_decay": 0.0, "lr_scale": output_lr / lr})
     assert sum(len(g["params"]) for g in groups) == len(names)
     return groups
 
@@ -152,8 +157,8 @@ def anti_copy_term(chunks, labels: torch.Tensor, weight: float, vocab_size: int)
 
 # --------------------------------------------------------------------------- checkpoints and the asset
 def save_checkpoint(path: Path, model, opt, meta: dict) -> None:
-    tensors = {f"model/{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()
-               if k not in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")}
+    skip = {"cls.predictions.decoder.bias"} | (set() if dm.output_untied(model) else {dm.OUTPUT_WEIGHT})  # tied copies
+    tensors = {f"model/{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in skip}
     name_of = {id(p): n for n, p in model.named_parameters()}
     for group in opt.param_groups:
         for p in group["params"]:
@@ -208,7 +213,9 @@ def export_asset(model, out_dir: Path, record: dict, package: dict | None = None
     base_state = base.state_dict()
     delta = {}
     for k, v in model.state_dict().items():
-        if k in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias") or k.endswith("position_ids"):
+        if k == "cls.predictions.decoder.bias" or k.endswith("position_ids"):
+            continue
+        if k == dm.OUTPUT_WEIGHT and not dm.output_untied(model):  # tied: it is the word embeddings
             continue
         b = base_state.get(k)
         v = v.detach().cpu()
@@ -228,7 +235,8 @@ def export_asset(model, out_dir: Path, record: dict, package: dict | None = None
         "tensors": len(delta),
         "dtype": "float16",
         "params_stored": int(sum(t.numel() for t in delta.values())),
-        "rebuilt_from_package": "bert.embeddings.word_embeddings.weight (tied output layer) and any unchanged tensor",
+        "rebuilt_from_package": ("bert.embeddings.word_embeddings.weight and any unchanged tensor; the output layer is "
+                                 + ("stored (untied)" if dm.output_untied(model) else "tied to the word embeddings")),
     }
     (out_dir / dm.BUILD_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return record
@@ -402,6 +410,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
     ap.add_argument("--init-asset", default=None, help="start from the weights of this asset folder (fresh optimiser)")
     ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the training forward pass (loss in fp32)")
     ap.add_argument("--emb-lr", type=float, default=0.0, help="train the tied word embeddings with this lr (0: frozen)")
+    ap.add_argument("--output-lr", type=float, default=0.0,
+                    help="untie the output layer from the word embeddings (a copy of them) and train it with this lr "
+                         "(0: tied, unless the --init-asset stores an untied one)")
     ap.add_argument("--mix", default=None, help="source shares of each batch, e.g. workshop=0.2,wordnet=0.3,sotu=0.3,moby=0.2 "
                     "(default: --workshop-frac of workshop, the rest WordNet)")
     ap.add_argument("--npm-dir", default="/tmp/mlmlab_npm",
@@ -572,8 +583,12 @@ def set_up_training(b: Build) -> None:
     if args.init_asset:
         applied = dm.apply_delta_(model, Path(args.init_asset) / dm.WEIGHTS_FILE)
         b.log(event="init_asset", path=args.init_asset, tensors=len(applied))
+    if args.output_lr > 0:
+        dm.untie_output_(model)
     emb_name = b.emb_name
     b.names = names = trainable_names(model, freeze_word_embeddings=args.emb_lr <= 0, freeze_layers=args.freeze_layers)
+    if dm.OUTPUT_WEIGHT in names and args.output_lr <= 0:  # an untied init asset's output layer: kept as it is
+        names.remove(dm.OUTPUT_WEIGHT)
     if args.emb_lr > 0 and emb_name not in names:
         names.append(emb_name)
     for n, p in model.named_parameters():
@@ -586,7 +601,8 @@ def set_up_training(b: Build) -> None:
                         weight_decay=args.weight_decay, max_grad_norm=args.clip, amp="bf16" if args.bf16 else "off",
                         masking=b.mcfg, seed=args.seed, freeze_word_embeddings=emb_name not in names)
     b.train_step = TrainStep(model, b.cfg, b.device, groups=param_groups(
-        model, names, emb_name, lr=args.lr, head_lr=args.head_lr, emb_lr=args.emb_lr, weight_decay=args.weight_decay),
+        model, names, emb_name, lr=args.lr, head_lr=args.head_lr, emb_lr=args.emb_lr, weight_decay=args.weight_decay,
+        output_lr=args.output_lr),
         betas=ADAM_BETAS, eps=ADAM_EPS)
     b.heldout = heldout_set(b.tokenizer, b.held_seqs, b.masker, b.continuation)
 
@@ -659,7 +675,8 @@ def build_record(b: Build, final_metrics: dict) -> dict:
             + " of each batch; "
             + (f"embeddings and layers 0-{args.freeze_layers - 1} frozen." if args.freeze_layers
                else "word embeddings (tied output layer) trained with a small lr." if args.emb_lr > 0
-               else "word embeddings frozen.")
+               else f"word embeddings frozen, the output layer untied from them and trained (lr {args.output_lr:g})."
+               if args.output_lr > 0 else "word embeddings frozen.")
             + (" Started from the weights of an earlier build"
                + (f" ({init_steps:,} steps in all)." if (init_steps := sum(e.get("steps") or 0 for e in dm.lineage(
                    {"init_asset": {"path": args.init_asset, "build": dm.read_build_record(args.init_asset)}})))
@@ -674,8 +691,10 @@ def build_record(b: Build, final_metrics: dict) -> dict:
                     "random": mcfg.random_replace_prob, "strategy": mcfg.strategy},
         "trained": (f"encoder layers {args.freeze_layers}-5 and the MLM head; embeddings and layers below frozen"
                     if args.freeze_layers else "all encoder tensors, position/type embeddings, embedding LayerNorm "
-                    "and the MLM head; word embeddings (tied output layer) "
-                    + (f"trained (lr {args.emb_lr:g})" if args.emb_lr > 0 else "frozen")),
+                    "and the MLM head; "
+                    + (f"word embeddings frozen; output layer untied from them, trained (lr {args.output_lr:g})"
+                       if args.output_lr > 0 else "word embeddings (tied output layer) "
+                       + (f"trained (lr {args.emb_lr:g})" if args.emb_lr > 0 else "frozen"))),
         "mix": mix,
         "sources": {k: SOURCES_DOC[k] for k in mix},
         "eval_sets": {
@@ -732,7 +751,8 @@ def build_record(b: Build, final_metrics: dict) -> dict:
             f"{COMMAND} --out assets/default_mlm "
             + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
                        if k in ("steps", "batch", "seq_len", "workshop_frac", "freeze_layers", "warmup", "lr",
-                                "head_lr", "masking", "seed", "threads", "mix", "emb_lr", "mlm_prob", "init_asset")
+                                "head_lr", "masking", "seed", "threads", "mix", "emb_lr", "output_lr", "mlm_prob",
+                                "init_asset")
                        and v is not None and not (k == "workshop_frac" and args.mix))
             + (" --bf16" if args.bf16 else "")
             + (f"  (this asset is step {step} of the {args.steps}-step schedule, chosen on the dev set; stop "

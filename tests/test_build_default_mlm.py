@@ -8,6 +8,8 @@ import json
 
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
 
 from mlm_core import default_model as dm
 from mlm_core import training
@@ -121,3 +123,41 @@ def test_measure_only_logs_the_init_assets_numbers_and_exports_nothing(tmp_path,
     for argv in (["--measure-only"], ["--measure-only", "--init-asset", str(asset), "--resume", "x.safetensors"]):
         with pytest.raises(SystemExit):  # a resumed checkpoint's metrics_init would skip the measurement
             build.parse_args(argv)
+
+
+def test_an_untied_output_layer_trains_at_its_own_rate_and_travels_in_the_asset(tmp_path, tokenizer, monkeypatch):
+    """--output-lr: the output layer becomes a copy of the word embeddings, trains apart from them (which stay
+    frozen) at its own rate, and is stored in the asset, whose loader unties a fresh model to take it."""
+    calls, log = _run(tmp_path, tokenizer, monkeypatch, "--steps", "3", "--eval-every", "3", "--ckpt-every", "3",
+                      "--lr", "1e-3", "--output-lr", "5e-4")
+    lr, groups = calls[-1][1], calls[-1][3]
+    assert len(groups) == 4 and groups[3] == pytest.approx(lr * 0.5)  # body, body (no decay), head, output layer
+    installed = tiny_random_masked_lm(tokenizer)[0]
+    emb, out = "bert.embeddings.word_embeddings.weight", dm.OUTPUT_WEIGHT
+    delta = load_file(str(tmp_path / "out" / dm.WEIGHTS_FILE))
+    assert out in delta and emb not in delta  # the word embeddings stayed as installed
+    assert (delta[out].float() - installed.state_dict()[emb]).abs().max() > 1e-3  # the output layer moved
+    with safe_open(str(tmp_path / "ckpt" / "last.safetensors"), "pt") as f:
+        assert f"model/{out}" in f.keys() and f"opt/{out}/exp_avg" in f.keys()  # a resume keeps it, and its moments
+
+    assert not dm.output_untied(installed)
+    dm.apply_delta_(installed, tmp_path / "out" / dm.WEIGHTS_FILE)
+    assert dm.output_untied(installed) and not installed.config.tie_word_embeddings
+    assert torch.equal(installed.cls.predictions.decoder.weight, delta[out].float())
+    installed.tie_weights()  # the config says untied: nothing ties them back
+    assert dm.output_untied(installed)
+    record = json.loads((tmp_path / "out" / dm.BUILD_FILE).read_text())
+    assert "--output-lr 0.0005" in record["reproduce"] and "untied" in record["trained"]
+
+
+def test_untying_keeps_every_prediction(tokenizer):
+    model = tiny_random_masked_lm(tokenizer)[0].eval()
+    ids = tokenizer("the cat sat on the [MASK] .", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        dm.untie_output_(model)
+        after = model(input_ids=ids).logits
+    assert dm.output_untied(model) and torch.equal(before, after)
+    weight = model.cls.predictions.decoder.weight
+    dm.untie_output_(model)  # a second call changes nothing
+    assert model.cls.predictions.decoder.weight is weight
