@@ -104,6 +104,8 @@ def untie_output_(model) -> None:
     model.config.tie_word_embeddings = False
     decoder = model.get_output_embeddings()
     decoder.weight = torch.nn.Parameter(model.get_input_embeddings().weight.detach().clone())
+    # transformers keeps the tie map it built with the model; tie_weights(recompute_mapping=False) would use it
+    getattr(model, "all_tied_weights_keys", {}).pop(OUTPUT_WEIGHT, None)
 
 
 def build_untrained():

@@ -174,10 +174,26 @@ def save_checkpoint(path: Path, model, opt, meta: dict) -> None:
 
 
 def load_checkpoint(path: Path, model, opt) -> dict:
+    """The model's tensors and the optimiser's moments from ``save_checkpoint``'s file (in place); its meta.
+
+    Every tensor must be there but the tied copies the file leaves out. A checkpoint with a tied output
+    layer resumed with an untied one (``--output-lr`` added) starts the output layer from the checkpoint's
+    word embeddings; the other way round (an untied checkpoint into a tied model) is refused.
+    """
+    untied = dm.output_untied(model)
     with safe_open(str(path), "pt") as f:
         meta = json.loads(f.metadata()["meta"])
         state = {k[len("model/"):]: f.get_tensor(k) for k in f.keys() if k.startswith("model/")}
-        model.load_state_dict(state, strict=False)
+        if dm.OUTPUT_WEIGHT in state and not untied:
+            raise ValueError(f"{path} holds an untied output layer: resume it with --output-lr (its learning rate)")
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        allowed = {"cls.predictions.decoder.bias"} | ({dm.OUTPUT_WEIGHT} if dm.OUTPUT_WEIGHT not in state else set())
+        if unexpected or set(missing) - allowed:
+            raise ValueError(f"{path} does not match the model: missing {sorted(set(missing) - allowed)}, "
+                             f"unexpected {sorted(unexpected)}")
+        if untied and dm.OUTPUT_WEIGHT not in state:  # a tied checkpoint: its output layer was its word embeddings
+            with torch.no_grad():
+                model.get_output_embeddings().weight.copy_(model.get_input_embeddings().weight)
         model.tie_weights()
         params = dict(model.named_parameters())
         # fused (and capturable) AdamW keeps its step beside the parameter, on CUDA too; the others on the CPU
@@ -431,6 +447,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
                     help="with --init-asset: log that asset's numbers (eval_init: every set, BLiMP) and stop; no "
                          "training, no export (docs/gpu_build.md re-measures a GPU-built asset so)")
     args = ap.parse_args(argv)
+    if args.emb_lr > 0 and args.output_lr > 0:
+        ap.error("--emb-lr trains the word embeddings with the output layer tied to them, --output-lr unties the output "
+                 "layer and trains it alone: give one of them")
     if args.measure_only and (not args.init_asset or args.resume or args.export_only):
         ap.error("--measure-only measures the --init-asset alone: give one, without --resume or --export-only")
     if args.export_only and args.resume:  # the record describes the run that made the checkpoint
@@ -675,8 +694,8 @@ def build_record(b: Build, final_metrics: dict) -> dict:
             + " of each batch; "
             + (f"embeddings and layers 0-{args.freeze_layers - 1} frozen." if args.freeze_layers
                else "word embeddings (tied output layer) trained with a small lr." if args.emb_lr > 0
-               else f"word embeddings frozen, the output layer untied from them and trained (lr {args.output_lr:g})."
-               if args.output_lr > 0 else "word embeddings frozen.")
+               else f"word embeddings frozen; {output_layer_text(b)}." if dm.output_untied(b.model)
+               else "word embeddings frozen.")
             + (" Started from the weights of an earlier build"
                + (f" ({init_steps:,} steps in all)." if (init_steps := sum(e.get("steps") or 0 for e in dm.lineage(
                    {"init_asset": {"path": args.init_asset, "build": dm.read_build_record(args.init_asset)}})))
@@ -692,8 +711,8 @@ def build_record(b: Build, final_metrics: dict) -> dict:
         "trained": (f"encoder layers {args.freeze_layers}-5 and the MLM head; embeddings and layers below frozen"
                     if args.freeze_layers else "all encoder tensors, position/type embeddings, embedding LayerNorm "
                     "and the MLM head; "
-                    + (f"word embeddings frozen; output layer untied from them, trained (lr {args.output_lr:g})"
-                       if args.output_lr > 0 else "word embeddings (tied output layer) "
+                    + (f"word embeddings frozen; {output_layer_text(b)}" if dm.output_untied(b.model)
+                       else "word embeddings (tied output layer) "
                        + (f"trained (lr {args.emb_lr:g})" if args.emb_lr > 0 else "frozen"))),
         "mix": mix,
         "sources": {k: SOURCES_DOC[k] for k in mix},
@@ -779,6 +798,13 @@ def machine_record(b: Build) -> dict:
     if b.pack is not None:
         out["gpu_pack"] = {k: b.pack.get(k) for k in ("created", "encoder_note", "word_embeddings_max_abs_error")}
     return out
+
+
+def output_layer_text(b: Build) -> str:
+    """What happened to an untied output layer, for the record."""
+    if b.args.output_lr > 0:
+        return f"output layer untied from them and trained (lr {b.args.output_lr:g})"
+    return "output layer untied (by the build of the --init-asset) and kept as it was"
 
 
 def export(b: Build, final_metrics: dict) -> dict:

@@ -161,3 +161,37 @@ def test_untying_keeps_every_prediction(tokenizer):
     weight = model.cls.predictions.decoder.weight
     dm.untie_output_(model)  # a second call changes nothing
     assert model.cls.predictions.decoder.weight is weight
+
+
+def test_a_checkpoint_resumes_only_into_a_model_that_matches_it(tmp_path, tokenizer):
+    """An untied checkpoint into a tied model is refused before anything is written; a tied one into an untied
+    model starts the output layer from the checkpoint's word embeddings; a missing tensor is an error, not silence."""
+    emb = "bert.embeddings.word_embeddings.weight"
+    tied = tiny_random_masked_lm(tokenizer)[0]
+    with torch.no_grad():
+        tied.get_input_embeddings().weight.mul_(2.0)  # a trained checkpoint's embeddings differ from a fresh model's
+    opt = torch.optim.AdamW(tied.parameters())
+    build.save_checkpoint(tmp_path / "tied.safetensors", tied, opt, {"step": 1})
+    fresh = tiny_random_masked_lm(tokenizer)[0]
+    dm.untie_output_(fresh)
+    build.load_checkpoint(tmp_path / "tied.safetensors", fresh, torch.optim.AdamW(fresh.parameters()))
+    assert dm.output_untied(fresh)
+    assert torch.equal(fresh.cls.predictions.decoder.weight, tied.state_dict()[emb])
+
+    build.save_checkpoint(tmp_path / "untied.safetensors", fresh, opt, {"step": 1})
+    plain = tiny_random_masked_lm(tokenizer)[0]
+    before = plain.state_dict()[emb].clone()
+    with pytest.raises(ValueError, match="--output-lr"):
+        build.load_checkpoint(tmp_path / "untied.safetensors", plain, torch.optim.AdamW(plain.parameters()))
+    assert torch.equal(plain.state_dict()[emb], before)  # refused before any tensor was loaded
+
+    state = {k: v for k, v in tied.state_dict().items() if "layer.0.attention" not in k and ".decoder." not in k}
+    build.save_file({f"model/{k}": v.contiguous() for k, v in state.items()}, str(tmp_path / "short.safetensors"),
+                    metadata={"meta": json.dumps({"step": 1})})
+    with pytest.raises(ValueError, match="missing"):
+        build.load_checkpoint(tmp_path / "short.safetensors", plain, torch.optim.AdamW(plain.parameters()))
+
+
+def test_the_word_embeddings_are_trained_tied_or_the_output_layer_untied_not_both():
+    with pytest.raises(SystemExit):
+        build.parse_args(["--out", "x", "--emb-lr", "1e-5", "--output-lr", "1e-5"])

@@ -97,3 +97,14 @@ def test_heldout_sentences_are_the_builds_heldout_documents():
     stats = (record.get("source_stats") or {}).get("workshop_heldout")
     if stats:
         assert len(held) == stats["sentences"]
+
+
+def test_the_story_says_when_the_output_layer_was_untied():
+    frozen = model_card.training_story(_record(settings={"emb_lr": 0.0, "output_lr": 0.0},
+                                               trained="...; word embeddings (tied output layer) frozen"))
+    assert any("the output layer BERT ties to them) stayed" in s for s in frozen)
+    untied = model_card.training_story(_record(settings={"emb_lr": 0.0, "output_lr": 2e-5},
+                                               trained="...; word embeddings frozen; output layer untied from them"))
+    said = next(s for s in untied if "output layer" in s)
+    assert "copy of them of its own and trained at learning rate 2e-05" in said and "stayed as the encoder" in said
+    assert not any("ties to them) stayed" in s for s in untied)

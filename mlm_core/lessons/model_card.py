@@ -106,7 +106,13 @@ def training_story(record: Mapping[str, Any] | None) -> list[str]:
                    "that cost; a set of sentences whose answer repeats a word of the sentence can).")
     elif stages:
         out.append("No stage of this build added a penalty to the masked-language-modelling loss (no `--anti-copy`).")
-    if record.get("settings", {}).get("emb_lr") == 0.0 or "frozen" in str(record.get("trained", "")):
+    output_lr = float((record.get("settings") or {}).get("output_lr") or 0)
+    if "untied" in str(record.get("trained", "")):
+        out.append("The word embeddings stayed as the encoder had them. The output layer, which BERT ties to them, "
+                   "was given a copy of them of its own"
+                   + (f" and trained at learning rate {output_lr:g}" if output_lr > 0 else "")
+                   + "; everything else trained.")
+    elif record.get("settings", {}).get("emb_lr") == 0.0 or "frozen" in str(record.get("trained", "")):
         out.append("The word embeddings (and the output layer BERT ties to them) stayed as the encoder had them; "
                    "everything else trained.")
     earlier = lineage(dict(record))  # the builds it started from, and theirs (default_model.lineage)
