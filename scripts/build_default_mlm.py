@@ -70,6 +70,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -155,8 +156,54 @@ def anti_copy_term(chunks, labels: torch.Tensor, weight: float, vocab_size: int)
     return extra
 
 
+# --------------------------------------------------------------------------- the average of the weights
+class WeightAverage:
+    """An exponential moving average of the trained weights (``--ema``; Polyak and Juditsky 1992; the "EMA"
+    of many LM trainings, e.g. Kaddour 2022, "Stop Wasting My Time! Saving Days of ImageNet and BERT Training
+    with Latest Weight Averaging"): after each step ``avg = d * avg + (1 - d) * weight``, in fp32, starting
+    from the weights the stage started with. ``swapped_in`` puts the average in the model for an
+    evaluation, a checkpoint of the best or an export, and the trained weights back after.
+
+    >>> w = torch.nn.Parameter(torch.zeros(2)); avg = WeightAverage({"w": w}, 0.5)
+    >>> with torch.no_grad(): _ = w.fill_(4.0)
+    >>> avg.update(); avg.avg["w"].tolist()
+    [2.0, 2.0]
+    >>> with avg.swapped_in(): w.tolist()
+    [2.0, 2.0]
+    >>> w.tolist()
+    [4.0, 4.0]
+    """
+
+    def __init__(self, params: dict[str, torch.nn.Parameter], decay: float):
+        self.params, self.decay = params, decay
+        self.avg = {n: p.detach().float().clone() for n, p in params.items()}
+
+    @torch.no_grad()
+    def update(self) -> None:
+        for n, p in self.params.items():
+            self.avg[n].mul_(self.decay).add_(p.detach().float(), alpha=1.0 - self.decay)
+
+    @contextmanager
+    def swapped_in(self):
+        live = {n: p.detach().clone() for n, p in self.params.items()}
+        with torch.no_grad():
+            for n, p in self.params.items():
+                p.copy_(self.avg[n])
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for n, p in self.params.items():
+                    p.copy_(live[n])
+
+
+def averaged(b: "Build"):
+    """The weights an evaluation, a choice and an export see: the average under ``--ema``, else the model's own."""
+    return b.ema.swapped_in() if b.ema is not None else nullcontext()
+
+
 # --------------------------------------------------------------------------- checkpoints and the asset
-def save_checkpoint(path: Path, model, opt, meta: dict) -> None:
+def save_checkpoint(path: Path, model, opt, meta: dict, ema: WeightAverage | None = None) -> None:
     skip = {"cls.predictions.decoder.bias"} | (set() if dm.output_untied(model) else {dm.OUTPUT_WEIGHT})  # tied copies
     tensors = {f"model/{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in skip}
     name_of = {id(p): n for n, p in model.named_parameters()}
@@ -168,12 +215,14 @@ def save_checkpoint(path: Path, model, opt, meta: dict) -> None:
                 tensors[f"opt/{n}/exp_avg"] = st["exp_avg"].cpu().contiguous()
                 tensors[f"opt/{n}/exp_avg_sq"] = st["exp_avg_sq"].cpu().contiguous()
                 meta.setdefault("opt_step", {})[n] = float(st["step"])
+    if ema is not None:
+        tensors.update({f"ema/{n}": t.cpu().contiguous() for n, t in ema.avg.items()})
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata={"meta": json.dumps(meta)})
     os.replace(tmp, path)
 
 
-def load_checkpoint(path: Path, model, opt) -> dict:
+def load_checkpoint(path: Path, model, opt, ema: WeightAverage | None = None) -> dict:
     """The model's tensors and the optimiser's moments from ``save_checkpoint``'s file (in place); its meta.
 
     Every tensor must be there but the tied copies the file leaves out. A checkpoint with a tied output
@@ -205,6 +254,10 @@ def load_checkpoint(path: Path, model, opt) -> dict:
                 "exp_avg": f.get_tensor(f"opt/{n}/exp_avg").to(p.device),
                 "exp_avg_sq": f.get_tensor(f"opt/{n}/exp_avg_sq").to(p.device),
             }
+        if ema is not None:  # a checkpoint without an average (an earlier stage's) starts it at its weights
+            keys = set(f.keys())
+            for n, p in ema.params.items():
+                ema.avg[n] = (f.get_tensor(f"ema/{n}") if f"ema/{n}" in keys else p.detach()).float().to(p.device)
     return meta
 
 
@@ -413,6 +466,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
     ap.add_argument("--freeze-layers", type=int, default=0, help="keep the embeddings and the first N layers as installed")
     ap.add_argument("--export-every", type=int, default=200, help="write the asset every N steps too (0: only at the end)")
     ap.add_argument("--stage-note", default="", help="free text recorded with this stage")
+    ap.add_argument("--ema", type=float, default=0.0,
+                    help="evaluate, choose and export an exponential moving average of the trained weights with this "
+                         "decay per step (e.g. 0.998; 0: the weights as trained)")
     ap.add_argument("--dev", default=str(DEV_PATH), help="cloze set that chooses checkpoints (never the reported one)")
     ap.add_argument("--everyday", default=str(EVERYDAY_PATH), help="cloze set whose answers are not in the sentence")
     ap.add_argument("--unseen", default=str(UNSEEN_PATH), help="fresh everyday cloze set, answer not in the sentence (reported only)")
@@ -523,6 +579,7 @@ class Build:
     blimp_pairs: list = field(default_factory=list)
     device: torch.device = torch.device("cpu")
     pack: dict | None = None  # --gpu-pack's manifest
+    ema: "WeightAverage | None" = None  # --ema
 
     @property
     def opt(self):
@@ -624,6 +681,9 @@ def set_up_training(b: Build) -> None:
         output_lr=args.output_lr),
         betas=ADAM_BETAS, eps=ADAM_EPS)
     b.heldout = heldout_set(b.tokenizer, b.held_seqs, b.masker, b.continuation)
+    if args.ema > 0:
+        params = dict(model.named_parameters())
+        b.ema = WeightAverage({n: params[n] for n in names}, args.ema)
 
 
 def resume_or_start(b: Build) -> None:
@@ -631,7 +691,7 @@ def resume_or_start(b: Build) -> None:
     output bias at the corpus' unigram prior."""
     args, model, tokenizer = b.args, b.model, b.tokenizer
     if args.resume:
-        meta = load_checkpoint(Path(args.resume), model, b.opt)
+        meta = load_checkpoint(Path(args.resume), model, b.opt, b.ema)
         b.step = int(meta["step"])
         b.stages = meta.get("stages", [])
         b.metrics_before = meta.get("metrics_before")
@@ -696,6 +756,8 @@ def build_record(b: Build, final_metrics: dict) -> dict:
                else "word embeddings (tied output layer) trained with a small lr." if args.emb_lr > 0
                else f"word embeddings frozen; {output_layer_text(b)}." if dm.output_untied(b.model)
                else "word embeddings frozen.")
+            + (f" The weights are an exponential moving average of the trained ones (decay {args.ema:g} a step)."
+               if args.ema > 0 else "")
             + (" Started from the weights of an earlier build"
                + (f" ({init_steps:,} steps in all)." if (init_steps := sum(e.get("steps") or 0 for e in dm.lineage(
                    {"init_asset": {"path": args.init_asset, "build": dm.read_build_record(args.init_asset)}})))
@@ -770,9 +832,10 @@ def build_record(b: Build, final_metrics: dict) -> dict:
             f"{COMMAND} --out assets/default_mlm "
             + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
                        if k in ("steps", "batch", "seq_len", "workshop_frac", "freeze_layers", "warmup", "lr",
-                                "head_lr", "masking", "seed", "threads", "mix", "emb_lr", "output_lr", "mlm_prob",
-                                "init_asset")
-                       and v is not None and not (k == "workshop_frac" and args.mix))
+                                "head_lr", "masking", "seed", "threads", "mix", "emb_lr", "output_lr", "ema",
+                                "mlm_prob", "init_asset")
+                       and v is not None and not (k == "workshop_frac" and args.mix)
+                       and not (k in ("output_lr", "ema") and not v))
             + (" --bf16" if args.bf16 else "")
             + (f"  (this asset is step {step} of the {args.steps}-step schedule, chosen on the dev set; stop "
                "there to match)" if step < args.steps else "")
@@ -826,7 +889,7 @@ def train_stage(b: Build, stage: dict) -> None:
 
     def checkpoint(path=None):
         stage_rec = dict(stage, end_step=b.step, wall_s=round(time.time() - stage_t0, 1))
-        save_checkpoint(path or ckpt_dir / "last.safetensors", model, b.opt, b.meta_now(b.stages + [stage_rec]))
+        save_checkpoint(path or ckpt_dir / "last.safetensors", model, b.opt, b.meta_now(b.stages + [stage_rec]), b.ema)
 
     model.train()
     while b.step < args.steps:
@@ -836,6 +899,8 @@ def train_stage(b: Build, stage: dict) -> None:
         lr = lr_at(b.cfg, step)
         loss = b.train_step(masked.input_ids, chunks.attention_mask, masked.labels, lr=lr, seed=step, extra_loss=extra)
         gn, f = b.train_step.grad_norm, lr / args.lr
+        if b.ema is not None:
+            b.ema.update()
         b.step = step = step + 1
         last_loss.append(loss)
         if step % 20 == 0:
@@ -843,23 +908,24 @@ def train_stage(b: Build, stage: dict) -> None:
                 grad_norm=None if gn is None else round(gn, 3), s_per_step=round((time.time() - stage_t0) / max(1, step - stage["start_step"]), 2))
             last_loss = []
         if step % args.eval_every == 0:
-            ev = b.measure()
+            with averaged(b):  # the weights that would be exported are the ones evaluated and chosen
+                ev = b.measure()
+                # The dev set (never the reported cloze set) chooses what is exported.
+                score = dev_score(ev)
+                improved = score is not None and score > b.best["score"]
+                log(event="eval", step=step, dev_score=score, improved=improved, **ev)
+                if improved:
+                    b.best = {"score": round(score, 4), "step": step, "on": DEV_SCORE_ON}
+                    checkpoint(ckpt_dir / "best.safetensors")
+                if improved or (score is None and args.export_every and step % args.export_every == 0):
+                    stage_rec = dict(stage, end_step=step, wall_s=round(time.time() - stage_t0, 1))
+                    b.stages.append(stage_rec)
+                    try:
+                        export(b, ev)
+                    finally:
+                        b.stages.pop()
+                    log(event="exported", step=step, out=args.out)
             model.train()
-            # The dev set (never the reported cloze set) chooses what is exported.
-            score = dev_score(ev)
-            improved = score is not None and score > b.best["score"]
-            log(event="eval", step=step, dev_score=score, improved=improved, **ev)
-            if improved:
-                b.best = {"score": round(score, 4), "step": step, "on": DEV_SCORE_ON}
-                checkpoint(ckpt_dir / "best.safetensors")
-            if improved or (score is None and args.export_every and step % args.export_every == 0):
-                stage_rec = dict(stage, end_step=step, wall_s=round(time.time() - stage_t0, 1))
-                b.stages.append(stage_rec)
-                try:
-                    export(b, ev)
-                finally:
-                    b.stages.pop()
-                log(event="exported", step=step, out=args.out)
         if step % args.ckpt_every == 0:  # after the eval, so that the checkpoint knows the best so far
             checkpoint()
         if deadline is not None and time.time() > deadline:
@@ -874,7 +940,12 @@ def train_stage(b: Build, stage: dict) -> None:
 def finish(b: Build) -> None:
     """The last checkpoint and evaluation; then the best checkpoint on the dev sets (the last one, or an earlier
     eval's) is measured once more with BLiMP (reported only) and exported."""
-    save_checkpoint(b.ckpt_dir / "last.safetensors", b.model, b.opt, b.meta_now(b.stages))
+    save_checkpoint(b.ckpt_dir / "last.safetensors", b.model, b.opt, b.meta_now(b.stages), b.ema)
+    with averaged(b):  # under --ema a best checkpoint holds the average as its weights: a reload is the same
+        _finish_averaged(b)
+
+
+def _finish_averaged(b: Build) -> None:
     final_metrics = b.measure()
     score = dev_score(final_metrics)
     b.log(event="final", step=b.step, dev_score=score, **final_metrics)
@@ -926,9 +997,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.export_only:
-        final = b.measure(blimp=True)
-        log(event="export", step=b.step, **final)
-        export(b, final)
+        with averaged(b):
+            final = b.measure(blimp=True)
+            log(event="export", step=b.step, **final)
+            export(b, final)
         return 0
 
     train_stage(b, stage)

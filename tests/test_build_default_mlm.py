@@ -195,3 +195,26 @@ def test_a_checkpoint_resumes_only_into_a_model_that_matches_it(tmp_path, tokeni
 def test_the_word_embeddings_are_trained_tied_or_the_output_layer_untied_not_both():
     with pytest.raises(SystemExit):
         build.parse_args(["--out", "x", "--emb-lr", "1e-5", "--output-lr", "1e-5"])
+
+
+def test_under_ema_the_average_is_evaluated_exported_and_resumed(tmp_path, tokenizer, monkeypatch):
+    """--ema: the exported asset holds the average of the weights, not the last ones; a checkpoint keeps the
+    average, so a resumed build continues it."""
+    _, log = _run(tmp_path, tokenizer, monkeypatch, "--steps", "4", "--eval-every", "4", "--ckpt-every", "2",
+                  "--lr", "3e-3", "--ema", "0.5")
+    delta = load_file(str(tmp_path / "out" / dm.WEIGHTS_FILE))
+    with safe_open(str(tmp_path / "ckpt" / "last.safetensors"), "pt") as f:
+        live = {k[len("model/"):]: f.get_tensor(k) for k in f.keys() if k.startswith("model/")}
+        avg = {k[len("ema/"):]: f.get_tensor(k) for k in f.keys() if k.startswith("ema/")}
+    name = "bert.encoder.layer.0.attention.self.query.weight"
+    assert name in avg and name in delta
+    assert not torch.allclose(avg[name], live[name])  # the average lags the trained weights
+    assert torch.allclose(delta[name].float(), avg[name], atol=1e-3)  # and it is what was exported
+    record = json.loads((tmp_path / "out" / dm.BUILD_FILE).read_text())
+    assert "--ema 0.5" in record["reproduce"] and "moving average" in record["description"]
+
+    calls, log = _run(tmp_path, tokenizer, monkeypatch, "--steps", "5", "--eval-every", "100", "--ckpt-every", "100",
+                      "--lr", "3e-3", "--ema", "0.5", "--resume", str(tmp_path / "ckpt" / "last.safetensors"))
+    with safe_open(str(tmp_path / "ckpt" / "last.safetensors"), "pt") as f:
+        step5_live, step5_avg = f.get_tensor(f"model/{name}"), f.get_tensor(f"ema/{name}")
+    assert torch.allclose(step5_avg, 0.5 * avg[name] + 0.5 * step5_live, atol=1e-6)  # continued, not restarted
