@@ -176,7 +176,11 @@ class WeightAverage:
 
     def __init__(self, params: dict[str, torch.nn.Parameter], decay: float):
         self.params, self.decay = params, decay
-        self.avg = {n: p.detach().float().clone() for n, p in params.items()}
+        self.restart()
+
+    def restart(self) -> None:
+        """Start the average at the weights as they are now (copies, never the weights' own memory)."""
+        self.avg = {n: p.detach().to(torch.float32, copy=True) for n, p in self.params.items()}
 
     @torch.no_grad()
     def update(self) -> None:
@@ -256,8 +260,10 @@ def load_checkpoint(path: Path, model, opt, ema: WeightAverage | None = None) ->
             }
         if ema is not None:  # a checkpoint without an average (an earlier stage's) starts it at its weights
             keys = set(f.keys())
-            for n, p in ema.params.items():
-                ema.avg[n] = (f.get_tensor(f"ema/{n}") if f"ema/{n}" in keys else p.detach()).float().to(p.device)
+            ema.restart()
+            meta["ema_restored"] = sorted(n for n in ema.params if f"ema/{n}" in keys)
+            for n in meta["ema_restored"]:
+                ema.avg[n] = f.get_tensor(f"ema/{n}").to(ema.params[n].device, torch.float32)
     return meta
 
 
@@ -503,6 +509,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[
                     help="with --init-asset: log that asset's numbers (eval_init: every set, BLiMP) and stop; no "
                          "training, no export (docs/gpu_build.md re-measures a GPU-built asset so)")
     args = ap.parse_args(argv)
+    if not 0.0 <= args.ema < 1.0:
+        ap.error(f"--ema is a decay per step, 0 <= d < 1 (0: no average), not {args.ema:g}")
     if args.emb_lr > 0 and args.output_lr > 0:
         ap.error("--emb-lr trains the word embeddings with the output layer tied to them, --output-lr unties the output "
                  "layer and trains it alone: give one of them")
@@ -703,7 +711,11 @@ def resume_or_start(b: Build) -> None:
                 saved_best = json.loads(f.metadata()["meta"]).get("best") or {}
             if saved_best.get("score", -1) > b.best["score"]:
                 b.best = saved_best
-        b.log(event="resumed", step=b.step, from_=args.resume, best=b.best)
+        b.log(event="resumed", step=b.step, from_=args.resume, best=b.best,
+              ema=None if b.ema is None else f"{len(meta['ema_restored'])} of {len(b.ema.params)} averages restored, "
+              "the others start at the checkpoint's weights")
+        if args.export_only and b.ema is not None and len(meta["ema_restored"]) < len(b.ema.params):
+            raise SystemExit(f"--export-only --ema: {args.resume} holds no average of every trained weight")
     elif not args.init_asset:
         # unigram prior for the output bias: a head that starts at the corpus' word frequencies
         counts = torch.zeros(len(tokenizer))
@@ -713,6 +725,8 @@ def resume_or_start(b: Build) -> None:
         with torch.no_grad():
             model.cls.predictions.bias.copy_(torch.log((counts + 0.5) / (counts.sum() + 0.5 * len(counts))))
         model.tie_weights()
+        if b.ema is not None:  # the average starts at the prior too
+            b.ema.restart()
 
 
 def measure_start(b: Build) -> None:

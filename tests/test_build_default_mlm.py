@@ -218,3 +218,27 @@ def test_under_ema_the_average_is_evaluated_exported_and_resumed(tmp_path, token
     with safe_open(str(tmp_path / "ckpt" / "last.safetensors"), "pt") as f:
         step5_live, step5_avg = f.get_tensor(f"model/{name}"), f.get_tensor(f"ema/{name}")
     assert torch.allclose(step5_avg, 0.5 * avg[name] + 0.5 * step5_live, atol=1e-6)  # continued, not restarted
+
+
+def test_ema_added_on_resume_starts_at_the_checkpoints_weights_as_a_copy(tmp_path, tokenizer, monkeypatch):
+    """A stage that adds --ema to a checkpoint without an average: the average starts at its weights, in memory
+    of its own (it was the weights' own memory once: every update shrank them, and saving failed)."""
+    _run(tmp_path, tokenizer, monkeypatch, "--steps", "2", "--eval-every", "100", "--ckpt-every", "2", "--lr", "3e-3")
+    with safe_open(str(tmp_path / "ckpt" / "last.safetensors"), "pt") as f:
+        start = {k[len("model/"):]: f.get_tensor(k) for k in f.keys() if k.startswith("model/")}
+    _, log = _run(tmp_path, tokenizer, monkeypatch, "--steps", "4", "--eval-every", "100", "--ckpt-every", "100",
+                  "--lr", "3e-3", "--ema", "0.5", "--resume", str(tmp_path / "ckpt" / "last.safetensors"))
+    resumed = next(e for e in log if e["event"] == "resumed")
+    assert resumed["ema"].startswith("0 of ")
+    with safe_open(str(tmp_path / "ckpt" / "last.safetensors"), "pt") as f:
+        name = "bert.encoder.layer.0.attention.self.query.weight"
+        live, avg = f.get_tensor(f"model/{name}"), f.get_tensor(f"ema/{name}")
+    assert not torch.allclose(live, avg)
+    # two updates from the checkpoint's weights: avg = 0.25 start + 0.25 w3 + 0.5 w4, between the start and now
+    assert (avg - start[name]).abs().max() < (live - start[name]).abs().max()
+
+
+@pytest.mark.parametrize("decay", ["1.0", "-0.1", "1.5"])
+def test_an_ema_decay_outside_0_to_1_is_refused(decay):
+    with pytest.raises(SystemExit):
+        build.parse_args(["--out", "x", "--ema", decay])
