@@ -34,7 +34,9 @@ whenever the dev score beats the starting model and every earlier eval.
 Options added for issue 19: ``--init-asset`` (start from an asset's weights, fresh optimiser),
 ``--bf16`` (bfloat16 autocast, loss in fp32), ``--emb-lr`` (train the tied word embeddings),
 ``--anti-copy`` (unlikelihood term against other tokens of the sequence), ``--mlm-prob``.
-``--resume CKPT --export-only`` re-exports a checkpoint with its own run's settings.
+``--resume CKPT --export-only`` re-exports a checkpoint with its own run's settings. Added for issue 26:
+``--output-lr`` (untie the output layer from the word embeddings and train it alone; the asset then stores
+it) and ``--ema`` (evaluate, choose and export a moving average of the weights, ``WeightAverage``).
 
 ``--device`` (auto: CUDA when a GPU is visible) puts the model, its batches and every evaluation on one
 device; ``--device cpu`` is the build as it always ran, bit for bit. ``--gpu-pack DIR`` runs from a folder
