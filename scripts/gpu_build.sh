@@ -24,6 +24,8 @@ SEED=${SEED:-4}
 THREADS=${THREADS:-1}
 FREEZE_LAYERS=${FREEZE_LAYERS:-0}
 EMB_LR=${EMB_LR:-0.0}
+OUTPUT_LR=${OUTPUT_LR:-0}  # > 0: untie the output layer and train it at this rate (build_default_mlm --output-lr)
+EMA=${EMA:-0}              # > 0: choose and export a moving average of the weights (--ema), e.g. 0.998
 MIX=${MIX:-workshop=0.2,daily=0.2,wordnet=0.1,sotu=0.05,moby=0.05,austen=0.2,gutenberg=0.15,web=0.05}
 MLM_PROB=${MLM_PROB:-0.15}
 BF16=${BF16:-1}
@@ -57,6 +59,8 @@ recipe() {
            --eval-every "$EVAL_EVERY" --ckpt-every "$CKPT_EVERY" --anti-copy "$ANTI_COPY"
            --blimp-per-paradigm "$BLIMP_PER_PARADIGM")
   [ "$BF16" = 1 ] && a+=(--bf16)
+  [ "$OUTPUT_LR" != 0 ] && a+=(--output-lr "$OUTPUT_LR")
+  [ "$EMA" != 0 ] && a+=(--ema "$EMA")
   printf '%s\n' "${a[@]}"
 }
 

@@ -191,6 +191,9 @@ def test_the_run_recipe_is_the_shipped_assets_with_a_gpu_batch():
     shipped, _ = build.parse_args(shlex.split(line))
     assert {k for k in RECIPE_KEYS if getattr(args, k) != getattr(shipped, k)} <= schedule | {"ckpt_every"}
     assert build.parse_args(_recipe(BATCH="64"))[0].batch == 64
+    assert (args.output_lr, args.ema) == (0.0, 0.0)  # the shipped recipe: tied, no average
+    tried = build.parse_args(_recipe(OUTPUT_LR="2e-5", EMA="0.998"))[0]
+    assert (tried.output_lr, tried.ema) == (2e-5, 0.998)
 
 
 def test_run_passes_the_recipe_the_device_and_the_pack_to_the_build(tmp_path):
