@@ -91,6 +91,12 @@ def output_untied(model) -> bool:
     return model.get_output_embeddings().weight is not model.get_input_embeddings().weight
 
 
+def tied_copies(model) -> set[str]:
+    """State-dict keys that are another tensor under a second name: the decoder's bias (the head's bias),
+    and the output layer's weight (the word embeddings) unless it was untied."""
+    return {"cls.predictions.decoder.bias"} | (set() if output_untied(model) else {OUTPUT_WEIGHT})
+
+
 def untie_output_(model) -> None:
     """Give the output layer a copy of the word embeddings as a weight of its own (in place; no-op when
     already untied): the model predicts exactly as before, and the two can now train apart. The

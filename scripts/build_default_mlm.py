@@ -210,7 +210,7 @@ def averaged(b: "Build"):
 
 # --------------------------------------------------------------------------- checkpoints and the asset
 def save_checkpoint(path: Path, model, opt, meta: dict, ema: WeightAverage | None = None) -> None:
-    skip = {"cls.predictions.decoder.bias"} | (set() if dm.output_untied(model) else {dm.OUTPUT_WEIGHT})  # tied copies
+    skip = dm.tied_copies(model)
     tensors = {f"model/{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in skip}
     name_of = {id(p): n for n, p in model.named_parameters()}
     for group in opt.param_groups:
@@ -242,7 +242,7 @@ def load_checkpoint(path: Path, model, opt, ema: WeightAverage | None = None) ->
         if dm.OUTPUT_WEIGHT in state and not untied:
             raise ValueError(f"{path} holds an untied output layer: resume it with --output-lr (its learning rate)")
         missing, unexpected = model.load_state_dict(state, strict=False)
-        allowed = {"cls.predictions.decoder.bias"} | ({dm.OUTPUT_WEIGHT} if dm.OUTPUT_WEIGHT not in state else set())
+        allowed = dm.tied_copies(model) | ({dm.OUTPUT_WEIGHT} if dm.OUTPUT_WEIGHT not in state else set())
         if unexpected or set(missing) - allowed:
             raise ValueError(f"{path} does not match the model: missing {sorted(set(missing) - allowed)}, "
                              f"unexpected {sorted(unexpected)}")
@@ -289,10 +289,9 @@ def export_asset(model, out_dir: Path, record: dict, package: dict | None = None
     base = dm.build_untrained()
     base_state = base.state_dict()
     delta = {}
+    tied = dm.tied_copies(model)
     for k, v in model.state_dict().items():
-        if k == "cls.predictions.decoder.bias" or k.endswith("position_ids"):
-            continue
-        if k == dm.OUTPUT_WEIGHT and not dm.output_untied(model):  # tied: it is the word embeddings
+        if k in tied or k.endswith("position_ids"):
             continue
         b = base_state.get(k)
         v = v.detach().cpu()
