@@ -31,23 +31,28 @@ def pair_figure(score: PairScore, height: int = 420) -> go.Figure:
     """Each token's surprisal -log P(token | the rest) for both sentences: the PLL is minus the bars' sum."""
     # a long sentence's labels stand on their side, every one of them (plotly hides every other one when they
     # crowd: at presenter size that hid the changed word), with room below each row so they never run into the
-    # second row's title (33-45 tokens did, at 420 px and at presenter size)
+    # second row's title (33-45 tokens did, at 420 px and at presenter size). Its bars' values stand on their side
+    # too, above the bars (1.5 x the tallest bar's height leaves them the room): plotly shrinks an outside label to
+    # its bar's width unless told not to, and on a 28-token pair in presenter view the values came out at 16 px
+    # beside 20-px ticks (the 2026-12-04 walk).
     longest = max(len(score.good.tokens), len(score.bad.tokens))
-    if longest > 20:
-        height += 10 * (longest - 20)
-    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.22 if longest <= 20 else 0.36, subplot_titles=(
+    turned = longest > 20
+    if turned:
+        height += 100 + 10 * (longest - 20)
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.36 if turned else 0.22, subplot_titles=(
         f"grammatical: PLL {score.good.total:.2f} nats", f"ungrammatical: PLL {score.bad.total:.2f} nats"))
     for row, (pll, color) in enumerate(((score.good, GOOD_COLOR), (score.bad, BAD_COLOR)), 1):
         labels = [f"{i + 1}. {_e(t)}" for i, t in enumerate(pll.tokens)]
         fig.add_trace(go.Bar(x=labels, y=[-lp for lp in pll.log_probs], marker_color=color, showlegend=False,
                              text=[f"{-lp:.1f}" for lp in pll.log_probs], textposition="outside", cliponaxis=False,
+                             constraintext="none", textangle=-90 if turned else 0,
                              hovertemplate="%{x}: −log P = %{y:.2f} nats<extra></extra>"), row=row, col=1)
     # one scale for both sentences: the class compares bars across the two rows
     top = max([-lp for pll in (score.good, score.bad) for lp in pll.log_probs] + [1.0])
     for row in (1, 2):
-        fig.update_yaxes(title_text="−log P (nats)", row=row, col=1, range=[0, 1.2 * top])
+        fig.update_yaxes(title_text="−log P (nats)", row=row, col=1, range=[0, (1.5 if turned else 1.2) * top])
     fig.update_xaxes(automargin=True)  # the bottom row's turned labels get the room they need below the chart
-    if longest > 20:
+    if turned:
         fig.update_xaxes(tickangle=-90, dtick=1)
     fig.update_layout(height=height, margin=dict(t=50, b=20, l=60, r=20),
                       title_text="Which tokens the model finds surprising (taller = less likely)")

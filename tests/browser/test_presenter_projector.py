@@ -11,7 +11,7 @@ from tests.browser.conftest import open_page, presenter_view, student, wait_idle
 SENTENCE = "Unbelievably, the tokenizer splits rare words into several word pieces."
 MIN_PX = 20  # what the back row reads (ui.PRESENTER_CHART_FONT_PX)
 
-BOXES = """() => {
+BOXES = r"""() => {
   const rect = e => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, height: r.height}; };
   const button = name => Array.from(document.querySelectorAll('[data-testid="stMain"] .stButton button'))
     .find(b => b.textContent.includes(name));
@@ -137,3 +137,44 @@ def test_the_grammar_charts_accuracy_labels_are_room_sized_at_1280x720(browser, 
         assert bars and min(b["height"] for b in bars) >= max(b["height"] for b in labels), (bars, labels)  # inside its bar
         rows = sorted(labels, key=lambda b: b["top"])
         assert all(a["bottom"] <= b["top"] for a, b in zip(rows, rows[1:])), rows  # one label a row, none overlap
+
+
+LONG_GOOD = ("The teachers who had visited the old museum near the river last spring were telling their students "
+             "about the paintings again.")
+LONG_BAD = ("The teachers who had visited the old museum near the river last spring was telling their students "
+            "about the paintings again.")
+PAIR_VALUE_LABELS = """() => {
+  const plot = Array.from(document.querySelectorAll('.js-plotly-plot'))
+    .find(p => (p.querySelector('.gtitle') || {}).textContent.startsWith('Which tokens the model finds surprising'));
+  if (!plot) return [];
+  return Array.from(plot.querySelectorAll('text.bartext')).filter(t => t.textContent).map(t => {
+    const r = t.getBoundingClientRect();
+    return {px: parseFloat(t.style.fontSize), left: r.left, right: r.right, top: r.top, bottom: r.bottom,
+            transform: t.getAttribute('transform') || '', text: t.textContent}; });
+}"""
+
+
+def test_the_grammar_pair_charts_values_are_room_sized_on_a_long_pair_at_1280x720(browser, server):
+    """Plotly shrinks an outside label to its bar's width: on a 28-token pair in presenter view the bars' values
+    came out at 16 px beside 20-px ticks (the 2026-12-04 walk). Turned on their side, they keep the room's size."""
+    with student(browser, 1280, 720) as page:
+        open_page(page, server, "grammar")
+        presenter_view(page)
+        page.get_by_label("✅ Grammatical sentence", exact=True).fill(LONG_GOOD)
+        page.get_by_label("❌ Ungrammatical sentence", exact=True).fill(LONG_BAD)
+        page.get_by_label("❌ Ungrammatical sentence", exact=True).press("Enter")
+        words = len(LONG_GOOD.split())
+        page.wait_for_function(f"() => ({PAIR_VALUE_LABELS})().filter(l => l.text).length >= {2 * words}",
+                               timeout=120_000)
+        wait_idle(page, 120)
+        page.wait_for_timeout(800)
+        labels = page.evaluate(PAIR_VALUE_LABELS)
+        assert len(labels) >= 2 * 21, labels[:3]  # both sentences, each long enough to turn its labels
+        assert min(x["px"] for x in labels) >= MIN_PX, labels[:3]
+        assert not [x for x in labels if "scale(" in x["transform"]], labels[:3]  # drawn at full size, not shrunk
+        # a drawn label's short side is its line (1.2 x the font), whichever way it stands
+        assert min(min(x["right"] - x["left"], x["bottom"] - x["top"]) for x in labels) >= 1.1 * MIN_PX, labels[:3]
+        for i, a in enumerate(labels):  # no two values overlap
+            for b in labels[i + 1:]:
+                apart = a["right"] <= b["left"] or b["right"] <= a["left"] or a["bottom"] <= b["top"] or b["bottom"] <= a["top"]
+                assert apart, (a, b)
