@@ -75,13 +75,13 @@ class PairScore:
         return self.margin > 0
 
 
-def check_sentence(text: str) -> str:
-    """The sentence stripped, or an ``InputError`` a learner can act on."""
+def check_sentence(text: str, name: str = "This sentence") -> str:
+    """The sentence stripped, or an ``InputError`` a learner can act on (``name``: which box, in the message)."""
     text = (text or "").strip()
     if not text:
         raise InputError("Type a sentence in both boxes.")
     if len(text) > MAX_SENTENCE_CHARS:
-        raise InputError(f"Keep each sentence under {MAX_SENTENCE_CHARS} characters (this one has {len(text)}).")
+        raise InputError(f"{name} has {len(text)} characters: keep each sentence under {MAX_SENTENCE_CHARS}.")
     return text
 
 
@@ -91,8 +91,9 @@ def _encode(tokenizer, text: str) -> list[int]:
     ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
     n = len(ids) - tokenizer.num_special_tokens_to_add()
     if n > MAX_SENTENCE_TOKENS:
-        raise InputError(f"This sentence is {n} tokens long; a pair is scored one masked copy per token, up to "
-                         f"{MAX_SENTENCE_TOKENS} tokens a sentence. Shorten it.")
+        start = text if len(text) <= 40 else text[:40] + "…"
+        raise InputError(f"The sentence “{start}” is {n} tokens long; a pair is scored one masked copy per token, "
+                         f"up to {MAX_SENTENCE_TOKENS} tokens a sentence. Shorten it.")
     return ids
 
 

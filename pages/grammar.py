@@ -10,10 +10,11 @@ from mlm_core.figures.grammar import pair_figure, phenomena_figure
 from mlm_core.grammar import MAX_SENTENCE_CHARS, PHENOMENA, check_sentence
 from mlm_core.lessons.grammar import (FIRST_PAIR, blimp_source, default_model_blimp, draw_pair, lab_pairs_report,
                                       lab_source, markers_note, pair_source_note, phenomenon_rows, phenomenon_table,
-                                      pll_line, token_rows, verdict)
+                                      pll_line, report_label, token_rows, verdict)
 from mlm_core.lessons.prose import LessonText
 
 GOOD, BAD, SHADOW = "grammar_good", "grammar_bad", "_grammar_pair"  # the boxes, and their copy across page switches
+REVEALED = "_grammar_revealed"  # the pair whose answer was shown while "Vote first" is on
 TEXT = LessonText("grammar")  # mlm_core/lessons/text/grammar.md
 
 settings = ui.page_setup("📐 Grammar: what the model knows about English", link=share_state.PAGE_LINKS["grammar"])
@@ -44,21 +45,31 @@ drawn_good, drawn_bad, drawn_source = state.get("grammar_source") or (None, None
 if (state.get(GOOD), state.get(BAD)) != (drawn_good, drawn_bad):
     drawn_source = None
 st.caption(pair_source_note(bool(blimp), ui.markdown_text(drawn_source) if drawn_source else None))
+vote_first = st.toggle("🙈 Vote first: hide the model's answer until I show it", key="grammar_vote_first",
+                       help="For a class: read the pair aloud, let everyone vote, then press 'Show the model's answer'.")
 left, right = st.columns(2)
-good = left.text_input("✅ Grammatical sentence", key=GOOD, max_chars=MAX_SENTENCE_CHARS)
-bad = right.text_input("❌ Ungrammatical sentence", key=BAD, max_chars=MAX_SENTENCE_CHARS)
+# the boxes take more than the limit, so a longer sentence gets check_sentence's message instead of being cut unseen
+good = left.text_input("✅ Grammatical sentence", key=GOOD, max_chars=4 * MAX_SENTENCE_CHARS)
+bad = right.text_input("❌ Ungrammatical sentence", key=BAD, max_chars=4 * MAX_SENTENCE_CHARS)
 state[SHADOW] = (good, bad)
 
 try:
-    pair = (check_sentence(good), check_sentence(bad))
+    pair = (check_sentence(good, "The grammatical sentence"), check_sentence(bad, "The ungrammatical sentence"))
     score = ui.cached_pair_score(model_key, pair, model, tokenizer)
 except MLMLabError as exc:
     ui.show_error(exc)
     score = None
-if score is not None:
+hidden = score is not None and vote_first and state.get(REVEALED) != pair  # each new pair is hidden again
+if hidden and st.button("👀 Show the model's answer", key="grammar_reveal", type="primary"):
+    state[REVEALED] = pair
+    hidden = False
+if hidden:
+    st.info(TEXT("vote_first"))
+elif score is not None:
     shown = st.info if score.good.tokens == score.bad.tokens else st.success if score.prefers_good else st.warning
     shown(verdict(score))
-    ui.chart(pair_figure(score), "grammar_pair_chart", name="grammar_pair")
+    ui.chart(pair_figure(score, font_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else 14), "grammar_pair_chart",
+             name="grammar_pair")
     shade = max((abs(lp) for pll in (score.good, score.bad) for lp in pll.log_probs), default=1.0)  # one scale
     for name, pll in (("Grammatical", score.good), ("Ungrammatical", score.bad)):
         st.markdown(pll_line(name, pll))
@@ -69,21 +80,24 @@ if score is not None:
 
 # --------------------------------------------------------------------------- per phenomenon
 st.subheader("Per phenomenon, beside the published models")
-report, source = None, ""
-if settings.model_name is None and trained_entry is None:
-    report = default_model_blimp(read_build_record())
-    if report is not None:
-        source = blimp_source(report)
+is_default = settings.model_name is None and trained_entry is None
+reports, sources = {}, []
+if is_default:  # the build's BLiMP sample: the fair figure, which a measurement on MLM Lab's pairs joins, never replaces
+    blimp_report = default_model_blimp(read_build_record())
+    if blimp_report is not None:
+        reports[report_label(model_label, on_blimp=True)] = blimp_report
+        sources.append(blimp_source(blimp_report))
 measured = ui.on_demand(f"Measure {model_label} on MLM Lab's {len(lab)} pairs", "grammar_lab_report",
                         "Scoring every pair…", (model_key,), lambda: lab_pairs_report(model, tokenizer, lab))
 if measured is not None:
-    report, source = measured, lab_source(measured, chosen_on=settings.model_name is None and trained_entry is None)
-if report is None:
+    reports[report_label(model_label, on_blimp=False)] = measured
+    sources.append(lab_source(measured, chosen_on=is_default))
+if not reports:
     st.caption(TEXT("measure_wait"))
-else:
+for source in sources:
     st.caption(f"{model_label}: {source}.")
-rows = phenomenon_rows(report, model_label)
-ui.chart(phenomena_figure(rows, model_label, label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None),
+rows = phenomenon_rows(reports)
+ui.chart(phenomena_figure(rows, list(reports), label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None),
          "grammar_phenomena_chart", name="grammar_phenomena")
 st.caption(markers_note())
-ui.table(phenomenon_table(rows), key="grammar_phenomena_table")
+ui.table(phenomenon_table(rows), key="grammar_phenomena_table", decimals=1, height="content")

@@ -159,7 +159,7 @@ def test_published_anchors_are_blimps_table_3():
     for name in ("5-gram", "LSTM", "Transformer-XL", "GPT-2", "human"):
         per = grammar.PUBLISHED[name]["by_phenomenon"]
         assert list(per) == list(grammar.PHENOMENA) and all(0 < v <= 100 for v in per.values())
-    rows = phenomenon_rows(None, "model")
+    rows = phenomenon_rows({"model": None})
     assert len(rows) == 13 and rows[-1]["GPT-2"] == 86.4 and "model" not in rows[0]
     assert [rows[0][m] for m in ("5-gram", "GPT-2", "DistilBERT-base (PLL)", "RoBERTa-large (PLL)")] == [61.2, 83.0, 78.3, 86.5]
     assert all(m not in r for r in rows[1:] for m in grammar_view.PLL_ANCHORS)  # no per-phenomenon PLL figures
@@ -168,11 +168,11 @@ def test_published_anchors_are_blimps_table_3():
 def test_the_overall_row_carries_the_models_overall_and_the_pll_markers():
     report = grammar.GrammarReport(n_pairs=60, overall=0.7, overall_se=0.02,
                                    by_phenomenon={"binding": (0.6, 0.05, 30)}, by_paradigm={})
-    rows = phenomenon_rows(report, "m")
-    assert (rows[0]["m"], rows[0]["m ± SE"], rows[0]["pairs"]) == (70.0, 2.0, 60)
+    rows = phenomenon_rows({"m": report})
+    assert (rows[0]["m"], rows[0]["m ± SE"], rows[0]["m pairs"]) == (70.0, 2.0, 60)
     table = grammar_view.phenomenon_table(rows)
     assert all("RoBERTa-large (PLL)" not in r and "key" not in r for r in table)  # the caption names them
-    fig = phenomena_figure(rows, "m")
+    fig = phenomena_figure(rows, ["m"])
     pll = {t.name: t.x for t in fig.data if t.name in grammar_view.PLL_ANCHORS}
     assert set(pll) == set(grammar_view.PLL_ANCHORS)
     assert all(xs[0] is not None and all(x is None for x in xs[1:]) for xs in pll.values())
@@ -182,10 +182,10 @@ def test_the_overall_row_carries_the_models_overall_and_the_pll_markers():
 
 
 def test_presenter_view_gives_the_accuracy_labels_the_rooms_size_and_each_row_room_for_one():
-    rows = phenomenon_rows(grammar.GrammarReport(n_pairs=60, overall=0.7, overall_se=0.02,
-                                                 by_phenomenon={"binding": (0.6, 0.05, 30)}, by_paradigm={}), "m")
-    screen, room = phenomena_figure(rows, "m"), phenomena_figure(rows, "m", label_px=20)
-    assert screen.layout.height == 580 and screen.layout.uniformtext.minsize is None and screen.data[0].textfont.size is None
+    rows = phenomenon_rows({"m": grammar.GrammarReport(n_pairs=60, overall=0.7, overall_se=0.02,
+                                                       by_phenomenon={"binding": (0.6, 0.05, 30)}, by_paradigm={})})
+    screen, room = phenomena_figure(rows, ["m"]), phenomena_figure(rows, ["m"], label_px=20)
+    assert 580 <= screen.layout.height < 600 and screen.layout.uniformtext.minsize is None and screen.data[0].textfont.size is None
     assert room.data[0].textfont.size == 20 and room.layout.uniformtext.minsize == 20
     assert room.layout.height >= len(rows) * 2 * round(1.2 * 20) > screen.layout.height  # 13 rows of 48 px
 
@@ -228,3 +228,80 @@ def test_a_long_pair_labels_every_token_on_its_side_with_room_below(tiny):
     assert b.layout.height > a.layout.height
     gap = b.layout.yaxis.domain[0] - b.layout.yaxis2.domain[1]
     assert gap > a.layout.yaxis.domain[0] - a.layout.yaxis2.domain[1]
+    assert b.layout.margin.b > a.layout.margin.b  # the bottom row's turned labels
+
+
+def test_a_long_pairs_rows_are_apart_by_its_longest_label_at_the_rooms_size(tiny):
+    """The 2026-12-06 walk: in presenter view a 28-token pair's turned labels ("15. summer") ran into the second
+    row's title, because the gap between the rows was a fraction of the height whatever the font. It is measured in
+    pixels now: the longest label at the font the chart is drawn at, and the title. Values turn with the labels
+    (plotly shrank them to the bar's width: 16 px beside 20-px ticks) and leave when a line no longer fits a slot."""
+    from mlm_core.figures.grammar import pair_figure
+    from mlm_core.predict import PseudoLogLikelihood
+
+    def pair(n, word="homework"):
+        pll = PseudoLogLikelihood(tuple(range(1, n + 1)), (word,) * n, tuple(-1.0 - i % 9 for i in range(n)))
+        return grammar.PairScore(pll, pll)
+
+    for font in (14, 20):
+        fig = pair_figure(pair(28), font_px=font)
+        plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+        gap_px = (fig.layout.yaxis.domain[0] - fig.layout.yaxis2.domain[1]) * plot_px
+        label_px = 0.6 * font * len("28. homework")  # a turned label's length, at the least
+        assert gap_px >= label_px + 1.5 * font, (font, gap_px, label_px)  # then the second row's title
+        assert fig.layout.margin.b >= label_px
+        assert fig.data[0].textangle == -90 and fig.data[0].constraintext == "none" and fig.data[0].text
+    assert pair_figure(pair(28, "a"), font_px=20).layout.margin.b < pair_figure(pair(28), font_px=20).layout.margin.b
+    short = pair_figure(pair(8), font_px=20)
+    assert short.data[0].textangle == 0 and short.layout.height == 420
+    assert pair_figure(pair(64), font_px=20).data[0].text is None  # 64 turned values cannot fit 1,100 px at 20 px
+    assert pair_figure(pair(40), font_px=20).data[0].text
+
+
+def test_blimp_and_a_measurement_on_the_lab_pairs_stand_side_by_side():
+    """The 2026-12-06 walk: pressing Measure on the default model replaced its BLiMP bars with its score on MLM
+    Lab's 96 pairs (83.3%, the pairs its build chose its checkpoint with) under the same label. Both stand now,
+    each named by the pairs it was measured on; the markers stand side by side within a row (GPT-2's 83.0 hid
+    under BERT's 84), and the caption names no marker the chart does not draw."""
+    blimp = grammar.GrammarReport(n_pairs=2010, overall=0.693, overall_se=0.009,
+                                  by_phenomenon={"binding": (0.71, 0.03, 210)}, by_paradigm={})
+    lab = grammar.GrammarReport(n_pairs=96, overall=0.833, overall_se=0.04,
+                                by_phenomenon={"binding": (0.875, 0.1, 8)}, by_paradigm={})
+    on_blimp, on_lab = grammar_view.report_label("default model", True), grammar_view.report_label("default model", False)
+    assert on_blimp != on_lab and "BLiMP" in on_blimp and "MLM Lab" in on_lab
+    rows = phenomenon_rows({on_blimp: blimp, on_lab: lab})
+    assert (rows[0][on_blimp], rows[0][on_lab]) == (69.3, 83.3)
+    assert (rows[0][f"{on_blimp} pairs"], rows[0][f"{on_lab} pairs"]) == (2010, 96)
+    fig = phenomena_figure(rows, [on_blimp, on_lab], label_px=20)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert [b.name for b in bars] == [on_blimp, on_lab] and bars[0].marker.color != bars[1].marker.color
+    assert fig.layout.barmode == "group" and fig.layout.scattermode == "group"
+    assert all(t.orientation == "h" and t.offsetgroup for t in fig.data if t.type == "scatter")
+    one = phenomena_figure(phenomenon_rows({on_blimp: blimp}), [on_blimp, on_lab], label_px=20)
+    assert len([t for t in one.data if t.type == "bar"]) == 1 and fig.layout.height > one.layout.height
+    drawn = {t.name for t in fig.data if t.type == "scatter"}
+    note = grammar_view.markers_note()
+    assert "Transformer-XL" not in drawn and "Transformer-XL, 69.6%, is not drawn" in note
+    assert all(f"{name} {grammar.PUBLISHED[name]['overall']}%" in note for name in grammar_view.ANCHORS)
+
+
+def test_a_verdicts_ratio_agrees_with_the_margin_it_shows():
+    """The walk: "e^6.17 ≈ 476.4" (e^6.17 is 478.0): the ratio came from the unrounded margin. Two significant
+    figures agree with either."""
+    from mlm_core.predict import PseudoLogLikelihood as P
+
+    for margin in (0.832, 1.2345, 6.1664, 8.514, 11.05):
+        score = grammar.PairScore(P((1, 2), ("a", "b"), (-1.0, -2.0)), P((1, 2), ("a", "c"), (-1.0, -2.0 - margin)))
+        text = verdict(score)
+        shown = float(text.split("e^")[1].split(" ")[0])
+        ratio = float(text.split("≈ ")[1].split(" ")[0].replace(",", ""))
+        assert abs(ratio - math.exp(shown)) / math.exp(shown) < 0.05, text  # within the second figure's rounding
+        assert abs(ratio - math.exp(margin)) / math.exp(margin) < 0.05, text
+
+
+def test_a_sentence_over_the_limit_is_named_by_its_box(tiny):
+    model, tokenizer = tiny
+    with pytest.raises(InputError, match="The ungrammatical sentence has 300 characters"):
+        grammar.check_sentence("x" * 300, "The ungrammatical sentence")
+    with pytest.raises(InputError, match="“! ! ! !"):
+        grammar.score_pairs(model, tokenizer, [("The cats sleep.", "! " * 70)])

@@ -60,3 +60,39 @@ def test_the_default_model_renders_with_its_build_measured_blimp(run_page, monke
         assert f"overall {100 * report.overall:.1f}%" in text and "measured when the default model was built" in text
     else:
         assert "Press the button" in text
+
+
+def test_measuring_the_default_model_adds_its_lab_score_beside_blimp(run_page, monkeypatch):
+    """The 2026-12-06 walk: Measure on the default model replaced BLiMP's bars and caption with its score on MLM
+    Lab's pairs (the pairs that chose its checkpoint), under the same label. Both stand now."""
+    monkeypatch.setenv("MLMLAB_MODEL", "default")
+    at = run_page("pages/grammar.py", timeout=300)
+    report = default_model_blimp(read_build_record())
+    if report is None:
+        pytest.skip("no BLiMP figures in this build record")
+    at.button(key="grammar_lab_report_run").click().run(timeout=300)
+    assert not at.exception and not at.error
+    text = _text(at)
+    assert f"overall {100 * report.overall:.1f}%" in text and "chose its checkpoint" in text
+    spec = at.get("plotly_chart")[1].proto.spec
+    assert "default model on BLiMP" in spec and "default model on MLM Lab's pairs" in spec
+
+
+def test_vote_first_hides_the_answer_until_it_is_shown_and_again_for_a_new_pair(run_page):
+    at = run_page("pages/grammar.py")
+    at.toggle(key="grammar_vote_first").set_value(True).run()
+    assert not at.exception and not at.error
+    assert len(at.get("plotly_chart")) == 1 and "prefers the" not in _text(at)  # only the per-phenomenon chart
+    assert any("Let the class vote" in i.value for i in at.info)
+    at.button(key="grammar_reveal").click().run()
+    assert len(at.get("plotly_chart")) == 2 and "prefers the" in _text(at)
+    at.text_input(key="grammar_bad").set_value("The keys to the cabinet was on the table.").run()
+    assert len(at.get("plotly_chart")) == 1 and "prefers the" not in _text(at)  # a new pair: hidden again
+
+
+def test_a_sentence_over_the_limit_gets_a_message_naming_its_box(run_page):
+    """The walk: the box took 200 characters and cut a longer paste unseen; the PLL of the cut sentence was shown."""
+    at = run_page("pages/grammar.py")
+    at.text_input(key="grammar_good").set_value("The cats sleep " * 20).run()
+    assert any("The grammatical sentence has 299 characters" in e.value for e in at.error)
+    assert len(at.get("plotly_chart")) == 1

@@ -178,7 +178,8 @@ def plotly_config(filename: str) -> dict:
 
 
 def table(data, *, key: str | None = None, column_config: dict | None = None, percent: tuple[str, ...] = (),
-          static: bool = False, turn: str | None = None) -> None:
+          static: bool = False, turn: str | None = None, decimals: int | None = None,
+          height: int | str = "auto") -> None:
     """A table a learner reads: sortable ``st.dataframe`` normally; a static ``st.table`` in presenter view or with ``static``.
 
     ``st.dataframe`` draws on a canvas: its font stays small whatever the presenter CSS says, and a
@@ -186,32 +187,42 @@ def table(data, *, key: str | None = None, column_config: dict | None = None, pe
     so every value shows in full, and the presenter CSS makes it large. ``percent``: columns shown as
     percentages there (what ``column_config``'s ``format="percent"`` does in the dataframe). ``turn``: a table
     too wide for a room-sized font is turned in presenter view, one column per value of that column (a variant)
-    and one row per measure, after its cells became text (a turned column mixes numbers and words).
+    and one row per measure, after its cells became text (a turned column mixes numbers and words). ``decimals``:
+    every float column with that many decimals, in both views ("83.0" beside "83.3", not "83"). ``height``:
+    ``st.dataframe``'s ("content": every row, no scrolling inside the table).
     """
     presenter = st.session_state.get(KEYS.presenter)
     if static or presenter:
-        frame = readable_frame(data, percent)
+        frame = readable_frame(data, percent, decimals)
         if presenter and turn in frame:
             frame = frame.set_index(turn).T.reset_index(names="")
         st.table(frame, hide_index=True)
         return
-    st.dataframe(data, hide_index=True, width="stretch", key=key, column_config=column_config)
+    if decimals is not None:
+        floats = [c for c, kind in pd.DataFrame(data).dtypes.items() if kind.kind == "f" and c not in percent]
+        column_config = {**{c: st.column_config.NumberColumn(format=f"%.{decimals}f") for c in floats},
+                         **(column_config or {})}
+    st.dataframe(data, hide_index=True, width="stretch", height=height, key=key, column_config=column_config)
 
 
-def readable_frame(data, percent: tuple[str, ...] = ()) -> pd.DataFrame:
-    """``data`` as a frame of text for a static table: floats to 4 significant digits, ``percent`` columns as "45%",
-    a missing value (None, NaN) as "—" (what a dataframe leaves blank).
+def readable_frame(data, percent: tuple[str, ...] = (), decimals: int | None = None) -> pd.DataFrame:
+    """``data`` as a frame of text for a static table: floats to 4 significant digits (or ``decimals`` places),
+    ``percent`` columns as "45%", a missing value (None, NaN) as "—" (what a dataframe leaves blank).
 
     >>> readable_frame([{"loss": 3.3185198307037354, "top-1": 0.4512, "n": 30522}], percent=("top-1",)).iloc[0].tolist()
     ['3.319', '45.1%', '30,522']
     >>> readable_frame([{"loss": 2.5, "top-1": 0.25}, {"loss": None, "top-1": None}], percent=("top-1",))["loss"].tolist()
     ['2.5', '—']
+    >>> readable_frame([{"acc": 83.0, "n": 30}, {"acc": 83.25, "n": 60}], decimals=1)["acc"].tolist()
+    ['83.0', '83.2']
     """
     frame = pd.DataFrame(data).reset_index(drop=True)
     for column in frame.columns:
         missing = frame[column].isna().tolist()
         if column in percent:
             texts = [v if not isinstance(v, (int, float)) else f"{100 * v:.3g}%" for v in frame[column]]
+        elif frame[column].dtype.kind == "f" and decimals is not None:
+            texts = [f"{v:.{decimals}f}" for v in frame[column]]
         elif frame[column].dtype.kind in "fiu":
             texts = [readable(v.item() if hasattr(v, "item") else v) for v in frame[column]]
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 
@@ -29,6 +29,7 @@ __all__ = [
     "verdict",
     "token_rows",
     "lab_pairs_report",
+    "report_label",
     "phenomenon_rows",
     "default_model_blimp",
     "pair_source_note",
@@ -104,8 +105,16 @@ def verdict(score: PairScore) -> str:
 
 
 def _ratio(margin: float) -> str:
+    """e^margin to two significant figures: the verdict shows the margin to 0.01 nats, and a third figure of the
+    ratio would disagree with e^(the margin shown) (e^6.17 is 478.0; the unrounded 6.1664 gave "476.4").
+
+    >>> _ratio(0.832), _ratio(6.1664), _ratio(8.514), _ratio(0.04)
+    ('2.3', '480', '5,000', '1.0')
+    """
     value = math.exp(min(margin, 50.0))
-    return f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
+    digits = 1 - math.floor(math.log10(value))  # decimals that keep two significant figures
+    rounded = round(value, digits)
+    return f"{rounded:,.{max(digits, 0)}f}"
 
 
 def token_rows(score: PairScore) -> list[dict]:
@@ -136,26 +145,37 @@ class _AsParadigm:
     phenomenon: str
 
 
-def phenomenon_rows(report: GrammarReport | None, label: str) -> list[dict]:
-    """An overall row, then one row per phenomenon: the measured model (``label``, with its standard error) and the
-    published anchors (%). Only the overall row has the masked LMs scored by PLL (``PLL_ANCHORS``): the papers give
-    no per-phenomenon figures for them.
+def report_label(model_label: str, on_blimp: bool) -> str:
+    """The name a measurement goes by in the chart and the table: the model and the pairs it was measured on.
 
-    >>> rows = phenomenon_rows(None, "model")
+    >>> report_label("default model", True), report_label("default model", False)
+    ('default model on BLiMP', "default model on MLM Lab's pairs")
+    """
+    return f"{model_label} on BLiMP" if on_blimp else f"{model_label} on MLM Lab's pairs"
+
+
+def phenomenon_rows(reports: Mapping[str, GrammarReport | None]) -> list[dict]:
+    """An overall row, then one row per phenomenon: each measured report (keyed by its label: accuracy, ``± SE``
+    and ``pairs`` columns of its own) and the published anchors (%). Only the overall row has the masked LMs scored
+    by PLL (``PLL_ANCHORS``): the papers give no per-phenomenon figures for them.
+
+    >>> rows = phenomenon_rows({})
     >>> rows[0]["phenomenon"], rows[0]["GPT-2"], rows[0]["RoBERTa-large (PLL)"], "RoBERTa-large (PLL)" in rows[1]
     ('overall', 83.0, 86.5, False)
     """
+    reports = {label: report for label, report in reports.items() if report is not None}
     overall = {"phenomenon": OVERALL, "key": OVERALL}
-    if report is not None:
+    for label, report in reports.items():
         overall.update({label: round(100 * report.overall, 1), f"{label} ± SE": round(100 * report.overall_se, 1),
-                        "pairs": report.n_pairs})
+                        f"{label} pairs": report.n_pairs})
     overall.update({anchor: PUBLISHED[anchor]["overall"] for anchor in ANCHORS + PLL_ANCHORS})
     rows = [overall]
     for key, name in PHENOMENA.items():
         row = {"phenomenon": name, "key": key}
-        if report is not None and key in report.by_phenomenon:
-            acc, se, n = report.by_phenomenon[key]
-            row.update({label: round(100 * acc, 1), f"{label} ± SE": round(100 * se, 1), "pairs": n})
+        for label, report in reports.items():
+            if key in report.by_phenomenon:
+                acc, se, n = report.by_phenomenon[key]
+                row.update({label: round(100 * acc, 1), f"{label} ± SE": round(100 * se, 1), f"{label} pairs": n})
         for anchor in ANCHORS:
             row[anchor] = PUBLISHED[anchor]["by_phenomenon"][key]
         rows.append(row)
@@ -212,7 +232,6 @@ def lab_source(report: GrammarReport, chosen_on: bool = False) -> str:
             f"overall {100 * report.overall:.1f}% ± {100 * report.overall_se:.1f}{dev}")
 
 
-MARKER_MODELS = ("5-gram", "LSTM", "Transformer-XL", "GPT-2", "human")  # the overall figures the caption names
 
 
 def markers_note() -> str:
@@ -220,8 +239,9 @@ def markers_note() -> str:
     return ("Markers: BLiMP's Table 3 (Warstadt et al. 2020, TACL), the models by forced choice on all 67,000 pairs, "
             "human as individual annotators' agreement (about 100 annotations of each paradigm, the paper's section "
             "3.4): overall "
-            + ", ".join(f"{name} {PUBLISHED[name]['overall']}%" for name in MARKER_MODELS)
-            + ". Masked LMs by PLL, as this page scores (overall row only: no per-phenomenon figures are published): "
+            + ", ".join(f"{name} {PUBLISHED[name]['overall']}%" for name in ANCHORS)
+            + f" (the table's Transformer-XL, {PUBLISHED['Transformer-XL']['overall']}%, is not drawn: it would sit on the "
+            "LSTM). Masked LMs by PLL, as this page scores (overall row only: no per-phenomenon figures are published): "
             f"RoBERTa-large {PUBLISHED['RoBERTa-large (PLL)']['overall']}% (Salazar et al. 2020, their repository "
             f"github.com/awslabs/mlm-scoring), DistilBERT-base {PUBLISHED['DistilBERT-base (PLL)']['overall']}% (the "
             f"same repository, after the paper), BERT about {PUBLISHED['BERT (PLL)']['overall']:.0f}% (a rounded "
