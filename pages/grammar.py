@@ -67,7 +67,7 @@ if hidden:
     st.info(TEXT("vote_first"))
 elif score is not None:
     shown = st.info if score.good.tokens == score.bad.tokens else st.success if score.prefers_good else st.warning
-    shown(verdict(score))
+    shown(verdict(score, escape=ui.markdown_text))
     ui.chart(pair_figure(score, font_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else 14), "grammar_pair_chart",
              name="grammar_pair")
     shade = max((abs(lp) for pll in (score.good, score.bad) for lp in pll.log_probs), default=1.0)  # one scale

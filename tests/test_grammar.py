@@ -305,3 +305,22 @@ def test_a_sentence_over_the_limit_is_named_by_its_box(tiny):
         grammar.check_sentence("x" * 300, "The ungrammatical sentence")
     with pytest.raises(InputError, match="“! ! ! !"):
         grammar.score_pairs(model, tokenizer, [("The cats sleep.", "! " * 70)])
+
+
+def test_a_pair_whose_changed_words_are_split_says_what_pll_does_with_pieces():
+    """The walk: the default model prefers "loafs" to "loaves" by 8.67 nats; both are two pieces (loaf ##s,
+    lo ##aves), and PLL scores a piece with its word's other pieces visible (Kauf & Ivanova 2023). The verdict
+    says so, with the pieces escaped for markdown."""
+    from mlm_core.predict import PseudoLogLikelihood as P
+
+    def pll(*tokens):
+        return P(tuple(range(len(tokens))), tokens, (-1.0,) * (len(tokens) - 1) + (-9.0,))
+
+    elsewhere = grammar.PairScore(pll("un", "##believ", "##able", "dogs", "bark"), pll("un", "##believ", "##able", "dogs", "barks"))
+    assert grammar_view.split_changed_words(elsewhere) == []  # a split word the two sentences share is not the change
+    split = grammar.PairScore(pll("two", "lo", "##aves", "*", "."), pll("two", "loaf", "##s", "*", "."))
+    assert grammar_view.split_changed_words(split) == ["lo ##aves", "loaf ##s"]
+    assert "Kauf & Ivanova 2023" in verdict(split) and "lo ##aves / loaf ##s" in verdict(split)
+    assert "lo \\#\\#aves" in verdict(split, escape=lambda t: t.replace("#", "\\#"))
+    whole = grammar.PairScore(pll("dogs", "bark", "."), pll("dogs", "barks", "."))
+    assert "Kauf" not in verdict(whole)

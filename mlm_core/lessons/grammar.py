@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 
@@ -27,6 +27,7 @@ __all__ = [
     "Drawn",
     "draw_pair",
     "verdict",
+    "split_changed_words",
     "token_rows",
     "lab_pairs_report",
     "report_label",
@@ -77,9 +78,10 @@ def draw_pair(pairs: Sequence, phenomenon: str, seed: int, draw: int = 0) -> Dra
 WEAK_MARGIN = 0.5
 
 
-def verdict(score: PairScore) -> str:
+def verdict(score: PairScore, escape: Callable[[str], str] = str) -> str:
     """One sentence: which sentence the model prefers and by how much, in nats of PLL; the same tokens are a tie,
-    and a margin under WEAK_MARGIN is said to be weak.
+    and a margin under WEAK_MARGIN is said to be weak. Markdown: ``escape`` makes token text safe to show in it
+    (the page's ``ui.markdown_text``).
 
     >>> from mlm_core.predict import PseudoLogLikelihood as P
     >>> same = P((1, 2), ("a", "b"), (-4.0, -5.0))
@@ -90,6 +92,11 @@ def verdict(score: PairScore) -> str:
     unknown = sum(t in ("[UNK]", "<unk>") for pll in (score.good, score.bad) for t in pll.tokens)
     note = (f" ({unknown} token{'s' if unknown > 1 else ''} of the pair {'are' if unknown > 1 else 'is'} [UNK]: "
             "words this vocabulary cannot spell, which the model cannot tell apart.)") if unknown else ""
+    split = split_changed_words(score)
+    if split:  # "lo ##aves" against "loaf ##s": the pieces' scores are not about grammar
+        note += (f" The changed words are split into pieces here ({escape(' / '.join(split))}): PLL scores each piece with "
+                 "the others visible, so a piece that the others give away scores high whatever the grammar (Kauf & "
+                 "Ivanova 2023, \"A Better Way to Do Masked Language Model Scoring\", ACL).")
     if tuple(score.good.tokens) == tuple(score.bad.tokens):
         return (f"The two sentences are the same tokens to this model (PLL {g:.2f} nats each): there is nothing to "
                 f"prefer.{note}")
@@ -102,6 +109,36 @@ def verdict(score: PairScore) -> str:
                 + how + note)
     return (f"The model prefers the **ungrammatical** sentence: PLL {b:.2f} vs {g:.2f} nats for the grammatical one, "
             f"a margin of {-score.margin:.2f} nats the wrong way." + how + note)
+
+
+def split_changed_words(score: PairScore) -> list[str]:
+    """The words where the two sentences differ, in each sentence, where one is split into WordPiece pieces.
+
+    >>> from mlm_core.predict import PseudoLogLikelihood as P
+    >>> def pll(*tokens): return P(tuple(range(len(tokens))), tokens, (-1.0,) * len(tokens))
+    >>> split_changed_words(PairScore(pll("two", "lo", "##aves", "."), pll("two", "loaf", "##s", ".")))
+    ['lo ##aves', 'loaf ##s']
+    >>> split_changed_words(PairScore(pll("dogs", "bark", "."), pll("dogs", "barks", ".")))
+    []
+    """
+    a, b = score.good.tokens, score.bad.tokens
+    start = 0
+    while start < min(len(a), len(b)) and a[start] == b[start]:
+        start += 1
+    end = 0  # tokens shared at the end, after the shared start
+    while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    words = []
+    for tokens in (a, b):
+        lo, hi = start, len(tokens) - end
+        while 0 < lo < len(tokens) and tokens[lo].startswith("##"):  # back to the word's first piece
+            lo -= 1
+        while hi < len(tokens) and tokens[hi].startswith("##"):  # on to its last
+            hi += 1
+        changed = tokens[lo:hi]
+        if any(t.startswith("##") for t in changed):
+            words.append(" ".join(changed))
+    return words
 
 
 def _ratio(margin: float) -> str:
