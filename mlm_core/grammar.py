@@ -81,7 +81,7 @@ def check_sentence(text: str, name: str = "This sentence") -> str:
     if not text:
         raise InputError("Type a sentence in both boxes.")
     if len(text) > MAX_SENTENCE_CHARS:
-        raise InputError(f"{name} has {len(text)} characters: keep each sentence under {MAX_SENTENCE_CHARS}.")
+        raise InputError(f"{name} has {len(text)} characters: a sentence may have at most {MAX_SENTENCE_CHARS}.")
     return text
 
 

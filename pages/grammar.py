@@ -6,14 +6,15 @@ import ui
 from mlm_core import MLMLabError
 from mlm_core.default_model import read_build_record
 from mlm_core.lessons import share_state
-from mlm_core.figures.grammar import pair_figure, phenomena_figure
-from mlm_core.grammar import MAX_SENTENCE_CHARS, PHENOMENA, check_sentence
+from mlm_core.figures.grammar import SCREEN_TEXT_PX, pair_figure, phenomena_figure
+from mlm_core.grammar import PHENOMENA, check_sentence
 from mlm_core.lessons.grammar import (FIRST_PAIR, blimp_source, default_model_blimp, draw_pair, lab_pairs_report,
                                       lab_source, markers_note, pair_source_note, phenomenon_rows, phenomenon_table,
                                       pll_line, report_label, token_rows, verdict)
 from mlm_core.lessons.prose import LessonText
 
-GOOD, BAD, SHADOW = "grammar_good", "grammar_bad", "_grammar_pair"  # the boxes, and their copy across page switches
+GOOD, BAD, VOTE, PHENOMENON = "grammar_good", "grammar_bad", "grammar_vote_first", "grammar_phenomenon"
+SHADOW = "_grammar_widgets"  # a copy of those widgets' values: a page switch drops them
 REVEALED = "_grammar_revealed"  # the pair whose answer was shown while "Vote first" is on
 TEXT = LessonText("grammar")  # mlm_core/lessons/text/grammar.md
 
@@ -26,15 +27,15 @@ model_key = trained_entry.key if trained_entry is not None else f"model:{setting
 blimp = ui.cached_blimp()  # None unless MLMLAB_BLIMP_DIR names a copy of BLiMP's data folder
 lab = ui.cached_lab_pairs()
 state = st.session_state
-state.setdefault(SHADOW, FIRST_PAIR)
-for key, value in zip((GOOD, BAD), state[SHADOW]):
-    state.setdefault(key, value)  # a page switch drops the boxes' values: give them back from the copy
+state.setdefault(SHADOW, {GOOD: FIRST_PAIR[0], BAD: FIRST_PAIR[1], VOTE: False, PHENOMENON: next(iter(PHENOMENA))})
+for key, value in state[SHADOW].items():
+    state.setdefault(key, value)  # a page switch dropped the widgets' values: give them back from the copy
 
 # --------------------------------------------------------------------------- one pair
 st.subheader("One pair, token by token")
 pick, draw = st.columns([3, 1], vertical_alignment="bottom")
 phenomenon = pick.selectbox("Draw a pair of this phenomenon", list(PHENOMENA), format_func=PHENOMENA.get,
-                            key="grammar_phenomenon")
+                            key=PHENOMENON)
 if draw.button("🎲 Draw a pair", key="grammar_draw", width="stretch"):
     state["grammar_draws"] = state.get("grammar_draws", 0) + 1
     drawn = draw_pair(blimp or lab, phenomenon, settings.seed, state["grammar_draws"])
@@ -45,13 +46,13 @@ drawn_good, drawn_bad, drawn_source = state.get("grammar_source") or (None, None
 if (state.get(GOOD), state.get(BAD)) != (drawn_good, drawn_bad):
     drawn_source = None
 st.caption(pair_source_note(bool(blimp), ui.markdown_text(drawn_source) if drawn_source else None))
-vote_first = st.toggle("🙈 Vote first: hide the model's answer until I show it", key="grammar_vote_first",
-                       help="For a class: read the pair aloud, let everyone vote, then press 'Show the model's answer'.")
+vote_first = st.toggle("🙈 Vote first: hide the model's answer until I show it", key=VOTE,
+                       help="For a class: read the pair aloud, let everyone vote, then show the model's answer.")
 left, right = st.columns(2)
-# the boxes take more than the limit, so a longer sentence gets check_sentence's message instead of being cut unseen
-good = left.text_input("✅ Grammatical sentence", key=GOOD, max_chars=4 * MAX_SENTENCE_CHARS)
-bad = right.text_input("❌ Ungrammatical sentence", key=BAD, max_chars=4 * MAX_SENTENCE_CHARS)
-state[SHADOW] = (good, bad)
+# no max_chars: the box would cut a longer sentence unseen; check_sentence gives it a message
+good = left.text_input("✅ Grammatical sentence", key=GOOD)
+bad = right.text_input("❌ Ungrammatical sentence", key=BAD)
+state[SHADOW] = {key: state[key] for key in (GOOD, BAD, VOTE, PHENOMENON)}
 
 try:
     pair = (check_sentence(good, "The grammatical sentence"), check_sentence(bad, "The ungrammatical sentence"))
@@ -59,17 +60,16 @@ try:
 except MLMLabError as exc:
     ui.show_error(exc)
     score = None
-hidden = score is not None and vote_first and state.get(REVEALED) != pair  # each new pair is hidden again
-if hidden and st.button("👀 Show the model's answer", key="grammar_reveal", type="primary"):
-    state[REVEALED] = pair
-    hidden = False
-if hidden:
+if score is not None and vote_first and state.get(REVEALED) != pair:  # each new pair is hidden again
     st.info(TEXT("vote_first"))
+    # a callback: the click's run then draws the answer without the button (st.button's True comes one run late)
+    st.button("👀 Show the model's answer", key="grammar_reveal", type="primary",
+              on_click=state.__setitem__, args=(REVEALED, pair))
 elif score is not None:
     shown = st.info if score.good.tokens == score.bad.tokens else st.success if score.prefers_good else st.warning
     shown(verdict(score, escape=ui.markdown_text))
-    ui.chart(pair_figure(score, font_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else 14), "grammar_pair_chart",
-             name="grammar_pair")
+    ui.chart(pair_figure(score, font_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else SCREEN_TEXT_PX),
+             "grammar_pair_chart", name="grammar_pair")
     shade = max((abs(lp) for pll in (score.good, score.bad) for lp in pll.log_probs), default=1.0)  # one scale
     for name, pll in (("Grammatical", score.good), ("Ungrammatical", score.bad)):
         st.markdown(pll_line(name, pll))
@@ -82,12 +82,13 @@ elif score is not None:
 st.subheader("Per phenomenon, beside the published models")
 is_default = settings.model_name is None and trained_entry is None
 reports, sources = {}, []
-if is_default:  # the build's BLiMP sample: the fair figure, which a measurement on MLM Lab's pairs joins, never replaces
+if is_default:  # the build's BLiMP sample: the fair figure, which a measurement on MLM Lab's pairs joins, not replaces
     blimp_report = default_model_blimp(read_build_record())
     if blimp_report is not None:
         reports[report_label(model_label, on_blimp=True)] = blimp_report
         sources.append(blimp_source(blimp_report))
-measured = ui.on_demand(f"Measure {model_label} on MLM Lab's {len(lab)} pairs", "grammar_lab_report",
+# a slot per model: a measurement kept for another model is never drawn under this one's name
+measured = ui.on_demand(f"Measure {model_label} on MLM Lab's {len(lab)} pairs", f"grammar_lab_report:{model_key}",
                         "Scoring every pair…", (model_key,), lambda: lab_pairs_report(model, tokenizer, lab))
 if measured is not None:
     reports[report_label(model_label, on_blimp=False)] = measured
@@ -100,4 +101,4 @@ rows = phenomenon_rows(reports)
 ui.chart(phenomena_figure(rows, list(reports), label_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else None),
          "grammar_phenomena_chart", name="grammar_phenomena")
 st.caption(markers_note())
-ui.table(phenomenon_table(rows), key="grammar_phenomena_table", decimals=1, height="content")
+ui.table(phenomenon_table(rows, list(reports)), key="grammar_phenomena_table", decimals=1, height="content")

@@ -57,7 +57,7 @@ def test_a_pairs_pll_is_the_sum_of_its_tokens_each_masked_in_turn(tiny):
     assert ("grammatical" in verdict(score)) and f"{abs(score.margin):.2f}" in verdict(score)
 
 
-@pytest.mark.parametrize("text, message", [("", "both boxes"), ("   ", "both boxes"), ("x" * 201, "under 200")])
+@pytest.mark.parametrize("text, message", [("", "both boxes"), ("   ", "both boxes"), ("x" * 201, "at most 200")])
 def test_bad_sentences_get_a_message(text, message):
     with pytest.raises(InputError, match=message):
         grammar.check_sentence(text)
@@ -170,8 +170,9 @@ def test_the_overall_row_carries_the_models_overall_and_the_pll_markers():
                                    by_phenomenon={"binding": (0.6, 0.05, 30)}, by_paradigm={})
     rows = phenomenon_rows({"m": report})
     assert (rows[0]["m"], rows[0]["m ± SE"], rows[0]["m pairs"]) == (70.0, 2.0, 60)
-    table = grammar_view.phenomenon_table(rows)
+    table = grammar_view.phenomenon_table(rows, ["m"])
     assert all("RoBERTa-large (PLL)" not in r and "key" not in r for r in table)  # the caption names them
+    assert table[0]["m (± SE, pairs)"] == "70.0 ± 2.0 (60)" and table[1]["m (± SE, pairs)"] is None
     fig = phenomena_figure(rows, ["m"])
     pll = {t.name: t.x for t in fig.data if t.name in grammar_view.PLL_ANCHORS}
     assert set(pll) == set(grammar_view.PLL_ANCHORS)
@@ -243,7 +244,7 @@ def test_a_long_pairs_rows_are_apart_by_its_longest_label_at_the_rooms_size(tiny
         pll = PseudoLogLikelihood(tuple(range(1, n + 1)), (word,) * n, tuple(-1.0 - i % 9 for i in range(n)))
         return grammar.PairScore(pll, pll)
 
-    for font in (14, 20):
+    for font in (12, 20):
         fig = pair_figure(pair(28), font_px=font)
         plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
         gap_px = (fig.layout.yaxis.domain[0] - fig.layout.yaxis2.domain[1]) * plot_px
@@ -254,8 +255,8 @@ def test_a_long_pairs_rows_are_apart_by_its_longest_label_at_the_rooms_size(tiny
     assert pair_figure(pair(28, "a"), font_px=20).layout.margin.b < pair_figure(pair(28), font_px=20).layout.margin.b
     short = pair_figure(pair(8), font_px=20)
     assert short.data[0].textangle == 0 and short.layout.height == 420
-    assert pair_figure(pair(64), font_px=20).data[0].text is None  # 64 turned values cannot fit 1,100 px at 20 px
-    assert pair_figure(pair(40), font_px=20).data[0].text
+    assert pair_figure(pair(38), font_px=20).data[0].text is None  # 38 turned values overlapped at 1280x720
+    assert pair_figure(pair(28), font_px=20).data[0].text and pair_figure(pair(38)).data[0].text
 
 
 def test_blimp_and_a_measurement_on_the_lab_pairs_stand_side_by_side():
@@ -287,7 +288,9 @@ def test_blimp_and_a_measurement_on_the_lab_pairs_stand_side_by_side():
 
 def test_a_verdicts_ratio_agrees_with_the_margin_it_shows():
     """The walk: "e^6.17 ≈ 476.4" (e^6.17 is 478.0): the ratio came from the unrounded margin. Two significant
-    figures agree with either."""
+    figures agree with either; a huge margin is a power of ten (a cap at 50 nats showed e^50 for e^60)."""
+    assert grammar_view._ratio(6.1664) == "480" and grammar_view._ratio(2.3) == "10"
+    assert grammar_view._ratio(60.0) == "1.1 × 10^26"
     from mlm_core.predict import PseudoLogLikelihood as P
 
     for margin in (0.832, 1.2345, 6.1664, 8.514, 11.05):

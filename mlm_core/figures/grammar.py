@@ -19,17 +19,17 @@ from mlm_core.lessons.grammar import ANCHORS, OVERALL, PLL_ANCHORS
 GOOD_COLOR = "#2f9e44"
 BAD_COLOR = "#e03131"
 MODEL_COLORS = ("#1c7ed6", "#74c0fc")  # the measurements: on BLiMP, then on MLM Lab's pairs
-SCREEN_TEXT_PX = 13  # the chart's text outside presenter view (Streamlit's plotly theme)
+SCREEN_TEXT_PX = 12  # the chart's text outside presenter view (measured in the browser: Streamlit's plotly theme)
 ANCHOR_STYLE = {"5-gram": ("#adb5bd", "circle"), "LSTM": ("#868e96", "square"), "GPT-2": ("#7048e8", "diamond"),
-                "human": ("#212529", "star"), "DistilBERT-base (PLL)": ("#f08c00", "triangle-down"),
-                "BERT (PLL)": ("#e8590c", "x"), "RoBERTa-large (PLL)": ("#c2255c", "triangle-up")}
+                "human": ("#212529", "star"), "DistilBERT-base (PLL)": ("#f08c00", "triangle-down-open"),
+                "BERT (PLL)": ("#e8590c", "x-thin-open"), "RoBERTa-large (PLL)": ("#c2255c", "triangle-up-open")}
 
 
 def _e(text: str) -> str:
     return html.escape(str(text), quote=False)
 
 
-def pair_figure(score: PairScore, height: int = 420, font_px: int = 14) -> go.Figure:
+def pair_figure(score: PairScore, height: int = 420, font_px: int = SCREEN_TEXT_PX) -> go.Figure:
     """Each token's surprisal -log P(token | the rest) for both sentences: the PLL is minus the bars' sum.
 
     ``font_px``: the size the chart's text will be drawn at (presenter view: ``ui.PRESENTER_CHART_FONT_PX``), which
@@ -44,9 +44,10 @@ def pair_figure(score: PairScore, height: int = 420, font_px: int = 14) -> go.Fi
     longest = max(len(score.good.tokens), len(score.bad.tokens))
     turned = longest > 20
     labels = [[f"{i + 1}. {_e(t)}" for i, t in enumerate(pll.tokens)] for pll in (score.good, score.bad)]
-    # a turned value needs a line (1.2 x the font) of its bar's slot: on a 1,100-px plot that is 44 tokens at the
-    # room's 20 px, where 64 tokens' values ran into each other; past that the hover and the table give them
-    values = longest * 1.25 * font_px <= 1100
+    # a turned value needs a line (1.2 x the font) of its bar's slot: the plot is about 740 px wide in presenter view
+    # at 1280x720 (a 38-token pair's values overlapped), so 28 tokens at the room's 20 px, 46 at the screen's 12;
+    # past that the hover and the table give them
+    values = longest * 1.25 * font_px <= 700
     spacing, margin_b = 0.22, 20
     if turned:
         chars = max(len(html.unescape(label)) for row in labels for label in row)
@@ -81,8 +82,8 @@ def phenomena_figure(rows: Sequence[dict], labels: Sequence[str], height: int = 
     """Accuracy (%) per phenomenon: each measurement in ``labels`` as bars with ±1 SE (the default model on BLiMP,
     and on MLM Lab's pairs once measured), the published models as markers.
 
-    The markers stand side by side within a row (plotly's grouped scatter), so two close figures (GPT-2's 83.0 and
-    BERT's about 84 in the overall row) do not hide each other. ``label_px`` (presenter view:
+    The markers stand on the first measurement's band (they are BLiMP figures); the PLL models' are open symbols, so
+    two close figures (GPT-2's 83.0 and BERT's about 84 in the overall row) both show. ``label_px`` (presenter view:
     ``ui.PRESENTER_CHART_FONT_PX``): the bars' accuracy labels at that size, with each row tall enough to hold one
     a bar. Plotly shrinks a label to fit inside its bar, so at 580 px the 13 rows' labels came out at about 8 px in
     presenter view, where the ticks beside them were 20.
@@ -98,15 +99,23 @@ def phenomena_figure(rows: Sequence[dict], labels: Sequence[str], height: int = 
             text=[f"{r[label]:.0f}" if r.get(label) is not None else "" for r in rows], textposition="inside",
             insidetextanchor="start", textangle=0, textfont=dict(size=label_px) if label_px else None,
             hovertemplate="%{y}: %{x:.1f}%<extra>" + _e(label) + "</extra>"))
+    # every marker is a BLiMP figure: they stand on the first measurement's band (BLiMP's, for the default model),
+    # not between it and the MLM Lab pairs' bar, and the PLL models' markers are open, so GPT-2's 83.0 shows
+    # through BERT's about 84 in the overall row
+    band = measured[0] if measured else None
+    marker_px = 11 if label_px is None else round(0.75 * label_px)
     for anchor in ANCHORS + PLL_ANCHORS:
         color, symbol = ANCHOR_STYLE[anchor]
         where = "BLiMP Table 3" if anchor in ANCHORS else "overall only"
         fig.add_trace(go.Scatter(y=names, x=[r.get(anchor) for r in rows], mode="markers", name=anchor,
-                                 orientation="h", alignmentgroup="anchors", offsetgroup=anchor,
-                                 marker=dict(color=color, symbol=symbol, size=11, line=dict(width=1, color="white")),
+                                 orientation="h", alignmentgroup="measured", offsetgroup=band,
+                                 marker=dict(color=color, symbol=symbol, size=marker_px,
+                                             line=dict(width=2 if symbol.endswith("-open") else 1,
+                                                       color=color if symbol.endswith("-open") else "white")),
                                  hovertemplate="%{y}: %{x:.1f}%<extra>" + anchor + f" ({where})</extra>"))
     fig.add_vline(x=50, line_dash="dot", line_color="#868e96", annotation_text="chance", annotation_position="top")
-    fig.update_layout(height=height, barmode="group", scattermode="group", xaxis=dict(title="accuracy (%)", range=[0, 100]),
+    fig.update_layout(height=height, barmode="group", scattermode="group",
+                      xaxis=dict(title="accuracy (%)", range=[0, 100]),
                       yaxis=dict(autorange="reversed"), legend=dict(orientation="h", y=-0.15),
                       margin=dict(t=40, b=60, l=10, r=20), title_text="Accuracy per phenomenon")
     text_px = label_px or SCREEN_TEXT_PX

@@ -94,8 +94,8 @@ def verdict(score: PairScore, escape: Callable[[str], str] = str) -> str:
             "words this vocabulary cannot spell, which the model cannot tell apart.)") if unknown else ""
     split = split_changed_words(score)
     if split:  # "lo ##aves" against "loaf ##s": the pieces' scores are not about grammar
-        note += (f" The changed words are split into pieces here ({escape(' / '.join(split))}): PLL scores each piece with "
-                 "the others visible, so a piece that the others give away scores high whatever the grammar (Kauf & "
+        note += (f" Where the sentences differ, words are split into pieces ({escape(' / '.join(split))}): "
+                 "PLL scores each piece with the others visible, so a piece that the others give away scores high whatever the grammar (Kauf & "
                  "Ivanova 2023, \"A Better Way to Do Masked Language Model Scoring\", ACL).")
     if tuple(score.good.tokens) == tuple(score.bad.tokens):
         return (f"The two sentences are the same tokens to this model (PLL {g:.2f} nats each): there is nothing to "
@@ -112,7 +112,7 @@ def verdict(score: PairScore, escape: Callable[[str], str] = str) -> str:
 
 
 def split_changed_words(score: PairScore) -> list[str]:
-    """The words where the two sentences differ, in each sentence, where one is split into WordPiece pieces.
+    """The words split into WordPiece pieces in the stretch where the two sentences differ (each sentence's).
 
     >>> from mlm_core.predict import PseudoLogLikelihood as P
     >>> def pll(*tokens): return P(tuple(range(len(tokens))), tokens, (-1.0,) * len(tokens))
@@ -120,6 +120,11 @@ def split_changed_words(score: PairScore) -> list[str]:
     ['lo ##aves', 'loaf ##s']
     >>> split_changed_words(PairScore(pll("dogs", "bark", "."), pll("dogs", "barks", ".")))
     []
+    >>> split_changed_words(PairScore(pll("who", "did", "you", "see", "lo", "##aves"),
+    ...                               pll("who", "you", "did", "see", "lo", "##aves")))
+    []
+    >>> split_changed_words(PairScore(pll("a", "un", "##tidy", "b", "c"), pll("a", "c", "un", "##tidy", "b")))
+    ['un ##tidy', 'un ##tidy']
     """
     a, b = score.good.tokens, score.bad.tokens
     start = 0
@@ -135,23 +140,33 @@ def split_changed_words(score: PairScore) -> list[str]:
             lo -= 1
         while hi < len(tokens) and tokens[hi].startswith("##"):  # on to its last
             hi += 1
-        changed = tokens[lo:hi]
-        if any(t.startswith("##") for t in changed):
-            words.append(" ".join(changed))
+        pieces: list[list[str]] = []
+        for token in tokens[lo:hi]:  # the changed stretch as words: a "##" piece continues the word before it
+            if token.startswith("##") and pieces:
+                pieces[-1].append(token)
+            else:
+                pieces.append([token])
+        words += [" ".join(word) for word in pieces if len(word) > 1]
     return words
 
 
 def _ratio(margin: float) -> str:
     """e^margin to two significant figures: the verdict shows the margin to 0.01 nats, and a third figure of the
-    ratio would disagree with e^(the margin shown) (e^6.17 is 478.0; the unrounded 6.1664 gave "476.4").
+    ratio would disagree with e^(the margin shown) (e^6.17 is 478.0; the unrounded 6.1664 gave "476.4"). From a
+    million on, as a power of ten.
 
-    >>> _ratio(0.832), _ratio(6.1664), _ratio(8.514), _ratio(0.04)
-    ('2.3', '480', '5,000', '1.0')
+    >>> [_ratio(m) for m in (0.04, 0.832, 2.3, 6.1664, 8.514, 14.0, 60.0, 2000.0)]
+    ['1.0', '2.3', '10', '480', '5,000', '1.2 × 10^6', '1.1 × 10^26', '3.9 × 10^868']
     """
-    value = math.exp(min(margin, 50.0))
-    digits = 1 - math.floor(math.log10(value))  # decimals that keep two significant figures
-    rounded = round(value, digits)
-    return f"{rounded:,.{max(digits, 0)}f}"
+    exponent = margin / math.log(10)  # log10 of the ratio: no overflow however large the margin
+    if exponent >= 6:
+        mantissa = 10 ** (exponent - math.floor(exponent))
+        power = math.floor(exponent)
+        if round(mantissa, 1) >= 10:  # 9.96 rounds up to the next power
+            mantissa, power = mantissa / 10, power + 1
+        return f"{mantissa:.1f} × 10^{power}"
+    value = float(f"{math.exp(margin):.2g}")
+    return f"{value:.1f}" if value < 10 else f"{value:,.0f}"
 
 
 def token_rows(score: PairScore) -> list[dict]:
@@ -277,15 +292,30 @@ def markers_note() -> str:
             "human as individual annotators' agreement (about 100 annotations of each paradigm, the paper's section "
             "3.4): overall "
             + ", ".join(f"{name} {PUBLISHED[name]['overall']}%" for name in ANCHORS)
-            + f" (the table's Transformer-XL, {PUBLISHED['Transformer-XL']['overall']}%, is not drawn: it would sit on the "
-            "LSTM). Masked LMs by PLL, as this page scores (overall row only: no per-phenomenon figures are published): "
+            + f" (the table's Transformer-XL, {PUBLISHED['Transformer-XL']['overall']}%, is not drawn: it would sit on "
+            "the LSTM). Masked LMs by PLL, as this page scores (overall row only: no per-phenomenon figures are published): "
             f"RoBERTa-large {PUBLISHED['RoBERTa-large (PLL)']['overall']}% (Salazar et al. 2020, their repository "
             f"github.com/awslabs/mlm-scoring), DistilBERT-base {PUBLISHED['DistilBERT-base (PLL)']['overall']}% (the "
             f"same repository, after the paper), BERT about {PUBLISHED['BERT (PLL)']['overall']:.0f}% (a rounded "
             "figure from the paper's first author, the repository's issue #2).")
 
 
-def phenomenon_table(rows: Sequence[dict]) -> list[dict]:
-    """``phenomenon_rows`` as the page's table: without the phenomena's keys and the overall-only PLL markers (the
-    caption gives them)."""
-    return [{k: v for k, v in r.items() if k != "key" and k not in PLL_ANCHORS} for r in rows]
+def phenomenon_table(rows: Sequence[dict], labels: Sequence[str]) -> list[dict]:
+    """``phenomenon_rows`` as the page's table: each measurement in ``labels`` as one column, "69.3 ± 0.9 (270)"
+    (accuracy % ± SE, pairs), then BLiMP's Table 3 models; without the overall-only PLL markers (the caption gives
+    them). One column a measurement keeps the table inside a presenter's screen (three each were 884 px in 820).
+
+    >>> report = GrammarReport(n_pairs=96, overall=0.8333, overall_se=0.038, by_phenomenon={}, by_paradigm={})
+    >>> row = phenomenon_table(phenomenon_rows({"m": report}), ["m"])[0]
+    >>> row["m (± SE, pairs)"], row["GPT-2"], "RoBERTa-large (PLL)" in row
+    ('83.3 ± 3.8 (96)', 83.0, False)
+    """
+    table = []
+    for r in rows:
+        row = {"phenomenon": r["phenomenon"]}
+        for label in labels:
+            row[f"{label} (± SE, pairs)"] = (f"{r[label]:.1f} ± {r[f'{label} ± SE']:.1f} ({r[f'{label} pairs']:,})"
+                                           if label in r else None)
+        row.update({anchor: r[anchor] for anchor in ANCHORS})
+        table.append(row)
+    return table

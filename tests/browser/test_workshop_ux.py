@@ -66,3 +66,28 @@ def test_quiz_masks_match_the_masking_page(page, browser, server):
     assert page.get_by_text(f"Seed {seed}").count() >= 1
     assert chips(page, 1) == revealed
     assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_vote_first_hides_each_pair_until_shown_and_stays_on_across_pages(browser, server):
+    """The Grammar step asks the class to vote before the model's answer shows (2026-12-06 walk and review: the
+    page could not hide it; then the Show button stayed after its click, and a page switch turned Vote first off)."""
+    from tests.browser.conftest import go_to
+
+    show = "👀 Show the model's answer"
+    with student(browser) as pg:
+        open_page(pg, server, "grammar")
+        pg.get_by_text("Vote first").click()
+        wait_idle(pg)
+        expect(pg.get_by_role("button", name=show)).to_be_visible()
+        expect(pg.get_by_text("The model prefers the")).to_have_count(0)
+        pg.get_by_role("button", name=show).click()
+        wait_idle(pg)
+        expect(pg.get_by_text("The model prefers the").first).to_be_visible()
+        expect(pg.get_by_role("button", name=show)).to_have_count(0)
+        go_to(pg, "Loss")
+        go_to(pg, "Grammar", "Grammar")
+        expect(pg.get_by_role("switch", name=re.compile("Vote first"))).to_be_checked()
+        pg.get_by_role("button", name="🎲 Draw a pair").click()  # a new pair: hidden again
+        wait_idle(pg)
+        expect(pg.get_by_role("button", name=show)).to_be_visible()
+        expect(pg.get_by_text("The model prefers the")).to_have_count(0)
