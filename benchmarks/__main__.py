@@ -75,7 +75,7 @@ MISS_NOTES = {
                      "masking, the rule the PLL score's one-token masks match) and Z (4x the tokens per step, batch 64, "
                      "learning rates x2; both 2026-12-06) stayed below O's dev score, and their last weights, measured "
                      "for the record, score 68.7% and 69.5% on BLiMP; AA, W's recipe with a new seed, stayed below O too "
-                     "(0.714-0.733), so W's +0.0016 did not replicate. "
+                     "(0.714-0.733), so W's +0.0016 did not replicate, and so did BB (the lower 3 layers frozen). "
                      "Within one run the dev score moves by about 0.01 from "
                      "one evaluation to the "
                      "next, the size of the differences between stages. What is left is data and "
