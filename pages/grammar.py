@@ -15,7 +15,7 @@ from mlm_core.lessons.prose import LessonText
 
 GOOD, BAD, VOTE, PHENOMENON = "grammar_good", "grammar_bad", "grammar_vote_first", "grammar_phenomenon"
 SHADOW = "_grammar_widgets"  # a copy of those widgets' values: a page switch drops them
-REVEALED = "_grammar_revealed"  # the pair whose answer was shown while "Vote first" is on
+REVEALED = "_grammar_revealed"  # (model, pair) whose answer was shown while "Vote first" is on
 TEXT = LessonText("grammar")  # mlm_core/lessons/text/grammar.md
 
 settings = ui.page_setup("📐 Grammar: what the model knows about English", link=share_state.PAGE_LINKS["grammar"])
@@ -60,11 +60,11 @@ try:
 except MLMLabError as exc:
     ui.show_error(exc)
     score = None
-if score is not None and vote_first and state.get(REVEALED) != pair:  # each new pair is hidden again
+if score is not None and vote_first and state.get(REVEALED) != (model_key, pair):  # a new pair or model: hidden
     st.info(TEXT("vote_first"))
     # a callback: the click's run then draws the answer without the button (st.button's True comes one run late)
     st.button("👀 Show the model's answer", key="grammar_reveal", type="primary",
-              on_click=state.__setitem__, args=(REVEALED, pair))
+              on_click=state.__setitem__, args=(REVEALED, (model_key, pair)))
 elif score is not None:
     shown = st.info if score.good.tokens == score.bad.tokens else st.success if score.prefers_good else st.warning
     shown(verdict(score, escape=ui.markdown_text))

@@ -287,19 +287,23 @@ def test_blimp_and_a_measurement_on_the_lab_pairs_stand_side_by_side():
 
 
 def test_a_verdicts_ratio_agrees_with_the_margin_it_shows():
-    """The walk: "e^6.17 ≈ 476.4" (e^6.17 is 478.0): the ratio came from the unrounded margin. Two significant
-    figures agree with either; a huge margin is a power of ten (a cap at 50 nats showed e^50 for e^60)."""
-    assert grammar_view._ratio(6.1664) == "480" and grammar_view._ratio(2.3) == "10"
-    assert grammar_view._ratio(60.0) == "1.1 × 10^26"
+    """The walk: "e^6.17 ≈ 476.4" (e^6.17 is 478.0): the ratio came from the unrounded margin, and a review found
+    1.4451 shown as "e^1.45 ≈ 4.2" (e^1.45 is 4.26). The ratio is e^(the margin shown) to two significant figures:
+    within half a unit of its second figure, on 400 random margins; a huge one is a power of ten (a cap at 50 nats
+    showed e^50 for e^60)."""
     from mlm_core.predict import PseudoLogLikelihood as P
 
-    for margin in (0.832, 1.2345, 6.1664, 8.514, 11.05):
+    assert grammar_view._ratio(6.17) == "480" and grammar_view._ratio(2.3) == "10"
+    assert grammar_view._ratio(60.0) == "1.1 × 10^26" and grammar_view._ratio(13.82) == "1.0 × 10^6"
+    g = torch.Generator().manual_seed(0)
+    for margin in [1.4451, 0.0451, 0.832, 6.1664, 8.514] + (13.5 * torch.rand(400, generator=g)).tolist():
         score = grammar.PairScore(P((1, 2), ("a", "b"), (-1.0, -2.0)), P((1, 2), ("a", "c"), (-1.0, -2.0 - margin)))
         text = verdict(score)
         shown = float(text.split("e^")[1].split(" ")[0])
+        assert shown == round(margin, 2) and f"a margin of {shown:.2f} nats" in text, text
         ratio = float(text.split("≈ ")[1].split(" ")[0].replace(",", ""))
-        assert abs(ratio - math.exp(shown)) / math.exp(shown) < 0.05, text  # within the second figure's rounding
-        assert abs(ratio - math.exp(margin)) / math.exp(margin) < 0.05, text
+        unit = 10 ** (math.floor(math.log10(math.exp(shown))) - 1)  # the second significant figure's place
+        assert abs(ratio - math.exp(shown)) <= unit / 2 + 1e-9 or ratio == 10 ** round(math.log10(ratio)), text
 
 
 def test_a_sentence_over_the_limit_is_named_by_its_box(tiny):

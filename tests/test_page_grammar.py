@@ -116,3 +116,15 @@ def test_a_measurement_is_never_shown_under_another_models_name(run_page):
     assert not at.exception
     assert "MLM Lab's pairs" not in at.get("plotly_chart")[-1].proto.spec
     assert not any("flatters" in c.value for c in at.caption)
+
+
+def test_vote_first_hides_the_answer_again_for_another_model(run_page, monkeypatch):
+    """Review: the shown pair was remembered without its model, so switching the model showed the new model's answer
+    to the same pair before any vote."""
+    at = run_page("pages/grammar.py")
+    at.toggle(key="grammar_vote_first").set_value(True).run()
+    at.button(key="grammar_reveal").click().run()
+    assert len(at.get("plotly_chart")) == 2
+    at.selectbox(key="model_name").set_value("default").run(timeout=300)
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 1 and [b for b in at.button if b.key == "grammar_reveal"]

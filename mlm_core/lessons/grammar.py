@@ -104,8 +104,9 @@ def verdict(score: PairScore, escape: Callable[[str], str] = str) -> str:
     how = (f" That is a weak preference: under {WEAK_MARGIN} nats, less than {math.exp(WEAK_MARGIN):.2f} times as "
            "likely." if weak else "")
     if score.prefers_good:
+        shown = round(score.margin, 2)  # the margin as printed: the ratio is e^(this), not e^(the unrounded one)
         return (f"The model prefers the **grammatical** sentence: PLL {g:.2f} vs {b:.2f} nats, a margin of "
-                f"{score.margin:.2f} nats (e^{score.margin:.2f} ≈ {_ratio(score.margin)} times as likely, by this score)."
+                f"{shown:.2f} nats (e^{shown:.2f} ≈ {_ratio(shown)} times as likely, by this score)."
                 + how + note)
     return (f"The model prefers the **ungrammatical** sentence: PLL {b:.2f} vs {g:.2f} nats for the grammatical one, "
             f"a margin of {-score.margin:.2f} nats the wrong way." + how + note)
@@ -124,7 +125,7 @@ def split_changed_words(score: PairScore) -> list[str]:
     ...                               pll("who", "you", "did", "see", "lo", "##aves")))
     []
     >>> split_changed_words(PairScore(pll("a", "un", "##tidy", "b", "c"), pll("a", "c", "un", "##tidy", "b")))
-    ['un ##tidy', 'un ##tidy']
+    ['un ##tidy']
     """
     a, b = score.good.tokens, score.bad.tokens
     start = 0
@@ -147,26 +148,27 @@ def split_changed_words(score: PairScore) -> list[str]:
             else:
                 pieces.append([token])
         words += [" ".join(word) for word in pieces if len(word) > 1]
-    return words
+    return list(dict.fromkeys(words))  # a split word that moved is named once
 
 
 def _ratio(margin: float) -> str:
-    """e^margin to two significant figures: the verdict shows the margin to 0.01 nats, and a third figure of the
-    ratio would disagree with e^(the margin shown) (e^6.17 is 478.0; the unrounded 6.1664 gave "476.4"). From a
-    million on, as a power of ten.
+    """e^margin to two significant figures, for the margin as the verdict shows it (to 0.01 nats): a third figure, or
+    the unrounded margin, disagreed with e^(the margin shown) (e^6.17 is 478.0; the unrounded 6.1664 gave "476.4").
+    From a million on, as a power of ten.
 
-    >>> [_ratio(m) for m in (0.04, 0.832, 2.3, 6.1664, 8.514, 14.0, 60.0, 2000.0)]
-    ['1.0', '2.3', '10', '480', '5,000', '1.2 × 10^6', '1.1 × 10^26', '3.9 × 10^868']
+    >>> [_ratio(m) for m in (0.04, 0.83, 2.3, 6.17, 8.51, 13.82, 14.0, 60.0, 2000.0)]
+    ['1.0', '2.3', '10', '480', '5,000', '1.0 × 10^6', '1.2 × 10^6', '1.1 × 10^26', '3.9 × 10^868']
     """
     exponent = margin / math.log(10)  # log10 of the ratio: no overflow however large the margin
-    if exponent >= 6:
-        mantissa = 10 ** (exponent - math.floor(exponent))
-        power = math.floor(exponent)
-        if round(mantissa, 1) >= 10:  # 9.96 rounds up to the next power
-            mantissa, power = mantissa / 10, power + 1
-        return f"{mantissa:.1f} × 10^{power}"
-    value = float(f"{math.exp(margin):.2g}")
-    return f"{value:.1f}" if value < 10 else f"{value:,.0f}"
+    if exponent < 6:
+        value = float(f"{10 ** exponent:.2g}")
+        if value < 1e6:
+            return f"{value:.1f}" if value < 10 else f"{value:,.0f}"
+    power = math.floor(exponent)
+    mantissa = round(10 ** (exponent - power), 1)
+    if mantissa >= 10:  # 9.96 rounds up to the next power
+        mantissa, power = mantissa / 10, power + 1
+    return f"{mantissa:.1f} × 10^{power}"
 
 
 def token_rows(score: PairScore) -> list[dict]:
