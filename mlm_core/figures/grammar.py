@@ -84,8 +84,8 @@ def phenomena_figure(rows: Sequence[dict], labels: Sequence[str], height: int = 
 
     The markers stand on the first measurement's band (they are BLiMP figures); the PLL models' are open symbols, so
     two close figures (GPT-2's 83.0 and BERT's about 84 in the overall row) both show. ``label_px`` (presenter view:
-    ``ui.PRESENTER_CHART_FONT_PX``): the bars' accuracy labels at that size, with each row tall enough to hold one
-    label a bar. Plotly shrinks a label to fit inside its bar, so at 580 px the 13 rows' labels came out at about 8 px in
+    ``ui.PRESENTER_CHART_FONT_PX``): the bars' accuracy labels at that size, each row tall enough to hold one label
+    a bar. Plotly shrinks a label to fit inside its bar, so at 580 px the 13 rows' labels came out at about 8 px in
     presenter view, where the ticks beside them were 20.
     """
     names = [f"<b>{r['phenomenon']}</b>" if r.get("key") == OVERALL else r["phenomenon"] for r in rows]

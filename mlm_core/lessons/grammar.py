@@ -95,8 +95,9 @@ def verdict(score: PairScore, escape: Callable[[str], str] = str) -> str:
     split = split_changed_words(score)
     if split:  # "lo ##aves" against "loaf ##s": the pieces' scores are not about grammar
         note += (f" Where the sentences differ, words are split into pieces ({escape(' / '.join(split))}): "
-                 "PLL scores each piece with the others visible, so a piece that the others give away scores high whatever the grammar (Kauf & "
-                 "Ivanova 2023, \"A Better Way to Do Masked Language Model Scoring\", ACL).")
+                 "PLL scores each piece with the others visible, so a piece that the others give away scores high "
+                 "whatever the grammar (Kauf & Ivanova 2023, \"A Better Way to Do Masked Language Model Scoring\", "
+                 "ACL).")
     if tuple(score.good.tokens) == tuple(score.bad.tokens):
         return (f"The two sentences are the same tokens to this model (PLL {g:.2f} nats each): there is nothing to "
                 f"prefer.{note}")
@@ -286,8 +287,6 @@ def lab_source(report: GrammarReport, chosen_on: bool = False) -> str:
             f"overall {100 * report.overall:.1f}% ± {100 * report.overall_se:.1f}{dev}")
 
 
-
-
 def markers_note() -> str:
     """What the markers are: BLiMP's Table 3 overall figures and three masked LMs by PLL."""
     return ("Markers: BLiMP's Table 3 (Warstadt et al. 2020, TACL), the models by forced choice on all 67,000 pairs, "
@@ -295,7 +294,8 @@ def markers_note() -> str:
             "3.4): overall "
             + ", ".join(f"{name} {PUBLISHED[name]['overall']}%" for name in ANCHORS)
             + f" (the table's Transformer-XL, {PUBLISHED['Transformer-XL']['overall']}%, is not drawn: it would sit on "
-            "the LSTM). Masked LMs by PLL, as this page scores (overall row only: no per-phenomenon figures are published): "
+            "the LSTM). Masked LMs by PLL, as this page scores (overall row only: no per-phenomenon figures are "
+            "published): "
             f"RoBERTa-large {PUBLISHED['RoBERTa-large (PLL)']['overall']}% (Salazar et al. 2020, their repository "
             f"github.com/awslabs/mlm-scoring), DistilBERT-base {PUBLISHED['DistilBERT-base (PLL)']['overall']}% (the "
             f"same repository, after the paper), BERT about {PUBLISHED['BERT (PLL)']['overall']:.0f}% (a rounded "
