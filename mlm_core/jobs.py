@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from mlm_core.data import private_copy
 from mlm_core.errors import InputError
 from mlm_core.teacher_key import TeacherKeyGuard
 from mlm_core.training import (Curves, TrainConfig, TrainEvent, TrainResult, check_variants, curves_table,
@@ -534,7 +535,10 @@ class Run:
             if self.threads is not None:
                 cap_threads(self.threads)  # this thread's own OpenMP setting
             extra = {} if self._eval_texts is None else {"eval_texts": self._eval_texts}
-            results = self._train_fn(self._model, self._tokenizer, self._texts, self._variants,
+            # The run tokenizes with a copy of its own: the pages' tokenizer is shared by every session,
+            # and a run's thousands of calls would make them wait (issue 42).
+            tokenizer = private_copy(self._tokenizer)
+            results = self._train_fn(self._model, tokenizer, self._texts, self._variants,
                                      on_event=self._on_event, stop=self._stop, **extra)
             with self._lock:
                 self.results = dict(results)

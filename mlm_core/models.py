@@ -33,6 +33,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_N
 
 from mlm_core import default_model, hub, model_access, seeds
 from mlm_core.bundled import load_default_tokenizer
+from mlm_core.data import shared_tokenizer
 from mlm_core.errors import InputError, ModelLoadError
 from mlm_core.head import gathered_head_family
 from mlm_core.model_access import check_model_name, scrub_paths, shown_name
@@ -182,7 +183,7 @@ def load_masked_lm(name_or_path: str | os.PathLike | None = None, *, tokenizer=N
     info.setdefault("name", name or None)
     setattr(model, INFO_ATTR, info)
     model.eval()
-    return model, tokenizer
+    return model, shared_tokenizer(tokenizer)  # pages share it between sessions: every call takes its lock
 
 
 def _load_default(device: torch.device, dtype: torch.dtype):
@@ -421,7 +422,7 @@ def _load_pretrained(name: str, tokenizer, device: torch.device, dtype: torch.dt
                                   output_loading_info=True)
     _check_heads(model, loading, src.what)
     if tokenizer is None:
-        tokenizer = src.load(AutoTokenizer, "tokenizer")
+        tokenizer = shared_tokenizer(src.load(AutoTokenizer, "tokenizer"))
     if len(tokenizer) > config.vocab_size:
         raise ModelLoadError(
             f"The tokenizer has {len(tokenizer):,} tokens but {src.where} only knows {config.vocab_size:,}: "

@@ -43,7 +43,7 @@ from typing import Callable, Sequence
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from mlm_core.data import plain_encodings
+from mlm_core.data import plain_encodings, shared_tokenizer
 from mlm_core.errors import InputError
 
 ALGORITHMS = ("wordpiece", "bpe")
@@ -135,7 +135,7 @@ def _wrap(tok: Tokenizer):
         pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
         special_tokens=[(CLS, vocab[CLS]), (SEP, vocab[SEP])],
     )
-    return PreTrainedTokenizerFast(
+    return shared_tokenizer(PreTrainedTokenizerFast(
         tokenizer_object=tok,
         unk_token=UNK,
         pad_token=PAD,
@@ -145,7 +145,7 @@ def _wrap(tok: Tokenizer):
         model_max_length=MODEL_MAX_LENGTH,
         do_lower_case=True,
         model_input_names=["input_ids", "token_type_ids", "attention_mask"],  # BERT's three inputs
-    )
+    ))
 
 
 def wordpiece_from_vocab(tokens: Sequence[str]):

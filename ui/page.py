@@ -22,7 +22,7 @@ from ui.chips import markdown_text
 from ui.controls import trained_models
 from ui.navigation import ensure_app_navigation
 from ui.presenter import room_styles
-from ui.settings import DEFAULT_MODEL, DEFAULT_SEED, KEYS, MAX_MODEL_NAME_CHARS, Settings
+from ui.settings import DEFAULT_MODEL, DEFAULT_SEED, KEYS, MAX_MODEL_NAME_CHARS, SERVER_ENVIRONMENT, Settings
 
 TRAINING_PAGE = "pages/training.py"  # the sidebar's link back to a running training run
 
@@ -36,7 +36,7 @@ def page_setup(title: str, link: tuple[str, ...] | None = None, shown: dict[str,
     """
     share.begin_page(link, shown)
     ensure_app_navigation()
-    cap_torch_threads()
+    configure_server()
     state = st.session_state
     share.restore_left_widgets()  # classroom: sidebar and page widgets lose their values on a page switch
     state.setdefault(KEYS.model, os.environ.get("MLMLAB_MODEL", DEFAULT_MODEL))
@@ -163,7 +163,15 @@ def training_run_status() -> None:
 
 
 @st.cache_resource(show_spinner=False)
-def cap_torch_threads() -> int:
-    """Once per server: torch's thread count (mlm_core.jobs.cap_threads), so a background training run
-    and every page's forward passes share the cores instead of each taking all of them."""
+def configure_server() -> int:
+    """Once per server, before any page uses a model: what the server needs, whatever the shell it starts in.
+
+    - torch's thread count (mlm_core.jobs.cap_threads), so a background training run and every page's
+      forward passes share the cores instead of each taking all of them;
+    - ``TOKENIZERS_PARALLELISM=false``: the sessions are the server's parallelism. Every shared tokenizer
+      is safe either way (``mlm_core.data.shared_tokenizer``; benchmarks/tokenizer_stress.py runs both),
+      but a Rust worker pool that waits for the GIL is how issue 42's server froze, and encoding a few
+      sentences gains nothing from one.
+    """
+    os.environ.update(SERVER_ENVIRONMENT)
     return cap_threads()

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 DEFAULT_MODEL = "default"  # the widget value for the bundled offline model (model_name None)
 MAX_MODEL_NAME_CHARS = 200  # mlm_core.model_access.MAX_NAME_CHARS: longer names are refused anyway
 DEFAULT_SEED = 0
+# What the server sets in its own environment at its first page run (ui.page.configure_server), whatever the
+# shell it was started from holds; benchmarks/tokenizer_stress.py and the browser tests run with it too.
+SERVER_ENVIRONMENT = {"TOKENIZERS_PARALLELISM": "false"}
 
 
 class KEYS:

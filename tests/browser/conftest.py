@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
+from ui.settings import SERVER_ENVIRONMENT
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("MLMLAB_CHROMIUM", "/usr/bin/chromium")
 SLOW = 120_000  # ms: first runs load torch and the model on a busy 2-core machine
@@ -43,7 +45,10 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "MLMLAB_MODEL": "tiny-random", **env}
+        # The server starts with what a teacher's shell has: nothing of the server's own environment
+        # (ui.settings.SERVER_ENVIRONMENT), which the test process holds and the app must set itself (issue 42).
+        inherited = {k: v for k, v in os.environ.items() if k not in SERVER_ENVIRONMENT}
+        full_env = {**inherited, "HF_HUB_OFFLINE": "1", "MLMLAB_MODEL": "tiny-random", **env}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(self.port),
              "--server.address", "127.0.0.1", "--server.headless", "true",
