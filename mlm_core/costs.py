@@ -180,6 +180,103 @@ def train_step_bytes(config, *, batch_size: int, seq_len: int, masked: int) -> i
     return int(STEP_BYTES_PER_PARAMETER * params + activations + scores)
 
 
+def _shape(config) -> tuple[int, int, int, int, int]:
+    """(H, L, I, heads, V) of a model config, under BERT's or DistilBERT's names."""
+    hidden = int(getattr(config, "hidden_size", None) or getattr(config, "dim", 0) or 0)
+    layers = int(getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", 0) or 0)
+    inner = int(getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 0) or 4 * hidden)
+    heads = int(getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", 0) or 1)
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    return hidden, layers, inner, heads, vocab
+
+
+# A training run (the Training page's jobs.Run): what it holds at once, checked before it starts. Fitted to the
+# bundled model's measured peaks (tests/memory_runs.py: 25 runs, 1-3 variants, batch 8-32, sequences 64-256,
+# masked share 5-100%, with and without checkpointing) and kept above every one of them.
+RUN_BYTES_PER_PARAMETER = 16  # each variant's copy, its gradients and AdamW's two moments, held for the whole run
+UPDATE_BYTES_PER_PARAMETER = 4  # the AdamW update's and the clipping's temporaries, one variant at a time
+RUN_FIXED_BYTES = 64 * 2**20  # the run's tokenizer copy, its chunks, the frozen held-out masks, the batches in flight
+RUN_SCORE_COPIES = 3.5  # (M, V) fp32 tensors of a run's step: scores, log-softmax, their gradient, allocator slack
+EVAL_SCORE_COPIES = 3  # (M, V) scores, their log-softmax and softmax in an evaluation (no gradients)
+
+
+def kept_values_per_token(config, seq_len: int, *, checkpointing: bool) -> int:
+    """fp32 values autograd keeps per token of a micro-batch until the backward pass: per layer about
+    ``12·H + 3·I`` (the projections' inputs and outputs, the feed-forward's, the layer norms', dropout's masks)
+    and ``3·heads·T`` (attention scores, their softmax, its dropout); with gradient checkpointing, each layer's
+    input and one layer recomputed at a time.
+
+    >>> from transformers import BertConfig
+    >>> tiny = BertConfig(hidden_size=4, num_hidden_layers=2, num_attention_heads=2, intermediate_size=8)
+    >>> kept_values_per_token(tiny, 16, checkpointing=False), kept_values_per_token(tiny, 16, checkpointing=True)
+    (336, 176)
+    """
+    hidden, layers, inner, heads, _ = _shape(config)
+    layer = 12 * hidden + 3 * inner + 3 * heads * seq_len
+    return layers * hidden + layer if checkpointing else layers * layer
+
+
+def masked_share(cfg, focus_share: float = 0.0) -> float:
+    """The share of a batch's tokens a variant's loss reads (M / (B·T)), an upper bound: the rule's p, the
+    facts' words at their own share (``focus_share`` of the tokens are facts' words), every token when the
+    labels bug leaves none ignored.
+
+    >>> from mlm_core.training import TrainConfig
+    >>> masked_share(TrainConfig(focus_mlm_probability=0.7), focus_share=0.1)  # 0.15 + 0.1 x (0.7 - 0.15)
+    0.205
+    >>> masked_share(TrainConfig(bug="labels_never_ignored"))
+    1.0
+    """
+    if cfg.bug == "labels_never_ignored":
+        return 1.0
+    p = cfg.masking.mlm_probability
+    return round(p + focus_share * max(0.0, cfg.focus_mlm_probability - p), 6)
+
+
+def run_step_bytes(config, cfg, *, focus_share: float = 0.0) -> int:
+    """About the most one variant's training step holds beyond the run's weights and optimizer state: what
+    autograd keeps for one micro-batch (``kept_values_per_token``) and ``RUN_SCORE_COPIES`` (M, V) scores (M, K + 1
+    for the sampled softmax)."""
+    *_, vocab = _shape(config)
+    tokens = max(1, cfg.batch_size // cfg.grad_accum_steps) * cfg.seq_len
+    masked = math.ceil(tokens * masked_share(cfg, focus_share))
+    classes = min(vocab, cfg.num_sampled + 1) if cfg.loss == "sampled" else vocab
+    kept = kept_values_per_token(config, cfg.seq_len, checkpointing=cfg.gradient_checkpointing)
+    return int((tokens * kept + RUN_SCORE_COPIES * masked * classes) * BYTES_PER_VALUE["fp32"])
+
+
+def run_eval_bytes(config, cfg) -> int:
+    """About the most an evaluation holds: a micro-batch's (M, V) scores at the held-out rule's masked share,
+    ``EVAL_SCORE_COPIES`` times (no gradients: the encoder's activations are freed layer by layer)."""
+    *_, vocab = _shape(config)
+    tokens = max(1, cfg.batch_size // cfg.grad_accum_steps) * cfg.seq_len
+    masked = math.ceil(tokens * cfg.held_out_masking.mlm_probability)
+    return int(EVAL_SCORE_COPIES * masked * vocab * BYTES_PER_VALUE["fp32"])
+
+
+def run_bytes(config, variants, *, params: int | None = None, focus_share: float = 0.0) -> int:
+    """About the most a training run holds at once beyond the model it copies: every variant's copy with its
+    gradients and AdamW's moments (``RUN_BYTES_PER_PARAMETER``), the update's temporaries
+    (``UPDATE_BYTES_PER_PARAMETER``), ``RUN_FIXED_BYTES``, and the largest step (``run_step_bytes``) or
+    evaluation (``run_eval_bytes``) of any variant (variants step one after the other). ``params``: the
+    model's own count (default: from ``config``). Checked against measured peaks in
+    ``tests/test_memory_budget.py``; ``jobs.RunManager.submit`` refuses a run above ``MLMLAB_RUN_MB``.
+
+    >>> from transformers import BertConfig
+    >>> from mlm_core.training import TrainConfig
+    >>> small = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+    ...                    intermediate_size=1536)
+    >>> round(run_bytes(small, {"run": TrainConfig(batch_size=8, seq_len=64)}) / 2**20)  # MiB: one default run
+    664
+    """
+    params = estimate_parameters(config) if params is None else int(params)
+    configs = list(variants.values())
+    transient = max(max(run_step_bytes(config, c, focus_share=focus_share), run_eval_bytes(config, c))
+                    for c in configs)
+    return int((RUN_BYTES_PER_PARAMETER * len(configs) + UPDATE_BYTES_PER_PARAMETER) * params
+               + RUN_FIXED_BYTES + transient)
+
+
 # --------------------------------------------------------------------------------------------
 # What V costs the head (the Tokenizer page)
 # --------------------------------------------------------------------------------------------

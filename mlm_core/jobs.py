@@ -43,11 +43,13 @@ from typing import Any
 
 import torch
 
+from mlm_core.costs import RUN_BYTES_PER_PARAMETER, UPDATE_BYTES_PER_PARAMETER, masked_share, run_bytes
 from mlm_core.data import private_copy
 from mlm_core.errors import InputError
+from mlm_core.measure import human_bytes
 from mlm_core.teacher_key import TeacherKeyGuard
 from mlm_core.training import (Curves, TrainConfig, TrainEvent, TrainResult, check_variants, curves_table,
-                               train_variants)
+                               focus_token_share, train_variants)
 
 QUEUED, RUNNING, DONE, STOPPED, ERROR = "queued", "running", "done", "stopped", "error"
 FINISHED = (DONE, STOPPED, ERROR)
@@ -58,6 +60,10 @@ DEFAULT_MAX_QUEUE = 4
 DEFAULT_MAX_STEP_TOKENS = 4096
 CHECKPOINTING_TOKEN_FACTOR = 4  # gradient checkpointing stores one tensor per layer, not every activation
 DEFAULT_MAX_RUN_S = 300.0  # a workshop run is a minute or two; five minutes is the most one run holds a slot
+# What one run may hold at once (costs.run_bytes, checked before it starts). A 16 GB laptop serving a class:
+# the server and its cached models (~1 GB), trained models (MLMLAB_SERVER_TRAINED_MB, 1 GB), a few clicks at
+# MLMLAB_CLICK_MB (1 GB each), one run at a time on a CPU, and the teacher's own browser and system beside them.
+DEFAULT_RUN_MB = 2048
 
 
 class BusyError(InputError):
@@ -102,6 +108,11 @@ def default_max_run_s() -> float:
     return float(_env_number("MLMLAB_MAX_RUN_S", DEFAULT_MAX_RUN_S, float, 1.0))
 
 
+def default_run_bytes() -> int:
+    """`MLMLAB_RUN_MB` (default 2048) in bytes: the most one training run may hold at once (``costs.run_bytes``)."""
+    return int(_env_number("MLMLAB_RUN_MB", DEFAULT_RUN_MB, int, 1)) * 2**20
+
+
 def available_cores() -> int:
     """The cores this process may run on (its affinity set on Linux, else the machine's count)."""
     try:
@@ -144,6 +155,67 @@ def step_tokens_problem(variants: Mapping[str, TrainConfig], max_step_tokens: in
                     "gradient checkpointing (More settings: it recomputes activations instead of storing "
                     f"them, up to {hard:,} tokens), or use a smaller batch or shorter sequences.")
     return None
+
+
+def _focus_share(tokenizer, texts: Sequence[str], variants: Mapping[str, TrainConfig]) -> float:
+    """The share of the texts' tokens that are facts' words, when a variant masks them more often than the rule."""
+    facts = [c for c in variants.values() if c.focus_mlm_probability > c.masking.mlm_probability]
+    if not facts or tokenizer is None:
+        return 0.0
+    return focus_token_share(tokenizer, texts, facts[0].eval_focus_words)
+
+
+def run_memory_problem(model, variants: Mapping[str, TrainConfig], budget: int, *,
+                       focus_share: float = 0.0) -> str | None:
+    """Why this run would hold more memory than ``budget`` bytes, naming what to lower; None if it fits.
+
+    The estimate is ``costs.run_bytes`` on the model's config and its own parameter count (a model without a
+    config, a test's stand-in, is not estimated).
+
+    >>> from mlm_core.models import load_masked_lm
+    >>> model, _ = load_masked_lm("tiny-random")
+    >>> run_memory_problem(model, {"a": TrainConfig(batch_size=64, seq_len=256)}, 2**30)[:46]
+    'This run would hold about 1.4 GiB at once: 1 m'
+    >>> run_memory_problem(model, {"a": TrainConfig()}, 2**30) is None
+    True
+    """
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    params = sum(p.numel() for p in model.parameters())
+
+    def need(vs) -> int:
+        return run_bytes(config, vs, params=params, focus_share=focus_share)
+
+    total = need(variants)
+    if total <= budget:
+        return None
+    copies = (RUN_BYTES_PER_PARAMETER * len(variants) + UPDATE_BYTES_PER_PARAMETER) * params
+    first = next(iter(variants.values()))
+    ways = []
+    smaller = {name: replace(c, batch_size=max(c.grad_accum_steps, c.batch_size // 2)) for name, c in variants.items()}
+    while need(smaller) > budget and any(c.batch_size > c.grad_accum_steps for c in smaller.values()):
+        smaller = {name: replace(c, batch_size=max(c.grad_accum_steps, c.batch_size // 2))
+                   for name, c in smaller.items()}
+    if need(smaller) <= budget:
+        ways.append(f"a batch of {next(iter(smaller.values())).batch_size} or fewer sequences")
+    ways.append("a shorter sequence length")
+    if any(masked_share(c, focus_share) > 0.15 for c in variants.values()):
+        ways.append("a smaller masked share")
+    if not all(c.gradient_checkpointing for c in variants.values()):
+        checkpointed = {name: replace(c, gradient_checkpointing=True) for name, c in variants.items()}
+        if need(checkpointed) <= budget:
+            ways.append("gradient checkpointing (More settings) at these sizes")
+    if len(variants) > 1:
+        ways.append("fewer variants side by side")
+    n = len(variants)
+    step = max(total - copies, 0)
+    share = max(masked_share(c, focus_share) for c in variants.values())
+    return (f"This run would hold about {human_bytes(total)} at once: {n} model cop{'ies' if n > 1 else 'y'} with "
+            f"{'their' if n > 1 else 'its'} gradients and AdamW state ({human_bytes(copies)}), and a step of batch "
+            f"{first.batch_size} × {first.seq_len} with {share:.0%} of its tokens predicted ({human_bytes(step)}). "
+            f"This server allows {human_bytes(budget)} per run (MLMLAB_RUN_MB). Try "
+            + ", ".join(ways[:-1]) + (" or " if len(ways) > 1 else "") + ways[-1] + ".")
 
 
 PACE_STEPS = 10  # the time left uses the mean of the last steps: a run that starts sharing the machine slows down
@@ -584,11 +656,12 @@ class RunManager:
                  max_queue: int = DEFAULT_MAX_QUEUE, watch_interval_s: float | None = None,
                  train_fn: TrainFn = train_variants, clock=time.monotonic, watchdog: bool = True,
                  max_step_tokens: int | None = None, max_run_s: float | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, max_run_bytes: int | None = None):
         self.max_runs = int(max_runs if max_runs is not None else default_max_runs())
         self.abandon_s = float(abandon_s if abandon_s is not None else default_abandon_s())
         self.max_step_tokens = int(max_step_tokens if max_step_tokens is not None else default_max_step_tokens())
         self.max_run_s = float(max_run_s if max_run_s is not None else default_max_run_s())
+        self.max_run_bytes = int(max_run_bytes if max_run_bytes is not None else default_run_bytes())
         self.threads = threads  # None: leave each run thread's torch setting as it is
         if self.max_runs < 1 or self.abandon_s <= 0 or max_queue < 0 or self.max_run_s <= 0:
             raise InputError("max_runs must be at least 1, abandon_s and max_run_s above 0 and max_queue at least 0.")
@@ -615,7 +688,8 @@ class RunManager:
         whether the session that owns the run is still there. ``keep_trained``: the finished run
         holds its trained copies until ``run.take_trained()``.
         """
-        problem = step_tokens_problem(variants, self.max_step_tokens)
+        problem = step_tokens_problem(variants, self.max_step_tokens) or self.memory_problem(
+            model, tokenizer, texts, variants)
         if problem:
             raise InputError(problem)
         run = Run(model, tokenizer, texts, variants, label=label, train_fn=self._train_fn, clock=self._clock,
@@ -646,6 +720,16 @@ class RunManager:
         if start:
             run._start()
         return run
+
+    def memory_problem(self, model, tokenizer, texts: Sequence[str], variants: Mapping[str, TrainConfig]) -> str | None:
+        """Why the run would hold more than ``max_run_bytes`` (``run_memory_problem``), before anything is copied."""
+        return run_memory_problem(model, variants, self.max_run_bytes,
+                                  focus_share=_focus_share(tokenizer, texts, variants))
+
+    def run_estimate(self, model, tokenizer, texts: Sequence[str], variants: Mapping[str, TrainConfig]) -> int:
+        """``costs.run_bytes`` of a run, as ``memory_problem`` checks it."""
+        return run_bytes(model.config, variants, params=sum(p.numel() for p in model.parameters()),
+                         focus_share=_focus_share(tokenizer, texts, variants))
 
     def active(self) -> list[Run]:
         with self._lock:

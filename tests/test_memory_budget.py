@@ -79,3 +79,55 @@ def test_the_loss_page_refuses_a_batch_above_the_budget():
     with pytest.raises(InputError, match="Lower the selection probability"):
         loss_batch(model, tokenizer, long_texts(8), EVERY_TOKEN, seed=0)
     assert loss_batch(model, tokenizer, long_texts(1), EVERY_TOKEN, seed=0).targets.numel() > 0
+
+
+# --------------------------------------------------------------------------------------------- training runs
+def measure_run(spec: dict) -> dict:
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "tests.memory_runs", json.dumps(spec)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("lesson", ["facts", "mask_rate", "bugs", "free"])
+def test_the_widest_run_the_budget_admits_stays_within_its_estimate(lesson):
+    """Each lesson at the most tokens per step the default run budget (MLMLAB_RUN_MB, 2 GiB) admits, with its
+    widest other settings (masked share 50%, the facts' words always masked, races at 50/60/80%, a label on every
+    token, all three losses with K = 4,096): the measured peak stays under the estimate the server refused the
+    wider settings with, and the estimate is no more than twice the peak (it refuses nothing it need not)."""
+    from mlm_core.jobs import default_run_bytes
+    from tests.memory_runs import widest_allowed
+
+    budget = default_run_bytes()
+    spec = widest_allowed(lesson, budget)
+    assert spec is not None and spec["batch_size"] * spec["seq_len"] >= 1024, spec  # a useful run still fits
+    result = measure_run({**spec, "steps": 1})
+    assert result["peak_bytes"] is not None
+    assert result["peak_bytes"] <= result["estimate"] <= budget, result
+    assert result["estimate"] <= 2 * result["peak_bytes"], result
+
+
+def test_a_run_above_the_budget_is_refused_before_it_starts_naming_what_to_lower():
+    """Batch 64 x 256 with checkpointing and half the tokens predicted, on the bundled model: all within the step
+    token cap, 9.2 GB by the estimate (the attack review measured +9.1 GB on 'Bugs that train'): refused at
+    submit, with the settings that would fit; nothing is queued or copied."""
+    from mlm_core.errors import InputError
+    from mlm_core.jobs import RunManager
+    from mlm_core.lessons.training_view import gazetteer_texts
+    from mlm_core.models import load_masked_lm
+    from tests.memory_runs import settings_variants
+
+    model, tok = load_masked_lm(None, device="cpu")
+    texts = gazetteer_texts()
+    manager = RunManager(max_runs=1, watchdog=False)
+    try:
+        spec = {"lesson": "bugs", "bug": "labels_never_ignored", "mlm_p": 0.5, "batch_size": 64, "seq_len": 256,
+                "checkpointing": True}
+        with pytest.raises(InputError, match="MLMLAB_RUN_MB") as info:
+            manager.submit(model, tok, texts.train, settings_variants(spec, texts), eval_texts=texts.held_out)
+        message = str(info.value)
+        assert "batch of 8 or fewer" in message and "fewer variants" in message, message
+        assert manager.counts()["running"] == manager.counts()["queued"] == 0
+    finally:
+        manager.shutdown()

@@ -20,8 +20,8 @@ from mlm_core.training.bugs import BUGS
 from mlm_core.training.config import (AMP_MODES, BUCKET_MASS, BUCKETS, DATA_FIELDS, LOSSES, MAX_VARIANTS, SCHEDULES,
                                       DataConfig, Stream, TrainConfig, check_variants)
 from mlm_core.training.distributed import DeepSpeedOptimizer, World, current_world, deepspeed_config
-from mlm_core.training.evaluate import (EVAL_MASKINGS, EvalSet, Probe, evaluate, focus_ids, loss_by_group, make_eval_set,
-                                        make_probes, probe_predictions, word_piece_ids)
+from mlm_core.training.evaluate import (EVAL_MASKINGS, EvalSet, Probe, evaluate, focus_ids, focus_token_share,
+                                        loss_by_group, make_eval_set, make_probes, probe_predictions, word_piece_ids)
 from mlm_core.training.events import EVENT_KINDS, Curves, TrainEvent, TrainResult, curves_table, smooth
 from mlm_core.training.loop import TrainStep, prepare_variant, train, train_variants
 from mlm_core.training.optim import (ADAM_BETAS, ADAM_EPS, Optimizer, adamw, autocast, check_amp, freeze_word_embeddings,
@@ -33,7 +33,7 @@ __all__ = [
     "Batches", "Chunks", "Curves", "DataConfig", "MaskScheme", "MicroBatch", "DeepSpeedOptimizer", "EvalSet", "Optimizer", "Probe", "Stream", "TrainConfig", "TrainEvent",
     "TrainResult", "TrainStep", "World",
     "adamw", "autocast", "check_amp", "check_variants", "chunk_token_counts", "current_world", "curves_table", "deepspeed_config", "evaluate",
-    "focus_ids", "freeze_word_embeddings", "frequency_buckets", "loss_by_group", "lr_at", "make_chunks", "make_eval_set", "make_probes",
+    "focus_ids", "focus_token_share", "freeze_word_embeddings", "frequency_buckets", "loss_by_group", "lr_at", "make_chunks", "make_eval_set", "make_probes",
     "mask_rows", "mask_scheme", "param_groups", "prepare_variant", "probe_predictions", "set_checkpointing", "smooth",
     "split_chunks", "train", "train_variants", "uncorrected_adam_step_ratio", "word_piece_ids",
 ]

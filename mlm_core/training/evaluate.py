@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from mlm_core import seeds
-from mlm_core.data import run_tokenizer, special_ids
+from mlm_core.data import plain_encodings, run_tokenizer, special_ids
 from mlm_core.errors import InputError
 from mlm_core.head import masked_lm_logits
 from mlm_core.masking import IGNORE_INDEX
@@ -152,6 +152,23 @@ def focus_ids(tokenizer, words: Sequence[str]) -> torch.Tensor | None:
     ids = sorted({int(tokenizer.convert_tokens_to_ids(pieces[0])) for w in words
                   if len(pieces := tokenizer.tokenize(w)) == 1})
     return torch.tensor(ids, dtype=torch.long) if ids else None
+
+
+def focus_token_share(tokenizer, texts: Sequence[str], words: Sequence[str]) -> float:
+    """The share of the tokens of ``texts`` that are one of ``words`` (those that are one token: ``focus_ids``),
+    what a run's facts' masking raises above the rule (``costs.masked_share``).
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> focus_token_share(load_default_tokenizer(), ["the cat sat on the mat"], ["cat", "mat"])
+    0.3333333333333333
+    """
+    ids = focus_ids(tokenizer, words)
+    encodings = plain_encodings(tokenizer, list(texts)) if ids is not None and texts else []
+    total = sum(len(e.ids) for e in encodings)
+    if not total:
+        return 0.0
+    hits = sum(int(torch.isin(torch.tensor(e.ids, dtype=torch.long), ids).sum()) for e in encodings if e.ids)
+    return hits / total
 
 
 def make_eval_set(eval_chunks: Chunks, cfg: DataConfig, tokenizer, *, buckets: torch.Tensor, micro_batch: int,
