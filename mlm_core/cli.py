@@ -9,7 +9,8 @@ last wins). The output folder receives `config.json`, `curves.csv`, `curves.json
 (`save_pretrained`: safetensors weights, config and tokenizer). Under torchrun every rank trains
 on its share of each global batch (DistributedDataParallel: gloo on CPU, NCCL on CUDA), and only
 rank 0 logs and writes. A bad config prints one clear line on stderr and exits with code 2;
-Ctrl-C finishes the current step, saves what was trained, and exits with code 130.
+Ctrl-C stops within the current step (alone: its update is not applied; under torchrun: after it), saves
+what was trained, and exits with code 130.
 """
 
 from __future__ import annotations
@@ -428,12 +429,12 @@ def run_train(args: argparse.Namespace) -> int:
     stop = threading.Event()
     previous = None
 
-    def on_sigint(signum, frame):  # first Ctrl-C (or SIGTERM): finish this step and save; second: abort
+    def on_sigint(signum, frame):  # first Ctrl-C (or SIGTERM): stop and save what was trained; second: abort
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
         if rank == 0:
-            print("\nStopping after this step (Ctrl-C again to abort)…", file=sys.stderr, flush=True)
+            print("\nStopping and saving what was trained (Ctrl-C again to abort)…", file=sys.stderr, flush=True)
 
     if threading.current_thread() is threading.main_thread():
         # torchrun passes Ctrl-C on to its workers as SIGTERM: both mean "stop cleanly".

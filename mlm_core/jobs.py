@@ -218,6 +218,7 @@ def run_memory_problem(model, variants: Mapping[str, TrainConfig], budget: int, 
             + ", ".join(ways[:-1]) + (" or " if len(ways) > 1 else "") + ways[-1] + ".")
 
 
+SLOW_STEP_S = 20.0  # a step or evaluation that runs this long is said to be slow on the progress bar
 PACE_STEPS = 10  # the time left uses the mean of the last steps: a run that starts sharing the machine slows down
 
 
@@ -344,6 +345,7 @@ class RunSnapshot:
     max_seconds: float | None = None  # the time cap of this run
     step_s: float | None = None  # the measured time of one step (recent steps, every variant)
     queue: QueueForecast | None = None  # for a queued run
+    waiting_s: float = 0.0  # a running run: seconds since its last step or evaluation ended
 
     @property
     def progress(self) -> float:
@@ -366,6 +368,8 @@ class RunSnapshot:
             return f"{head} {queue_text(self.queue, self.total_steps)}"
         if self.status != RUNNING:
             return f"{head} {self.message}"
+        if self.waiting_s >= SLOW_STEP_S:
+            return f"{head} {self.slow_text()}"
         if self.eta_s is None:
             return f"{head} Measuring the pace of the first steps…"
         pace = f"At the pace so far ({self.step_s:.1f} s a step)" if self.step_s else "At the pace so far"
@@ -374,6 +378,25 @@ class RunSnapshot:
                     f"{_seconds(self.eta_s)}, near step {self.final_step} of {self.total_steps}: the curves so far "
                     "are kept.")
         return f"{head} {pace} about {_seconds(self.eta_s)} left."
+
+    def slow_text(self) -> str:
+        """What a learner is told while one step (or evaluation) has run for ``SLOW_STEP_S`` or more.
+
+        >>> size = {"batch_size": 64, "seq_len": 256}
+        >>> snap = RunSnapshot("r", "", "running", "", 0, 40, 95.0, None, None, {}, max_seconds=300.0, waiting_s=95.0,
+        ...                    configs={"clean": size, "twin": size})
+        >>> snap.slow_text()
+        'Nothing has finished for 95 s: one step of 2 model copies at batch 64 × 256 takes that long on this machine. Stop, and the 300 s limit per run, still end it within seconds; a smaller batch or shorter sequences make every step faster.'
+        """
+        configs = list((self.configs or {}).values())
+        what = ""
+        if configs:
+            n, c = len(configs), configs[0]
+            what = (f" of {n} model cop{'ies' if n > 1 else 'y'} at batch {c.get('batch_size')} × "
+                    f"{c.get('seq_len')}")
+        cap = f", and the {self.max_seconds:.0f} s limit per run," if self.max_seconds else ""
+        return (f"Nothing has finished for {self.waiting_s:.0f} s: one step{what} takes that long on this machine. "
+                f"Stop{cap} still end it within seconds; a smaller batch or shorter sequences make every step faster.")
 
     def curves_rows(self) -> list[dict[str, Any]]:
         """All curves as flat rows (variant, kind, step, metrics) for a table or a CSV export."""
@@ -522,14 +545,16 @@ class Run:
                                {name: dict(c) for name, c in self._configs.items()},
                                final_step=ahead.final_step if ahead else None,
                                stops_at_cap=bool(ahead and ahead.stops_at_cap), max_seconds=self.max_seconds,
-                               step_s=step_s)
+                               step_s=step_s, waiting_s=(max(0.0, now - self._mark) if status == RUNNING
+                                                         and self._mark is not None else 0.0))
         manager = self._manager
         if status == QUEUED and manager is not None:  # outside the run's lock: the manager reads other runs
             snap = replace(snap, queue=manager.queue_forecast(self))
         return snap
 
     def stop(self, reason: str = "Stopped by you.") -> None:
-        """Ask the run to stop after its current step (a queued run never starts)."""
+        """Ask the run to stop: within its current step or evaluation (``training.loop.stop_hooks``; a queued run
+        never starts)."""
         with self._lock:
             if self._stop_reason is None:
                 self._stop_reason = reason

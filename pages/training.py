@@ -291,12 +291,13 @@ if start_col.button("▶ Start training", key="training_start", type="primary",
         ui.show_error(exc)
 if stop_col.button("■ Stop run", key="training_stop", disabled=run is None or run.snapshot().finished):
     run.stop("Stopped by you.")
-    st.toast("Stopping after the current step…")
+    st.toast("Stopping…")
 counts = manager.counts()
 info_col.caption(f"Machine: {counts['running']} of {counts['max_runs']} training slot(s) in use, "
                  f"{counts['queued']} waiting. One run per person; a run stops after {manager.max_run_s:.0f} s, "
                  f"and when its session has been gone for {manager.abandon_s:.0f} s. A step holds at most "
-                 f"{manager.max_step_tokens:,} tokens (batch × sequence length; 4× with gradient checkpointing).")
+                 f"{manager.max_step_tokens:,} tokens (batch × sequence length; 4× with gradient checkpointing), "
+                 f"and a run at most {manager.max_run_bytes / 2**30:.1f} GiB of memory (estimated before it starts).")
 
 if teacher_key_set():
     teacher_panel(manager)

@@ -149,7 +149,7 @@ def test_deepspeed_config_is_filled_from_the_train_config():
     assert "auto" not in json.dumps(filled)
 
 
-def test_ctrl_c_finishes_the_step_saves_and_exits_130(tmp_path, corpus, monkeypatch, capsys):
+def test_ctrl_c_stops_saves_and_exits_130(tmp_path, corpus, monkeypatch, capsys):
     import signal
 
     real_progress = cli.progress_reporter
@@ -170,7 +170,7 @@ def test_ctrl_c_finishes_the_step_saves_and_exits_130(tmp_path, corpus, monkeypa
     code = cli.main(["train", "--model", "tiny-random", "--corpus", str(corpus), "--steps", "50", "--batch-size", "2",
                      "--seq-len", "16", "--output", str(out), "--no-progress"])
     err = capsys.readouterr().err
-    assert code == 130 and "Stopping after this step" in err and "Traceback" not in err
+    assert code == 130 and "Stopping and saving what was trained" in err and "Traceback" not in err
     data = json.loads((out / "curves.json").read_text(encoding="utf-8"))
     assert data["summary"]["stopped"] and 2 <= data["summary"]["steps"] <= 3
     assert (out / "model" / "model.safetensors").is_file()

@@ -421,3 +421,49 @@ def test_teacher_key_comparison_is_constant_time(monkeypatch):
     assert teacher_key.teacher_key_ok("s3cret-key") and not teacher_key.teacher_key_ok("s")
     assert calls == [(32, 32), (32, 32)]
 
+
+
+def test_the_time_cap_holds_inside_a_step_that_takes_minutes():
+    """Issue 42: a real run whose every linear layer sleeps 0.5 s (one step: 7 s forward) is stopped by the 1-s time cap
+    within a few seconds, in its first step; the progress bar says the step is slow before that (before, the run
+    only looked between steps: the masking-rate race at batch 64 x 256 was still on step 0 at 417 s)."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from mlm_core.bundled import load_default_tokenizer
+
+    tok = load_default_tokenizer()
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
+                                           num_attention_heads=2, intermediate_size=64,
+                                           max_position_embeddings=32)).eval()
+    for layer in model.modules():
+        if isinstance(layer, nn.Linear):  # deep copies keep the hook: every variant's step is slow
+            layer.register_forward_pre_hook(lambda m, a: time.sleep(0.5) if torch.is_grad_enabled() else None)
+    cfg = TrainConfig(steps=5, batch_size=2, seq_len=16, eval_every=100, learning_rate=1e-3)
+    manager = jobs.RunManager(max_runs=1, watch_interval_s=0.05, max_run_s=1.0)
+    try:
+        started = time.monotonic()
+        run = manager.submit(model, tok, ["The cat sat on the mat.", "A dog ran in the park."] * 4, {"a": cfg})
+        assert run.wait(60)
+        took = time.monotonic() - started
+        snap = run.snapshot()
+        assert snap.status == "stopped" and "time limit" in snap.message and snap.step == 0, snap
+        assert took < 4.0, took  # one step's forward alone takes 7 s: 14 linear layers x 0.5 s
+    finally:
+        manager.shutdown()
+
+
+def test_a_slow_step_is_named_on_the_progress_bar():
+    clock = [0.0]
+    manager = jobs.RunManager(max_runs=1, watchdog=False, train_fn=lambda *a, stop, **k: stop.wait(30) or {},
+                              clock=lambda: clock[0])
+    try:
+        run = manager.submit(FakeModel(), None, ["t"], {"a": TrainConfig(steps=5, batch_size=64, seq_len=256,
+                                                                        gradient_checkpointing=True)})
+        assert "Nothing has finished" not in run.snapshot().progress_text()
+        clock[0] = 45.0
+        text = run.snapshot().progress_text()
+        assert "Nothing has finished for 45 s" in text and "batch 64 × 256" in text and "Stop" in text, text
+    finally:
+        manager.shutdown()

@@ -173,6 +173,50 @@ def test_stop_ends_after_at_most_one_more_step_and_keeps_history(tok, model):
     assert events[-1].kind == "done" and events[-1].values["stopped"]
 
 
+def test_stop_holds_inside_a_step_and_its_update_is_not_applied(tok, model):
+    """Issue 42: a stop in the middle of step 3's forward pass ends the run there, before the step's backward and
+    update: the trained weights are those of a run of 2 steps, and the curves hold 2 steps (before: the run only
+    looked between steps, so one step of minutes held Stop and the time cap for minutes)."""
+    import copy
+
+    two = train(model, tok, CORPUS, quick(steps=2, eval_every=100, schedule="constant"))  # same rates as 20 steps
+    stop, armed, events = threading.Event(), threading.Event(), []
+    base = copy.deepcopy(model)
+    layers = [m for m in base.modules() if isinstance(m, torch.nn.Linear)]
+
+    def stop_in_step_3(module, args):  # the middle layer, in the first training forward after step 2
+        if armed.is_set() and torch.is_grad_enabled():
+            stop.set()
+
+    layers[len(layers) // 2].register_forward_pre_hook(stop_in_step_3)
+
+    def on_event(event):
+        events.append(event)
+        if event.kind == "step" and event.step == 2:
+            armed.set()
+
+    result = train(base, tok, CORPUS, quick(steps=20, eval_every=100, schedule="constant"), on_event=on_event,
+                   stop=stop)
+    assert stop.is_set() and result.stopped and result.steps_done == 2
+    assert [r["loss"] for r in result.steps] == [r["loss"] for r in two.steps]
+    for (name, a), b in zip(result.model.state_dict().items(), two.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert events[-1].kind == "done" and events[-1].step == 2
+    assert sum(len(m._forward_pre_hooks) for m in result.model.modules()) == 1  # the run's stop hooks are gone
+
+
+def test_stop_holds_inside_an_evaluation(tok, model):
+    """A stop during the evaluation at step 0 ends the run before any step, and that evaluation is not reported."""
+    import copy
+
+    stop = threading.Event()
+    base = copy.deepcopy(model)
+    layer = next(m for m in base.modules() if isinstance(m, torch.nn.Linear))
+    layer.register_forward_pre_hook(lambda m, a: stop.set())  # the run's first forward: the evaluation at step 0
+    result = train(base, tok, CORPUS, quick(steps=5), stop=stop)
+    assert result.stopped and result.steps_done == 0 and result.steps == [] and result.evals == []
+
+
 def test_variants_see_identical_batches_and_masks(tok, model, monkeypatch):
     seen = []
     original = GatheredMaskedLM.forward

@@ -83,6 +83,43 @@ def _normaliser(cfg: TrainConfig, labels: torch.Tensor, class_weights: torch.Ten
     return float(targets.numel())
 
 
+class StopRequested(Exception):
+    """Raised inside a forward or backward pass once the run's stop flag is set (``stop_hooks``)."""
+
+
+def stop_hooks(model: nn.Module, stop: threading.Event) -> list:
+    """Check ``stop`` at every linear layer of ``model``, forward and backward, and raise ``StopRequested`` when it
+    is set: one step at batch 64 x 256 takes minutes on a laptop CPU, and Stop and the time cap must not wait for
+    its end. Returns the hooks' handles (``handle.remove()``). Only for a model this run owns (its private copy).
+
+    >>> layer, stop = nn.Linear(2, 2), threading.Event()
+    >>> handles = stop_hooks(layer, stop)
+    >>> out = layer(torch.ones(1, 2)); stop.set()
+    >>> try:
+    ...     out.sum().backward()
+    ... except StopRequested:
+    ...     print("stopped inside the backward pass")
+    stopped inside the backward pass
+    """
+    def before(module, args):
+        if stop.is_set():
+            raise StopRequested
+
+    def check(grad):
+        if stop.is_set():
+            raise StopRequested
+
+    def after(module, args, output):
+        if isinstance(output, torch.Tensor) and output.requires_grad:  # (not in a checkpointed forward: no graph)
+            output.register_hook(check)
+
+    handles = []
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            handles += [module.register_forward_pre_hook(before), module.register_forward_hook(after)]
+    return handles
+
+
 def _seed_dropout(seed: int, device: torch.device) -> None:
     """Seed the global RNG that dropout draws from (inside `fork_rng`, so the caller's state returns)."""
     torch.default_generator.manual_seed(seed)
@@ -378,9 +415,11 @@ def _buggy_evaluation(v: _Variant, corpus: _Corpus, run: _Run, step: int) -> dic
     return {"reported_loss": reported["loss"], "reported_mask_loss": reported["mask_loss"]}
 
 
-def _finish(state: list[_Variant], steps_done: int, run: _Run) -> dict[str, TrainResult]:
-    """Each variant's result, its trained copy back in eval mode, its optimizer dropped; a "done" event each."""
+def _finish(state: list[_Variant], run: _Run) -> dict[str, TrainResult]:
+    """Each variant's result, its trained copy back in eval mode, its optimizer dropped; a "done" event each.
+    A stop inside a step leaves the variants that had finished it one step ahead (``result.steps_done``)."""
     for v in state:
+        steps_done = v.result.steps_done
         v.result.stopped = steps_done < run.data.steps
         v.result.wall_time_s = time.perf_counter() - run.started
         v.model.train(False)
@@ -458,13 +497,15 @@ def _train_variants(base: nn.Module, tokenizer, texts: Sequence[str], eval_texts
     corpus = _corpus(base, tokenizer, texts, eval_texts, data, world)  # chunks, held-out set, probes: from the seed
     run = _Run(data, world, device, corpus.counts.float().to(device), started, emit)
     state = [_variant(name, cfg, base, corpus, run, ds_template) for name, cfg in variants.items()]
-    _evaluate(state, corpus, run, 0)
+    # One process: Stop holds inside a step or an evaluation too. Under torchrun the ranks agree on a stop
+    # between steps (stop_requested), since one rank leaving a collective would hang the others.
+    hooks = [h for v in state for h in stop_hooks(v.model, stop)] if not world.distributed else []
     batches = Batches(corpus.train_chunks, data, world, corpus.micro, mask_token_id=tokenizer.mask_token_id,
                       vocab_size=corpus.mask_vocab, special_ids=special_ids(tokenizer),
                       schemes=[mask_scheme(cfg) for cfg in variants.values()],
                       focus_ids=corpus.eval_set.focus_ids if data.focus_mlm_probability > 0 else None)
-    steps_done = 0
     try:
+        _evaluate(state, corpus, run, 0)
         for step in range(data.steps):
             if stop_requested(stop, device, world):
                 break
@@ -472,6 +513,10 @@ def _train_variants(base: nn.Module, tokenizer, texts: Sequence[str], eval_texts
             steps_done = _train_step(state, micro_batches, step, run)
             if not stop.is_set() and (steps_done % data.eval_every == 0 or steps_done == data.steps):
                 _evaluate(state, corpus, run, steps_done)
+    except StopRequested:  # inside a step (its update not applied) or an evaluation (not reported)
+        pass
     finally:
         batches.close()
-    return _finish(state, steps_done, run)
+        for handle in hooks:
+            handle.remove()
+    return _finish(state, run)
