@@ -147,14 +147,17 @@ def sentence_controls() -> str:
 def pick_controls(tokens: list[str], word_ids: list[int]) -> tuple[list[int], tuple[float, float]]:
     """Which tokens to hide (clicked), and how: returns (positions, (mask share, random share))."""
     state = st.session_state
-    options = [i for i, w in enumerate(word_ids) if w >= 0]
+    options = lesson.blank_options(tokens, word_ids, tokenizer.unk_token)
+    if not options:
+        st.info(TEXT("no_blank", unk=ui.markdown_text(tokenizer.unk_token or "[UNK]")))
+        st.stop()
     kept_for, kept = state.get(KEPT_KEY, (None, []))
     if "pred_positions" in state and state.get("pred_positions_for") == tokens:
         picked = state["pred_positions"]  # this visit's clicks
     elif kept_for == tokens:
         picked = kept  # back on the page: the pills lost their value, the page did not
     else:  # a new sentence
-        first = lesson.default_blank(tokens, word_ids)  # a content word, never punctuation
+        first = lesson.default_blank(tokens, word_ids, tokenizer.unk_token)  # a content word: no punctuation, no [UNK]
         picked = [first] if first is not None else []
     state["pred_positions"] = [p for p in picked if p in options]
     state["pred_positions_for"] = tokens

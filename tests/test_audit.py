@@ -169,3 +169,16 @@ def test_load_batch_refuses_bad_files(name, data):
     assert str(info.value)
     if name.endswith((".pt", ".bin", ".pkl")):
         assert "never loads" in str(info.value)
+
+
+def test_a_crafted_batch_gets_short_table_cells(tokenizer):
+    """Issue 42 §3.5: 40,000 distinct label values that are not token ids (a crafted upload had 400,000 in 5 MB)
+    made one table cell of every value (3.3 MB in a student's browser); now the first values and their count."""
+    n = 40_000
+    original = torch.full((1, n), 1996)
+    labels = -torch.arange(1, n + 1)[None, :] - 200  # -201, -202, ...: none is -100, none a token id
+    checks = audit_batch(original, original.clone(), labels, tokenizer=tokenizer, config=MaskingConfig())
+    cells = [c.value for c in checks] + [c.expected for c in checks]
+    assert max(len(c) for c in cells) < 200, max(cells, key=len)[:300]
+    ignore = next(c for c in checks if c.name == "Ignore index")
+    assert not ignore.passed and ignore.value.endswith("(40,000 values)") and ignore.value.startswith("-40200, ")

@@ -237,3 +237,17 @@ def test_the_model_panel_says_how_the_bundled_model_was_trained(apptest, monkeyp
     assert "bert-base-uncased" in text and ("repeats a word of the sentence" in text)
     helps = " ".join(m.help or "" for m in at.metric)
     assert model_card.heldout_masking(record) in helps
+
+
+def test_a_sentence_the_vocabulary_cannot_spell_gets_a_message_and_no_blank_is_unk(apptest):
+    """Issue 42 §3.4: ``?sentence=🎭🎭🎭`` is all [UNK]: a message, no error box (before: "Position 1 is the special
+    token [UNK]"); in a sentence with a word the vocabulary cannot spell, the first blank is a real word."""
+    page = apptest("pages/predictions.py", query={"sentence": "🎭🎭🎭"}).run()
+    assert not page.exception and not page.error, [e.value for e in page.error]
+    assert any("Nothing of this sentence can be hidden" in i.value for i in page.info)
+    mixed = apptest("pages/predictions.py", query={"sentence": "The 🎭 sat on the mat"}).run()
+    assert not mixed.exception and not mixed.error
+    pills = mixed.pills(key="pred_positions")
+    tokens = mixed.session_state["pred_positions_for"]
+    assert [tokens[i] for i in pills.value] == ["sat"] and "[UNK]" in tokens
+    assert not any("UNK" in label for label in pills.options)  # it cannot be clicked either

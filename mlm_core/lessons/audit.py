@@ -110,6 +110,20 @@ def audit_batch(original_ids, input_ids, labels, *, tokenizer, config: MaskingCo
             _special_check(labelled, special, padding, rate), _label_check(labels, original, inputs, labelled, mask_id)]
 
 
+SHOWN_VALUES = 5  # a table cell lists this many values, then how many there are (a crafted batch had 400,000)
+
+
+def first_values(values, shown: int = SHOWN_VALUES) -> str:
+    """The first ``shown`` values, then the count of all of them when there are more: one short table cell.
+
+    >>> first_values([-100]), first_values(range(-9, 0))
+    ('-100', '-9, -8, -7, -6, -5 … (9 values)')
+    """
+    values = list(values)
+    head = ", ".join(str(v) for v in values[:shown])
+    return head if len(values) <= shown else f"{head} … ({len(values):,} values)"
+
+
 def _ignore_index_check(labels, original, V: int, pad_id: int | None) -> tuple[AuditCheck, torch.Tensor]:
     """Label values that are not token ids: -100 and nothing else (a pad id on real tokens is a wrong filler).
     Also returns where a label is set (B, T)."""
@@ -123,7 +137,7 @@ def _ignore_index_check(labels, original, V: int, pad_id: int | None) -> tuple[A
     elif not not_ids:
         check = AuditCheck("Ignore index", False, "none: every position has a label", "-100", "labels_never_ignored")
     else:
-        check = AuditCheck("Ignore index", False, ", ".join(str(v) for v in not_ids), "-100", "wrong_ignore_index")
+        check = AuditCheck("Ignore index", False, first_values(not_ids), "-100", "wrong_ignore_index")
     ignore_values = set(not_ids) | ({pad_id} if zero_filler else set())
     labelled = ~torch.isin(labels, torch.tensor(sorted(ignore_values) or [IGNORE_INDEX]))  # (B, T)
     return check, labelled

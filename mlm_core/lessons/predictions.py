@@ -90,21 +90,33 @@ FUNCTION_WORDS = frozenset(
 )
 
 
-def default_blank(tokens: Sequence[str], word_ids: Sequence[int]) -> int | None:
-    """The position to hide first in a new sentence: a content word, never punctuation.
+def blank_options(tokens: Sequence[str], word_ids: Sequence[int], unk_token: str | None = "[UNK]") -> list[int]:
+    """The positions a learner can hide: every word piece but [UNK], whose word the vocabulary cannot spell (the
+    model would be asked to guess [UNK] itself). ``word_ids``: -1 on special tokens (``data.Encoded.word_ids``).
+
+    >>> blank_options(["[CLS]", "[UNK]", "cat", "[SEP]"], [-1, 0, 1, -1])
+    [2]
+    """
+    return [i for i, w in enumerate(word_ids) if w >= 0 and tokens[i] != unk_token]
+
+
+def default_blank(tokens: Sequence[str], word_ids: Sequence[int], unk_token: str | None = "[UNK]") -> int | None:
+    """The position to hide first in a new sentence: a content word, never punctuation nor [UNK].
 
     The whole word (one piece) of letters, not a function word, nearest the middle of the sentence
     (ties: the longer word, then the leftmost); failing that any word of letters, then any word
-    piece. ``word_ids``: -1 on special tokens (``data.Encoded.word_ids``). None for no word at all.
+    piece (``blank_options``). None when there is none (a sentence of emoji is all [UNK]).
 
     >>> default_blank(["[CLS]", "the", "cat", "sat", ".", "[SEP]"], [-1, 0, 1, 2, 3, -1])
     2
+    >>> default_blank(["[CLS]", "[UNK]", "[SEP]"], [-1, 0, -1]) is None
+    True
     """
     pieces: dict[int, int] = {}
     for w in word_ids:
         if w >= 0:
             pieces[w] = pieces.get(w, 0) + 1
-    eligible = [i for i, w in enumerate(word_ids) if w >= 0]
+    eligible = blank_options(tokens, word_ids, unk_token)
     if not eligible:
         return None
     middle = (eligible[0] + eligible[-1]) / 2
