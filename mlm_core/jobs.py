@@ -30,7 +30,6 @@ another session's run; the key and the pace of guesses at it live in `mlm_core.t
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 import os
@@ -46,7 +45,7 @@ import torch
 from mlm_core.costs import RUN_BYTES_PER_PARAMETER, UPDATE_BYTES_PER_PARAMETER, masked_share, run_bytes
 from mlm_core.data import private_copy
 from mlm_core.errors import InputError
-from mlm_core.measure import human_bytes
+from mlm_core.measure import background_priority, human_bytes, return_free_memory
 from mlm_core.teacher_key import TeacherKeyGuard
 from mlm_core.training import (Curves, TrainConfig, TrainEvent, TrainResult, check_variants, curves_table,
                                focus_token_share, train_variants)
@@ -218,6 +217,7 @@ def run_memory_problem(model, variants: Mapping[str, TrainConfig], budget: int, 
             + ", ".join(ways[:-1]) + (" or " if len(ways) > 1 else "") + ways[-1] + ".")
 
 
+TRIM_EVERY_S = 60.0  # the watchdog gives freed memory back to the system this often (measure.return_free_memory)
 SLOW_STEP_S = 20.0  # a step or evaluation that runs this long is said to be slow on the progress bar
 PACE_STEPS = 10  # the time left uses the mean of the last steps: a run that starts sharing the machine slows down
 
@@ -635,8 +635,9 @@ class Run:
             # The run tokenizes with a copy of its own: the pages' tokenizer is shared by every session,
             # and a run's thousands of calls would make them wait (issue 42).
             tokenizer = private_copy(self._tokenizer)
-            results = self._train_fn(self._model, tokenizer, self._texts, self._variants,
-                                     on_event=self._on_event, stop=self._stop, **extra)
+            with background_priority():  # the pages of a class come first; the run takes what they leave
+                results = self._train_fn(self._model, tokenizer, self._texts, self._variants,
+                                         on_event=self._on_event, stop=self._stop, **extra)
             with self._lock:
                 self.results = dict(results)
                 if self._stop.is_set() and any(r.stopped for r in self.results.values()):
@@ -669,7 +670,7 @@ class Run:
 
 
 def _free_memory() -> None:
-    gc.collect()
+    return_free_memory()
     if _cuda_available():
         torch.cuda.empty_cache()
 
@@ -890,9 +891,13 @@ class RunManager:
         self._watchdog.start()
 
     def _watch(self) -> None:
+        trimmed = self._clock()
         while not self._closed.wait(self.watch_interval_s):
             try:
                 self.reap()
+                if self._clock() - trimmed >= TRIM_EVERY_S:  # what closed sessions freed goes back to the system
+                    trimmed = self._clock()
+                    return_free_memory()
             except Exception:  # pragma: no cover - the watchdog must outlive any one bad run
                 pass
 

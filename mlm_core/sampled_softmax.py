@@ -569,7 +569,8 @@ def sampled_softmax_sweep(
             ids = negatives.ids.to(logits.device)
             log_sampled = torch.log(negatives.expected_count(negatives.ids)).float().to(logits.device)  # (K,)
             log_true = torch.log(negatives.expected_count(targets)).float().to(logits.device)  # (M,)
-            g_true, g_sampled = [], []
+            # One correction at a time: at K = V each holds (M, K) logits, their gradient and a dense (M, V) one,
+            # and the three at once took a p = 1 batch past one click's memory (issue 42).
             for correction in corrections:
                 logq, on_true = CORRECTIONS[correction]
                 zt = true_col.clone().requires_grad_(True)  # (M,)
@@ -580,12 +581,9 @@ def sampled_softmax_sweep(
                 losses_[correction].append(float(out.loss.detach()))
                 if r < max(1, cosine_draws):
                     gt, gs = torch.autograd.grad(out.loss, [zt, zs])
-                    g_true.append(gt)
-                    g_sampled.append(gs)
-            if g_true:
-                grads = _hidden_gradient(torch.stack(g_true), torch.stack(g_sampled), targets, ids, w32)  # (C, M, H)
-                for correction, grad in zip(corrections, grads):
+                    grad = _hidden_gradient(gt[None], gs[None], targets, ids, w32)[0]  # (M, H)
                     cosines[correction].append(cosine(grad.flatten(), full_grad))
+                del zs, out
             if r < max(1, timing_repeats):  # the cost of one training step's head, with this draw
                 kwargs = replace(config, correction=timed).loss_kwargs()
 

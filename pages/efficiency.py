@@ -59,8 +59,7 @@ here = (settings.model_name, mb, mt, repeats, settings.seed)
 st.markdown("#### Three ways to the same loss")
 st.markdown(TEXT("paths"))
 rows = ui.on_demand("⏱ Measure the three loss paths", "eff_paths", "Running the head and the loss three ways…", here,
-                    lambda: loss_paths(model, tokenizer, batch_size=mb, seq_len=mt, repeats=repeats, seed=settings.seed),
-                    queued=True)
+                    lambda: loss_paths(model, tokenizer, batch_size=mb, seq_len=mt, repeats=repeats, seed=settings.seed))
 if rows is not None:
     ui.chart(loss_paths_figure(rows, height=height), "eff_paths_fig")
     for note in paths_notes(rows, repeats=repeats, positions=mb * mt):
@@ -73,8 +72,7 @@ vocabs = sweep_vocabs(vocab)
 st.markdown(TEXT("sweep", rows=", ".join(map(str, LOOP_SWEEP_ROWS)), vocabs=" and ".join(f"{v:,}" for v in vocabs)))
 rows = ui.on_demand("⏱ Measure the loop against one call", "eff_sweep", "Timing the loss alone, two ways, six sizes…",
                     (vocabs, repeats, settings.seed),
-                    lambda: loop_vs_vectorised(vocab_sizes=vocabs, repeats=repeats, seed=settings.seed),
-                    queued=True)
+                    lambda: loop_vs_vectorised(vocab_sizes=vocabs, repeats=repeats, seed=settings.seed))
 if rows is not None:
     ui.chart(loop_sweep_figure(rows, height=height), "eff_sweep_fig")
     st.caption(sweep_note(rows))
@@ -88,7 +86,7 @@ st.markdown(TEXT("steps"))
 rows = ui.on_demand("⏱ Measure the training step five ways", "eff_steps",
                     "Training a copy of the model, one step at a time, five ways…", here,
                     lambda: amp_and_checkpointing(model, tokenizer, batch_size=mb, seq_len=mt, repeats=repeats,
-                                                  seed=settings.seed), queued=True)
+                                                  seed=settings.seed))
 if rows is not None:
     ui.chart(step_settings_figure(rows, height=height), "eff_steps_fig")
     st.caption(TEXT("steps_legend"))
@@ -101,7 +99,7 @@ st.markdown(TEXT("profile"))
 breakdowns = ui.on_demand(
     "⏱ Profile one step", "eff_profile", "Profiling one step in fp32 and one in bf16…", here,
     lambda: {label: step_time_breakdown(model, tokenizer, amp=amp, batch_size=mb, seq_len=mt, seed=settings.seed)
-             for label, amp in (("fp32", "off"), ("bf16", "bf16"))}, queued=True)
+             for label, amp in (("fp32", "off"), ("bf16", "bf16"))})
 if breakdowns is not None:
     ui.chart(step_breakdown_figure(breakdowns, height=height), "eff_profile_fig")
     st.caption(profile_note(breakdowns))

@@ -91,10 +91,11 @@ def largest_vocabularies(train_texts, algorithms) -> dict[str, int]:
     texts_hash = corpus_hash(train_texts)
     todo = [a for a in algorithms if cache.get(a, MAX_VOCAB_SIZE, texts_hash) is None]
     if todo:
-        with st.spinner("Finding the largest vocabulary this corpus supports…"):
+        with st.spinner("Finding the largest vocabulary this corpus supports…"), ui.heavy_click():
             for algorithm in todo:
                 cache.get_or_train(train_texts, MAX_VOCAB_SIZE, algorithm, texts_hash=texts_hash)
-    return {a: cache.get(a, MAX_VOCAB_SIZE, texts_hash).vocab_size for a in algorithms}
+    return {a: cache.get_or_train(train_texts, MAX_VOCAB_SIZE, a, texts_hash=texts_hash).vocab_size
+            for a in algorithms}
 
 
 def size_controls(largest: int) -> dict[str, int | None]:
@@ -119,7 +120,8 @@ def train_vocabularies(train_texts, algorithms, sizes: list[int]) -> list:
     wanted = [(a, v) for a in algorithms for v in sorted(sizes)]
     todo = [(a, v) for a, v in wanted if cache.get(a, v, texts_hash) is None]
     if todo:
-        with st.status(f"Training vocabularies on {len(train_texts):,} sentences…", expanded=True) as status:
+        with st.status(f"Training vocabularies on {len(train_texts):,} sentences…", expanded=True) as status, \
+                ui.heavy_click():
             bar = st.progress(0.0)
             for done, (algorithm, size) in enumerate(todo):
                 def report(fraction, message, done=done, algorithm=algorithm, size=size):

@@ -271,7 +271,7 @@ def test_a_second_measurement_waits_in_line_and_is_told_busy_only_after_its_wait
     holder.start()
     try:
         assert inside.wait(10)
-        with pytest.raises(MeasurementBusyError, match="Another measurement is running"):
+        with pytest.raises(MeasurementBusyError, match="Another heavy computation is running"):
             with exclusive_measurement(wait_s=0.05):
                 pass
     finally:
@@ -305,7 +305,7 @@ def test_measurements_take_fair_turns_one_place_per_client():
     hog = threading.Thread(target=measure, args=("ip:hog", hog_release, hog_inside))
     hog.start()
     assert hog_inside.wait(10)
-    with pytest.raises(MeasurementBusyError, match="already have a measurement"):  # a second tab of the hog
+    with pytest.raises(MeasurementBusyError, match="already have a heavy computation"):  # a second tab of the hog
         with queue.turn("ip:hog", wait_s=30):
             pass
     waiters = []

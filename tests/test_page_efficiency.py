@@ -95,5 +95,5 @@ def test_a_second_session_measuring_at_once_waits_for_its_turn(page, monkeypatch
         release.set()
         holder.join()
     assert not at.exception and not at.error
-    assert shown and "1 measurement ahead of you" in shown[0]
+    assert shown and "1 heavy computation ahead of you" in shown[0]
     assert [r["path"] for r in at.session_state["eff_paths"][1]] == ["loop", "vectorised", "gathered"]

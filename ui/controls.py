@@ -13,7 +13,7 @@ from mlm_core.data import Encoded, clip_text, encode, split_sentences
 from mlm_core.errors import MLMLabError
 from mlm_core.lessons.loss_lab import LossBatch, loss_batch, pick_sentences
 from mlm_core.lessons.share_state import Field
-from mlm_core.measure import measurement_turn
+from mlm_core.measure import MeasurementBusyError, background_priority, measurement_turn, return_free_memory
 from mlm_core.predict import with_mask_token
 from mlm_core.session_models import ServerBudget, TrainedModels
 from ui.chips import markdown_text, pill_labels
@@ -95,27 +95,44 @@ def loss_batch_controls(prefix: str, settings: Settings, model, tokenizer, rule,
 STALE_MEASUREMENT = "The model, sizes or seed changed since this was measured: press the button again."
 
 
-def on_demand(label: str, key: str, spinner: str, inputs, compute, *, queued: bool = False):
-    """A button that runs ``compute()`` and keeps its result in the session with the ``inputs`` it
-    was computed for; returns the kept result (or None), with a note when the inputs have changed
-    since. A problem we can explain is shown and the last result stays. ``queued``: a timed
-    measurement, which waits for its turn in the server's queue (``mlm_core.measure.measurement_turn``,
-    one place per client) and says how many are ahead while it waits."""
+@contextlib.contextmanager
+def heavy_click():
+    """Around a click that computes a lot (a measurement, a sweep, a corpus, a vocabulary): its turn in the server's
+    one queue of heavy clicks (``mlm_core.measure.measurement_turn``, one place per client; while it waits the page
+    says how many are ahead), its thread at a background priority (``measure.background_priority``), and the
+    memory it freed given back to the system afterwards (``measure.return_free_memory``). A full queue or a second
+    place for the same client is a warning, and the page run ends there."""
+    notice = st.empty()
+
+    def waiting(ahead: int) -> None:
+        notice.info(f"Waiting for your turn: {ahead} heavy computation{'s' if ahead != 1 else ''} ahead of you on "
+                    "this server (they take turns, so that every page stays quick and measured times stay "
+                    "honest).", icon="⏳")
+
+    try:
+        with measurement_turn(client_id(), on_wait=waiting):
+            notice.empty()
+            with background_priority():
+                yield
+    except MeasurementBusyError as exc:
+        notice.empty()
+        show_error(exc, "warning")
+        st.stop()
+    finally:
+        return_free_memory()
+
+
+def on_demand(label: str, key: str, spinner: str, inputs, compute):
+    """A button that runs ``compute()`` as a heavy click (``heavy_click``) and keeps its result in the session
+    with the ``inputs`` it was computed for; returns the kept result (or None), with a note when the inputs have
+    changed since. A problem we can explain is shown and the last result stays."""
     state = st.session_state
     if st.button(label, key=f"{key}_run"):
-        notice = st.empty()
-
-        def waiting(ahead: int) -> None:
-            notice.info(f"Waiting for your turn: {ahead} measurement{'s' if ahead != 1 else ''} ahead of you "
-                        "on this server (measurements take turns so that their times stay honest).", icon="⏳")
-
         with st.spinner(spinner):
             try:
-                with measurement_turn(client_id(), on_wait=waiting) if queued else contextlib.nullcontext():
-                    notice.empty()
+                with heavy_click():
                     state[key] = (inputs, compute())
             except MLMLabError as exc:
-                notice.empty()
                 show_error(exc)
     kept = state.get(key)
     if kept is None:
