@@ -7,11 +7,11 @@ model. They belong to one session (the store lives in its ``st.session_state``) 
 the shared cached models are never replaced or changed. The store keeps at most ``max_models``
 copies and ``max_bytes`` of weights: adding one drops the oldest ones that no longer fit.
 
-Many sessions share one server, so every store also belongs to one ``ServerBudget``: all sessions'
-trained models together stay within ``MLMLAB_SERVER_TRAINED_MODELS`` (12) and
-``MLMLAB_SERVER_TRAINED_MB`` (1024). When a new one does not fit, the budget drops the least recently
-used model of the client (IP address) that holds the most, and that session is told
-(``TrainedModels.take_notes``): a student keeping runs in four tabs loses their own first.
+Many sessions share one server, so every store also belongs to one ``server_budget.ServerBudget``
+(``trained_models_budget``): all sessions' trained models together stay within
+``MLMLAB_SERVER_TRAINED_MODELS`` (12) and ``MLMLAB_SERVER_TRAINED_MB`` (1024). When a new one does not fit,
+the budget drops the least recently used model of the client (IP address) that holds the most, and that
+session is told (``TrainedModels.take_notes``): a student keeping runs in four tabs loses their own first.
 
 >>> from mlm_core.models import tiny_random_masked_lm
 >>> base, tokenizer = tiny_random_masked_lm()
@@ -27,21 +27,27 @@ used model of the client (IP address) that holds the most, and that session is t
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
 from mlm_core.models import INFO_ATTR
+from mlm_core.server_budget import ServerBudget, env_int
 
 DEFAULT_MAX_MODELS = 3  # a run races up to three loss variants: one run's worth
 DEFAULT_MAX_MB = 512  # about five copies of the bundled 22M-parameter default in fp32
 DEFAULT_SERVER_MODELS = 12  # every session together: four students' three-variant runs
 DEFAULT_SERVER_MB = 1024  # every session together: about eleven copies of the bundled default (90 MB each)
+
+
+def trained_models_budget() -> ServerBudget:
+    """The server's budget for every session's trained models: ``MLMLAB_SERVER_TRAINED_MODELS`` (12) and
+    ``MLMLAB_SERVER_TRAINED_MB`` (1024); 0 models keeps none anywhere."""
+    return ServerBudget("trained models", env_int("MLMLAB_SERVER_TRAINED_MODELS", DEFAULT_SERVER_MODELS),
+                        env_int("MLMLAB_SERVER_TRAINED_MB", DEFAULT_SERVER_MB) * 2**20)
 
 
 def model_bytes(model: nn.Module) -> int:
@@ -70,59 +76,6 @@ class TrainedModel:
     used: list[float] = field(default_factory=lambda: [time.monotonic()], compare=False)  # when last shown
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    return int(raw) if raw.isdigit() else default
-
-
-class ServerBudget:
-    """Every session's trained models together: at most ``max_models`` and ``max_bytes`` on the server.
-
-    Stores register here (weakly: a store that ended with its session is gone). ``make_room`` drops,
-    one at a time, the least recently used model of the client holding the most bytes, until the new
-    one fits; its session gets a note. Defaults: ``MLMLAB_SERVER_TRAINED_MODELS`` (12) and
-    ``MLMLAB_SERVER_TRAINED_MB`` (1024); 0 models keeps none anywhere.
-    """
-
-    def __init__(self, max_models: int | None = None, max_bytes: int | None = None):
-        self.max_models = (_env_int("MLMLAB_SERVER_TRAINED_MODELS", DEFAULT_SERVER_MODELS)
-                           if max_models is None else max_models)
-        self.max_bytes = (_env_int("MLMLAB_SERVER_TRAINED_MB", DEFAULT_SERVER_MB) * 2**20
-                          if max_bytes is None else max_bytes)
-        self.lock = threading.RLock()  # taken before any store's own lock, never after
-        self._stores: weakref.WeakSet[TrainedModels] = weakref.WeakSet()
-
-    def register(self, store: "TrainedModels") -> None:
-        with self.lock:
-            self._stores.add(store)
-
-    def held(self) -> tuple[int, int]:
-        """(models, bytes) kept by every session now."""
-        with self.lock:
-            entries = [e for store in list(self._stores) for e in store.entries()]
-        return len(entries), sum(e.nbytes for e in entries)
-
-    def make_room(self, nbytes: int, keep: "TrainedModels") -> None:
-        """Drop models of other sessions (or ``keep``'s own oldest) until one more of ``nbytes`` fits."""
-        with self.lock:
-            while True:
-                held = [(store, e) for store in list(self._stores) for e in store.entries()]
-                if len(held) + 1 <= self.max_models and sum(e.nbytes for _, e in held) + nbytes <= self.max_bytes:
-                    return
-                if not held:
-                    return
-                by_client: dict[str, int] = {}
-                for store, e in held:
-                    by_client[store.client] = by_client.get(store.client, 0) + e.nbytes
-                biggest = max(by_client.values())
-                store, victim = min(((st, e) for st, e in held if by_client[st.client] == biggest),
-                                    key=lambda pair: pair[1].used[0])
-                store._drop(victim.key, f"{victim.label} was dropped to make room: the server keeps "
-                            f"{self.max_models} trained models ({self.max_bytes / 2**20:,.0f} MB) for the whole "
-                            "class, and it was the least recently used of the machine holding the most. "
-                            "Train it again to get it back.")
-
-
 class TrainedModels:
     """A session's trained models, newest first, at most ``max_models`` and ``max_bytes`` of weights.
 
@@ -133,8 +86,8 @@ class TrainedModels:
 
     def __init__(self, max_models: int | None = None, max_bytes: int | None = None, *,
                  budget: ServerBudget | None = None, client: str = ""):
-        self.max_models = _env_int("MLMLAB_TRAINED_MODELS", DEFAULT_MAX_MODELS) if max_models is None else max_models
-        self.max_bytes = _env_int("MLMLAB_TRAINED_MB", DEFAULT_MAX_MB) * 2**20 if max_bytes is None else max_bytes
+        self.max_models = env_int("MLMLAB_TRAINED_MODELS", DEFAULT_MAX_MODELS) if max_models is None else max_models
+        self.max_bytes = env_int("MLMLAB_TRAINED_MB", DEFAULT_MAX_MB) * 2**20 if max_bytes is None else max_bytes
         self.client = client
         self.budget = budget
         self._entries: list[TrainedModel] = []
@@ -180,7 +133,7 @@ class TrainedModels:
         notes += self.take_notes()
         return notes
 
-    def _drop(self, key: str, note: str) -> None:
+    def drop(self, key: str, note: str) -> None:
         """The server's budget took this model away (``ServerBudget.make_room``): say so to the session."""
         with self._lock:
             before = len(self._entries)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import string
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -45,6 +46,7 @@ from transformers import PreTrainedTokenizerFast
 
 from mlm_core.data import plain_encodings, shared_tokenizer
 from mlm_core.errors import InputError
+from mlm_core.server_budget import ServerBudget, env_int
 
 ALGORITHMS = ("wordpiece", "bpe")
 ALGORITHM_LABELS = {"wordpiece": "WordPiece", "bpe": "BPE"}
@@ -310,29 +312,89 @@ def cut_differences(first, second, sentence: str) -> list[tuple[str, list[str], 
             if [strip_marks(p) for p in pa] != [strip_marks(p) for p in pb]]
 
 
+VOCAB_BYTES_PER_ENTRY = 256  # what a trained vocabulary holds per entry (Rust maps, merges, added tokens), measured
+DEFAULT_SERVER_VOCABS = 64  # every session together: four students' Tokenizer page, both algorithms, all sizes
+DEFAULT_SERVER_VOCAB_MB = 256
+
+
+def vocab_bytes(entry: TrainedVocab) -> int:
+    """About the memory a trained vocabulary holds (``VOCAB_BYTES_PER_ENTRY`` per entry; 2-4 MB measured for
+    8,000-16,000 entries trained on 2 MB of WordNet glosses).
+
+    >>> vocab_bytes(train_tokenizer(["the cats sat on the mats"] * 10, 200))
+    51200
+    """
+    return VOCAB_BYTES_PER_ENTRY * max(entry.vocab_size, 200)
+
+
+def vocabularies_budget() -> ServerBudget:
+    """The server's budget for every session's trained vocabularies: ``MLMLAB_SERVER_VOCABS`` (64) and
+    ``MLMLAB_SERVER_VOCAB_MB`` (256)."""
+    return ServerBudget("trained vocabularies", env_int("MLMLAB_SERVER_VOCABS", DEFAULT_SERVER_VOCABS),
+                        env_int("MLMLAB_SERVER_VOCAB_MB", DEFAULT_SERVER_VOCAB_MB) * 2**20)
+
+
+@dataclass
+class _Kept:
+    """A vocabulary a cache holds, as its server budget sees it."""
+
+    key: tuple[str, int, str]
+    label: str
+    nbytes: int
+    used: list[float]
+    entry: TrainedVocab
+
+
 class VocabCache:
     """Trained vocabularies of one user session, keyed by (algorithm, requested size, corpus hash).
 
     A corpus that ran out of merges at S entries gives that same vocabulary for every size >= S
     (training is deterministic and merges come in the same order), so such a request is served
-    without training again. Holds at most ``max_entries`` vocabularies, the oldest dropped first.
+    without training again. Holds at most ``max_entries`` vocabularies, the least recently used dropped
+    first. With a ``budget`` (``vocabularies_budget``, one per server) every session's vocabularies count
+    together; what the budget took from this session is said once by ``take_notes``. Thread-safe.
     """
 
-    def __init__(self, max_entries: int = 16):
+    def __init__(self, max_entries: int = 16, *, budget: ServerBudget | None = None, client: str = ""):
         self.max_entries = max_entries
-        self._entries: dict[tuple[str, int, str], TrainedVocab] = {}
+        self.client = client
+        self.budget = budget
+        self._entries: dict[tuple[str, int, str], _Kept] = {}
+        self._notes: list[str] = []
+        self._lock = threading.Lock()
+        if budget is not None:
+            budget.register(self)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        with self._lock:
+            return len(self._entries)
+
+    def entries(self) -> list[_Kept]:
+        with self._lock:
+            return list(self._entries.values())
+
+    def drop(self, key, note: str) -> None:
+        """The server's budget took this vocabulary away: it is trained again when asked for, and the page says so."""
+        with self._lock:
+            if self._entries.pop(key, None) is not None:
+                self._notes.append(note)
+
+    def take_notes(self) -> list[str]:
+        with self._lock:
+            notes, self._notes = self._notes, []
+        return notes
 
     def get(self, algorithm: str, vocab_size: int, texts_hash: str) -> TrainedVocab | None:
         """The cached vocabulary for this request, or None when it has to be trained."""
-        found = self._entries.get((algorithm, vocab_size, texts_hash))
-        if found is not None:
-            return found
-        for (alg, _, h), entry in self._entries.items():
-            if alg == algorithm and h == texts_hash and entry.saturated and entry.vocab_size <= vocab_size:
-                return replace(entry, requested_size=vocab_size)
+        with self._lock:
+            found = self._entries.get((algorithm, vocab_size, texts_hash))
+            if found is not None:
+                found.used[0] = time.monotonic()
+                return found.entry
+            for (alg, _, h), kept in self._entries.items():
+                if alg == algorithm and h == texts_hash and kept.entry.saturated and kept.entry.vocab_size <= vocab_size:
+                    kept.used[0] = time.monotonic()
+                    return replace(kept.entry, requested_size=vocab_size)
         return None
 
     def get_or_train(
@@ -344,16 +406,28 @@ class VocabCache:
         texts_hash: str | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> TrainedVocab:
-        """The cached vocabulary, or a newly trained one (then cached)."""
+        """The cached vocabulary, or a newly trained one (then cached, room made for it in the server's budget)."""
         texts_hash = texts_hash or corpus_hash(texts)
+        key = (algorithm, vocab_size, texts_hash)
         entry = self.get(algorithm, vocab_size, texts_hash)
-        if entry is None:
-            entry = train_tokenizer(texts, vocab_size, algorithm, on_progress=on_progress)
-        self._entries.pop((algorithm, vocab_size, texts_hash), None)
-        self._entries[(algorithm, vocab_size, texts_hash)] = entry
-        while len(self._entries) > self.max_entries:
-            self._entries.pop(next(iter(self._entries)))
+        if entry is not None:
+            return entry
+        entry = train_tokenizer(texts, vocab_size, algorithm, on_progress=on_progress)
+        kept = _Kept(key, entry.label, vocab_bytes(entry), [time.monotonic()], entry)
+        if self.budget is not None:
+            with self.budget.lock:  # the budget's lock before this cache's own, never after
+                self.budget.make_room(kept.nbytes, self)
+                self._keep(kept)
+        else:
+            self._keep(kept)
         return entry
+
+    def _keep(self, kept: _Kept) -> None:
+        with self._lock:
+            self._entries[kept.key] = kept
+            while len(self._entries) > self.max_entries:
+                oldest = min(self._entries, key=lambda k: self._entries[k].used[0])
+                self._entries.pop(oldest)
 
 
 # --- metrics ---------------------------------------------------------------------------------

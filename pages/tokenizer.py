@@ -16,7 +16,6 @@ from mlm_core.lessons.vocab import (PageVocab, frequency_profile, size_label, su
 from mlm_core.vocab import (
     ALGORITHM_LABELS,
     MAX_VOCAB_SIZE,
-    VocabCache,
     cut_differences,
     corpus_hash,
     holdout_split,
@@ -87,7 +86,7 @@ def algorithm_control() -> list[str]:
 
 def largest_vocabularies(train_texts, algorithms) -> dict[str, int]:
     """Per algorithm, the size the corpus supports (a training run asked for MAX_VOCAB_SIZE), cached."""
-    cache = st.session_state.setdefault(CACHE_KEY, VocabCache())
+    cache = ui.vocab_cache(CACHE_KEY)
     texts_hash = corpus_hash(train_texts)
     todo = [a for a in algorithms if cache.get(a, MAX_VOCAB_SIZE, texts_hash) is None]
     if todo:
@@ -115,7 +114,7 @@ def size_controls(largest: int) -> dict[str, int | None]:
 
 def train_vocabularies(train_texts, algorithms, sizes: list[int]) -> list:
     """Cached or newly trained vocabularies, with a progress bar while training."""
-    cache = st.session_state.setdefault(CACHE_KEY, VocabCache())
+    cache = ui.vocab_cache(CACHE_KEY)
     texts_hash = corpus_hash(train_texts)
     wanted = [(a, v) for a in algorithms for v in sorted(sizes)]
     todo = [(a, v) for a, v in wanted if cache.get(a, v, texts_hash) is None]

@@ -12,7 +12,8 @@ from torch import nn
 
 from mlm_core import jobs
 from mlm_core.models import INFO_ATTR
-from mlm_core.session_models import ServerBudget, TrainedModels, model_bytes, same_vocabulary
+from mlm_core.server_budget import ServerBudget
+from mlm_core.session_models import TrainedModels, model_bytes, same_vocabulary, trained_models_budget
 from mlm_core.training import TrainConfig, TrainResult
 
 CFG = TrainConfig(steps=3)
@@ -121,7 +122,7 @@ def test_the_server_keeps_every_sessions_trained_models_within_one_budget():
     together stay within the server's budget; the machine holding the most loses its least recently used first,
     and that session is told."""
     one = model_bytes(Weights())
-    budget = ServerBudget(max_models=5, max_bytes=100 * one)
+    budget = ServerBudget("trained models", max_entries=5, max_bytes=100 * one)
     tabs = [TrainedModels(max_models=3, max_bytes=10**9, budget=budget, client="ip:10.0.0.9") for _ in range(4)]
     quiet = TrainedModels(max_models=3, max_bytes=10**9, budget=budget, client="ip:10.0.0.2")
     quiet.add("q0", "the quiet student's model", Weights(), None, None)
@@ -144,7 +145,7 @@ def test_the_server_keeps_every_sessions_trained_models_within_one_budget():
 
 
 def test_the_server_budget_forgets_sessions_that_ended():
-    budget = ServerBudget(max_models=2, max_bytes=10**9)
+    budget = ServerBudget("trained models", max_entries=2, max_bytes=10**9)
     gone = TrainedModels(budget=budget, client="ip:10.0.0.9")
     gone.add("a", "a", Weights(), None, None)
     del gone
@@ -155,7 +156,7 @@ def test_the_server_budget_forgets_sessions_that_ended():
 def test_server_budget_limits_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("MLMLAB_SERVER_TRAINED_MODELS", "4")
     monkeypatch.setenv("MLMLAB_SERVER_TRAINED_MB", "64")
-    budget = ServerBudget()
+    budget = trained_models_budget()
     assert budget.max_models == 4 and budget.max_bytes == 64 * 2**20
 
 def test_vocabularies_compare(tokenizer):

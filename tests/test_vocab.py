@@ -392,3 +392,32 @@ def test_head_cost_is_drawn_on_linear_axes():
     line = next(t for t in fig.data if t.mode == "lines" and "masked positions only" in t.name)
     ratios = [y / x for x, y in zip(line.x, line.y)]
     assert max(ratios) == pytest.approx(min(ratios), rel=1e-9)  # cost / V is constant: a straight line
+
+
+def test_every_sessions_vocabularies_stay_within_one_server_budget():
+    """Issue 42 §3.2: the Tokenizer page kept up to 16 vocabularies per session and nothing bounded them all
+    together (four 2 MB uploads took a server from 532 to 1,164 MB). Now every session's vocabularies count in one
+    budget: the machine holding the most loses its least recently used first, its session is told, and a session
+    that ended is forgotten."""
+    import gc
+
+    from mlm_core.server_budget import ServerBudget
+    from mlm_core.vocab import VocabCache, vocab_bytes
+
+    texts = [f"the {w} sat on the mat near the {w}s" for w in ("cat", "dog", "hen", "fox", "owl")] * 8
+    one = vocab_bytes(train_tokenizer(texts, 200))
+    budget = ServerBudget("trained vocabularies", max_entries=5, max_bytes=100 * one)
+    tabs = [VocabCache(budget=budget, client="ip:10.0.0.9") for _ in range(3)]
+    quiet = VocabCache(budget=budget, client="ip:10.0.0.2")
+    quiet.get_or_train(texts, 200, "wordpiece")
+    for t, tab in enumerate(tabs):
+        for size in (200, 210, 220):
+            tab.get_or_train([*texts, f"tab {t} size {size}"], size, "bpe")  # a new corpus: trained
+    assert budget.held()[0] == 5  # 10 asked for
+    assert len(quiet) == 1 and quiet.take_notes() == []  # the busy machine paid for its own
+    notes = tabs[0].take_notes()
+    assert len(tabs[0]) == 0 and len(notes) == 3 and "dropped to make room" in notes[0]
+    assert "trained vocabularies" in notes[0] and tabs[0].take_notes() == []
+    del tabs, tab
+    gc.collect()
+    assert budget.held() == (1, one)

@@ -15,7 +15,9 @@ from mlm_core.lessons.loss_lab import LossBatch, loss_batch, pick_sentences
 from mlm_core.lessons.share_state import Field
 from mlm_core.measure import MeasurementBusyError, background_priority, measurement_turn, return_free_memory
 from mlm_core.predict import with_mask_token
-from mlm_core.session_models import ServerBudget, TrainedModels
+from mlm_core.server_budget import ServerBudget
+from mlm_core.session_models import TrainedModels, trained_models_budget
+from mlm_core.vocab import VocabCache, vocabularies_budget
 from ui.chips import markdown_text, pill_labels
 from ui.loaders import cached_corpus_counts
 from ui.messages import language_note, show_error
@@ -171,8 +173,26 @@ BASE_CHOICE = "base"  # the sidebar's model, in the trained-model picker
 
 @st.cache_resource(show_spinner=False)
 def server_budget() -> ServerBudget:
-    """Every session's trained models together (``mlm_core.session_models.ServerBudget``): one per server."""
-    return ServerBudget()
+    """Every session's trained models together (``mlm_core.server_budget.ServerBudget``): one per server."""
+    return trained_models_budget()
+
+
+@st.cache_resource(show_spinner=False)
+def vocab_server_budget() -> ServerBudget:
+    """Every session's trained vocabularies together (``mlm_core.vocab.vocabularies_budget``): one per server."""
+    return vocabularies_budget()
+
+
+def vocab_cache(key: str) -> VocabCache:
+    """This session's trained vocabularies (kept under ``key``), within the server's budget for every session's;
+    what that budget took from this session is said once, here."""
+    state = st.session_state
+    cache = state.get(key)
+    if cache is None:
+        cache = state[key] = VocabCache(budget=vocab_server_budget(), client=client_id())
+    for note in cache.take_notes():
+        st.info(markdown_text(note), icon="🧩")
+    return cache
 
 
 def trained_models():
