@@ -5,14 +5,15 @@ model fine-tuned on the gazetteer of Veldoria (`mlm_core.lessons.training_view.d
 the page's own path (`jobs.RunManager.submit` → the run's thread → `training.train_variants`), with
 the torch thread count the server uses (`jobs.default_threads()`: half the cores).
 
-Targets:
-- learning (do not depend on the machine's load): the held-out loss falls by at least 1 nat from
-  step 0 to the end; and on the questions in new words (the gazetteer's ``new-words-probes``: every fact
-  asked in words the training text never uses, written before the lesson was tuned and never used to
-  choose anything, issue 25) the answer is the first guess for at least 8 in 12 of them and in the top 5
-  for at least 11 in 12. The phrases it read (training sentences with the fact masked) are reported beside
-  them: the difference is what memorising a string is worth beyond learning the fact;
-- timing (median of 3 runs, load average recorded before and after each): the first curve point
+Three runs, at the page's default seed (0) and at two more fixed in advance (1, 2): a claim of learning must
+hold at seeds nobody chose. Targets (issue 43):
+- learning (do not depend on the machine's load), every seed: the held-out loss falls by at least 1 nat from
+  step 0 to the end; binding (``training_view.binding``: the questions in new words answered first about
+  Veldoria, minus the same questions about Pellastra, a country no training text names, given Veldoria's word
+  first) reaches at least 8 of 15; at most 3 of the 15 questions about real countries get a Veldoria word first,
+  and the real answers the model knew at step 0 are reported with how many it still knows. The questions in new
+  words, the phrases it read and the other name are reported beside them;
+- timing (median of the 3 runs, load average recorded before and after each): the first curve point
   (the held-out loss at step 0) and the first training-loss point come at most 5 s after Start,
   and the run ends within 90 s.
 
@@ -24,7 +25,6 @@ Run: ``python -m benchmarks.p7_visible_learning`` (``--quick`` for a 10-step smo
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import replace
@@ -35,15 +35,16 @@ from benchmarks._common import Result, Target, cli, median
 import torch  # noqa: E402
 
 from mlm_core import jobs  # noqa: E402
-from mlm_core.lessons.training_view import (PROBE_SETS, default_run, probe_set_scores, probes_in_top,  # noqa: E402
-                                            probes_right, strings_or_facts)
+from mlm_core.lessons.training_view import (OTHER, PROBE_SETS, binding, default_run,  # noqa: E402
+                                            probe_set_scores, probes_in_top, probes_right, strings_or_facts)
 from mlm_core.models import load_masked_lm  # noqa: E402
 from mlm_core.precision import resolve_amp  # noqa: E402
 from mlm_core.training import train_variants  # noqa: E402
 
 LOSS_DROP = 1.0  # nats
-NEW_WORDS_TOP1 = 8 / 12  # the share of the questions in new words whose answer is the first guess ...
-NEW_WORDS_TOP5 = 11 / 12  # ... and in the top 5 (issue 25: 8 and 11 of 12)
+BINDING_TOP1 = 8  # of 15 questions in new words answered for Veldoria and not for Pellastra (issue 43)
+CONTROL_FLIPS = 3  # of 15 questions about real countries given a Veldoria word first, at most
+SEEDS = (0, 1, 2)  # the page's default seed and two more, fixed in advance (issue 43)
 FIRST_POINT_S = 5.0
 RUN_S = 90.0
 
@@ -83,7 +84,7 @@ def _one_run(model, tokenizer, texts, variants, threads: int) -> dict[str, Any]:
                                                 tuple(round(x, 2) for x in load_after))}
 
 
-REPORTED_SETS = {g: PROBE_SETS[g] for g in ("read", "new", "control")}  # the default run's sets (no learner's)
+REPORTED_SETS = {g: PROBE_SETS[g] for g in ("read", "new", OTHER, "control")}  # the default run's sets
 
 
 def _learning(run: dict[str, Any]) -> dict[str, Any]:
@@ -93,8 +94,8 @@ def _learning(run: dict[str, Any]) -> dict[str, Any]:
     visible_new = visible_loss = None
     for ev, probes in zip(curves.evals, curves.probes):
         t = run["eval_times"].get(ev["step"])
-        right, known = probes_right(probes, "new")
-        if visible_new is None and known and right >= math.ceil(NEW_WORDS_TOP1 * known):
+        bound = binding(probe_set_scores([curves.probes[0], probes]))
+        if visible_new is None and bound is not None and bound.top1_now >= BINDING_TOP1:
             visible_new = t
         if visible_loss is None and ev["loss"] <= first["loss"] - LOSS_DROP:
             visible_loss = t
@@ -106,6 +107,11 @@ def _learning(run: dict[str, Any]) -> dict[str, Any]:
             row[f"{label.lower()}: top-1 / top-5"] = f"{r1} / {r5} of {n}"
         rows.append(row)
     scores = {s.group: s for s in probe_set_scores(curves.probes)}
+    control = [(b["predictions"][0], a["predictions"][0]) for b, a in zip(curves.probes[0]["probes"],
+                                                                          curves.probes[-1]["probes"])
+               if a.get("group") == "control"]
+    known_then = [b["tokens"][0] == b["answer"] for b, _ in control]
+    kept = sum(k and a["tokens"][0] == a["answer"] for k, (_, a) in zip(known_then, control))
     guesses: dict[str, list[str]] = {}
     for before, after in zip(curves.probes[0]["probes"], curves.probes[-1]["probes"]):
         b, a = before["predictions"][0], after["predictions"][0]
@@ -114,20 +120,22 @@ def _learning(run: dict[str, Any]) -> dict[str, Any]:
     return {"drop": first["loss"] - last["loss"], "loss_start": first["loss"], "loss_end": last["loss"],
             "focus_start": first.get("focus_loss"), "focus_end": last.get("focus_loss"), "rows": rows,
             "scores": scores, "sentence": strings_or_facts(list(scores.values())), "guesses": guesses,
+            "binding": binding(list(scores.values())), "control_known_then": sum(known_then), "control_kept": kept,
             "visible_new_s": visible_new, "visible_loss_s": visible_loss}
 
 
-def run(quick: bool = False, repeats: int = 3) -> Result:
+def run(quick: bool = False, seeds=SEEDS) -> Result:
     threads = jobs.default_threads()
     before_threads = torch.get_num_threads()
     model, tokenizer = load_masked_lm(None, device="cpu")  # the page has it cached before Start
     texts, variants = default_run(model_is_trained=True)
     if quick:
-        repeats = 1
+        seeds = seeds[:1]
         variants = {name: replace(cfg, steps=10, eval_every=5) for name, cfg in variants.items()}
     try:
         jobs.cap_threads(threads)
-        runs = [_one_run(model, tokenizer, texts, variants, threads) for _ in range(max(1, repeats))]
+        runs = [_one_run(model, tokenizer, texts, {name: replace(cfg, seed=seed) for name, cfg in variants.items()},
+                         threads) for seed in seeds]
     finally:
         torch.set_num_threads(before_threads)
     totals = [r["total_s"] for r in runs]
@@ -139,7 +147,7 @@ def run(quick: bool = False, repeats: int = 3) -> Result:
     first_steps = ", ".join(f"{r['first_step_s']:.2f}" for r in runs)
     loads = "; ".join(f"{r['load'][0]} → {r['load'][1]}" for r in runs)
     notes = [
-        f"Runs: {len(runs)}; total seconds {', '.join(f'{t:.1f}' for t in totals)}; first curve point "
+        f"Runs: {len(runs)}, at seeds {', '.join(map(str, seeds))}; total seconds {', '.join(f'{t:.1f}' for t in totals)}; first curve point "
         f"{firsts} s; first training-loss point {first_steps} s; load average (1, 5, 15 min) before → after "
         f"{loads}.",
         "Gradient norm (healthy run, before clipping): median "
@@ -161,29 +169,39 @@ def run(quick: bool = False, repeats: int = 3) -> Result:
         "Phrases it read, first guess before → after: " + "; ".join(lm["guesses"].get("read", [])) + ".",
         "Other countries (the control set: the same kinds of question about real countries, whose answers are not "
         "Veldoria's), first guess before → after: " + "; ".join(lm["guesses"].get("control", [])) + ".",
-        "Other countries, first guesses that are one of Veldoria's answers, step 0 → the end: " + ", ".join(
-            f"run {i + 1}: {x['scores']['control'].facts_then} → {x['scores']['control'].facts_now} of "
-            f"{x['scores']['control'].probes}" for i, x in enumerate(learned) if "control" in x["scores"]) + ".",
+        "Other countries, first guesses that are one of Veldoria's answers, step 0 → the end, and the real answers "
+        "known at step 0 still known at the end: " + ", ".join(
+            f"seed {seed}: {x['scores']['control'].facts_then} → {x['scores']['control'].facts_now} of "
+            f"{x['scores']['control'].probes}, {x['control_kept']} of {x['control_known_then']} still known"
+            for seed, x in zip(seeds, learned) if "control" in x["scores"]) + ".",
+        "Another name (the questions in new words about Pellastra, a country no training text names), first guess "
+        "before → after: " + "; ".join(lm["guesses"].get(OTHER, [])) + ".",
+        "Binding (questions in new words answered first for Veldoria minus those given Veldoria's word for "
+        "Pellastra), top-1 and top-5, step 0 → the end: " + ", ".join(
+            f"seed {seed}: {x['binding'].top1_then} → {x['binding'].top1_now} and {x['binding'].top5_then} → "
+            f"{x['binding'].top5_now} of {x['binding'].probes}" for seed, x in zip(seeds, learned)
+            if x["binding"] is not None) + ".",
         f"What the page says at the end (median run): {lm['sentence']}",
         f"Learning visible (median run): held-out loss 1 nat below its start at "
         f"{lm['visible_loss_s'] if lm['visible_loss_s'] is None else round(lm['visible_loss_s'], 1)} s; the questions "
-        f"in new words at the top-1 target at "
+        f"bound to Veldoria at the binding target at "
         f"{lm['visible_new_s'] if lm['visible_new_s'] is None else round(lm['visible_new_s'], 1)} s after Start.",
         "The lesson's recipe (issue 25), chosen on the gazetteer's dev-probes alone: the facts' words are selected "
         f"with probability {cfg.focus_mlm_probability:g} in the training batches (every other token by the rule's "
         f"{cfg.masking.mlm_probability:.0%}), and the training text states each fact in more varied sentences.",
     ]
     worst_drop = min(x["drop"] for x in learned)
-    new_words = [x["scores"]["new"] for x in learned]
-    n_new = new_words[0].probes
+    bindings = [x["binding"] for x in learned]
+    n_new = bindings[0].probes
+    controls = [x["scores"]["control"] for x in learned]
     targets = [
-        Target("P7 held-out loss fall (nats), every run", worst_drop, ">=", LOSS_DROP, unit="nats"),
-        Target("P7 questions in new words, answer first, every run", min(s.top1_now for s in new_words), ">=",
-               math.ceil(NEW_WORDS_TOP1 * n_new), unit=f"of {n_new}",
-               note=f"8 of 12 as a share; {new_words[0].top1_then} at step 0"),
-        Target("P7 questions in new words, answer in the top 5, every run", min(s.top5_now for s in new_words),
-               ">=", math.ceil(NEW_WORDS_TOP5 * n_new), unit=f"of {n_new}",
-               note=f"11 of 12 as a share; {new_words[0].top5_then} at step 0"),
+        Target("P7 held-out loss fall (nats), every seed", worst_drop, ">=", LOSS_DROP, unit="nats"),
+        Target("P7 binding, top-1, every seed", min(b.top1_now for b in bindings), ">=", BINDING_TOP1,
+               unit=f"of {n_new}", note="questions in new words answered for Veldoria and not for Pellastra; "
+               + ", ".join(f"seed {seed}: {b.top1_now}" for seed, b in zip(seeds, bindings))),
+        Target("P7 questions about real countries given a Veldoria word, every seed", max(c.facts_now for c in controls),
+               "<=", CONTROL_FLIPS, unit=f"of {controls[0].probes}",
+               note=", ".join(f"seed {seed}: {c.facts_now}" for seed, c in zip(seeds, controls))),
         Target("P7 first curve point after Start (median)", median([r["first_eval_s"] for r in runs]), "<=",
                FIRST_POINT_S, unit="s", note="the held-out loss at step 0"),
         Target("P7 first training-loss point after Start (median)", median([r["first_step_s"] for r in runs]),

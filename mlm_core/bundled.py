@@ -123,6 +123,8 @@ class Gazetteer:
     ``dev_probes`` more paraphrases, the only set the training text and recipe were tuned on.
     ``control_probes`` ask the same kinds of question about real countries, whose answers are not
     Veldoria's: a run that gives Veldoria's words there learned "this question, this word", not facts.
+    ``other_name_probes`` are the new-words probes about a country no training text names: the facts it gives
+    Veldoria and not that country are bound to Veldoria's name (binding, ``training_view.binding``).
     """
 
     documents: tuple[tuple[str, ...], ...]
@@ -133,6 +135,11 @@ class Gazetteer:
     scratch_probes: tuple[tuple[str, str], ...] = ()  # what a minute from scratch can get right
     control_probes: tuple[tuple[str, str], ...] = ()  # the same questions about real countries: real answers
     facts: tuple[str, ...] = ()  # every fact's one-word answer (the header's list): the held-out loss there
+    # The new-words probes with Veldoria's names replaced by an invented one no training text holds (Pellastra),
+    # Veldoria's word still the hidden one: what a run gives there it did not learn about Veldoria (issue 43).
+    other_name_probes: tuple[tuple[str, str], ...] = ()
+    other_name_dev_probes: tuple[tuple[str, str], ...] = ()  # the dev probes with another invented name (Quorvia)
+    control_dev_probes: tuple[tuple[str, str], ...] = ()  # more questions about real countries: the dev control
 
     @property
     def sentences(self) -> list[str]:
@@ -141,8 +148,8 @@ class Gazetteer:
 
 def parse_gazetteer(text: str) -> Gazetteer:
     """Sections "## train" (documents), "## held-out" (sentences) and the probe sets "## read-probes",
-    "## new-words-probes", "## dev-probes", "## scratch-probes" and "## control-probes" (each line
-    "sentence with [MASK] | answer").
+    "## new-words-probes", "## dev-probes", "## scratch-probes", "## control-probes", "## other-name-probes",
+    "## other-name-dev-probes" and "## control-dev-probes" (each line "sentence with [MASK] | answer").
 
     >>> g = parse_gazetteer("## train\\nA b.\\n\\nC d.\\n## held-out\\nE f.\\n## new-words-probes\\nG [MASK]. | h\\n")
     >>> g.documents, g.held_out, g.new_words_probes, g.read_probes
@@ -166,7 +173,29 @@ def parse_gazetteer(text: str) -> Gazetteer:
     listed = re.search(r"^# Every fact's answer \(([^)]*)\)", text, re.M)
     facts = tuple(w.strip() for w in listed.group(1).split(",") if w.strip()) if listed else ()
     return Gazetteer(tuple(tuple(d) for d in documents), held_out, probes("read-probes"), probes("new-words-probes"),
-                     probes("dev-probes"), probes("scratch-probes"), probes("control-probes"), facts)
+                     probes("dev-probes"), probes("scratch-probes"), probes("control-probes"), facts,
+                     probes("other-name-probes"), probes("other-name-dev-probes"), probes("control-dev-probes"))
+
+
+CONTRAST = ASSETS_DIR / "contrast_countries.txt"
+
+
+@functools.lru_cache(maxsize=1)
+def contrast_countries() -> dict[str, tuple[tuple[str, ...], ...]]:
+    """The contrast countries of the facts lesson (assets/contrast_countries.txt): name -> documents. Invented
+    countries with other facts in the same kinds of sentence as Veldoria's, so only the name tells them apart.
+
+    >>> list(contrast_countries())
+    ['tavonia', 'brekland']
+    """
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in CONTRAST.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            current = sections.setdefault(line[3:].strip(), [])
+        elif current is not None:
+            current.append(line)
+    return {name: tuple(tuple(doc) for doc in parse_corpus("\n".join(lines))) for name, lines in sections.items()}
 
 
 @functools.lru_cache(maxsize=1)

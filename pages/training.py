@@ -22,7 +22,8 @@ from mlm_core.lessons.training_lessons import (BUG_KEY, LESSON_KEY, MASK_RATES, 
                                                RATE_CHOICES, SPLITS, TRAINED_BUGS, YOURS, bug_of, bug_signature, filmstrip_frames,
                                                filmstrip_summary, learner_probe, probe_choices, rate_train_note,
                                                rate_verdict, reported_markdown, run_kind, split_text)
-from mlm_core.lessons.training_view import (LESSONS, PROBE_SET_ABOUT, SOURCES, VARIANT_LABELS, Texts, base_config,
+from mlm_core.lessons.training_view import (BINDING_SHARE, LESSONS, OTHER, PROBE_SET_ABOUT, SOURCES, VARIANT_LABELS,
+                                            Texts, base_config, binding,
                                             gazetteer_texts, is_default_run, lesson_defaults, lesson_variants,
                                             probe_preview,
                                             probe_race_rows, probe_rows, probe_set_rows, probe_set_scores,
@@ -409,11 +410,16 @@ def draw_probe_sets(name: str, entries, at: int) -> None:
         with column:
             st.markdown(f"**{score.label}** ({score.probes}: {PROBE_SET_ABOUT.get(score.group, '')})")
             m1, m2 = st.columns(2)
-            m1.metric("first guess right", f"{score.top1_now} of {score.probes}",
-                      **metric_change(score.top1_now, score.top1_then, score.step_then))
+            m1.metric("Veldoria's word first" if score.group == OTHER else "first guess right",
+                      f"{score.top1_now} of {score.probes}",
+                      **metric_change(score.top1_now, score.top1_then, score.step_then,
+                                      fewer_is_better=score.group == OTHER))
             if score.group == "control":  # a Veldoria word here is wrong: fewer is better
                 m2.metric("a Veldoria word first", f"{score.facts_now} of {score.probes}",
                           **metric_change(score.facts_now, score.facts_then, score.step_then, fewer_is_better=True))
+            elif score.group == OTHER:  # Veldoria's word about another country: not learned about Veldoria
+                m2.metric("Veldoria's word in the top 5", f"{score.top5_now} of {score.probes}",
+                          **metric_change(score.top5_now, score.top5_then, score.step_then, fewer_is_better=True))
             else:
                 m2.metric("answer in the top 5", f"{score.top5_now} of {score.probes}",
                           **metric_change(score.top5_now, score.top5_then, score.step_then))
@@ -422,6 +428,11 @@ def draw_probe_sets(name: str, entries, at: int) -> None:
                            f"at step {score.step_then}, {score.median_rank_now:,.0f} at step {score.step_now} "
                            "(1 = first guess).")
             ui.table(pd.DataFrame(probe_set_rows(entries, score.group)), static=True)
+    bound = binding(scores)
+    if bound is not None:
+        st.metric("Binding: facts named for Veldoria and not for Pellastra (questions in new words)",
+                  f"{bound.top1_now} of {bound.probes}", help=TEXT("binding_help", share=BINDING_SHARE),
+                  **metric_change(bound.top1_now, bound.top1_then, score.step_then))
     st.markdown(f"**{name}, step {at}:** " + strings_or_facts(scores))
     with st.expander("Each probe's five first guesses, as bars"):
         group = st.radio("Probe set", [s.group for s in scores], format_func=lambda g: next(

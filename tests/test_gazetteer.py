@@ -300,3 +300,23 @@ def test_the_control_questions_ask_about_real_countries_with_answers_that_are_no
         assert answer in vocab and tokenizer.encode(answer, add_special_tokens=False).tokens == [answer], answer
     header = GAZETTEER.read_text(encoding="utf-8").splitlines()[2]
     assert '"## control-probes"' in header and "never used to choose anything" in header
+
+
+OTHER_NAMES = {"other_name_probes": ("Pellastra", "Pellastran"), "other_name_dev_probes": ("Quorvia", "Quorvian")}
+
+
+@pytest.mark.parametrize("field, source", [("other_name_probes", "new_words_probes"),
+                                           ("other_name_dev_probes", "dev_probes")])
+def test_the_other_name_probes_are_the_new_words_questions_about_a_country_no_text_names(field, source):
+    """Issue 43 §1: the same questions word for word, Veldoria's names replaced by an invented one; the hidden word
+    stays Veldoria's; the invented name appears in no training text, held-out sentence or bundled corpus."""
+    g = gazetteer()
+    country, people = OTHER_NAMES[field]
+    theirs, ours = getattr(g, field), getattr(g, source)
+    assert len(theirs) == len(ours) == (15 if source == "new_words_probes" else 30)
+    for (sentence, answer), (original, fact) in zip(theirs, ours):
+        assert answer == fact and "veldor" not in sentence.lower()
+        back = sentence.replace(f"{country}'s", "Veldoria's").replace(people, "Veldorian").replace(country, "Veldoria")
+        assert back == original
+    texts = " ".join([*g.sentences, *g.held_out, CORPUS.read_text(encoding="utf-8")]).lower()
+    assert country.lower()[:6] not in texts  # not even its first six letters

@@ -284,7 +284,7 @@ def test_the_facts_lesson_shows_both_probe_sets_side_by_side(monkeypatch):
     monkeypatch.delenv("MLMLAB_MODEL", raising=False)  # the bundled default model (a few seconds to load)
     at = page()
     previews = [t.value for t in at.table if "first guess now" in t.value.columns and "answer's rank now" in t.value.columns]
-    assert len(previews) == 3 and [len(p) for p in previews] == [15, 15, 15]  # the three sets, side by side
+    assert len(previews) == 4 and [len(p) for p in previews] == [15, 15, 15, 15]  # the four sets, side by side
     assert any("Phrases it read" in m.value for m in at.markdown) and any("Questions in new words" in m.value
                                                                           for m in at.markdown)
     assert all(p["answer's rank now"].str.replace(",", "").astype(int).min() >= 1 for p in previews)  # static: text
@@ -292,10 +292,14 @@ def test_the_facts_lesson_shows_both_probe_sets_side_by_side(monkeypatch):
     labels = [m.label for m in at.metric]
     assert labels.count("first guess right") == 3 and labels.count("answer in the top 5") == 2
     assert labels.count("a Veldoria word first") == 1  # the control set: about other countries, Veldoria is wrong
+    # issue 43: the questions about Pellastra, where Veldoria's word was not learned about Veldoria, and binding
+    assert labels.count("Veldoria's word first") == 1 and labels.count("Veldoria's word in the top 5") == 1
+    assert sum(label.startswith("Binding: facts named for Veldoria and not for Pellastra") for label in labels) == 1
     tables = [t.value for t in at.table if "rank at step 0" in t.value.columns]
-    assert len(tables) == 3 and all(len(t) == 15 and "rank at step 5" in t.columns for t in tables)
-    assert {tuple(t["answer"]) for t in tables[:2]} == {tuple(t["answer"]) for t in tables[:1]}  # the same facts
-    assert not set(tables[2]["answer"]) & set(tables[0]["answer"])  # other countries: other answers
+    assert len(tables) == 4 and all(len(t) == 15 and "rank at step 5" in t.columns for t in tables)
+    assert {tuple(t["answer"]) for t in tables[:3]} == {tuple(t["answer"]) for t in tables[:1]}  # the same facts
+    assert not set(tables[3]["answer"]) & set(tables[0]["answer"])  # other countries: other answers
     said = " ".join(m.value for m in at.markdown)
-    assert "Phrases it read" in said and "Questions in new words" in said and "sentences it read" in said
-    assert "Other countries" in said and "about other countries, it gives a Veldoria word first in" in said
+    assert "Phrases it read" in said and "Questions in new words" in said and "phrases it read" in said
+    assert "Another name" in said and "Other countries" in said
+    assert "about real countries it gives a Veldoria word first in" in said and "Pellastra" in said

@@ -584,9 +584,10 @@ def test_every_lesson_builds_its_variants_from_defaults_that_say_why():
     texts, variants = L.default_run()
     (cfg,) = variants.values()
     assert texts.name == "Veldoria gazetteer" and texts.held_out and cfg.loss == "full"
-    assert cfg.probe_answers == tuple(a for _, a in texts.probes) and len(cfg.probe_answers) == 45
-    # issue 25: the facts asked in a sentence it read and in new words, and the same questions about other countries
-    assert cfg.probe_groups == ("read",) * 15 + ("new",) * 15 + ("control",) * 15
+    assert cfg.probe_answers == tuple(a for _, a in texts.probes) and len(cfg.probe_answers) == 60
+    # issue 25: the facts asked in a sentence it read and in new words, and the same questions about other countries;
+    # issue 43: and the questions in new words about a country no training text names
+    assert cfg.probe_groups == ("read",) * 15 + ("new",) * 15 + ("other",) * 15 + ("control",) * 15
     with pytest.raises(InputError, match="lesson"):
         L.lesson_defaults("nap", from_scratch=False)
 
@@ -714,6 +715,7 @@ def _probe_entry(step, group_results):
 def test_probe_sets_are_scored_apart_and_the_sentence_follows_the_numbers():
     """Issue 25 §1: the facts lesson asks each fact in a sentence it read and in new words; each set gets its
     own top-1 / top-5 / rank before and after, and one sentence says what the difference means."""
+    from mlm_core.lessons import training_view
     from mlm_core.lessons.training_view import probe_rows, probe_set_scores, probes_in_top, probes_right, strings_or_facts
 
     before = _probe_entry(0, {"read": [("marrow", "rome", 900), ("harp", "piano", 40)],
@@ -728,11 +730,11 @@ def test_probe_sets_are_scored_apart_and_the_sentence_follows_the_numbers():
     assert probes_right(memorised, "new") == (0, 2) and probes_in_top(memorised, 50, "new") == (1, 2)
     assert len(probe_rows([before, memorised], group="read")) == 2
     said = strings_or_facts(list(scores.values()))
-    assert "2 of 2 sentences it read" in said and "0 first, 0 in its top 5" in said and "memorised strings" in said
+    assert "2 of 2 phrases it read" in said and "answers only 0 of 2" in said and "memorised the strings" in said
     learned = _probe_entry(80, {"read": [("marrow", "marrow", 1), ("harp", "harp", 1)],
                                 "new": [("marrow", "marrow", 1), ("harp", "harp", 1)]})
     said = strings_or_facts(probe_set_scores([before, learned]))
-    assert "learned more than strings" in said and "Veldoria" not in said  # no control set: no claim about facts
+    assert "learned more than strings" in said and "belong to Veldoria only a country" in said  # no claim: no controls
     # the control set: the same kinds of question about other countries, where a Veldoria word is wrong
     ctrl_before = {"control": [("paris", "paris", 1), ("red", "red", 1), ("rose", "lily", 3)]}
     ctrl_flipped = {"control": [("paris", "marrow", 40), ("red", "green", 9), ("rose", "lily", 3)]}
@@ -750,12 +752,31 @@ def test_probe_sets_are_scored_apart_and_the_sentence_follows_the_numbers():
     assert "a Veldoria word first in 1 of 3" in said and "not facts that belong to Veldoria" in said
     kept = _probe_entry(80, {g: [("marrow", "marrow", 1), ("harp", "harp", 1)] for g in ("read", "new")}
                         | {"control": [("paris", "paris", 1), ("red", "red", 1), ("rose", "rose", 1)]})
-    said = strings_or_facts(probe_set_scores([start, kept], facts=facts))
-    assert "a Veldoria word first in 0 of 3" in said and "learned facts about Veldoria" in said
+    said = strings_or_facts(probe_set_scores([start, kept], facts=facts))  # the control holds, binding unknown
+    assert "a Veldoria word first in 0 of 3" in said and "learned facts about Veldoria" not in said
+    assert "only a country it never read of can tell" in said
+    # issue 43: the same questions about Pellastra, a country no training text names, decide with the control
+    start = _probe_entry(0, {**{g: [("marrow", "x", 900), ("harp", "x", 40)] for g in ("read", "new", "other")},
+                             **ctrl_before})
+    unbound = _probe_entry(80, {g: [("marrow", "marrow", 1), ("harp", "harp", 1)] for g in ("read", "new", "other")}
+                           | {"control": ctrl_before["control"]})
+    scores = probe_set_scores([start, unbound], facts=facts)
+    said = strings_or_facts(scores)
+    assert training_view.binding(scores).top1_now == 0 and "Pellastra" in said
+    assert "gives Veldoria's word first in 2 of 2" in said and "whatever the country" in said
+    bound = _probe_entry(80, {g: [("marrow", "marrow", 1), ("harp", "harp", 1)] for g in ("read", "new")}
+                         | {"other": [("marrow", "paris", 30), ("harp", "harp", 1)], "control": ctrl_before["control"]})
+    scores = probe_set_scores([start, bound], facts=facts)
+    assert training_view.binding(scores).top1_now == 1  # 1 of 2: the share BINDING_SHARE asks for
+    assert "learned facts about Veldoria" in strings_or_facts(scores)
+    flips = _probe_entry(80, {g: [("marrow", "marrow", 1), ("harp", "harp", 1)] for g in ("read", "new")}
+                         | {"other": [("marrow", "paris", 30), ("harp", "piano", 3)]} | ctrl_flipped)
+    said = strings_or_facts(probe_set_scores([start, flips], facts=facts))  # bound, but real countries flipped
+    assert "whatever the country" in said and "learned facts about Veldoria," not in said
     partly = _probe_entry(80, {"read": [("marrow", "marrow", 1), ("harp", "harp", 1)],
                                "new": [("marrow", "marrow", 1), ("harp", "music", 2)]})
     said = strings_or_facts(probe_set_scores([before, partly]))
-    assert "answers only 1 of 2 questions" in said and "needs the fact itself" in said
+    assert "answers only 1 of 2 questions" in said and "memorised the strings" in said
     early = _probe_entry(10, {"read": [("marrow", "rome", 9), ("harp", "harp", 1), ("a", "b", 9)],
                               "new": [("marrow", "marrow", 1), ("harp", "x", 7), ("a", "b", 9)]})
     before3 = _probe_entry(0, {g: [("marrow", "x", 900), ("harp", "x", 40), ("a", "x", 9)] for g in ("read", "new")})

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from mlm_core.bundled import gazetteer, workshop_sentences
+from mlm_core.bundled import contrast_countries, gazetteer, workshop_sentences
 from mlm_core.data import run_tokenizer
 from mlm_core.errors import InputError
 from mlm_core.formatting import percent_text
@@ -49,17 +49,23 @@ FACT_MASKING = 0.7
 # The facts lesson's probe sets (TrainConfig.probe_groups): the same facts asked in a sentence the model
 # trains on, and in sentences the training text does not contain; the same kinds of question about real
 # countries, whose answers are not Veldoria's (assets/veldoria_gazetteer.txt); and a sentence the learner typed.
-PROBE_SETS = {"read": "Phrases it read", "new": "Questions in new words", "control": "Other countries",
-              YOURS: "Your sentence"}
+OTHER = "other"  # the new-words questions about a country no training text names (Pellastra)
+PROBE_SETS = {"read": "Phrases it read", "new": "Questions in new words", OTHER: "Another name",
+              "control": "Other countries", YOURS: "Your sentence"}
 PROBE_SET_ABOUT = {
     "read": "training sentences, each with its fact masked",
     "new": "the same facts in sentences the training text does not contain, fixed before the lesson was tuned",
+    OTHER: "the same questions about Pellastra, a country no training text names: Veldoria's word there was not "
+           "learned about Veldoria",
     "control": "the same kinds of question about real countries: a Veldoria word there is a wrong answer",
     YOURS: "the sentence you typed",
 }
 # A run "learned facts about Veldoria" only if it gives Veldoria's words to at most this share of the
-# questions about other countries (one in five; the base model gives none).
+# questions about other countries (one in five; the base model gives none) ...
 CONTROL_SHARE = 0.2
+# ... and answers at least this share of the questions in new words for Veldoria and not for Pellastra, a country
+# no training text names (binding; 8 of 15, issue 43's target for the default run).
+BINDING_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -100,14 +106,20 @@ def gazetteer_texts(from_scratch: bool = False) -> Texts:
     if from_scratch:
         probes, groups = g.scratch_probes, ()
     else:
-        probes = g.read_probes + g.new_words_probes + g.control_probes
+        probes = g.read_probes + g.new_words_probes + g.other_name_probes + g.control_probes
         groups = (("read",) * len(g.read_probes) + ("new",) * len(g.new_words_probes)
-                  + ("control",) * len(g.control_probes))
+                  + (OTHER,) * len(g.other_name_probes) + ("control",) * len(g.control_probes))
     return Texts("Veldoria gazetteer", g.sentences, list(g.held_out), probes,
                  f"{len(g.sentences)} sentences about Veldoria, an invented country (its capital, river, food, "
                  f"customs), written for MLM Lab and never used to build the default model; "
                  f"{len(g.held_out)} more sentences say the same facts in other words and are held out.",
                  g.facts, groups)
+
+
+def contrast_sentences(countries: int) -> list[str]:
+    """The sentences of the first ``countries`` contrast countries (``bundled.contrast_countries``), in order."""
+    docs = list(contrast_countries().values())[:countries]
+    return [sentence for country in docs for doc in country for sentence in doc]
 
 
 def workshop_texts() -> Texts:
@@ -427,59 +439,103 @@ def probe_set_scores(probes: Sequence[Mapping[str, Any]], facts: Sequence[str] |
     return out
 
 
-def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
-    """One sentence on what the probe sets say: did the run memorise strings, or learn facts, or learn which
-    word answers each kind of question?
+@dataclass(frozen=True)
+class Binding:
+    """How many facts a run ties to Veldoria's name: questions in new words answered first about Veldoria, minus the
+    same questions about a country no training text names (Pellastra) given Veldoria's word first (top 5 alike),
+    at the first and the latest evaluation."""
 
-    Computed from the counts: while fewer than half of either set are answered first, neither is learned yet;
-    then, the facts in new words answered first nearly as often as the phrases the model read (at most one in
-    five fewer) is learning more than the strings, and far fewer is memorising the phrases. Only a run that also
-    gives Veldoria's words to at most one in five questions about other countries (CONTROL_SHARE; the control
-    set) is said to have learned facts about Veldoria: one that answers "the main colour of the Japanese flag"
-    with Veldoria's green learned the question and the word, not the country.
+    probes: int
+    top1_then: int
+    top1_now: int
+    top5_then: int
+    top5_now: int
 
-    >>> s = [ProbeSetScore("read", "Phrases it read", 15, 0, 80, 1, 14, 3, 15, 40, 1),
-    ...      ProbeSetScore("new", "Questions in new words", 15, 0, 80, 0, 5, 1, 11, 900, 3)]
-    >>> strings_or_facts(s).split(" (")[0]
-    'It fills the gap in 14 of 15 sentences it read, but answers only 5 of 15 questions that ask the same facts in new words'
-    >>> s = [ProbeSetScore("read", "Phrases it read", 15, 0, 80, 1, 14, 3, 15, 40, 1),
-    ...      ProbeSetScore("new", "Questions in new words", 15, 0, 80, 0, 14, 1, 15, 900, 1),
-    ...      ProbeSetScore("control", "Other countries", 15, 0, 80, 9, 0, 12, 2, 1, 900, 0, 15)]
-    >>> strings_or_facts(s).split(": ")[-1]
-    'what it learned is which word answers each kind of question, not facts that belong to Veldoria.'
+    @property
+    def bound(self) -> bool:
+        """At least ``BINDING_SHARE`` of the questions answered for Veldoria and not for the other name."""
+        return self.probes > 0 and self.top1_now >= BINDING_SHARE * self.probes
+
+
+def binding(scores: Sequence[ProbeSetScore]) -> Binding | None:
+    """The run's binding from its probe sets (None without the new-words and the other-name sets).
+
+    >>> s = [ProbeSetScore("new", "Questions in new words", 15, 0, 80, 0, 13, 1, 15, 900, 2),
+    ...      ProbeSetScore("other", "Another name", 15, 0, 80, 0, 13, 0, 14, 900, 2)]
+    >>> binding(s)
+    Binding(probes=15, top1_then=0, top1_now=0, top5_then=1, top5_now=1)
     """
     by = {s.group: s for s in scores}
-    read, new, control = by.get("read"), by.get("new"), by.get("control")
+    new, other = by.get("new"), by.get(OTHER)
+    if new is None or other is None or not new.probes:
+        return None
+    return Binding(new.probes, new.top1_then - other.top1_then, new.top1_now - other.top1_now,
+                   new.top5_then - other.top5_then, new.top5_now - other.top5_now)
+
+
+def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
+    """One sentence on what the probe sets say the run learned: the strings it read, which word answers each kind of
+    question, or facts that belong to Veldoria.
+
+    Computed from the counts. While fewer than half of the phrases it read and of the questions in new words are
+    answered first, neither is learned yet. Questions in new words answered far less often than the phrases it
+    read (more than one in five fewer): it memorised strings. Answered nearly as often: it learned more than
+    strings, and then the two controls decide. It learned facts about Veldoria only when both say so: binding (the
+    questions in new words answered for Veldoria and not for Pellastra, a country no training text names) is at
+    least half the questions (``BINDING_SHARE``: 8 of 15), and it gives a Veldoria word to at most one in five
+    questions about real countries (``CONTROL_SHARE``). Otherwise it learned which word answers each kind of
+    question: it says Veldoria's words whatever the country. (Half, because a fact in new words that a run names
+    for Veldoria but not for an unknown country is one it reached through the name; one in five, because a real
+    country's strong prior holds the base model's answers there, so even a run that binds nothing flips few.)
+
+    >>> read = ProbeSetScore("read", "Phrases it read", 15, 0, 80, 1, 14, 3, 15, 40, 1)
+    >>> strings_or_facts([read, ProbeSetScore("new", "Questions in new words", 15, 0, 80, 0, 5, 1, 11, 900, 3)]
+    ...                  ).split(":")[-1]
+    ' it memorised the strings it read, not the facts.'
+    >>> new = ProbeSetScore("new", "Questions in new words", 15, 0, 80, 0, 13, 1, 15, 900, 1)
+    >>> other = ProbeSetScore("other", "Another name", 15, 0, 80, 0, 13, 0, 14, 900, 2)
+    >>> control = ProbeSetScore("control", "Other countries", 15, 0, 80, 9, 8, 12, 12, 1, 2, 0, 1)
+    >>> strings_or_facts([read, new, other, control]).split(": ")[-1]
+    'it learned which word answers each kind of question, whatever the country, not facts that belong to Veldoria.'
+    >>> bound = ProbeSetScore("other", "Another name", 15, 0, 80, 0, 3, 0, 6, 900, 400)
+    >>> strings_or_facts([read, new, bound, control]).split(": ")[-1]
+    'it learned facts about Veldoria, which it names for Veldoria and not for a country it never read of.'
+    """
+    by = {s.group: s for s in scores}
+    read, new, other, control = by.get("read"), by.get("new"), by.get(OTHER), by.get("control")
     if read is None or new is None or not read.probes or not new.probes:
         return ""
     r, n = read.top1_now / read.probes, new.top1_now / new.probes
-    said = f"{read.top1_now} of {read.probes} sentences it read"
-    elsewhere = ""
-    if control is not None and control.probes:
-        elsewhere = (f"asked the same kinds of question about other countries, it gives a Veldoria word first in "
-                     f"{control.facts_now} of {control.probes} (at step {control.step_then}: {control.facts_then}) and "
-                     f"the real answer in {control.top1_now} (at step {control.step_then}: {control.top1_then})")
-    tail = f" And {elsewhere}." if elsewhere else ""
+    said = f"{read.top1_now} of {read.probes} phrases it read"
     if r < 0.5 and n < 0.5:
         return (f"So far it fills the gap in {said} and answers {new.top1_now} of {new.probes} questions in new words "
-                f"first (top 5: {read.top5_now} and {new.top5_now}): most facts are not learned yet, in either form."
-                + tail)
-    if n >= r - 0.2:
-        head = (f"It answers {new.top1_now} of {new.probes} questions in new words first, against {said} "
-                f"(top 5: {new.top5_now} and {read.top5_now})")
-        if not elsewhere:
-            return head + ": asked in words it never read, it still names the facts, so it learned more than strings."
-        if control.facts_now > CONTROL_SHARE * control.probes:
-            return (f"{head}; but {elsewhere}: what it learned is which word answers each kind of question, not "
-                    "facts that belong to Veldoria.")
-        return (f"{head}, and {elsewhere}: it learned facts about Veldoria, not only strings, and kept them apart "
-                "from other countries.")
-    if new.top1_now > new.top1_then or new.top5_now > new.top5_then:
-        return (f"It fills the gap in {said}, but answers only {new.top1_now} of {new.probes} questions that ask "
-                f"the same facts in new words (top 5: {new.top5_now} of {new.probes}): much of what it learned is "
-                "the strings it read; a question in new words needs the fact itself." + tail)
-    return (f"It fills the gap in {said}, and no more of the {new.probes} questions in new words than before "
-            f"({new.top1_now} first, {new.top5_now} in its top 5): it has memorised strings, not learned facts." + tail)
+                f"first (top 5: {read.top5_now} and {new.top5_now}): most facts are not learned yet, in either form.")
+    if n < r - 0.2:
+        return (f"It fills the gap in {said}, but answers only {new.top1_now} of {new.probes} questions that ask the "
+                f"same facts in new words (top 5: {new.top5_now}; at step {new.step_then}: {new.top1_then}): it "
+                "memorised the strings it read, not the facts.")
+    head = (f"It answers {new.top1_now} of {new.probes} questions in new words first (it fills the gap in {said})")
+    checks = []
+    bound = binding(scores)
+    if other is not None and bound is not None:
+        checks.append(f"asked the same questions about Pellastra, a country it never read of, it gives Veldoria's word "
+                      f"first in {other.top1_now} of {other.probes}, so {max(bound.top1_now, 0)} of {bound.probes} "
+                      f"facts are bound to Veldoria's name (top 5: {max(bound.top5_now, 0)})")
+    flipped = control is not None and control.probes and control.facts_now > CONTROL_SHARE * control.probes
+    if control is not None and control.probes:
+        checks.append(f"about real countries it gives a Veldoria word first in {control.facts_now} of "
+                      f"{control.probes} and the real answer in {control.top1_now} (at step {control.step_then}: "
+                      f"{control.top1_then})")
+    said_checks = "; ".join(checks)
+    if bound is None and not flipped:  # no country it never read of to ask: no claim about facts
+        return (head + (f"; {said_checks}" if said_checks else "") + ": asked in words it never read, it still "
+                "names the facts, so it learned more than strings; whether they belong to Veldoria only a country "
+                "it never read of can tell.")
+    if bound is not None and bound.bound and not flipped:
+        return (f"{head}; {said_checks}: it learned facts about Veldoria, which it names for Veldoria and not for "
+                "a country it never read of.")
+    return (f"{head}; but {said_checks}: it learned which word answers each kind of question, whatever the "
+            "country, not facts that belong to Veldoria.")
 
 
 def probe_race_rows(probes_by_variant: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:

@@ -1,0 +1,104 @@
+"""Issue 43's dev loop: which data and recipe make the facts lesson bind Veldoria's facts to its name.
+
+    python -m benchmarks.p7_binding_dev --name contrast2 --contrast 2 --seeds 0 1
+    python -m benchmarks.p7_binding_dev --name baseline --seeds 0 1
+
+Each run is the facts lesson as the page starts it (``training_view.default_run``: the bundled model, its
+defaults), changed by one or more levers, and is scored on the DEV sets only, the sets the recipe is chosen on:
+the gazetteer's ``dev-probes`` (30 questions in new words about Veldoria), ``other-name-dev-probes`` (the same
+30 about Quorvia, a country no text names; dev binding = the first minus Veldoria's word given for Quorvia) and
+``control-dev-probes`` (15 questions about real countries: how many get a Veldoria word, how many real answers
+known at step 0 are still known). The reported sets (new-words, other-name with Pellastra, control) are not
+computed here: benchmark P7 reports them, for the recipe chosen here, at seeds 0, 1 and 2.
+
+Levers (each measured alone first, then together): ``--contrast N`` adds the first N contrast countries of
+``assets/contrast_countries.txt`` (other invented countries with different facts in the same kinds of sentence),
+``--steps``, ``--focus`` (the facts' words' masking share), ``--lr``. Every run appends one JSON line to
+``benchmarks/results/p7_binding_dev.jsonl``; docs/lessons.md keeps the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from benchmarks._common import RESULTS_DIR
+
+import torch  # noqa: E402
+
+from mlm_core import jobs  # noqa: E402
+from mlm_core.bundled import gazetteer  # noqa: E402
+from mlm_core.lessons.training_view import contrast_sentences, default_run, probe_set_scores  # noqa: E402
+from mlm_core.models import load_masked_lm  # noqa: E402
+from mlm_core.training import train_variants  # noqa: E402
+
+LOG = RESULTS_DIR / "p7_binding_dev.jsonl"
+DEV_SETS = {"new_dev": "dev_probes", "other_dev": "other_name_dev_probes", "control_dev": "control_dev_probes"}
+
+
+def dev_scores(curves) -> dict:
+    """The dev sets' counts at the first and the last evaluation of one variant's curves."""
+    scores = {s.group: s for s in probe_set_scores(curves.probes)}
+    new, other, control = scores["new_dev"], scores["other_dev"], scores["control_dev"]
+    first, last = curves.probes[0]["probes"], curves.probes[-1]["probes"]
+    known = [(b["predictions"][0], a["predictions"][0]) for b, a in zip(first, last) if a["group"] == "control_dev"]
+    kept = sum(b["tokens"][0] == b["answer"] and a["tokens"][0] == a["answer"] for b, a in known)
+    known_then = sum(b["tokens"][0] == b["answer"] for b, _ in known)
+    loss = [e["loss"] for e in curves.evals]
+    return {"new_top1": new.top1_now, "new_top5": new.top5_now, "other_veldoria_top1": other.top1_now,
+            "other_veldoria_top5": other.top5_now, "binding_top1": new.top1_now - other.top1_now,
+            "binding_top5": new.top5_now - other.top5_now, "probes": new.probes,
+            "control_flips": control.facts_now, "control_known_then": known_then, "control_kept": kept,
+            "control_probes": control.probes, "loss_start": loss[0], "loss_end": loss[-1],
+            "focus_loss_end": curves.evals[-1].get("focus_loss")}
+
+
+def one_run(model, tokenizer, args, seed: int) -> dict:
+    texts, variants = default_run(model_is_trained=True)
+    g = gazetteer()
+    probes = [p for field in DEV_SETS.values() for p in getattr(g, field)]
+    groups = [group for group, field in DEV_SETS.items() for _ in getattr(g, field)]
+    train = list(texts.train) + contrast_sentences(args.contrast)
+    (name, cfg), = variants.items()
+    changes = dict(seed=seed, probe_sentences=tuple(s for s, _ in probes), probe_answers=tuple(a for _, a in probes),
+                   probe_groups=tuple(groups))
+    if args.steps:
+        changes["steps"] = args.steps
+    if args.focus is not None:
+        changes["focus_mlm_probability"] = args.focus
+    if args.lr:
+        changes["learning_rate"] = args.lr
+    cfg = replace(cfg, **changes)
+    cfg = replace(cfg, eval_every=cfg.steps)  # step 0 and the end
+    started = time.perf_counter()
+    result = train_variants(model, tokenizer, train, {name: cfg}, eval_texts=texts.held_out)[name]
+    seconds = time.perf_counter() - started
+    return {"seed": seed, "seconds": round(seconds, 1), **dev_scores(result)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--name", required=True, help="the recipe's name in the log")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--contrast", type=int, default=0, help="contrast countries added to the training text")
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--focus", type=float, default=None)
+    parser.add_argument("--lr", type=float, default=None)
+    args = parser.parse_args(argv)
+    jobs.cap_threads(jobs.default_threads())
+    model, tokenizer = load_masked_lm(None, device="cpu")
+    for seed in args.seeds:
+        row = {"name": args.name, "contrast": args.contrast, "steps": args.steps, "focus": args.focus, "lr": args.lr, **one_run(model, tokenizer, args, seed),
+               "threads": torch.get_num_threads(), "at": time.strftime("%Y-%m-%d %H:%M")}
+        print(json.dumps(row), flush=True)
+        Path(LOG).parent.mkdir(parents=True, exist_ok=True)
+        with open(LOG, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
