@@ -246,12 +246,16 @@ def pseudo_log_likelihood(model, tokenizer, input_ids, attention_mask=None, *, b
 
 
 @torch.no_grad()
-def pseudo_log_likelihoods(model, tokenizer, sentences: Sequence[Sequence[int]], *, batch_size: int = 32
-                           ) -> list[PseudoLogLikelihood]:
+def pseudo_log_likelihoods(model, tokenizer, sentences: Sequence[Sequence[int]], *, batch_size: int = 32,
+                           word_ids: Sequence[Sequence[int | None]] | None = None) -> list[PseudoLogLikelihood]:
     """``pseudo_log_likelihood`` of several sentences (each a list of token ids, specials included), their
     masked copies packed together: one row per (sentence, token), rows of similar length in one batch,
     padded on the right and masked out, so many short sentences (a minimal pair, a benchmark) cost a few
     forward passes instead of one per sentence.
+
+    ``word_ids`` (one list per sentence: the word of each token, None for specials) gives PLL-word-l2r (Kauf &
+    Ivanova 2023, "A Better Way to Do Masked Language Model Scoring", ACL, §3): a piece is scored with the pieces
+    of its own word to its right masked too, so "lo ##aves" no longer gives "lo" away through "##aves".
     """
     special = set(int(i) for i in tokenizer.all_special_ids) - {getattr(tokenizer, "unk_token_id", None)}
     pad_id = getattr(tokenizer, "pad_token_id", None) or 0  # any id: padded columns are masked out
@@ -273,6 +277,10 @@ def pseudo_log_likelihoods(model, tokenizer, sentences: Sequence[Sequence[int]],
             copies[r, :len(ids)] = ids
             attention[r, :len(ids)] = 1
             copies[r, t] = tokenizer.mask_token_id
+            if word_ids is not None and word_ids[s][t] is not None:  # PLL-word-l2r: the word's later pieces too
+                for later in range(t + 1, len(ids)):
+                    if word_ids[s][later] == word_ids[s][t]:
+                        copies[r, later] = tokenizer.mask_token_id
             labels[r, t] = ids[t]
         logits, targets = masked_lm_logits(model, copies, attention, labels)  # (N, V), one row per copy
         got = F.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None]).squeeze(1)  # (N,)

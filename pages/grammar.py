@@ -10,7 +10,7 @@ from mlm_core.figures.grammar import SCREEN_TEXT_PX, pair_figure, phenomena_figu
 from mlm_core.grammar import PHENOMENA, check_sentence
 from mlm_core.lessons.grammar import (FIRST_PAIR, blimp_source, default_model_blimp, draw_pair, lab_pairs_report,
                                       lab_source, markers_note, pair_source_note, phenomenon_rows, phenomenon_table,
-                                      pll_line, report_label, token_rows, verdict)
+                                      pll_line, report_label, split_changed_words, token_rows, verdict)
 from mlm_core.lessons.prose import LessonText
 
 GOOD, BAD, VOTE, PHENOMENON = "grammar_good", "grammar_bad", "grammar_vote_first", "grammar_phenomenon"
@@ -67,7 +67,10 @@ if score is not None and vote_first and state.get(REVEALED) != (model_key, pair)
               on_click=state.__setitem__, args=(REVEALED, (model_key, pair)))
 elif score is not None:
     shown = st.info if score.good.tokens == score.bad.tokens else st.success if score.prefers_good else st.warning
-    shown(verdict(score, escape=ui.markdown_text))
+    # split words where the pair differs: the same pair under PLL-word-l2r, said beside the note (Kauf & Ivanova 2023)
+    word_l2r = ui.cached_pair_score(model_key, pair, model, tokenizer, word_l2r=True) if split_changed_words(score) \
+        else None
+    shown(verdict(score, escape=ui.markdown_text, word_l2r=word_l2r))
     ui.chart(pair_figure(score, font_px=ui.PRESENTER_CHART_FONT_PX if settings.presenter else SCREEN_TEXT_PX),
              "grammar_pair_chart", name="grammar_pair")
     shade = max((abs(lp) for pll in (score.good, score.bad) for lp in pll.log_probs), default=1.0)  # one scale

@@ -454,6 +454,12 @@ def draw(snap) -> None:
     if not any(steps.values()) and not any(evals.values()):
         st.info("The first step is on its way (the model copy and the held-out set are being prepared)…")
         return
+    if not any(len(rows) > 1 for rows in evals.values()):  # one point: nothing to compare, no chart to draw yet
+        cfg = next(iter((snap.configs or {}).values()), {})
+        st.info(f"Step 0 is measured; the curves, the probes' before-and-after and the verdicts come with the next "
+                f"evaluation (step {min(cfg.get('eval_every', 1), snap.total_steps)}). Training steps so far: "
+                f"{max((len(rows) for rows in steps.values()), default=0)}.")
+        return
     vocab_size = len(tokenizer) if from_scratch else None  # ln V, the uniform guess, drawn for scale
     if any(evals.values()):
         ui.chart(eval_figure(evals), "training_eval_chart")
@@ -468,7 +474,8 @@ def draw(snap) -> None:
     kind = run_kind(snap.configs)
     meta = state.get(RUN_META_KEY) or {}
     if kind == "mask_rate" and any(evals.values()):
-        verdict = rate_verdict(evals, "scratch" if meta.get("from_scratch") else "fine-tune", meta.get("defaults", False))
+        verdict = rate_verdict(evals, "scratch" if meta.get("from_scratch") else "fine-tune", meta.get("defaults", False),
+                               end_step=snap.total_steps, finished=snap.finished)
         if verdict:
             st.markdown(f"**On this run:** {verdict}")
         st.caption(PAPERS_ON_RATE)

@@ -331,3 +331,73 @@ def test_a_pair_whose_changed_words_are_split_says_what_pll_does_with_pieces():
     assert "lo \\#\\#aves" in verdict(split, escape=lambda t: t.replace("#", "\\#"))
     whole = grammar.PairScore(pll("dogs", "bark", "."), pll("dogs", "barks", "."))
     assert "Kauf" not in verdict(whole)
+
+
+# The maintainers' results file's 13 summary rows (github.com/alexwarstadt/blimp at 3e56b06,
+# raw_results/summary/models_summary.jsonl, CC BY 4.0), copied here: issue 43 §4.2 found the anchors labelled
+# "TACL Table 3" equal to this revised file, not to the TACL version's table.
+BLIMP_SUMMARY = [
+    {"UID":"overall","linguistics_term":"anaphor_agreement","ngram":0.479,"lstm":0.917,"txl":0.941,"gpt2":0.993},
+    {"UID":"overall","linguistics_term":"argument_structure","ngram":0.7188888889,"lstm":0.7316666667,"txl":0.7215555556,"gpt2":0.8177777778},
+    {"UID":"overall","linguistics_term":"binding","ngram":0.6441428571,"lstm":0.7347142857,"txl":0.7468571429,"gpt2":0.8094285714},
+    {"UID":"overall","linguistics_term":"control_raising","ngram":0.6848,"lstm":0.67,"txl":0.7148,"gpt2":0.8192},
+    {"UID":"overall","linguistics_term":"determiner_noun_agreement","ngram":0.7005,"lstm":0.854,"txl":0.830125,"gpt2":0.95825},
+    {"UID":"overall","linguistics_term":"ellipsis","ngram":0.369,"lstm":0.676,"txl":0.7715,"gpt2":0.8935},
+    {"UID":"overall","linguistics_term":"filler_gap_dependency","ngram":0.602,"lstm":0.7388571429,"txl":0.666,"gpt2":0.8127142857},
+    {"UID":"overall","linguistics_term":"irregular_forms","ngram":0.795,"lstm":0.8905,"txl":0.7815,"gpt2":0.919},
+    {"UID":"overall","linguistics_term":"island_effects","ngram":0.572375,"lstm":0.46575,"txl":0.483375,"gpt2":0.72725},
+    {"UID":"overall","linguistics_term":"npi_licensing","ngram":0.4552857143,"lstm":0.5165714286,"txl":0.5522857143,"gpt2":0.7682857143},
+    {"UID":"overall","linguistics_term":"quantifiers","ngram":0.535,"lstm":0.64475,"txl":0.693,"gpt2":0.79025},
+    {"UID":"overall","linguistics_term":"subject_verb_agreement","ngram":0.603,"lstm":0.8006666667,"txl":0.7595,"gpt2":0.8635},
+    {"UID":"overall","linguistics_term":"overall","ngram":0.6124029851,"lstm":0.698119403,"txl":0.6962537313,"gpt2":0.830238806},
+]
+
+
+def test_the_published_blimp_figures_are_the_maintainers_revised_results_file():
+    from mlm_core.grammar import PHENOMENA, PUBLISHED
+
+    columns = {"5-gram": "ngram", "LSTM": "lstm", "Transformer-XL": "txl", "GPT-2": "gpt2"}
+    by_term = {row["linguistics_term"]: row for row in BLIMP_SUMMARY}
+    for name, column in columns.items():
+        assert "models_summary.jsonl" in PUBLISHED[name]["source"] and "revised" in PUBLISHED[name]["source"]
+        assert abs(PUBLISHED[name]["overall"] - 100 * by_term["overall"][column]) <= 0.05 + 1e-9, name
+        for phenomenon in PHENOMENA:
+            value = PUBLISHED[name]["by_phenomenon"][phenomenon]
+            assert abs(value - 100 * by_term[phenomenon][column]) <= 0.05 + 1e-9, (name, phenomenon, value)
+
+
+def test_pll_word_l2r_masks_a_pieces_later_pieces_and_the_verdict_says_what_it_changes(tiny):
+    """Issue 43 §4.2: the split-word note now says what Kauf & Ivanova's fix does to the pair shown. PLL-word-l2r
+    scores a piece with its own word's later pieces masked too: checked against a copy built by hand, and against
+    plain PLL on a sentence whose words are single pieces (there the two are the same)."""
+    import torch.nn.functional as F
+
+    from mlm_core.head import masked_lm_logits
+    from mlm_core.masking import IGNORE_INDEX
+    from mlm_core.predict import pseudo_log_likelihoods
+
+    model, tokenizer = tiny
+    text = "two loaves of bread"  # lo ##aves: two pieces of one word
+    enc = tokenizer(text)
+    ids, words = enc["input_ids"], enc.word_ids()
+    plain, = pseudo_log_likelihoods(model, tokenizer, [ids])
+    l2r, = pseudo_log_likelihoods(model, tokenizer, [ids], word_ids=[words])
+    t = ids.index(tokenizer.convert_tokens_to_ids("lo"))
+    copy = torch.tensor([ids])
+    copy[0, t] = copy[0, t + 1] = tokenizer.mask_token_id  # "lo" scored with "##aves" masked too
+    labels = torch.full_like(copy, IGNORE_INDEX)
+    labels[0, t] = ids[t]
+    logits, target = masked_lm_logits(model, copy, torch.ones_like(copy), labels)
+    by_hand = float(F.log_softmax(logits.float(), -1)[0, target[0]])
+    at = plain.positions.index(t)
+    assert abs(l2r.log_probs[at] - by_hand) < 1e-5 and abs(plain.log_probs[at] - by_hand) > 1e-6
+    assert l2r.log_probs[at + 1] == pytest.approx(plain.log_probs[at + 1])  # the last piece: nothing to its right
+    single = tokenizer("the cats sleep")
+    a, = pseudo_log_likelihoods(model, tokenizer, [single["input_ids"]])
+    b, = pseudo_log_likelihoods(model, tokenizer, [single["input_ids"]], word_ids=[single.word_ids()])
+    assert a.log_probs == pytest.approx(b.log_probs)
+    pair = ("I baked two loaves of bread.", "I baked two loafs of bread.")
+    score, fixed = grammar.score_pairs(model, tokenizer, [pair])[0], grammar.score_pairs(model, tokenizer, [pair],
+                                                                                         word_l2r=True)[0]
+    said = verdict(score, word_l2r=fixed)
+    assert f"gives a margin of {fixed.margin:+.2f} nats" in said and "PLL-word-l2r" in said

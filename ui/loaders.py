@@ -109,6 +109,7 @@ def cached_lab_pairs():
 
 
 @st.cache_data(max_entries=256, show_spinner="Scoring both sentences…")
-def cached_pair_score(model_key: str, pair: tuple[str, str], _model, _tokenizer):
-    """``grammar.score_pairs`` of one pair, kept per model (``model_key``: the sidebar's model or a trained one)."""
-    return grammar.score_pairs(_model, _tokenizer, [pair])[0]
+def cached_pair_score(model_key: str, pair: tuple[str, str], _model, _tokenizer, word_l2r: bool = False):
+    """``grammar.score_pairs`` of one pair, kept per model (``model_key``: the sidebar's model or a trained one);
+    ``word_l2r``: PLL-word-l2r instead."""
+    return grammar.score_pairs(_model, _tokenizer, [pair], word_l2r=word_l2r)[0]

@@ -106,7 +106,7 @@ def phenomena_figure(rows: Sequence[dict], labels: Sequence[str], height: int = 
     marker_px = 11 if label_px is None else round(0.75 * label_px)
     for anchor in ANCHORS + PLL_ANCHORS:
         color, symbol = ANCHOR_STYLE[anchor]
-        where = "BLiMP Table 3" if anchor in ANCHORS else "overall only"
+        where = "BLiMP's results" if anchor in ANCHORS else "overall only"
         fig.add_trace(go.Scatter(y=names, x=[r.get(anchor) for r in rows], mode="markers", name=anchor,
                                  orientation="h", alignmentgroup="measured", offsetgroup=band,
                                  marker=dict(color=color, symbol=symbol, size=marker_px,

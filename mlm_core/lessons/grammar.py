@@ -43,7 +43,7 @@ __all__ = [
 
 # The pair the Grammar page opens with: agreement across an intervening noun ("the cabinet" is singular).
 FIRST_PAIR = ("The keys to the cabinet are on the table.", "The keys to the cabinet is on the table.")
-# The published models drawn beside a measured one (BLiMP Table 3), weakest to strongest.
+# The published models drawn beside a measured one (BLiMP's results file), weakest to strongest.
 ANCHORS = ("5-gram", "LSTM", "GPT-2", "human")
 # Masked LMs scored by PLL as the page scores them; only their overall figures are published, so they stand in the
 # chart's overall row alone (weakest to strongest).
@@ -78,10 +78,11 @@ def draw_pair(pairs: Sequence, phenomenon: str, seed: int, draw: int = 0) -> Dra
 WEAK_MARGIN = 0.5
 
 
-def verdict(score: PairScore, escape: Callable[[str], str] = str) -> str:
+def verdict(score: PairScore, escape: Callable[[str], str] = str, word_l2r: PairScore | None = None) -> str:
     """One sentence: which sentence the model prefers and by how much, in nats of PLL; the same tokens are a tie,
     and a margin under WEAK_MARGIN is said to be weak. Markdown: ``escape`` makes token text safe to show in it
-    (the page's ``ui.markdown_text``).
+    (the page's ``ui.markdown_text``). ``word_l2r``: the pair under PLL-word-l2r (``grammar.score_pairs``), said
+    beside the note on split words: what the fix does to this pair.
 
     >>> from mlm_core.predict import PseudoLogLikelihood as P
     >>> same = P((1, 2), ("a", "b"), (-4.0, -5.0))
@@ -98,6 +99,12 @@ def verdict(score: PairScore, escape: Callable[[str], str] = str) -> str:
                  "PLL scores each piece with the others visible, so a piece that the others give away scores high "
                  "whatever the grammar (Kauf & Ivanova 2023, \"A Better Way to Do Masked Language Model Scoring\", "
                  "ACL).")
+        if word_l2r is not None:
+            same_way = (word_l2r.margin > 0) == (score.margin > 0)
+            note += (f" Their fix, PLL-word-l2r (a piece scored with its word's later pieces masked too), gives a "
+                     f"margin of {word_l2r.margin:+.2f} nats for the grammatical sentence: "
+                     + ("the same preference, so here the pieces are not what decides it." if same_way else
+                        "the other preference, so here the pieces decided it."))
     if tuple(score.good.tokens) == tuple(score.bad.tokens):
         return (f"The two sentences are the same tokens to this model (PLL {g:.2f} nats each): there is nothing to "
                 f"prefer.{note}")
@@ -288,10 +295,10 @@ def lab_source(report: GrammarReport, chosen_on: bool = False) -> str:
 
 
 def markers_note() -> str:
-    """What the markers are: BLiMP's Table 3 overall figures and three masked LMs by PLL."""
-    return ("Markers: BLiMP's Table 3 (Warstadt et al. 2020, TACL), the models by forced choice on all 67,000 pairs, "
-            "human as individual annotators' agreement (about 100 annotations of each paradigm, the paper's section "
-            "3.4): overall "
+    """What the markers are: BLiMP's published results overall and three masked LMs by PLL."""
+    return ("Markers: BLiMP's models by forced choice on all 67,000 pairs, from its maintainers' results file "
+            "(revised in 2021: the TACL version's Table 3 mis-reported some results), and human as individual "
+            "annotators' agreement (about 100 annotations of each paradigm, the paper's section 3.4): overall "
             + ", ".join(f"{name} {PUBLISHED[name]['overall']}%" for name in ANCHORS)
             + f" (the table's Transformer-XL, {PUBLISHED['Transformer-XL']['overall']}%, is not drawn: it would sit on "
             "the LSTM). Masked LMs by PLL, as this page scores (overall row only: no per-phenomenon figures are "

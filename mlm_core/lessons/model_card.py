@@ -280,7 +280,8 @@ def benchmark_metrics(scores: Mapping[str, Any]) -> list[Metric]:
     return [
         ("BLiMP (PLL)", blimp, f"Grammatical sentence preferred by pseudo-log-likelihood on {scores.get('blimp_pairs', '?'):,} "
          "BLiMP pairs (Warstadt et al. 2020; a fixed sample of every paradigm, mean over paradigms ± stratified SE), "
-         "never trained on and never used to choose. BLiMP's Table 3: LSTM 69.8%, GPT-2 83.0%, human 88.6%."),
+         "never trained on and never used to choose. BLiMP's published results (its results file, revised 2021): LSTM "
+         "69.8%, GPT-2 83.0%, human 88.6%."),
         ("unseen everyday top-5", pct("unseen_top5"), f"{scores.get('unseen_n', '?')} everyday sentences written for "
          "issue 26 that no build source contains, the answer not in the sentence (assets/cloze_unseen.tsv): reported "
          "only."),

@@ -94,15 +94,20 @@ def _latest_common(evals: Mapping[str, Rows], key: str = "loss") -> tuple[int, d
     return at, {name: s[at] for name, s in zip(evals, steps)}
 
 
-# Two rates closer than this on the frozen mask are called level, not a lead: well under the 0.05-nat range that
-# the 40%-vs-15% gap spanned over three seeds of benchmark P7 (run-to-run noise of one lesson's numbers).
+# Two rates closer than this on the frozen mask are called level, not a lead: below the run-to-run spread of one
+# lesson's numbers, the range the 40%-vs-15% gap spans over benchmark P7's seeds (RATE_LEAD_SPREAD's largest minus
+# smallest, for either kind; tests/test_training_lessons.py checks that LEVEL_NATS stays below both).
 LEVEL_NATS = 0.03
 
 
-def rate_verdict(evals: Mapping[str, Rows], kind: str, default_settings: bool = True) -> str:
+def rate_verdict(evals: Mapping[str, Rows], kind: str, default_settings: bool = True, end_step: int | None = None,
+                 finished: bool = True) -> str:
     """One sentence from the run: which rate leads on the frozen 15% mask and by how much, then 40% against 15%
     beside the spread of the default run over seeds (benchmark P7). `kind`: "fine-tune" or "scratch";
-    `default_settings`: the run has the lesson's default settings (the spread was measured for those alone).
+    `default_settings`: the run has the lesson's default settings (the spread was measured for those alone);
+    `end_step`: the step the run was set to end at, and `finished`: it has ended. The spread is the gap at the end
+    of the default run, so only a gap at `end_step` is set beside it (a run still going, or cut short by Stop or
+    the time limit, is said to be so, issue 43).
 
     >>> rows = lambda *v: [{"step": 10 * i, "loss": x} for i, x in enumerate(v)]
     >>> print(rate_verdict({"mask 15%": rows(5.0, 3.0), "mask 40%": rows(5.0, 2.75)}, "fine-tune").split(". ")[0])
@@ -118,9 +123,10 @@ def rate_verdict(evals: Mapping[str, Rows], kind: str, default_settings: bool = 
     others = ", ".join(f"{losses[n]:.2f} for {n}" for n in order[1:])
     runner = order[1]
     if at and losses[runner] - losses[lead] < LEVEL_NATS:  # too close to call a lead
+        rest = ", ".join(f"{losses[n]:.2f} for {n}" for n in order[2:])  # the runner-up is named once, here
         text = (f"At step {at}, on the frozen 15% mask (the same positions for every variant), {lead} and {runner} are "
                 f"level ({losses[lead]:.2f} and {losses[runner]:.2f}: less than {LEVEL_NATS} nats apart, too close to "
-                f"call on one run; {others})")
+                f"call on one run{'; ' + rest if rest else ''})")
     else:
         text = (f"At step {at}, on the frozen 15% mask (the same positions for every variant), {lead} leads with a "
                 f"held-out loss of {losses[lead]:.2f}, {losses[ref] - losses[lead]:.2f} nats below {ref} ({others})")
@@ -132,6 +138,11 @@ def rate_verdict(evals: Mapping[str, Rows], kind: str, default_settings: bool = 
         return text + "."
     lo, hi, seeds, led = spread
     gap = losses[low] - losses[high]
+    if end_step is not None and at < end_step:
+        if finished:
+            return text + (f". This run stopped at step {at} of {end_step} (Stop, or the time limit), so its gap is not "
+                           f"set beside the spread benchmark P7 measured at the end of the default run.")
+        return text + f". The spread over seeds is for the end of the run (step {end_step}): it comes then."
     text += (f". Over {seeds} seeds of this lesson's default run (benchmark P7), {high} ended {lo:.2f} to {hi:.2f} "
              f"nats below {low} and had the lowest loss in {led} of them; here it is {gap:.2f} below")
     if not default_settings:
@@ -193,14 +204,17 @@ TRAINED_BUGS: dict[str, TrainedBug] = {b.key: b for b in (
     TrainedBug("special_tokens_masked", "Special tokens hard-coded as ids 0 and 1",
                "special_tokens_mask = torch.isin(original_ids, torch.tensor([0, 1]))   # [CLS]=101, [SEP]=102 left open",
                "huggingface/transformers#1395: run_lm_finetuning.py masked [CLS] and [SEP] too (BERT and RoBERTa); "
-               "AnswerDotAI/ModernBERT#218 excludes special tokens its mlm_masking had masked",
+               "AnswerDotAI/ModernBERT#212 (open) reports that its mlm_masking treats special tokens as candidates, "
+               "and PR #218 (open, not merged) would exclude them",
                "special_ids_hardcoded",
-               "hardly anything: [CLS] and [SEP] are 2 of every ~60 tokens and trivially easy, so the curves of the "
-               "twins stay together; it shows in the batch (the museum's audit), not in the loss."),
+               "a twin above the clean run for the first steps (a hidden [CLS] or [SEP] costs the model about 11 "
+               "nats until it learns where they go), then curves that stay together: [CLS] and [SEP] are 2 of every "
+               "~60 tokens and easy once learned, so it shows in the batch (the museum's audit), not in the late "
+               "loss."),
     TrainedBug("random_share_misread", "The conditional 0.5 read as \"50% random\" and \"fixed\" to 0.1",
                "indices_random = torch.bernoulli(torch.full(shape, 0.1)).bool() & masked & ~indices_replaced",
-               "huggingface/transformers#10285 and #11838 read the 0.5 as 50% random; PR #21629 changed it to 0.1, "
-               "which the maintainer answered gives \"10% of the remaining 20%\"",
+               "huggingface/transformers#10285 and #11838 read the 0.5 as 50% random; PR #21629 proposed 0.1 and was "
+               "closed unmerged after the maintainer answered it would give \"10% of the remaining 20%\"",
                "random_overwritten",
                "a training loss below the clean twin's while the held-out loss is not: 18% of the selected tokens "
                "are shown unchanged (the answer is in the input), only 2% are random."),
@@ -283,9 +297,14 @@ def bug_variants(base: TrainConfig, bug: str) -> dict[str, TrainConfig]:
     return {CLEAN: replace(base, bug=""), TWIN: replace(base, bug=bug)}
 
 
-def _tail_mean(rows: Rows, key: str = "loss", window: int = 10) -> float | None:
-    values = [r[key] for r in rows if r.get(key) is not None and math.isfinite(r[key])][-window:]
+def _tail_mean(rows: Rows, key: str = "loss", window: int = 10, upto: int | None = None) -> float | None:
+    """The mean of the last ``window`` values of ``key`` (up to step ``upto``, when given)."""
+    values = [r[key] for r in rows if r.get(key) is not None and math.isfinite(r[key])
+              and (upto is None or r["step"] <= upto)][-window:]
     return sum(values) / len(values) if values else None
+
+
+EARLY_STEPS = 10  # the first steps, where a twin that must learn something new (hidden [CLS]/[SEP]) runs above
 
 
 def bug_signature(bug: str, steps: Mapping[str, Rows], evals: Mapping[str, Rows]) -> str:
@@ -294,16 +313,18 @@ def bug_signature(bug: str, steps: Mapping[str, Rows], evals: Mapping[str, Rows]
     >>> steps = {CLEAN: [{"step": 1, "loss": 2.3}], TWIN: [{"step": 1, "loss": 0.5}]}
     >>> evals = {CLEAN: [{"step": 0, "loss": 4.9}, {"step": 10, "loss": 2.5}],
     ...          TWIN: [{"step": 0, "loss": 4.9}, {"step": 10, "loss": 2.4}]}
-    >>> bug_signature("labels_never_ignored", steps, evals).split(". ")[0]
-    'The buggy twin ends with a training loss of 0.50 (the clean run 2.30) and a held-out loss on the frozen mask of 2.40 (the clean run 2.50); held-out minus training loss: +1.90 for the twin, +0.20 for the clean run'
+    >>> bug_signature("labels_never_ignored", steps, evals).split("; h")[0]
+    "At step 10, the buggy twin's training loss is 0.50 (the clean run 2.30; each the mean of the last steps up to 10) and its held-out loss on the frozen mask 2.40 (the clean run 2.50)"
     """
     info = TRAINED_BUGS.get(bug)
     clean_steps, twin_steps = steps.get(CLEAN) or [], steps.get(TWIN) or []
     clean_evals, twin_evals = evals.get(CLEAN) or [], evals.get(TWIN) or []
     if info is None or not twin_evals or not clean_evals:
         return ""
-    c_train, t_train = _tail_mean(clean_steps), _tail_mean(twin_steps)
-    c_held, t_held = clean_evals[-1].get("loss"), twin_evals[-1].get("loss")
+    at = min(clean_evals[-1]["step"], twin_evals[-1]["step"])  # the last evaluation both have: compare like with like
+    c_train, t_train = _tail_mean(clean_steps, upto=at), _tail_mean(twin_steps, upto=at)
+    c_held = next((e.get("loss") for e in reversed(clean_evals) if e["step"] == at), None)
+    t_held = next((e.get("loss") for e in reversed(twin_evals) if e["step"] == at), None)
     if bug in ("eval_remasked", "eval_dropout"):
         pairs = [(e["step"], e["reported_loss"] - e["loss"]) for e in twin_evals
                  if e.get("reported_loss") is not None and e.get("loss") is not None]
@@ -317,18 +338,30 @@ def bug_signature(bug: str, steps: Mapping[str, Rows], evals: Mapping[str, Rows]
                 f"from the frozen mask's held-out loss over {len(gaps)} evaluations")
         if bug == "eval_remasked":
             flips = sum((a > 0) != (b > 0) for a, b in zip(gaps, gaps[1:]))
+            # Two checkpoints' reported losses differ by their gaps' difference on top of what the model changed: up
+            # to the widest spread of the gaps, max - min (not the largest gap alone).
             text += (f" (above and below it: the sign changed {flips} time{'s' if flips != 1 else ''}), so a held-out "
                      "gain smaller than "
-                     f"{max(abs(g) for g in gaps):.2f} nats between two checkpoints could be the mask alone.")
+                     f"{max(gaps) - min(gaps):.2f} nats between two checkpoints could be the mask alone.")
         else:
             text += f" (on average {sum(gaps) / len(gaps):+.2f}): dropout switched off part of the model it scored."
         return f"{text} Look for {info.look_for}"
-    if None in (c_train, t_train, c_held, t_held):
+    if None in (c_train, t_train, c_held, t_held) or not at:
         return ""
-    return (f"The buggy twin ends with a training loss of {t_train:.2f} (the clean run {c_train:.2f}) and a held-out "
-            f"loss on the frozen mask of {t_held:.2f} (the clean run {c_held:.2f}); held-out minus training loss: "
-            f"{t_held - t_train:+.2f} for the twin, {c_held - c_train:+.2f} for the clean run. Look for "
-            f"{info.look_for}")
+    text = (f"At step {at}, the buggy twin's training loss is {t_train:.2f} (the clean run {c_train:.2f}; each the mean "
+            f"of the last steps up to {at}) and its held-out loss on the frozen mask {t_held:.2f} (the clean run "
+            f"{c_held:.2f}); held-out minus training loss: {t_held - t_train:+.2f} for the twin, {c_held - c_train:+.2f} "
+            "for the clean run.")
+    if bug == "special_tokens_masked":
+        clean_by = {r["step"]: r["loss"] for r in clean_steps if r.get("loss") is not None}
+        gaps = [(r["step"], r["loss"] - clean_by[r["step"]]) for r in twin_steps
+                if r.get("loss") is not None and r["step"] in clean_by]
+        early = [g for s, g in gaps if s <= EARLY_STEPS]
+        late = [g for s, g in gaps if s <= at][-EARLY_STEPS:]
+        if early and late and gaps[-1][0] > EARLY_STEPS:
+            text += (f" Over the first {EARLY_STEPS} steps the twin ran up to {max(early):+.2f} nats above the clean "
+                     f"run; over the last {len(late)} up to step {at}, {sum(late) / len(late):+.2f} on average.")
+    return f"{text} Look for {info.look_for}"
 
 
 # --------------------------------------------------------------------------------------------

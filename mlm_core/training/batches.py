@@ -207,10 +207,6 @@ def mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, voc
     for r, s in enumerate(row_seeds):
         generator = seeds.generator(s)
         special, words = chunks.special_tokens_mask[r], chunks.word_ids[r]
-        if bug == "special_tokens_masked":  # only ids 0 and 1 protected: [CLS] and [SEP] become words to select
-            special = bugs.buggy_special_tokens_mask(chunks.input_ids[r])
-            exposed = (special == 0) & (words < 0)  # (T,)
-            words = torch.where(exposed, words.max() + 1 + exposed.long().cumsum(0), words)
         # The attention mask gives each row its own length: exact-count masking counts real tokens,
         # never the padding a short row carries up to seq_len.
         result = mask_tokens(chunks.input_ids[r], special, masking,
@@ -219,6 +215,10 @@ def mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, voc
                              word_ids=words, special_ids=special_ids,
                              attention_mask=chunks.attention_mask[r], trace=False)
         row_ids, row_labels = result.input_ids, result.labels
+        if bug == "special_tokens_masked":  # only ids 0 and 1 protected: [CLS] and [SEP] become tokens to select
+            row_ids, row_labels = _select_exposed_specials(chunks, r, s, row_ids, row_labels, masking,
+                                                           mask_token_id=mask_token_id, vocab_size=vocab_size,
+                                                           special_ids=special_ids)
         if extra > 0:
             focus = torch.isin(chunks.input_ids[r], focus_ids) & (row_labels == IGNORE_INDEX) \
                 & (chunks.special_tokens_mask[r] == 0)  # (T,) focus tokens the rule left out
@@ -233,6 +233,29 @@ def mask_rows(chunks: Chunks, masking: MaskingConfig, *, mask_token_id: int, voc
         inputs.append(row_ids)
         labels.append(bugs.buggy_labels(chunks.input_ids[r], row_labels, bug))
     return torch.stack(inputs), torch.stack(labels)
+
+
+def _select_exposed_specials(chunks: Chunks, r: int, row_seed: int, row_ids: torch.Tensor, row_labels: torch.Tensor,
+                              masking: MaskingConfig, *, mask_token_id: int, vocab_size: int,
+                              special_ids: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bug ``special_tokens_masked`` on row ``r``, after the clean rule: the special tokens that hard-coded ids
+    0 and 1 leave open ([CLS] and [SEP]) are selected at the rule's p and given its 80/10/10, from a stream of
+    their own, so the buggy twin's masks differ from the clean run's only there (drawn in the same stream as the
+    clean rule, the two extra tokens shifted every later draw: 189 positions differed on the lesson's run,
+    issue 43)."""
+    ids = chunks.input_ids[r]
+    exposed = (bugs.buggy_special_tokens_mask(ids) == 0) & (chunks.special_tokens_mask[r] == 1) \
+        & (chunks.attention_mask[r] == 1)  # (T,)
+    if not bool(exposed.any()):
+        return row_ids, row_labels
+    extra = mask_tokens(ids, (~exposed).long(), replace(masking, strategy="token"), mask_token_id=mask_token_id,
+                        vocab_size=vocab_size, generator=seeds.generator(row_seed, BUG_STREAM), special_ids=special_ids,
+                        trace=False)
+    chosen = extra.labels != IGNORE_INDEX
+    return torch.where(chosen, extra.input_ids, row_ids), torch.where(chosen, extra.labels, row_labels)
+
+
+BUG_STREAM = "bug_special_tokens"  # the stream of the special tokens a hard-coded special-id list leaves open
 
 
 @dataclass(frozen=True)
