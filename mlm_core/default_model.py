@@ -17,7 +17,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 from safetensors.torch import load_file
@@ -312,17 +312,34 @@ def build_scores(record: dict[str, Any] | None) -> dict[str, Any]:
             out[f"{key}_se"] = round(standard_error(out[key], n), 4)
     if final.get("cloze_copy_rate") is not None:
         out["copy_rate"] = final["cloze_copy_rate"]
+    rates = {key[:-len("_copy_rate")]: final[key] for key in sorted(final) if key.endswith("_copy_rate")
+             and key != "repeat_copy_rate" and final[key] is not None}  # (the repeat set's answer IS in the sentence)
+    if rates:
+        out["copy_rates"] = rates
     blimp = final.get("blimp") or {}
     if blimp.get("overall") is not None:
         out.update(blimp_overall=blimp["overall"], blimp_overall_se=blimp.get("overall_se"),
                    blimp_pairs=blimp.get("n_pairs"))
     # A build that started from an earlier asset counts that asset's steps and time too (and its ancestors').
+    # ``steps``: the exported checkpoints' steps, the training the shipped weights descend from; ``steps_run``: every
+    # step the builds ran in ``hours`` (a stage trains past the checkpoint it exports; issue 43 §4.4).
     earlier = lineage(record)
     if record.get("steps") is not None:
         out["steps"] = record["steps"] + sum(e.get("steps") or 0 for e in earlier)
+        out["steps_run"] = _steps_run(record) + sum(_steps_run(e) for e in earlier)
     if record.get("wall_time_s") is not None:
         out["hours"] = round((record["wall_time_s"] + sum(e.get("wall_time_s") or 0 for e in earlier)) / 3600, 1)
     return out
+
+
+def _steps_run(build: Mapping[str, Any]) -> int:
+    """The steps one build ran: its last stage's last step, else the exported step (a record without stages).
+
+    >>> _steps_run({"steps": 4000, "stages": [{"start_step": 0, "end_step": 6500}]}), _steps_run({"steps": 1267})
+    (6500, 1267)
+    """
+    ends = [s.get("end_step") for s in build.get("stages") or [] if isinstance(s, Mapping) and s.get("end_step")]
+    return int(max(ends)) if ends else int(build.get("steps") or 0)
 
 
 def lineage(record: dict[str, Any] | None) -> list[dict[str, Any]]:

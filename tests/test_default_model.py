@@ -201,6 +201,9 @@ def test_build_scores_read_the_record():
     assert dm.build_scores(record)["heldout_mask_perplexity"] == 29.96
     record["init_asset"] = {"build": {"steps": 1000, "wall_time_s": 3600}}  # started from an earlier build
     assert dm.build_scores(record)["steps"] == 6000 and dm.build_scores(record)["hours"] == 3.0
+    # issue 43 §4.4: the steps run in those hours apart from the exported checkpoints' steps
+    record["stages"] = [{"start_step": 0, "end_step": 6500}]
+    assert dm.build_scores(record)["steps_run"] == 7500 and dm.build_scores(record)["steps"] == 6000
 
 
 def test_shipped_info_carries_the_build_scores(shipped):
@@ -331,13 +334,16 @@ def test_predictions_panel_shows_the_build_record(run_page):
     shown = {m.label: m.value for m in at.metric}
     assert shown["cloze top-1"] == f"{scores['cloze_top1']:.0%} ± {scores['cloze_top1_se']:.0%}"
     assert shown["cloze top-5"].startswith(f"{scores['cloze_top5']:.0%} ± ")
-    if "copy_rate" in scores:
-        assert shown["copies a word"] == f"{scores['copy_rate']:.0%}"
-    assert any(f"{scores['steps']:,} training steps" in c.value for c in at.caption)
+    rates = scores["copy_rates"].values()  # issue 43 §4.3: the range over the build's sets, not one set's rate
+    assert shown["copies a word"] == f"{100 * min(rates):.0f}–{100 * max(rates):.0f}%"
+    # issue 43 §4.4: the steps run in the build's hours, and apart from them the exported checkpoints' steps
+    assert any(f"{scores['steps_run']:,} training steps run in {scores['hours']} h" in c.value
+               and f"descend from {scores['steps']:,} of them" in c.value for c in at.caption)
     assert any("bert-base-uncased" in m.value and "online" in m.value for m in at.markdown)  # model_card.HUB_NOTE
     # issue 26 review: the panel shows what nothing chose the model by, BLiMP and the unseen everyday set
     blimp = record["final_metrics"]["blimp"]
     assert shown["BLiMP (PLL)"] == f"{100 * blimp['overall']:.1f}% ± {100 * blimp['overall_se']:.1f}%"
     assert shown["unseen everyday top-5"] == f"{record['final_metrics']['unseen_top5']:.0%}"
     assert shown["copies a word (unseen)"] == f"{record['final_metrics']['unseen_copy_rate']:.0%}"
-    assert any("sets nothing was chosen by" in c.value for c in at.caption)  # which row a teacher should quote
+    assert any("sets the checkpoint was not chosen on" in c.value and "not untouched" in c.value
+               for c in at.caption)  # which row a teacher should quote, and how far to trust it
