@@ -70,6 +70,9 @@ _LOCKS_GUARD = threading.Lock()
 _SETTINGS = ("truncation", "padding")
 _SETTERS = {"enable_truncation": "truncation", "no_truncation": "truncation",
             "enable_padding": "padding", "no_padding": "padding"}
+# The backend's methods whose result depends on those settings: the backend is set to the caller's first.
+_READS_SETTINGS = frozenset({"encode", "encode_batch", "encode_batch_fast", "async_encode", "async_encode_batch",
+                             "async_encode_batch_fast", "post_process", "to_str", "save"})
 
 
 class LockedBackend:
@@ -88,13 +91,15 @@ class LockedBackend:
     4
     """
 
-    __slots__ = ("_raw", "lock", "_initial", "_local")
+    __slots__ = ("_raw", "lock", "_initial", "_local", "_applied", "_methods")
 
     def __init__(self, raw, lock: threading.RLock | None = None):
         object.__setattr__(self, "_raw", raw)
         object.__setattr__(self, "lock", lock if lock is not None else threading.RLock())
         object.__setattr__(self, "_initial", {name: getattr(raw, name) for name in _SETTINGS})
+        object.__setattr__(self, "_applied", dict(self._initial))  # what the backend holds now (lock held to change)
         object.__setattr__(self, "_local", threading.local())
+        object.__setattr__(self, "_methods", {})  # name -> its locked wrapper, made once
 
     def _mine(self) -> dict:
         """This thread's truncation and padding (a new thread starts from the backend's as loaded)."""
@@ -105,24 +110,27 @@ class LockedBackend:
 
     def _apply(self) -> None:
         """Set the backend to this thread's truncation and padding (lock held)."""
-        raw, mine = self._raw, self._mine()
-        if raw.truncation != mine["truncation"]:
+        raw, mine, applied = self._raw, self._mine(), self._applied
+        if applied["truncation"] != mine["truncation"]:
             if mine["truncation"] is None:
                 raw.no_truncation()
             else:
                 raw.enable_truncation(**mine["truncation"])
-        if raw.padding != mine["padding"]:
+            applied["truncation"] = raw.truncation
+        if applied["padding"] != mine["padding"]:
             if mine["padding"] is None:
                 raw.no_padding()
             else:
                 raw.enable_padding(**mine["padding"])
+            applied["padding"] = raw.padding
 
     def _set(self, name: str, *args, **kwargs) -> None:
         """A setter: applied to a private backend state under the lock, then remembered for this thread only."""
         with self.lock:
             self._apply()
             getattr(self._raw, name)(*args, **kwargs)
-            self._mine()[_SETTERS[name]] = getattr(self._raw, _SETTERS[name])
+            setting = _SETTERS[name]
+            self._mine()[setting] = self._applied[setting] = getattr(self._raw, setting)
 
     def __getattr__(self, name: str):
         if name in _SETTINGS:
@@ -130,16 +138,21 @@ class LockedBackend:
             return dict(value) if value is not None else None
         if name in _SETTERS:
             return functools.partial(self._set, name)
+        method = self._methods.get(name)
+        if method is not None:
+            return method
         with self.lock:
             value = getattr(self._raw, name)
         if not callable(value):
             return value
+        reads_settings = name in _READS_SETTINGS
 
-        @functools.wraps(value)
         def locked(*args, **kwargs):
             with self.lock:
-                self._apply()
+                if reads_settings:
+                    self._apply()
                 return value(*args, **kwargs)
+        self._methods[name] = locked
         return locked
 
     def __setattr__(self, name: str, value) -> None:

@@ -507,14 +507,6 @@ def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
         return ""
     r, n = read.top1_now / read.probes, new.top1_now / new.probes
     said = f"{read.top1_now} of {read.probes} phrases it read"
-    if r < 0.5 and n < 0.5:
-        return (f"So far it fills the gap in {said} and answers {new.top1_now} of {new.probes} questions in new words "
-                f"first (top 5: {read.top5_now} and {new.top5_now}): most facts are not learned yet, in either form.")
-    if n < r - 0.2:
-        return (f"It fills the gap in {said}, but answers only {new.top1_now} of {new.probes} questions that ask the "
-                f"same facts in new words (top 5: {new.top5_now}; at step {new.step_then}: {new.top1_then}): it "
-                "memorised the strings it read, not the facts.")
-    head = (f"It answers {new.top1_now} of {new.probes} questions in new words first (it fills the gap in {said})")
     checks = []
     bound = binding(scores)
     if other is not None and bound is not None:
@@ -527,6 +519,15 @@ def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
                       f"{control.probes} and the real answer in {control.top1_now} (at step {control.step_then}: "
                       f"{control.top1_then})")
     said_checks = "; ".join(checks)
+    if r < 0.5 and n < 0.5:
+        return (f"So far it fills the gap in {said} and answers {new.top1_now} of {new.probes} questions in new words "
+                f"first (top 5: {read.top5_now} and {new.top5_now}): most facts are not learned yet, in either form."
+                + (f" And {said_checks}." if said_checks else ""))
+    if n < r - 0.2:
+        return (f"It fills the gap in {said}, but answers only {new.top1_now} of {new.probes} questions that ask the "
+                f"same facts in new words (top 5: {new.top5_now}; at step {new.step_then}: {new.top1_then}): it "
+                "memorised the strings it read, not the facts.")
+    head = (f"It answers {new.top1_now} of {new.probes} questions in new words first (it fills the gap in {said})")
     if bound is None and not flipped:  # no country it never read of to ask: no claim about facts
         return (head + (f"; {said_checks}" if said_checks else "") + ": asked in words it never read, it still "
                 "names the facts, so it learned more than strings; whether they belong to Veldoria only a country "

@@ -57,7 +57,7 @@ def test_a_bug_trains_beside_its_clean_twin(page, server):
     choose_lesson(page, server, "Bugs that train")
     expect(page.get_by_role("link", name="huggingface/transformers#20797")).to_be_visible()
     start(page)
-    signature = page.get_by_text(re.compile(r"on this run:.*The buggy twin ends with a training loss of"))
+    signature = page.get_by_text(re.compile(r"on this run:.*At step \d+, the buggy twin's training loss is"))
     expect(signature).to_be_visible(timeout=SLOW)
     expect(page.get_by_text("The probes, variant by variant")).to_be_visible()
 
