@@ -41,8 +41,8 @@ def test_the_rate_sentence_is_computed_from_the_run(monkeypatch):
     text = rate_verdict(evals, "fine-tune")
     assert text.startswith(f"At step 10, on the frozen 15% mask (the same positions for every variant), mask 40% "
                            f"leads with a held-out loss of {3.0 - inside:.2f}")
-    assert (f"Over 3 seeds of this lesson's default run (benchmark P7), mask 40% ended 0.20 to 0.30 nats below "
-            "mask 15% and had the lowest loss in 2 of them") in text
+    assert (f"Over 3 other seeds of this lesson's default run (benchmark P7; not the page's seed 0), mask 40% ended "
+            "0.20 to 0.30 nats below mask 15% and had the lowest loss in 2 of them") in text
     assert text.endswith(f"here it is {3.0 - (3.0 - inside):.2f} below: within that spread.")
     far = {**evals, "mask 40%": rows(5.0, 3.0 - hi - 0.2)}
     assert rate_verdict(far, "fine-tune").endswith("outside that spread.")

@@ -34,7 +34,8 @@ SPLITS = ((0.8, 0.1), (1.0, 0.0), (0.8, 0.0), (0.8, 0.2), (0.5, 0.25))
 # comparison": github.com/AnswerDotAI/ModernBERT, yamls/modernbert/modernbert-base-pretrain.yaml).
 EVAL_RULE = MaskingConfig()
 
-# The run-to-run spread of the default run, measured by benchmark P7 (benchmarks/p7_lessons.py, 3 seeds;
+# The run-to-run spread of the default run, measured by benchmark P7 (benchmarks/p7_lessons.py, 3 seeds, 1-3: not
+# the page's default 0, so a learner's default run is not part of the spread it is set beside;
 # tests/test_training_lessons.py checks these against benchmarks/results/p7_lessons.json): how far 40% ended below
 # 15% on the frozen mask at the last evaluation, smallest and largest over the seeds, and in how many seeds 40%
 # had the lowest loss of the three rates. Keyed by "fine-tune" (the bundled model) and "scratch" (the tiny BERT).
@@ -143,7 +144,8 @@ def rate_verdict(evals: Mapping[str, Rows], kind: str, default_settings: bool = 
             return text + (f". This run stopped at step {at} of {end_step} (Stop, or the time limit), so its gap is not "
                            f"set beside the spread benchmark P7 measured at the end of the default run.")
         return text + f". The spread over seeds is for the end of the run (step {end_step}): it comes then."
-    text += (f". Over {seeds} seeds of this lesson's default run (benchmark P7), {high} ended {lo:.2f} to {hi:.2f} "
+    text += (f". Over {seeds} other seeds of this lesson's default run (benchmark P7; not the page's seed 0), {high} "
+             f"ended {lo:.2f} to {hi:.2f} "
              f"nats below {low} and had the lowest loss in {led} of them; here it is {gap:.2f} below")
     if not default_settings:
         return text + ", but this run's settings are not the defaults, so that spread says little about it."
