@@ -30,7 +30,7 @@ from benchmarks._common import RESULTS_DIR
 import torch  # noqa: E402
 
 from mlm_core import jobs  # noqa: E402
-from mlm_core.bundled import gazetteer  # noqa: E402
+from mlm_core.bundled import contrast_answers, contrast_countries, gazetteer  # noqa: E402
 from mlm_core.lessons.training_view import contrast_sentences, default_run, probe_set_scores  # noqa: E402
 from mlm_core.models import load_masked_lm  # noqa: E402
 from mlm_core.training import train_variants  # noqa: E402
@@ -71,6 +71,9 @@ def one_run(model, tokenizer, args, seed: int) -> dict:
         changes["focus_mlm_probability"] = args.focus
     if args.lr:
         changes["learning_rate"] = args.lr
+    if args.focus_contrast:  # the contrast countries' answers are masked as often as Veldoria's
+        extra = [w for name in list(contrast_countries())[:args.contrast] for w in contrast_answers()[name]]
+        changes["eval_focus_words"] = tuple(cfg.eval_focus_words) + tuple(extra)
     cfg = replace(cfg, **changes)
     cfg = replace(cfg, eval_every=cfg.steps)  # step 0 and the end
     started = time.perf_counter()
@@ -87,11 +90,14 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--focus", type=float, default=None)
     parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--focus-contrast", action="store_true",
+                        help="mask the contrast countries' answers as often as Veldoria's (the facts' words)")
     args = parser.parse_args(argv)
     jobs.cap_threads(jobs.default_threads())
     model, tokenizer = load_masked_lm(None, device="cpu")
     for seed in args.seeds:
-        row = {"name": args.name, "contrast": args.contrast, "steps": args.steps, "focus": args.focus, "lr": args.lr, **one_run(model, tokenizer, args, seed),
+        row = {"name": args.name, "contrast": args.contrast, "steps": args.steps, "focus": args.focus, "lr": args.lr,
+               "focus_contrast": args.focus_contrast, **one_run(model, tokenizer, args, seed),
                "threads": torch.get_num_threads(), "at": time.strftime("%Y-%m-%d %H:%M")}
         print(json.dumps(row), flush=True)
         Path(LOG).parent.mkdir(parents=True, exist_ok=True)

@@ -199,6 +199,17 @@ def contrast_countries() -> dict[str, tuple[tuple[str, ...], ...]]:
 
 
 @functools.lru_cache(maxsize=1)
+def contrast_answers() -> dict[str, tuple[str, ...]]:
+    """Each contrast country's 15 answers, from the file's header ("# Tavonia's answers (...)").
+
+    >>> len(contrast_answers()["tavonia"])
+    15
+    """
+    found = re.findall(r"^# (\w+)'s answers \(([^)]*)\)", CONTRAST.read_text(encoding="utf-8"), re.M)
+    return {name.lower(): tuple(w.strip() for w in words.split(",")) for name, words in found}
+
+
+@functools.lru_cache(maxsize=1)
 def gazetteer() -> Gazetteer:
     """The bundled gazetteer of Veldoria (assets/veldoria_gazetteer.txt), read once."""
     return parse_gazetteer(GAZETTEER.read_text(encoding="utf-8"))

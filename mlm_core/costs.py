@@ -198,7 +198,10 @@ def _shape(config) -> tuple[int, int, int, int, int]:
 RUN_BYTES_PER_PARAMETER = 16  # each variant's copy, its gradients and AdamW's two moments, held for the whole run
 UPDATE_BYTES_PER_PARAMETER = 4  # the AdamW update's and the clipping's temporaries, one variant at a time
 RUN_FIXED_BYTES = 64 * 2**20  # the run's tokenizer copy, its chunks, the frozen held-out masks, the batches in flight
-RUN_SCORE_COPIES = 3.5  # (M, V) fp32 tensors of a run's step: scores, log-softmax, their gradient, allocator slack
+# (M, V) fp32 tensors of a run's step: scores, log-softmax, their gradient, allocator slack (3.7 measured on a tiny
+# model with a 50,000-token vocabulary, where the scores are nearly all of it)
+RUN_SCORE_COPIES = 4.0
+TEXT_BYTES_PER_CHAR = 70  # a run's training text as Python strings, encodings and chunks: a 5 MB upload held ~330 MB
 EVAL_SCORE_COPIES = 3  # (M, V) scores, their log-softmax and softmax in an evaluation (no gradients)
 
 
@@ -256,12 +259,12 @@ def run_eval_bytes(config, cfg) -> int:
     return int(EVAL_SCORE_COPIES * masked * vocab * BYTES_PER_VALUE["fp32"])
 
 
-def run_bytes(config, variants, *, params: int | None = None, focus_share: float = 0.0) -> int:
+def run_bytes(config, variants, *, params: int | None = None, focus_share: float = 0.0, text_chars: int = 0) -> int:
     """About the most a training run holds at once beyond the model it copies: every variant's copy with its
     gradients and AdamW's moments (``RUN_BYTES_PER_PARAMETER``), the update's temporaries
-    (``UPDATE_BYTES_PER_PARAMETER``), ``RUN_FIXED_BYTES``, and the largest step (``run_step_bytes``) or
-    evaluation (``run_eval_bytes``) of any variant (variants step one after the other). ``params``: the
-    model's own count (default: from ``config``). Checked against measured peaks in
+    (``UPDATE_BYTES_PER_PARAMETER``), ``RUN_FIXED_BYTES``, ``TEXT_BYTES_PER_CHAR`` for each character of its text
+    (``text_chars``), and the largest step (``run_step_bytes``) or evaluation (``run_eval_bytes``) of any variant
+    (variants step one after the other). ``params``: the model's own count (default: from ``config``). Checked against measured peaks in
     ``tests/test_memory_budget.py``; ``jobs.RunManager.submit`` refuses a run above ``MLMLAB_RUN_MB``.
 
     >>> from transformers import BertConfig
@@ -269,14 +272,14 @@ def run_bytes(config, variants, *, params: int | None = None, focus_share: float
     >>> small = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
     ...                    intermediate_size=1536)
     >>> round(run_bytes(small, {"run": TrainConfig(batch_size=8, seq_len=64)}) / 2**20)  # MiB: one default run
-    664
+    669
     """
     params = estimate_parameters(config) if params is None else int(params)
     configs = list(variants.values())
     transient = max(max(run_step_bytes(config, c, focus_share=focus_share), run_eval_bytes(config, c))
                     for c in configs)
     return int((RUN_BYTES_PER_PARAMETER * len(configs) + UPDATE_BYTES_PER_PARAMETER) * params
-               + RUN_FIXED_BYTES + transient)
+               + RUN_FIXED_BYTES + TEXT_BYTES_PER_CHAR * max(0, int(text_chars)) + transient)
 
 
 # --------------------------------------------------------------------------------------------

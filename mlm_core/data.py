@@ -5,6 +5,7 @@ Shapes: B = batch, T = sequence length.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import io
@@ -66,8 +67,10 @@ def special_ids(tokenizer) -> tuple[int, ...]:
 # asked for. ``tokenizer_lock`` is that lock, for sequences of calls that belong together.
 _LOCKS: "weakref.WeakKeyDictionary[object, threading.RLock]" = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
-# The backend's settings that one caller's request writes and its encode then reads.
+# The backend's settings that one caller's request writes and its encode then reads: two set by methods, one flag
+# set as an attribute (transformers writes it when a call asks split_special_tokens).
 _SETTINGS = ("truncation", "padding")
+_FLAGS = ("encode_special_tokens",)
 _SETTERS = {"enable_truncation": "truncation", "no_truncation": "truncation",
             "enable_padding": "padding", "no_padding": "padding"}
 # The backend's methods whose result depends on those settings: the backend is set to the caller's first.
@@ -96,7 +99,7 @@ class LockedBackend:
     def __init__(self, raw, lock: threading.RLock | None = None):
         object.__setattr__(self, "_raw", raw)
         object.__setattr__(self, "lock", lock if lock is not None else threading.RLock())
-        object.__setattr__(self, "_initial", {name: getattr(raw, name) for name in _SETTINGS})
+        object.__setattr__(self, "_initial", {name: getattr(raw, name) for name in _SETTINGS + _FLAGS})
         object.__setattr__(self, "_applied", dict(self._initial))  # what the backend holds now (lock held to change)
         object.__setattr__(self, "_local", threading.local())
         object.__setattr__(self, "_methods", {})  # name -> its locked wrapper, made once
@@ -123,6 +126,10 @@ class LockedBackend:
             else:
                 raw.enable_padding(**mine["padding"])
             applied["padding"] = raw.padding
+        for flag in _FLAGS:
+            if applied[flag] != mine[flag]:
+                setattr(raw, flag, mine[flag])
+                applied[flag] = mine[flag]
 
     def _set(self, name: str, *args, **kwargs) -> None:
         """A setter: applied to a private backend state under the lock, then remembered for this thread only."""
@@ -136,6 +143,8 @@ class LockedBackend:
         if name in _SETTINGS:
             value = self._mine()[name]
             return dict(value) if value is not None else None
+        if name in _FLAGS:
+            return self._mine()[name]
         if name in _SETTERS:
             return functools.partial(self._set, name)
         method = self._methods.get(name)
@@ -156,6 +165,9 @@ class LockedBackend:
         return locked
 
     def __setattr__(self, name: str, value) -> None:
+        if name in _FLAGS:  # this thread's own, applied before its next encode
+            self._mine()[name] = value
+            return
         with self.lock:
             setattr(self._raw, name, value)
 
@@ -164,16 +176,64 @@ class LockedBackend:
         with self.lock:
             raw = Tokenizer.from_str(self._raw.to_str())
         copy = LockedBackend(raw)
-        object.__setattr__(copy, "_initial", {k: (dict(v) if v else v) for k, v in self._initial.items()})
+        object.__setattr__(copy, "_initial", {k: (dict(v) if isinstance(v, dict) else v)
+                                              for k, v in self._initial.items()})
         return copy
 
     def __reduce__(self):
+        """Pickled with the settings it was loaded with, not whatever another thread set last."""
         with self.lock:
-            return _backend_from_str, (self._raw.to_str(),)
+            return _backend_from_str, (self._raw.to_str(), self._initial)
 
 
-def _backend_from_str(text: str) -> LockedBackend:
+def _backend_from_str(text: str, initial: dict | None = None) -> LockedBackend:
+    if initial is not None:
+        raw = Tokenizer.from_str(text)
+        for name, value in initial.items():
+            if name in _FLAGS:
+                setattr(raw, name, value)
+            elif value is None:
+                getattr(raw, f"no_{name}")()
+            else:
+                getattr(raw, f"enable_{name}")(**value)
+        return LockedBackend(raw)
     return LockedBackend(Tokenizer.from_str(text))
+
+
+def _backend_parts(backend):
+    """(the raw backend, the lock to hold while using its parts): a shared backend's own lock, else none."""
+    if isinstance(backend, LockedBackend):
+        return backend._raw, backend.lock
+    return backend, contextlib.nullcontext()
+
+
+def normalized(backend, text: str) -> str:
+    """``text`` as a tokenizer's normaliser leaves it (lower case, accents stripped for BERT), its backend's lock held
+    when it is shared (``backend``: ``tokenizer.backend_tokenizer``, or a ``tokenizers.Tokenizer`` of one's own).
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> normalized(load_default_tokenizer().backend_tokenizer, "The Café")
+    'the cafe'
+    """
+    raw, lock = _backend_parts(backend)
+    with lock:
+        return raw.normalizer.normalize_str(text) if raw.normalizer is not None else text
+
+
+def pre_tokenized_words(backend, text: str) -> list[str]:
+    """The words a tokenizer's pipeline sees: normalised, then split at whitespace and punctuation (its
+    pre-tokeniser), its backend's lock held when it is shared.
+
+    >>> from mlm_core.bundled import load_default_tokenizer
+    >>> pre_tokenized_words(load_default_tokenizer().backend_tokenizer, "The cat's mat.")
+    ['the', 'cat', "'", 's', 'mat', '.']
+    """
+    raw, lock = _backend_parts(backend)
+    with lock:
+        text = raw.normalizer.normalize_str(text) if raw.normalizer is not None else text
+        if raw.pre_tokenizer is None:
+            return text.split()
+        return [w for w, _ in raw.pre_tokenizer.pre_tokenize_str(text)]
 
 
 def shared_tokenizer(tokenizer):

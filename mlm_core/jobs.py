@@ -164,8 +164,12 @@ def _focus_share(tokenizer, texts: Sequence[str], variants: Mapping[str, TrainCo
     return focus_token_share(tokenizer, texts, facts[0].eval_focus_words)
 
 
+def _chars(texts: Sequence[str], eval_texts: Sequence[str] | None) -> int:
+    return sum(len(t) for t in texts) + sum(len(t) for t in eval_texts or ())
+
+
 def run_memory_problem(model, variants: Mapping[str, TrainConfig], budget: int, *,
-                       focus_share: float = 0.0) -> str | None:
+                       focus_share: float = 0.0, text_chars: int = 0) -> str | None:
     """Why this run would hold more memory than ``budget`` bytes, naming what to lower; None if it fits.
 
     The estimate is ``costs.run_bytes`` on the model's config and its own parameter count (a model without a
@@ -174,7 +178,7 @@ def run_memory_problem(model, variants: Mapping[str, TrainConfig], budget: int, 
     >>> from mlm_core.models import load_masked_lm
     >>> model, _ = load_masked_lm("tiny-random")
     >>> run_memory_problem(model, {"a": TrainConfig(batch_size=64, seq_len=256)}, 2**30)[:46]
-    'This run would hold about 1.4 GiB at once: 1 m'
+    'This run would hold about 1.5 GiB at once: 1 m'
     >>> run_memory_problem(model, {"a": TrainConfig()}, 2**30) is None
     True
     """
@@ -184,7 +188,7 @@ def run_memory_problem(model, variants: Mapping[str, TrainConfig], budget: int, 
     params = sum(p.numel() for p in model.parameters())
 
     def need(vs) -> int:
-        return run_bytes(config, vs, params=params, focus_share=focus_share)
+        return run_bytes(config, vs, params=params, focus_share=focus_share, text_chars=text_chars)
 
     total = need(variants)
     if total <= budget:
@@ -715,7 +719,7 @@ class RunManager:
         holds its trained copies until ``run.take_trained()``.
         """
         problem = step_tokens_problem(variants, self.max_step_tokens) or self.memory_problem(
-            model, tokenizer, texts, variants)
+            model, tokenizer, texts, variants, eval_texts)
         if problem:
             raise InputError(problem)
         run = Run(model, tokenizer, texts, variants, label=label, train_fn=self._train_fn, clock=self._clock,
@@ -747,15 +751,18 @@ class RunManager:
             run._start()
         return run
 
-    def memory_problem(self, model, tokenizer, texts: Sequence[str], variants: Mapping[str, TrainConfig]) -> str | None:
+    def memory_problem(self, model, tokenizer, texts: Sequence[str], variants: Mapping[str, TrainConfig],
+                       eval_texts: Sequence[str] | None = None) -> str | None:
         """Why the run would hold more than ``max_run_bytes`` (``run_memory_problem``), before anything is copied."""
         return run_memory_problem(model, variants, self.max_run_bytes,
-                                  focus_share=_focus_share(tokenizer, texts, variants))
+                                  focus_share=_focus_share(tokenizer, texts, variants),
+                                  text_chars=_chars(texts, eval_texts))
 
-    def run_estimate(self, model, tokenizer, texts: Sequence[str], variants: Mapping[str, TrainConfig]) -> int:
+    def run_estimate(self, model, tokenizer, texts: Sequence[str], variants: Mapping[str, TrainConfig],
+                     eval_texts: Sequence[str] | None = None) -> int:
         """``costs.run_bytes`` of a run, as ``memory_problem`` checks it."""
         return run_bytes(model.config, variants, params=sum(p.numel() for p in model.parameters()),
-                         focus_share=_focus_share(tokenizer, texts, variants))
+                         focus_share=_focus_share(tokenizer, texts, variants), text_chars=_chars(texts, eval_texts))
 
     def active(self) -> list[Run]:
         with self._lock:

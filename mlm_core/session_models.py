@@ -109,6 +109,7 @@ class TrainedModels:
             return [f"{label} was not kept: it needs {size / 2**20:,.0f} MB and {limit}."]
         model.eval()  # ours: a session-owned copy, never the shared cached model
         model.requires_grad_(False)
+        model.zero_grad(set_to_none=True)  # gradients left by training would double what model_bytes counts
         info = dict(getattr(model, INFO_ATTR, None) or {})
         setattr(model, INFO_ATTR, dict(info, label=label, trained=True, source="session", name=None,
                                        description=f"Trained in this session from {info.get('label', 'a base model')}."))

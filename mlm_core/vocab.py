@@ -44,7 +44,7 @@ from typing import Callable, Sequence
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from mlm_core.data import plain_encodings, shared_tokenizer
+from mlm_core.data import normalized, plain_encodings, pre_tokenized_words, shared_tokenizer
 from mlm_core.errors import InputError
 from mlm_core.server_budget import ServerBudget, env_int
 
@@ -168,8 +168,9 @@ def wordpiece_from_vocab(tokens: Sequence[str]):
 
 
 def _words(tok: Tokenizer, text: str) -> list[str]:
-    """The words BERT's pipeline sees: normalised, split at whitespace and punctuation."""
-    return [w for w, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text))]
+    """The words BERT's pipeline sees: normalised, split at whitespace and punctuation (``data.pre_tokenized_words``:
+    a shared tokenizer's backend under its lock)."""
+    return pre_tokenized_words(tok, text)
 
 
 def _check_request(texts: Sequence[str], vocab_size: int, algorithm: str) -> list[str]:
@@ -551,7 +552,7 @@ def normalize_text(tokenizer, text: str) -> str:
     >>> normalize_text(wordpiece_from_vocab(["the"]), "  The   Café ")
     'the cafe'
     """
-    return " ".join(tokenizer.backend_tokenizer.normalizer.normalize_str(text).split())
+    return " ".join(normalized(tokenizer.backend_tokenizer, text).split())
 
 
 def holdout_split(texts: Sequence[str], every: int = 10, min_sentences: int = 50) -> tuple[list[str], list[str]]:

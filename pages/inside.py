@@ -292,8 +292,8 @@ def saliency_view() -> None:
     if st.button(f"📊 The same comparison on {AGREEMENT_SENTENCES} {CORPUS_WORDS}", key="inside_agreement_run",
                  help="Masks each sentence's last word and runs leave-one-out on every one (once per model)."):
         state["inside_agreement_for"] = model_key
-        with ui.heavy_click():  # computed here, in the click's turn (cached: later visits read it)
-            cached_agreement(model_key, AGREEMENT_SENTENCES, model, tokenizer)
+        # computed here, in the click's turn (cached: later visits read it)
+        ui.heavy_click(lambda: cached_agreement(model_key, AGREEMENT_SENTENCES, model, tokenizer))
     if state.get("inside_agreement_for") == model_key:
         summary = cached_agreement(model_key, AGREEMENT_SENTENCES, model, tokenizer)
         ui.chart(agreement_summary_figure(summary, height=ui.chart_height(360)), "inside_agreement_summary_fig")

@@ -162,10 +162,10 @@ st.markdown(TEXT("sweep", draws=SWEEP_DRAWS, cosine_draws=SWEEP_COSINE_DRAWS))
 signature = (settings.model_name, settings.seed, tuple(batch.texts), rule, options.sampled)
 if st.button("Run the K sweep", key="loss_sweep_button"):
     bar = st.progress(0.0, text="Sweeping K…")
-    with ui.heavy_click():
-        rows = sampled_softmax_sweep(batch.hidden, batch.weight, batch.bias, batch.targets, ks=sweep_ks(vocab_size),
-                                     config=options.sampled, counts=counts, generator=batch.generator(SWEEP_PURPOSE),
-                                     on_progress=lambda done, what: bar.progress(done, text=f"Sweeping K… {what} done"))
+    rows = ui.heavy_click(lambda: sampled_softmax_sweep(
+        batch.hidden, batch.weight, batch.bias, batch.targets, ks=sweep_ks(vocab_size), config=options.sampled,
+        counts=counts, generator=batch.generator(SWEEP_PURPOSE),
+        on_progress=lambda done, what: bar.progress(done, text=f"Sweeping K… {what} done")))
     bar.empty()
     st.session_state["loss_sweep"] = {"signature": signature, "rows": rows}
 sweep = st.session_state.get("loss_sweep")
@@ -186,10 +186,9 @@ nsp_signature = (settings.model_name, settings.seed)
 if st.button(f"Train the NSP head ({NSP_STEPS} steps)", key="loss_nsp_button"):
     progress = st.progress(0.0, text="Starting…")
     try:
-        with ui.heavy_click():
-            result = train_nsp_head(model, tokenizer, workshop_documents(), steps=NSP_STEPS,
-                                    generator=seeds.generator(settings.seed, "nsp_head"),
-                                    on_progress=lambda f, text: progress.progress(min(1.0, f), text=text))
+        result = ui.heavy_click(lambda: train_nsp_head(
+            model, tokenizer, workshop_documents(), steps=NSP_STEPS, generator=seeds.generator(settings.seed, "nsp_head"),
+            on_progress=lambda f, text: progress.progress(min(1.0, f), text=text)))
         st.session_state["loss_nsp"] = {"signature": nsp_signature, "result": result}
     except MLMLabError as exc:
         ui.show_error(exc)

@@ -192,9 +192,9 @@ if config.strategy == "span" and n_tokens > MAX_SPAN_TOKENS:
                "so the page stays quick for everyone on the server.")
     n_tokens = MAX_SPAN_TOKENS
 if st.button("📊 Mask the corpus", key="masking_stats_run"):
-    with st.spinner("Masking…"), ui.heavy_click():
-        state["masking_stats"] = (config, settings.seed, masking_statistics(
-            tokenizer, workshop_sentences(), config, target_tokens=n_tokens, seed=settings.seed))
+    with st.spinner("Masking…"):
+        state["masking_stats"] = (config, settings.seed, ui.heavy_click(lambda: masking_statistics(
+            tokenizer, workshop_sentences(), config, target_tokens=n_tokens, seed=settings.seed)))
 stats = None
 if state.get("masking_stats") is not None:
     stats_config, stats_seed, stats = state["masking_stats"]

@@ -303,9 +303,8 @@ n_scored = sum(1 for t in tokens if t not in tokenizer.all_special_tokens)
 if st.button(f"Score the sentence: mask each of its {n_scored} tokens in turn", key="pred_pll_run"):
     with st.spinner("One forward pass per token…"):
         try:
-            with ui.heavy_click():
-                st.session_state[PLL_KEY] = (pll_key, pseudo_log_likelihood(model, tokenizer, example.original_ids,
-                                                                            example.attention_mask))
+            st.session_state[PLL_KEY] = (pll_key, ui.heavy_click(lambda: pseudo_log_likelihood(
+                model, tokenizer, example.original_ids, example.attention_mask)))
         except MLMLabError as exc:
             ui.show_error(exc)
 pll = st.session_state.get(PLL_KEY)
@@ -325,8 +324,8 @@ corpus_key = (model_key, settings.seed, n_sentences, rule)
 if st.button(f"📊 Compare on many sentences ({rule.describe()})", key="pred_corpus_run"):
     with st.spinner("Masking and predicting…"):
         try:
-            with ui.heavy_click():
-                compared = lesson.compare_decisions(model, tokenizer, HELDOUT[:n_sentences], rule, settings.seed)
+            compared = ui.heavy_click(lambda: lesson.compare_decisions(model, tokenizer, HELDOUT[:n_sentences], rule,
+                                                                       settings.seed))
             st.session_state["pred_corpus"] = (*corpus_key, compared)
         except MLMLabError as exc:
             ui.show_error(exc)

@@ -90,9 +90,9 @@ def largest_vocabularies(train_texts, algorithms) -> dict[str, int]:
     texts_hash = corpus_hash(train_texts)
     todo = [a for a in algorithms if cache.get(a, MAX_VOCAB_SIZE, texts_hash) is None]
     if todo:
-        with st.spinner("Finding the largest vocabulary this corpus supports…"), ui.heavy_click():
-            for algorithm in todo:
-                cache.get_or_train(train_texts, MAX_VOCAB_SIZE, algorithm, texts_hash=texts_hash)
+        with st.spinner("Finding the largest vocabulary this corpus supports…"):
+            ui.heavy_click(lambda: [cache.get_or_train(train_texts, MAX_VOCAB_SIZE, algorithm, texts_hash=texts_hash)
+                                    for algorithm in todo])
     return {a: cache.get_or_train(train_texts, MAX_VOCAB_SIZE, a, texts_hash=texts_hash).vocab_size
             for a in algorithms}
 
@@ -119,15 +119,18 @@ def train_vocabularies(train_texts, algorithms, sizes: list[int]) -> list:
     wanted = [(a, v) for a in algorithms for v in sorted(sizes)]
     todo = [(a, v) for a, v in wanted if cache.get(a, v, texts_hash) is None]
     if todo:
-        with st.status(f"Training vocabularies on {len(train_texts):,} sentences…", expanded=True) as status, \
-                ui.heavy_click():
+        with st.status(f"Training vocabularies on {len(train_texts):,} sentences…", expanded=True) as status:
             bar = st.progress(0.0)
-            for done, (algorithm, size) in enumerate(todo):
-                def report(fraction, message, done=done, algorithm=algorithm, size=size):
-                    bar.progress(min(1.0, (done + fraction) / len(todo)),
-                                 text=f"{ALGORITHM_LABELS[algorithm]} {size:,}: {message}")
-                trained = cache.get_or_train(train_texts, size, algorithm, texts_hash=texts_hash, on_progress=report)
-                st.write(f"{trained.label} trained in {trained.seconds:.1f} s")
+
+            def train_all():
+                for done, (algorithm, size) in enumerate(todo):
+                    def report(fraction, message, done=done, algorithm=algorithm, size=size):
+                        bar.progress(min(1.0, (done + fraction) / len(todo)),
+                                     text=f"{ALGORITHM_LABELS[algorithm]} {size:,}: {message}")
+                    trained = cache.get_or_train(train_texts, size, algorithm, texts_hash=texts_hash,
+                                                 on_progress=report)
+                    st.write(f"{trained.label} trained in {trained.seconds:.1f} s")
+            ui.heavy_click(train_all)
             status.update(label="Vocabularies ready", state="complete", expanded=False)
     return [cache.get_or_train(train_texts, v, a, texts_hash=texts_hash) for a, v in wanted]
 

@@ -20,7 +20,23 @@ from dataclasses import replace
 import torch
 
 LESSON_DEFAULTS = dict(lesson="facts", batch_size=8, seq_len=64, mlm_p=0.15, checkpointing=False, amp="off",
-                       steps=1, loss="full", num_sampled=256, focus=None, bug=None, rates=None, losses=None)
+                       steps=1, loss="full", num_sampled=256, focus=None, bug=None, rates=None, losses=None,
+                       upload_mb=0)
+
+
+def training_text(spec: dict, texts) -> list[str]:
+    """The run's training text: the gazetteer's, and with ``upload_mb`` that many MB of an upload (the Training page
+    takes 5 MB): workshop sentences, numbered so none repeats."""
+    from mlm_core.bundled import workshop_sentences
+
+    train = list(texts.train)
+    size, k, base = 0, 0, workshop_sentences()
+    while size < spec.get("upload_mb", 0) * 1_000_000:
+        line = f"{base[k % len(base)]} {k}"
+        train.append(line)
+        size += len(line) + 1
+        k += 1
+    return train
 # The widest each lesson's controls allow (pages/training.py): the largest K, a masked share of 50%, the facts'
 # words always masked, the fastest masking rates, the bug that puts a label on every token, all three losses.
 WIDEST = {
@@ -68,7 +84,7 @@ def widest_allowed(lesson: str, budget: int) -> dict:
                    key=lambda x: (-x[0] * x[1], -x[1], x[2]))  # at equal tokens the longest rows (attention) first
     for b, t, c in sizes:
         spec = {"lesson": lesson, **WIDEST[lesson], "batch_size": b, "seq_len": t, "checkpointing": c}
-        if manager.memory_problem(model, tok, texts.train, settings_variants(spec, texts)) is None:
+        if manager.memory_problem(model, tok, texts.train, settings_variants(spec, texts), texts.held_out) is None:
             return spec
     return None
 
@@ -85,16 +101,19 @@ def run(spec: dict) -> dict:
     model, tok = load_masked_lm(None, device="cpu")
     texts = gazetteer_texts()
 
+    train_texts = training_text(spec, texts)
+
     def train(small: bool):
         variants = settings_variants(spec, texts, small=small)
-        train_variants(model, private_copy(tok), texts.train, variants, eval_texts=texts.held_out)
+        train_variants(model, private_copy(tok), train_texts if not small else texts.train, variants,
+                       eval_texts=texts.held_out)
         return variants
 
     train(True)
     gc.collect()
     variants, peak = peak_rss_above(lambda: train(False))
     manager = RunManager(max_runs=1, watchdog=False, max_run_bytes=1, max_step_tokens=10**9)
-    estimate = manager.run_estimate(model, tok, texts.train, variants)
+    estimate = manager.run_estimate(model, tok, train_texts, variants, texts.held_out)
     return {"spec": spec, "variants": len(variants), "peak_bytes": peak, "estimate": estimate}
 
 

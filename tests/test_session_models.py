@@ -165,3 +165,19 @@ def test_vocabularies_compare(tokenizer):
     other = BertTokenizer(vocab={w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cat"])})
     assert same_vocabulary(tokenizer, tokenizer)
     assert not same_vocabulary(tokenizer, other)
+
+
+def test_a_kept_model_holds_no_gradients(tokenizer):
+    """Issue 42 review: a run's copies kept their last step's gradients, as large as the weights, which the budget
+    (parameters and buffers) did not count: a finished run's copies and any model a session keeps hold none."""
+    from mlm_core.models import load_masked_lm
+    from mlm_core.training import TrainConfig, train
+
+    model, tok = load_masked_lm("tiny-random")
+    result = train(model, tok, ["the cat sat on the mat ."] * 8, TrainConfig(steps=2, batch_size=2, seq_len=16,
+                                                                              warmup_steps=0, amp="off"))
+    assert all(p.grad is None for p in result.model.parameters())
+    trained = Weights()
+    trained.w.grad = torch.ones_like(trained.w)
+    TrainedModels(max_models=1, max_bytes=10**9).add("k", "k", trained, None, None)
+    assert trained.w.grad is None

@@ -40,6 +40,20 @@ def test_every_loader_hands_out_a_guarded_tokenizer(tmp_path):
         assert guarded(tokenizer), type(tokenizer.backend_tokenizer)
 
 
+def test_a_pickled_backend_keeps_the_settings_it_was_loaded_with():
+    """Issue 42 review: pickling rebuilt the backend with whatever another thread had set last (max_length 7)."""
+    import pickle
+
+    tokenizer = load_default_tokenizer()
+    backend = tokenizer.backend_tokenizer
+    loaded = dict(backend.truncation), dict(backend.padding)
+    done = threading.Event()
+    threading.Thread(target=lambda: (tokenizer("the cat", truncation=True, max_length=7), done.set())).start()
+    assert done.wait(10)
+    again = pickle.loads(pickle.dumps(backend))
+    assert isinstance(again, LockedBackend) and (again.truncation, again.padding) == loaded
+
+
 def test_a_private_copy_has_its_own_backend_and_lock():
     shared = load_default_tokenizer()
     mine = private_copy(shared)
@@ -109,6 +123,9 @@ def test_high_level_calls_keep_their_settings_under_threads():
 SOURCES = [p for folder in ("mlm_core", "ui", "pages", "scripts", "benchmarks") for p in (ROOT / folder).rglob("*.py")]
 SOURCES.append(ROOT / "app.py")
 TOKENIZER_MAKERS = {"AutoTokenizer", "PreTrainedTokenizerFast", "BertTokenizerFast", "TokenizersBackend"}
+BACKEND_PARTS = {"normalizer", "pre_tokenizer", "post_processor", "decoder"}  # a backend's parts, called outside it
+PART_METHODS = {"normalize_str", "pre_tokenize_str", "normalize", "pre_tokenize", "decode", "process",
+                "num_special_tokens_to_add"}  # (a model's decoder layer is no tokenizer part: its methods differ)
 
 
 def _is_maker(call: ast.Call) -> bool:
@@ -123,7 +140,8 @@ def _is_maker(call: ast.Call) -> bool:
 
 def test_no_module_makes_or_reaches_an_unguarded_tokenizer():
     """Every tokenizer made in the app's code is made inside ``shared_tokenizer(...)``, and only mlm_core/data.py
-    touches a tokenizer's backend slot (``tokenizer._tokenizer``) or the raw backend behind the guard (``._raw``)."""
+    touches a tokenizer's backend slot (``tokenizer._tokenizer``), the raw backend behind the guard (``._raw``) or
+    calls a backend's parts (its normaliser, pre-tokeniser: the review found three such calls outside the lock)."""
     problems = []
     for path in SOURCES:
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -135,6 +153,11 @@ def test_no_module_makes_or_reaches_an_unguarded_tokenizer():
             where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}"
             if isinstance(node, ast.Call) and _is_maker(node) and id(node) not in inside:
                 problems.append(f"{where}: a tokenizer made outside shared_tokenizer(...)")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value,
+                    ast.Attribute) and node.func.value.attr in BACKEND_PARTS and node.func.attr in PART_METHODS
+                    and path != ROOT / "mlm_core" / "data.py"):
+                problems.append(f"{where}: .{node.func.value.attr}.{node.func.attr}(...) uses a backend's part unlocked "
+                                "(data.normalized, data.pre_tokenized_words)")
             if (isinstance(node, ast.Attribute) and node.attr in ("_raw", "_tokenizer")
                     and not (isinstance(node.value, ast.Name) and node.value.id == "self")  # a class's own field
                     and path != ROOT / "mlm_core" / "data.py"):

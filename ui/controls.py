@@ -4,9 +4,12 @@ picker, token pills, the page's model (the sidebar's or one trained in this sess
 
 from __future__ import annotations
 
-import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import streamlit as st
+from streamlit.runtime import scriptrunner
 
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import Encoded, clip_text, encode, split_sentences
@@ -21,7 +24,7 @@ from mlm_core.vocab import VocabCache, vocabularies_budget
 from ui.chips import markdown_text, pill_labels
 from ui.loaders import cached_corpus_counts
 from ui.messages import language_note, show_error
-from ui.session import client_id
+from ui.session import client_id, session_alive_check
 from ui.settings import KEYS, Settings
 
 BATCH_SOURCES = ("Workshop corpus", "Your text")
@@ -97,31 +100,53 @@ def loss_batch_controls(prefix: str, settings: Settings, model, tokenizer, rule,
 STALE_MEASUREMENT = "The model, sizes or seed changed since this was measured: press the button again."
 
 
-@contextlib.contextmanager
-def heavy_click():
-    """Around a click that computes a lot (a measurement, a sweep, a corpus, a vocabulary): its turn in the server's
-    one queue of heavy clicks (``mlm_core.measure.measurement_turn``, one place per client; while it waits the page
-    says how many are ahead), its thread at a background priority (``measure.background_priority``), and the
-    memory it freed given back to the system afterwards (``measure.return_free_memory``). A full queue or a second
-    place for the same client is a warning, and the page run ends there."""
+def heavy_click(compute: Callable[[], Any]) -> Any:
+    """``compute()``, a click that computes a lot (a measurement, a sweep, a corpus, a vocabulary), run as the server
+    wants it: in its turn in the server's one queue of heavy clicks (``mlm_core.measure.measurement_turn``, one place
+    per client; while it waits the page says how many are ahead), in a thread of its own at a background priority
+    (``measure.background_priority``: a fresh thread, so the OpenMP workers torch starts for it inherit the priority,
+    and nothing needs raising back, which a server not run as root may not do), skipped when the session has gone
+    by its turn, and with the memory it freed given back to the system (``measure.return_free_memory``). The thread
+    may draw on the page (a progress bar): it carries the page run's context. A full queue or a second place for the
+    same client is a warning, and the page run ends there; any other exception comes back to the caller."""
     notice = st.empty()
+    client, alive, context = client_id(), session_alive_check(), scriptrunner.get_script_run_ctx()
+    out: dict[str, Any] = {}
 
     def waiting(ahead: int) -> None:
         notice.info(f"Waiting for your turn: {ahead} heavy computation{'s' if ahead != 1 else ''} ahead of you on "
                     "this server (they take turns, so that every page stays quick and measured times stay "
                     "honest).", icon="⏳")
 
-    try:
-        with measurement_turn(client_id(), on_wait=waiting):
-            notice.empty()
-            with background_priority():
-                yield
-    except MeasurementBusyError as exc:
+    def work() -> None:
+        try:
+            with measurement_turn(client, on_wait=waiting):
+                notice.empty()
+                if alive is not None and not alive():  # the tab closed while it waited: nobody to show it to
+                    out["gone"] = True
+                    return
+                with background_priority():
+                    out["value"] = compute()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the page's thread
+            out["error"] = exc
+        finally:
+            return_free_memory()
+
+    thread = threading.Thread(target=work, name="mlmlab-heavy-click", daemon=True)
+    if context is not None:
+        scriptrunner.add_script_run_ctx(thread, context)
+    thread.start()
+    thread.join()
+    error = out.get("error")
+    if isinstance(error, MeasurementBusyError):
         notice.empty()
-        show_error(exc, "warning")
+        show_error(error, "warning")
         st.stop()
-    finally:
-        return_free_memory()
+    if error is not None:
+        raise error
+    if out.get("gone"):
+        st.stop()
+    return out["value"]
 
 
 def on_demand(label: str, key: str, spinner: str, inputs, compute):
@@ -132,8 +157,7 @@ def on_demand(label: str, key: str, spinner: str, inputs, compute):
     if st.button(label, key=f"{key}_run"):
         with st.spinner(spinner):
             try:
-                with heavy_click():
-                    state[key] = (inputs, compute())
+                state[key] = (inputs, heavy_click(compute))
             except MLMLabError as exc:
                 show_error(exc)
     kept = state.get(key)

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Sequence
 
 from mlm_core import seeds
 from mlm_core.costs import HeadCost
-from mlm_core.data import encode, mask_batch, plain_encodings
+from mlm_core.data import encode, mask_batch, normalized, plain_encodings
 from mlm_core.errors import InputError
 from mlm_core.masking import Decision, MaskingConfig, decision_names
 from mlm_core.vocab import ALGORITHM_LABELS, MIN_FREQUENCY, MODEL_MAX_LENGTH, SIZE_LADDER, most_split_word, sentence_words
@@ -105,7 +105,7 @@ def whole_word_demo(
     normalised = sentence_words(tokenizer, sentence)
     if word is None:
         word = most_split_word(tokenizer, sentence)
-    target = tokenizer.backend_tokenizer.normalizer.normalize_str(word or "").strip()
+    target = normalized(tokenizer.backend_tokenizer, word or "").strip()
     if target not in normalised:
         raise InputError(f"{word!r} is not a word of the sentence; pick one of: {', '.join(normalised)}.")
     word_index = normalised.index(target)

@@ -426,6 +426,7 @@ def _finish(state: list[_Variant], run: _Run) -> dict[str, TrainResult]:
         if v.cfg.gradient_checkpointing:
             set_checkpointing(v.model, False)
         v.opt = None  # drop the optimizer state (and any DDP/DeepSpeed wrapper) now
+        v.model.zero_grad(set_to_none=True)  # and the last step's gradients: a kept copy holds its weights alone
         _report(v, TrainEvent("done", v.name, steps_done, run.data.steps, v.result.summary()), run.emit)
     return {v.name: v.result for v in state}
 
