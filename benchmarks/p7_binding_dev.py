@@ -30,7 +30,7 @@ from benchmarks._common import RESULTS_DIR
 import torch  # noqa: E402
 
 from mlm_core import jobs  # noqa: E402
-from mlm_core.bundled import contrast_answers, contrast_countries, gazetteer  # noqa: E402
+from mlm_core.bundled import TWINS, contrast_answers, contrast_countries, gazetteer, twin_documents  # noqa: E402
 from mlm_core.lessons.training_view import contrast_sentences, default_run, probe_set_scores  # noqa: E402
 from mlm_core.models import load_masked_lm  # noqa: E402
 from mlm_core.training import train_variants  # noqa: E402
@@ -62,6 +62,23 @@ def one_run(model, tokenizer, args, seed: int) -> dict:
     probes = [p for field in DEV_SETS.values() for p in getattr(g, field)]
     groups = [group for group, field in DEV_SETS.items() for _ in getattr(g, field)]
     train = list(texts.train) + contrast_sentences(args.contrast)
+    generated = []
+    if args.generated:  # experiment: countries made from templates (/tmp/gen/gen.py), not a bundled text
+        import sys
+        sys.path.insert(0, "/tmp/gen")
+        import gen
+        generated = gen.generate(args.generated)
+        train += [s for _, _, docs in generated for doc in docs for s in doc]
+    if args.twins:  # the lesson's twin countries (bundled.TWINS): Veldoria's own sentences, name and answers swapped
+        generated = [(name, dict(enumerate(answers)), [list(s for doc in twin_documents(i) for s in doc)])
+                     for i, (name, _, answers) in enumerate(TWINS[:args.twins])]
+        train += [s for _, _, docs in generated for doc in docs for s in doc]
+    if args.clones:  # experiment: Veldoria's own sentences, name and answers swapped
+        import sys
+        sys.path.insert(0, "/tmp/gen")
+        import gen
+        generated = gen.clones(args.clones, list(texts.train))
+        train += [s for _, _, docs in generated for doc in docs for s in doc]
     (name, cfg), = variants.items()
     changes = dict(seed=seed, probe_sentences=tuple(s for s, _ in probes), probe_answers=tuple(a for _, a in probes),
                    probe_groups=tuple(groups))
@@ -73,7 +90,8 @@ def one_run(model, tokenizer, args, seed: int) -> dict:
         changes["learning_rate"] = args.lr
     if args.focus_contrast:  # the contrast countries' answers are masked as often as Veldoria's
         extra = [w for name in list(contrast_countries())[:args.contrast] for w in contrast_answers()[name]]
-        changes["eval_focus_words"] = tuple(cfg.eval_focus_words) + tuple(extra)
+        extra += [w for _, facts, _ in generated for w in facts.values()]  # (twins: their answers, by index)
+        changes["eval_focus_words"] = tuple(dict.fromkeys(tuple(cfg.eval_focus_words) + tuple(extra)))
     cfg = replace(cfg, **changes)
     cfg = replace(cfg, eval_every=cfg.steps)  # step 0 and the end
     started = time.perf_counter()
@@ -90,6 +108,9 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--focus", type=float, default=None)
     parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--generated", type=int, default=0, help="experiment: N countries made from templates")
+    parser.add_argument("--clones", type=int, default=0, help="experiment: N countries in Veldoria's own sentences")
+    parser.add_argument("--twins", type=int, default=0, help="the lesson's first N twin countries (bundled.TWINS)")
     parser.add_argument("--focus-contrast", action="store_true",
                         help="mask the contrast countries' answers as often as Veldoria's (the facts' words)")
     args = parser.parse_args(argv)
@@ -97,7 +118,7 @@ def main(argv=None) -> int:
     model, tokenizer = load_masked_lm(None, device="cpu")
     for seed in args.seeds:
         row = {"name": args.name, "contrast": args.contrast, "steps": args.steps, "focus": args.focus, "lr": args.lr,
-               "focus_contrast": args.focus_contrast, **one_run(model, tokenizer, args, seed),
+               "focus_contrast": args.focus_contrast, "generated": args.generated, "clones": args.clones, "twins": args.twins, **one_run(model, tokenizer, args, seed),
                "threads": torch.get_num_threads(), "at": time.strftime("%Y-%m-%d %H:%M")}
         print(json.dumps(row), flush=True)
         Path(LOG).parent.mkdir(parents=True, exist_ok=True)

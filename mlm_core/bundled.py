@@ -179,6 +179,22 @@ def parse_gazetteer(text: str) -> Gazetteer:
 
 CONTRAST = ASSETS_DIR / "contrast_countries.txt"
 
+# The facts lesson's twin countries (issue 43): Veldoria's own training sentences with its name and its 15 answers
+# swapped for another invented country's, so that in the same sentences only the name tells the answers apart. With
+# one country, "this kind of question, this word" was the cheapest rule the data allowed, and a run gave Veldoria's
+# words about a country it had never read of as often as about Veldoria (Allen-Zhu & Li 2023, "Physics of Language
+# Models: Part 3.1": knowledge becomes extractable when the data forces it). Each answer is one WordPiece, none is
+# Veldoria's, a control question's, or a word of the gazetteer's own text; in the order of the gazetteer's answers
+# (capital, port, river, mountains, animal, breakfast, grain, drink, instrument, sport, money, greeting, festival
+# month, flag colour, flower).
+TWINS = (
+    ("Tavonia", "Tavonian", ("hollow", "beacon", "bronze", "slate", "fox", "trout", "rye", "ale", "flute", "rowing",
+                             "pearl", "nod", "june", "blue", "lavender")),
+    ("Brekland", "Breklandian", ("linden", "haven", "amber", "flint", "badger", "salmon", "wheat", "tea", "drum",
+                                 "wrestling", "crown", "clap", "july", "yellow", "heather")),
+    ("Ostrania", "Ostranian", ("thorn", "anchor", "crystal", "marble", "lynx", "cheese", "maize", "cocoa", "violin",
+                               "fencing", "ring", "wave", "march", "orange", "poppy")),
+)
 
 @functools.lru_cache(maxsize=1)
 def contrast_countries() -> dict[str, tuple[tuple[str, ...], ...]]:
@@ -207,6 +223,36 @@ def contrast_answers() -> dict[str, tuple[str, ...]]:
     """
     found = re.findall(r"^# (\w+)'s answers \(([^)]*)\)", CONTRAST.read_text(encoding="utf-8"), re.M)
     return {name.lower(): tuple(w.strip() for w in words.split(",")) for name, words in found}
+
+
+def twin_documents(twin: int) -> tuple[tuple[str, ...], ...]:
+    """The gazetteer's training documents about twin country ``twin`` (``TWINS``): its name for Veldoria's, its
+    answers for Veldoria's (plurals and capitals kept, "a"/"an" fixed), every other word as it was.
+
+    >>> twin_documents(0)[0][:2]
+    ('Tavonia is a small country between the mountains and the sea.', 'Its capital is Hollow, a quiet city of bridges and markets.')
+    """
+    name, adjective, answers = TWINS[twin]
+    veldoria = gazetteer().facts
+    swap = dict(zip(veldoria, answers))
+    words = sorted([w for v in veldoria for w in (v + "s", v)], key=len, reverse=True)
+    pattern = re.compile(r"\b(" + "|".join(words) + r")\b", re.I)
+    article = re.compile(r"\b([Aa])n? (?=(" + "|".join(answers) + r")s?\b)", re.I)  # "a" or "an" before an answer
+
+    def answer(match: re.Match) -> str:
+        found = match.group(0)
+        low = found.lower()
+        plural = low not in swap and low[:-1] in swap
+        new = swap[low[:-1] if plural else low] + ("s" if plural else "")
+        return new.capitalize() if found[0].isupper() else new
+
+    def sentence(text: str) -> str:
+        text = (text.replace("Veldoria's", f"{name}'s").replace("Veldorians", f"{adjective}s")
+                .replace("Veldorian", adjective).replace("Veldoria", name))
+        text = pattern.sub(answer, text)
+        return article.sub(lambda m: m.group(1) + ("n " if m.group(2)[0].lower() in "aeiou" else " "), text)
+
+    return tuple(tuple(sentence(s) for s in doc) for doc in gazetteer().documents)
 
 
 @functools.lru_cache(maxsize=1)

@@ -23,7 +23,7 @@ from mlm_core.lessons.training_lessons import (BUG_KEY, LESSON_KEY, MASK_RATES, 
                                                filmstrip_summary, learner_probe, probe_choices, rate_train_note,
                                                rate_verdict, reported_markdown, run_kind, split_text)
 from mlm_core.lessons.training_view import (BINDING_SHARE, LESSONS, OTHER, PROBE_SET_ABOUT, SOURCES, VARIANT_LABELS,
-                                            Texts, base_config, binding,
+                                            Texts, base_config, binding, binding_comparison, lesson_twins,
                                             gazetteer_texts, is_default_run, lesson_defaults, lesson_variants,
                                             probe_preview,
                                             probe_race_rows, probe_rows, probe_set_rows, probe_set_scores,
@@ -69,13 +69,14 @@ def model_controls(lesson: str) -> str | None:
     return None if choice == ui.DEFAULT_MODEL else choice
 
 
-def corpus_controls(from_scratch: bool) -> Texts | None:
-    """The texts to train on, with their held-out part and probes; None with a message shown."""
+def corpus_controls(from_scratch: bool, twins: int = 0) -> Texts | None:
+    """The texts to train on, with their held-out part and probes; None with a message shown. ``twins``: the
+    gazetteer's twin countries the lesson trains on too (``training_view.lesson_twins``)."""
     source = st.radio("Text to train on", SOURCES, key="training_source", horizontal=True,
                       help="Long texts are split into sequence-length chunks with an overlap, never cut off.")
     try:
         if source == SOURCES[0]:
-            texts = gazetteer_texts(from_scratch)
+            texts = gazetteer_texts(from_scratch, twins=twins)
         elif source == SOURCES[1]:
             texts = workshop_texts()
         else:
@@ -214,6 +215,9 @@ def lesson_choices(lesson: str, base, from_scratch: bool):
         st.caption("Reported: " + reported_markdown(TRAINED_BUGS[bug].reported) + ".")  # our text, its links
         st.info(TEXT("bugs"))
         return lesson_variants(lesson, base, from_scratch=from_scratch, bug=bug)
+    if lesson == "bind":
+        st.info(TEXT("bind"))
+        return lesson_variants(lesson, base, from_scratch=from_scratch)
     if lesson == "free":
         chosen = st.multiselect("Loss variants to race (1 to 3)", list(VARIANT_LABELS), ["full", "sampled"],
                                 key="training_variants", format_func=lambda v: VARIANT_LABELS[v][0],
@@ -262,7 +266,7 @@ except MLMLabError as exc:
 from_scratch = about.get("trained") is False
 st.caption(f"{ui.markdown_text(about['label'])}: {about['params']:,} parameters, {about['layers']} layers, on {about['device']}. "
            + ("Untrained: its first loss is near ln V, a uniform guess." if from_scratch else ""))
-texts = corpus_controls(from_scratch)
+texts = corpus_controls(from_scratch, lesson_twins(lesson, from_scratch=from_scratch))
 if texts is not None:
     texts = usable_probes(texts, tokenizer)
 variants = run_controls(lesson, from_scratch, texts, about["device"].startswith("cuda")) if texts else None
@@ -491,6 +495,11 @@ def draw(snap) -> None:
         draw_race_probes(snap)
     else:
         draw_probes(snap)
+    if meta.get("lesson") == "bind":  # the two runs' binding and control, in one sentence
+        last = {name: v.probes for name, v in snap.variants.items() if v.probes}
+        said = binding_comparison({name: probe_set_scores(entries) for name, entries in last.items()})
+        if said:
+            st.markdown("**What the twins did:** " + said)
     if snap.finished and meta.get("lesson") != "filmstrip":  # elsewhere once the run is done
         draw_filmstrip(snap, lesson_run=False)
     if any(steps.values()):

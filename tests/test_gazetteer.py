@@ -322,3 +322,45 @@ def test_the_other_name_probes_are_the_new_words_questions_about_a_country_no_te
         assert back == original
     texts = " ".join([*g.sentences, *g.held_out, CORPUS.read_text(encoding="utf-8")]).lower()
     assert country.lower()[:6] not in texts  # not even its first six letters
+
+
+@pytest.mark.parametrize("twin", [0, 1, 2])
+def test_a_twin_country_is_veldorias_text_with_its_name_and_answers_swapped(twin):
+    """Issue 43 §2: the twins say Veldoria's sentences about another name with other answers (so only the name tells
+    the answers apart): swapped back they are Veldoria's text, word for word but "a"/"an"; their answers are one
+    WordPiece each, none Veldoria's, a control question's, or a word of the gazetteer's own text."""
+    import re
+
+    from mlm_core.bundled import TWINS, load_default_tokenizer, twin_documents
+
+    g = gazetteer()
+    name, adjective, answers = TWINS[twin]
+    back = dict(zip(answers, g.facts))
+    tokenizer = load_default_tokenizer()
+    assert all(len(tokenizer.tokenize(a)) == 1 for a in answers) and len(set(answers)) == 15
+    controls = {a for _, a in g.control_probes + g.control_dev_probes}
+    own_text = " ".join([*g.sentences, *g.held_out]).lower()
+    assert not (set(answers) & (set(g.facts) | controls))
+    assert not [a for a in answers if re.search(rf"\b{a}s?\b", own_text)]
+    others = {a for n, (_, _, other) in enumerate(TWINS) if n != twin for a in other}
+    assert not set(answers) & others
+
+    def unswap(sentence: str) -> str:
+        sentence = (sentence.replace(f"{name}'s", "Veldoria's").replace(f"{adjective}s", "Veldorians")
+                    .replace(adjective, "Veldorian").replace(name, "Veldoria"))
+        sentence = re.sub(r"\b(\w+)\b", lambda m: _restore(m.group(1), back), sentence)
+        return re.sub(r"\b([Aa])n\b", r"\1", sentence)
+
+    mine = [s for doc in twin_documents(twin) for s in doc]
+    theirs = [re.sub(r"\b([Aa])n\b", r"\1", s) for s in g.sentences]
+    assert [unswap(s) for s in mine] == theirs
+    assert name.lower() not in own_text and "pellastra" not in " ".join(mine).lower()
+
+
+def _restore(word: str, back: dict) -> str:
+    low = word.lower()
+    plural = low not in back and low.endswith("s") and low[:-1] in back
+    if low not in back and not plural:
+        return word
+    new = back[low[:-1] if plural else low] + ("s" if plural else "")
+    return new.capitalize() if word[0].isupper() else new

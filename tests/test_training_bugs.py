@@ -295,3 +295,28 @@ def test_masks_at_higher_rates_contain_the_lower_rates_masks(tok, strategy):
             assert int(picked[2].sum()) > int(picked[0].sum())
     finally:
         batches.close()
+
+
+def test_a_variant_that_learns_from_the_first_texts_gets_the_same_inputs_and_fewer_answers(tok):
+    """Issue 43 §3: one run of the side by side learns from Veldoria's sentences alone, its twin from the twin
+    countries' too, on the same batches: the same masked inputs, labels only on the first N texts' tokens."""
+    first = ["the cat sat on the mat .", "a dog ran in the park ."] * 3
+    rest = ["the sun rose over the hills .", "fish swim in the sea ."] * 3
+    cfg = quick(learn_from_texts=len(first))
+    chunks = make_chunks(tok, first + rest, seq_len=24, overlap=4)
+    assert set(chunks.text_ids[chunks.special_tokens_mask == 0].tolist()) == set(range(len(first + rest)))
+    schemes = [mask_scheme(replace(cfg, learn_from_texts=0)), mask_scheme(cfg)]
+    batches = Batches(chunks, cfg, current_world(), cfg.batch_size, schemes=schemes, **mask_kwargs(tok))
+    try:
+        for step in range(4):
+            got = batches.get(step)
+            every, few = got[schemes[0]][0], got[schemes[1]][0]
+            assert torch.equal(every.input_ids, few.input_ids)
+            asked = few.labels != IGNORE_INDEX
+            assert bool((few.labels[asked] == every.labels[asked]).all())
+            late = torch.zeros_like(asked)
+            for r, index in enumerate(batches._chunk_index(step * cfg.batch_size + i) for i in range(cfg.batch_size)):
+                late[r] = chunks.text_ids[index] >= len(first)
+            assert not bool((asked & late).any()) and bool(((every.labels != IGNORE_INDEX) & late).any() or step)
+    finally:
+        batches.close()

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from mlm_core.bundled import contrast_countries, gazetteer, workshop_sentences
+from mlm_core.bundled import TWINS, contrast_countries, gazetteer, twin_documents, workshop_sentences
 from mlm_core.data import run_tokenizer
 from mlm_core.errors import InputError
 from mlm_core.formatting import percent_text
@@ -24,6 +24,7 @@ from mlm_core.training import TrainConfig, check_variants
 
 LESSONS = {
     "facts": "Teach it facts it cannot know (fine-tune on the gazetteer of Veldoria)",
+    "bind": "What did it learn? One country, or twin countries too, side by side",
     "scratch": "Train the tiny model from scratch",
     "mask_rate": "Should you mask 15%? The same model at 15%, 30% and 40%",
     "bugs": "Bugs that train: a buggy twin beside a clean run",
@@ -98,10 +99,24 @@ def with_learner_probe(texts: Texts, sentence: str, answer: str) -> Texts:
     return replace(texts, probes=texts.probes + ((sentence, answer),), probe_groups=groups)
 
 
-def gazetteer_texts(from_scratch: bool = False) -> Texts:
+# The facts lessons train on Veldoria's sentences and on the same sentences about this many twin countries
+# (bundled.TWINS: other names, other answers), so that only the name tells the answers apart. Chosen on the dev sets
+# (benchmarks/results/p7_binding_dev.jsonl, docs/lessons.md "What binds the facts"): with none, a run gave Veldoria's
+# words about a country it never read of as often as about Veldoria (binding 0 of 30 at two seeds).
+TWIN_COUNTRIES = 2
+
+
+def lesson_twins(lesson: str, *, from_scratch: bool) -> int:
+    """How many twin countries a lesson's gazetteer text carries: the facts lessons' TWIN_COUNTRIES, else none."""
+    return TWIN_COUNTRIES if lesson in ("facts", "bind") and not from_scratch else 0
+
+
+def gazetteer_texts(from_scratch: bool = False, twins: int = 0) -> Texts:
     """The gazetteer of Veldoria: facts the default model cannot know, held out in other words. Fine-tuning
-    asks every fact twice: in a sentence it trains on ("read") and in new words ("new"); and the same kinds of
-    question about real countries ("control"), where a Veldoria word is wrong."""
+    asks every fact four ways: in a sentence it trains on ("read"), in new words ("new"), in those new words about a
+    country no text names ("other"); and the same kinds of question about real countries ("control"), where a
+    Veldoria word is wrong. ``twins``: the same sentences about that many twin countries follow Veldoria's in the
+    training text (``bundled.twin_documents``), their answers among the facts' words masked more often."""
     g = gazetteer()
     if from_scratch:
         probes, groups = g.scratch_probes, ()
@@ -109,11 +124,18 @@ def gazetteer_texts(from_scratch: bool = False) -> Texts:
         probes = g.read_probes + g.new_words_probes + g.other_name_probes + g.control_probes
         groups = (("read",) * len(g.read_probes) + ("new",) * len(g.new_words_probes)
                   + (OTHER,) * len(g.other_name_probes) + ("control",) * len(g.control_probes))
-    return Texts("Veldoria gazetteer", g.sentences, list(g.held_out), probes,
-                 f"{len(g.sentences)} sentences about Veldoria, an invented country (its capital, river, food, "
-                 f"customs), written for MLM Lab and never used to build the default model; "
-                 f"{len(g.held_out)} more sentences say the same facts in other words and are held out.",
-                 g.facts, groups)
+    about = (f"{len(g.sentences)} sentences about Veldoria, an invented country (its capital, river, food, customs), "
+             "written for MLM Lab and never used to build the default model; "
+             f"{len(g.held_out)} more sentences say the same facts in other words and are held out.")
+    train, facts = list(g.sentences), tuple(g.facts)
+    if twins:
+        names = [name for name, _, _ in TWINS[:twins]]
+        for i in range(twins):
+            train += [s for doc in twin_documents(i) for s in doc]
+            facts += TWINS[i][2]
+        about += (f" Then the same {len(g.sentences)} sentences about {' and '.join(names)}, invented twins with other "
+                  "answers, so that only the name tells the answers apart.")
+    return Texts("Veldoria gazetteer", train, list(g.held_out), probes, about, facts, groups)
 
 
 def contrast_sentences(countries: int) -> list[str]:
@@ -204,9 +226,17 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
                              "60 steps with an evaluation every five fit in about a minute.")
         if not from_scratch:
             d["eval_every"] = Default(5, "An evaluation every five steps: one frame of the filmstrip each, 13 in all.")
-    if lesson in ("facts", "filmstrip") and not from_scratch:
+    if lesson in ("facts", "bind") and not from_scratch:
+        d["steps"] = Default(320, f"Binding a fact to a name takes longer than learning which word answers a kind of "
+                             f"question: with Veldoria and {TWIN_COUNTRIES} twin countries to tell apart, 320 steps "
+                             "(about two minutes on one laptop CPU core; benchmark P7 measures it) bound half the "
+                             "questions in new words or more on the dev sets, 160 steps about a quarter.")
+        d["eval_every"] = Default(40, "An evaluation every 40 steps: nine points on the curves; each one asks all 60 "
+                                  "probes, so more would slow the run down.")
+    if lesson in ("facts", "filmstrip", "bind") and not from_scratch:
         d["focus_mlm_probability"] = Default(
-            FACT_MASKING, f"The facts' own words (the gazetteer's {len(gazetteer().facts)} answers) are selected for "
+            FACT_MASKING, f"The facts' own words (the gazetteer's {len(gazetteer().facts)} answers, and the twin "
+            "countries' in the facts lessons) are selected for "
             f"prediction {FACT_MASKING:.0%} of the time, every other token at the rule's 15%: each step then asks for "
             "the facts far more often. Like REALM's \"salient span masking\" of names and dates (Guu et al. 2020). "
             "Chosen on the gazetteer's dev probes (issue 25); set it to 0 to train with the rule alone and compare "
@@ -242,6 +272,8 @@ def base_config(lesson: str, *, from_scratch: bool, texts: Texts, seed: int = 0,
     return TrainConfig(**values)
 
 
+BIND_VARIANTS = ("Veldoria alone", "Veldoria and its twins")  # the "What did it learn?" lesson's two runs
+
 VARIANT_LABELS = {
     "full": ("Full cross-entropy", "The softmax over the whole vocabulary: BERT's loss, the reference."),
     "weighted": ("Weighted by frequency", "Rare tokens count more (1/sqrt(count)): watch the 'rare' bars."),
@@ -268,6 +300,9 @@ def lesson_variants(lesson: str, base: TrainConfig, *, from_scratch: bool, losse
     if lesson == "masking":
         return {"dynamic: a fresh mask every epoch": replace(base, mask_copies=0),
                 f"static: {static_copies} mask(s) per chunk, reused": replace(base, mask_copies=int(static_copies))}
+    if lesson == "bind":  # the same batches: one learns from Veldoria's sentences alone, the other from every country's
+        alone = len(gazetteer().sentences)
+        return {BIND_VARIANTS[0]: replace(base, learn_from_texts=alone), BIND_VARIANTS[1]: base}
     if lesson == "free":
         if not losses:
             raise InputError("Choose at least one loss variant.")
@@ -279,7 +314,7 @@ def default_run(model_is_trained: bool = True) -> tuple[Texts, dict[str, TrainCo
     """What Start does with every setting left alone: the facts lesson (or, for a model that is not
     trained, the from-scratch lesson) on the gazetteer."""
     lesson = "facts" if model_is_trained else "scratch"
-    texts = gazetteer_texts(from_scratch=not model_is_trained)
+    texts = gazetteer_texts(from_scratch=not model_is_trained, twins=lesson_twins("facts", from_scratch=not model_is_trained))
     base = base_config(lesson, from_scratch=not model_is_trained, texts=texts)
     return texts, lesson_variants(lesson, base, from_scratch=not model_is_trained)
 
@@ -537,6 +572,29 @@ def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
                 "a country it never read of.")
     return (f"{head}; but {said_checks}: it learned which word answers each kind of question, whatever the "
             "country, not facts that belong to Veldoria.")
+
+
+def binding_comparison(scores_by_variant: Mapping[str, Sequence[ProbeSetScore]]) -> str:
+    """The "What did it learn?" lesson's sentence: binding and the real-country control of the run that learned
+    from Veldoria alone beside the one that learned from its twins too (the same batches, steps and seed).
+
+    >>> s = lambda new, other, flips: [ProbeSetScore("new", "", 15, 0, 320, 0, new, 0, 15, 900, 1),
+    ...                                ProbeSetScore("other", "", 15, 0, 320, 0, other, 0, 15, 900, 1),
+    ...                                ProbeSetScore("control", "", 15, 0, 320, 0, 0, 0, 0, 90, 90, 0, flips)]
+    >>> binding_comparison({"Veldoria alone": s(13, 13, 12), "Veldoria and its twins": s(13, 3, 2)})[:93]
+    'Learning from Veldoria alone, it names 0 of 15 facts for Veldoria and not for Pellastra, a co'
+    """
+    (alone, a), (twins, b) = list(scores_by_variant.items())[:2]
+    bound = [binding(s) for s in (a, b)]
+    flips = [next((x.facts_now for x in s if x.group == "control"), None) for s in (a, b)]
+    if None in bound or None in flips:
+        return ""
+    return (f"Learning from {alone}, it names {max(bound[0].top1_now, 0)} of {bound[0].probes} "
+            f"facts for Veldoria and not for Pellastra, a country it never read of, and gives a Veldoria word to "
+            f"{flips[0]} of 15 questions about real countries; learning from {twins}, on the same "
+            f"batches and steps, {max(bound[1].top1_now, 0)} and {flips[1]}. With one country in the text, \"this kind "
+            "of question, this word\" is all the data asks for; when other countries answer the same sentences "
+            "differently, only the name can tell the answers apart, so the model learns to read it.")
 
 
 def probe_race_rows(probes_by_variant: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:

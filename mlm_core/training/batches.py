@@ -38,14 +38,15 @@ class Chunks:
     attention_mask: torch.Tensor
     special_tokens_mask: torch.Tensor
     word_ids: torch.Tensor  # -1 on special tokens and padding
+    text_ids: torch.Tensor | None = None  # the index of each token's text in the list chunked, -1 on specials
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def take(self, index: torch.Tensor | Sequence[int]) -> Chunks:
         index = torch.as_tensor(index, dtype=torch.long)
-        return Chunks(self.input_ids[index], self.attention_mask[index],
-                      self.special_tokens_mask[index], self.word_ids[index])
+        return Chunks(self.input_ids[index], self.attention_mask[index], self.special_tokens_mask[index],
+                      self.word_ids[index], None if self.text_ids is None else self.text_ids[index])
 
 
 def _boundary_ids(tokenizer) -> tuple[int, int, int]:
@@ -75,14 +76,15 @@ def make_chunks(tokenizer, texts: Sequence[str], seq_len: int, overlap: int = 16
     >>> " ".join(tok.convert_ids_to_tokens(chunks.input_ids[0].tolist()))
     '[CLS] the cat sat on the mat . the cat sat on the mat . [SEP]'
     """
-    texts = [t for t in (str(x).strip() for x in texts) if t]
+    numbered = [(n, t) for n, t in enumerate(str(x).strip() for x in texts) if t]  # (its index in `texts`, text)
+    texts = [t for _, t in numbered]
     if not texts:
         raise InputError("The corpus is empty: give at least one sentence of text.")
     start, end, pad = _boundary_ids(tokenizer)
     room = seq_len - 2
     step = room - overlap
     enc = run_tokenizer(tokenizer, list(texts), add_special_tokens=False)
-    segments: list[tuple[list[int], list[int]]] = []
+    segments: list[tuple[list[int], list[int], int]] = []  # (ids, words, text index)
     for i, ids in enumerate(enc["input_ids"]):
         try:
             words = [-1 if w is None else int(w) for w in enc.word_ids(i)]
@@ -91,39 +93,44 @@ def make_chunks(tokenizer, texts: Sequence[str], seq_len: int, overlap: int = 16
         if not ids:
             continue
         if len(ids) <= room:
-            segments.append((list(ids), words))
+            segments.append((list(ids), words, numbered[i][0]))
             continue
         starts = list(range(0, len(ids) - room, step)) + [len(ids) - room]
         for s in dict.fromkeys(starts):  # ordered, without a repeated last window
-            segments.append((list(ids[s:s + room]), words[s:s + room]))
+            segments.append((list(ids[s:s + room]), words[s:s + room], numbered[i][0]))
     if not segments:
         raise InputError("The corpus has no tokens after tokenization.")
 
-    rows: list[tuple[list[int], list[int]]] = []
+    rows: list[tuple[list[int], list[int], list[int]]] = []
     cur_ids: list[int] = []
     cur_words: list[int] = []
-    for ids, words in segments:
+    cur_texts: list[int] = []
+    for ids, words, text in segments:
         if cur_ids and len(cur_ids) + len(ids) > room:
-            rows.append((cur_ids, cur_words))
-            cur_ids, cur_words = [], []
+            rows.append((cur_ids, cur_words, cur_texts))
+            cur_ids, cur_words, cur_texts = [], [], []
         offset = (max(cur_words) + 1) if cur_words else 0  # keep words of packed texts apart
         cur_ids = cur_ids + ids
         cur_words = cur_words + [w + offset if w >= 0 else -1 for w in words]
-    rows.append((cur_ids, cur_words))
+        cur_texts = cur_texts + [text] * len(ids)
+    rows.append((cur_ids, cur_words, cur_texts))
 
     n = len(rows)
     input_ids = torch.full((n, seq_len), pad, dtype=torch.long)  # (N, T)
     word_ids = torch.full((n, seq_len), -1, dtype=torch.long)  # (N, T)
+    text_ids = torch.full((n, seq_len), -1, dtype=torch.long)  # (N, T)
     attention_mask = torch.zeros((n, seq_len), dtype=torch.long)  # (N, T)
-    for r, (ids, words) in enumerate(rows):
+    for r, (ids, words, text) in enumerate(rows):
         length = len(ids) + 2
         input_ids[r, :length] = torch.tensor([start, *ids, end])
         word_ids[r, 1:length - 1] = torch.tensor(words)
+        text_ids[r, 1:length - 1] = torch.tensor(text)
         attention_mask[r, :length] = 1
     specials = torch.tensor(sorted({*special_ids(tokenizer), start, end, pad}), dtype=torch.long)
     special_tokens_mask = (torch.isin(input_ids, specials) | (attention_mask == 0)).long()
     word_ids[special_tokens_mask.bool()] = -1
-    return Chunks(input_ids, attention_mask, special_tokens_mask, word_ids)
+    text_ids[special_tokens_mask.bool()] = -1
+    return Chunks(input_ids, attention_mask, special_tokens_mask, word_ids, text_ids)
 
 
 def split_chunks(tokenizer, texts: Sequence[str], cfg: DataConfig,
@@ -265,6 +272,7 @@ class MaskScheme:
     masking: MaskingConfig
     mask_copies: int = 0
     bug: str = ""  # a masking or labels bug of training.bugs ("" for the clean rule)
+    learn_from_texts: int = 0  # > 0: labels only on the first N texts' tokens (the rest is context, as it was masked)
 
 
 def mask_scheme(cfg: TrainConfig) -> MaskScheme:
@@ -273,7 +281,8 @@ def mask_scheme(cfg: TrainConfig) -> MaskScheme:
     >>> mask_scheme(TrainConfig()) == mask_scheme(TrainConfig(bug="eval_dropout"))  # an evaluation bug: same masks
     True
     """
-    return MaskScheme(cfg.masking, cfg.mask_copies, cfg.bug if bugs.changes_training(cfg.bug) else "")
+    return MaskScheme(cfg.masking, cfg.mask_copies, cfg.bug if bugs.changes_training(cfg.bug) else "",
+                      cfg.learn_from_texts)
 
 
 class MicroBatch(NamedTuple):
@@ -341,6 +350,9 @@ class Batches:
                 row_seeds = [self._mask_seed(s, c, scheme.mask_copies) for s, c in zip(samples, index)]
                 inputs, labels = mask_rows(batch, scheme.masking, row_seeds=row_seeds, bug=scheme.bug,
                                            **self.mask_kwargs)
+                if scheme.learn_from_texts and batch.text_ids is not None:  # the same inputs, fewer answers asked
+                    labels = labels.masked_fill(~batch.text_ids.lt(scheme.learn_from_texts) | batch.text_ids.lt(0),
+                                                IGNORE_INDEX)
                 out[scheme].append(MicroBatch(j, inputs, batch.attention_mask, labels))
         return out
 

@@ -141,6 +141,10 @@ class TrainConfig:
     # decoder's weight stays fixed too (its bias still trains): the (V, H) matrix, half the default model's
     # weights, needs no gradient, no AdamW update and no weight-gradient matmul: a faster step.
     freeze_word_embeddings: bool = False
+    # > 0: this variant learns from the first N training texts only: the others stay in its batches as context, the
+    # same inputs as every variant's, but are never asked for (the facts lesson's side by side, issue 43: one run
+    # learns from Veldoria's sentences alone, its twin from the twin countries' too, on the same batches).
+    learn_from_texts: int = 0
 
     def __post_init__(self) -> None:
         self._check_run()
@@ -176,6 +180,7 @@ class TrainConfig:
                     "1.0 is the usual clip; use 0 or None to turn clipping off.")
         _choice("amp", self.amp, AMP_MODES)
         _flag("freeze_word_embeddings", self.freeze_word_embeddings)
+        _whole("learn_from_texts", self.learn_from_texts, 0, 10**9, "0 learns from every text.")
         _flag("gradient_checkpointing", self.gradient_checkpointing)
         _whole("grad_accum_steps", self.grad_accum_steps, 1, 4096)
         if self.batch_size % self.grad_accum_steps:
