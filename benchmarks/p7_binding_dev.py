@@ -13,7 +13,9 @@ computed here: benchmark P7 reports them, for the recipe chosen here, at seeds 0
 
 Levers (each measured alone first, then together): ``--contrast N`` adds the first N contrast countries of
 ``assets/contrast_countries.txt`` (other invented countries with different facts in the same kinds of sentence),
-``--steps``, ``--focus`` (the facts' words' masking share), ``--lr``. Every run appends one JSON line to
+``--steps``, ``--focus`` (the facts' words' masking share), ``--lr``, ``--replay N`` (N sentences of real English
+from the workshop corpus mixed in). ``default_run`` carries the lesson's twin countries now, so a run without levers
+is the shipped recipe. Every run appends one JSON line to
 ``benchmarks/results/p7_binding_dev.jsonl``; docs/lessons.md keeps the table.
 """
 
@@ -31,7 +33,7 @@ import torch  # noqa: E402
 
 from mlm_core import jobs  # noqa: E402
 from mlm_core.bundled import TWINS, contrast_answers, contrast_countries, gazetteer, twin_documents  # noqa: E402
-from mlm_core.lessons.training_view import contrast_sentences, default_run, probe_set_scores  # noqa: E402
+from mlm_core.lessons.training_view import contrast_sentences, default_run, probe_set_scores, workshop_texts  # noqa: E402
 from mlm_core.models import load_masked_lm  # noqa: E402
 from mlm_core.training import train_variants  # noqa: E402
 
@@ -62,6 +64,11 @@ def one_run(model, tokenizer, args, seed: int) -> dict:
     probes = [p for field in DEV_SETS.values() for p in getattr(g, field)]
     groups = [group for group, field in DEV_SETS.items() for _ in getattr(g, field)]
     train = list(texts.train) + contrast_sentences(args.contrast)
+    if args.replay:  # replay: real English from the workshop corpus (a fixed shuffle), mixed into the batches
+        import random
+        pool = list(workshop_texts().train)
+        random.Random(0).shuffle(pool)
+        train += pool[:args.replay]
     generated = []
     if args.generated:  # experiment: countries made from templates (/tmp/gen/gen.py), not a bundled text
         import sys
@@ -111,6 +118,7 @@ def main(argv=None) -> int:
     parser.add_argument("--generated", type=int, default=0, help="experiment: N countries made from templates")
     parser.add_argument("--clones", type=int, default=0, help="experiment: N countries in Veldoria's own sentences")
     parser.add_argument("--twins", type=int, default=0, help="the lesson's first N twin countries (bundled.TWINS)")
+    parser.add_argument("--replay", type=int, default=0, help="N workshop-corpus sentences mixed into the text")
     parser.add_argument("--focus-contrast", action="store_true",
                         help="mask the contrast countries' answers as often as Veldoria's (the facts' words)")
     args = parser.parse_args(argv)
@@ -118,7 +126,7 @@ def main(argv=None) -> int:
     model, tokenizer = load_masked_lm(None, device="cpu")
     for seed in args.seeds:
         row = {"name": args.name, "contrast": args.contrast, "steps": args.steps, "focus": args.focus, "lr": args.lr,
-               "focus_contrast": args.focus_contrast, "generated": args.generated, "clones": args.clones, "twins": args.twins, **one_run(model, tokenizer, args, seed),
+               "focus_contrast": args.focus_contrast, "generated": args.generated, "clones": args.clones, "twins": args.twins, "replay": args.replay, **one_run(model, tokenizer, args, seed),
                "threads": torch.get_num_threads(), "at": time.strftime("%Y-%m-%d %H:%M")}
         print(json.dumps(row), flush=True)
         Path(LOG).parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,9 @@ hold at seeds nobody chose. Targets (issue 43):
   words, the phrases it read and the other name are reported beside them;
 - timing (median of the 3 runs, load average recorded before and after each): the first curve point
   (the held-out loss at step 0) and the first training-loss point come at most 5 s after Start,
-  and the run ends within 90 s.
+  and the run ends within 150 s: issue 43 allows 150 s where binding needs more than 90, with the page saying why
+  (binding needs the 320 steps: 160 bound about a quarter of the questions on the dev sets; the steps setting's
+  explanation says so, and the progress bar counts the 320).
 
 The table is the median run's curve: held-out loss, [MASK]-only loss and each probe set's top-1 / top-5
 against the seconds since Start, so RESULTS.md shows when the learning becomes visible.
@@ -46,7 +48,7 @@ BINDING_TOP1 = 8  # of 15 questions in new words answered for Veldoria and not f
 CONTROL_FLIPS = 3  # of 15 questions about real countries given a Veldoria word first, at most
 SEEDS = (0, 1, 2)  # the page's default seed and two more, fixed in advance (issue 43)
 FIRST_POINT_S = 5.0
-RUN_S = 90.0
+RUN_S = 150.0  # issue 43: <= 90 s, or <= 150 s where binding needs more and the page says why
 
 
 def _one_run(model, tokenizer, texts, variants, threads: int) -> dict[str, Any]:
@@ -112,6 +114,8 @@ def _learning(run: dict[str, Any]) -> dict[str, Any]:
                if a.get("group") == "control"]
     known_then = [b["tokens"][0] == b["answer"] for b, _ in control]
     kept = sum(k and a["tokens"][0] == a["answer"] for k, (_, a) in zip(known_then, control))
+    near_then = [(b["answer_rank"] or 10**9) <= 5 for b, _ in control]  # the real answer among the first five guesses
+    near_kept = sum(k and (a["answer_rank"] or 10**9) <= 5 for k, (_, a) in zip(near_then, control))
     guesses: dict[str, list[str]] = {}
     for before, after in zip(curves.probes[0]["probes"], curves.probes[-1]["probes"]):
         b, a = before["predictions"][0], after["predictions"][0]
@@ -121,6 +125,7 @@ def _learning(run: dict[str, Any]) -> dict[str, Any]:
             "focus_start": first.get("focus_loss"), "focus_end": last.get("focus_loss"), "rows": rows,
             "scores": scores, "sentence": strings_or_facts(list(scores.values())), "guesses": guesses,
             "binding": binding(list(scores.values())), "control_known_then": sum(known_then), "control_kept": kept,
+            "control_top5_then": sum(near_then), "control_top5_kept": near_kept,
             "visible_new_s": visible_new, "visible_loss_s": visible_loss}
 
 
@@ -170,10 +175,19 @@ def run(quick: bool = False, seeds=SEEDS) -> Result:
         "Other countries (the control set: the same kinds of question about real countries, whose answers are not "
         "Veldoria's), first guess before → after: " + "; ".join(lm["guesses"].get("control", [])) + ".",
         "Other countries, first guesses that are one of Veldoria's answers, step 0 → the end, and the real answers "
-        "known at step 0 still known at the end: " + ", ".join(
+        "known at step 0 (first, or in the top 5) still known at the end: " + ", ".join(
             f"seed {seed}: {x['scores']['control'].facts_then} → {x['scores']['control'].facts_now} of "
-            f"{x['scores']['control'].probes}, {x['control_kept']} of {x['control_known_then']} still known"
+            f"{x['scores']['control'].probes}, {x['control_kept']} of {x['control_known_then']} still known first and "
+            f"{x['control_top5_kept']} of {x['control_top5_then']} in the top 5 still there"
             for seed, x in zip(seeds, learned) if "control" in x["scores"]) + ".",
+        "A twin country's word first (an invented answer, not Veldoria's: the binding and the control do not count "
+        "it), step 0 → the end, about Pellastra and about real countries: " + ", ".join(
+            f"seed {seed}: {x['scores'][OTHER].invented_then - x['scores'][OTHER].facts_then} → "
+            f"{x['scores'][OTHER].invented_now - x['scores'][OTHER].facts_now} and "
+            f"{x['scores']['control'].invented_then - x['scores']['control'].facts_then} → "
+            f"{x['scores']['control'].invented_now - x['scores']['control'].facts_now} of "
+            f"{x['scores']['control'].probes}" for seed, x in zip(seeds, learned)
+            if OTHER in x["scores"] and "control" in x["scores"]) + ".",
         "Another name (the questions in new words about Pellastra, a country no training text names), first guess "
         "before → after: " + "; ".join(lm["guesses"].get(OTHER, [])) + ".",
         "Binding (questions in new words answered first for Veldoria minus those given Veldoria's word for "

@@ -57,7 +57,12 @@ def model_controls(lesson: str) -> str | None:
     sidebar = settings.model_name or ui.DEFAULT_MODEL
     vocab = state.get(ui.KEYS.trained_tokenizer)
     tiny = ["tiny-random"] + ([TRAINED_VOCAB] if vocab else [])
-    options = tiny if lesson == "scratch" else list(dict.fromkeys([ui.DEFAULT_MODEL, "tiny-random", sidebar] + tiny))
+    if lesson == "scratch":
+        options = tiny
+    elif lesson == "bind":  # binding a fact to a name needs a model that already reads: no tiny random one
+        options = [name for name in dict.fromkeys([ui.DEFAULT_MODEL, sidebar]) if name not in tiny]
+    else:
+        options = list(dict.fromkeys([ui.DEFAULT_MODEL, "tiny-random", sidebar] + tiny))
     labels = {ui.DEFAULT_MODEL: "Bundled default model: fine-tune it",
               "tiny-random": "Tiny random BERT: train from scratch"}
     if vocab:
@@ -216,6 +221,9 @@ def lesson_choices(lesson: str, base, from_scratch: bool):
         st.info(TEXT("bugs"))
         return lesson_variants(lesson, base, from_scratch=from_scratch, bug=bug)
     if lesson == "bind":
+        if from_scratch or not texts.name.startswith(SOURCES[0]):
+            st.warning(TEXT("bind_needs"))
+            return None
         st.info(TEXT("bind"))
         return lesson_variants(lesson, base, from_scratch=from_scratch)
     if lesson == "free":
@@ -427,6 +435,10 @@ def draw_probe_sets(name: str, entries, at: int) -> None:
             else:
                 m2.metric("answer in the top 5", f"{score.top5_now} of {score.probes}",
                           **metric_change(score.top5_now, score.top5_then, score.step_then))
+            twin_then, twin_now = score.invented_then - score.facts_then, score.invented_now - score.facts_now
+            if score.group in (OTHER, "control") and (twin_then or twin_now):  # an invented answer, not Veldoria's
+                st.caption(f"A twin country's word first (an invented answer, wrong here too): {twin_now} of "
+                           f"{score.probes} at step {score.step_now}, {twin_then} at step {score.step_then}.")
             if score.median_rank_then is not None and score.median_rank_now is not None:
                 st.caption(f"The answer's median rank among all {len(tokenizer):,} tokens: {score.median_rank_then:,.0f} "
                            f"at step {score.step_then}, {score.median_rank_now:,.0f} at step {score.step_now} "

@@ -56,7 +56,8 @@ from mlm_core.lessons.loss_lab import (  # noqa: E402
 from mlm_core.lessons.masking_view import masking_statistics  # noqa: E402
 from mlm_core.lessons.museum import COSINE_BUGGY, labels_never_ignored, run_exhibits  # noqa: E402
 from mlm_core.lessons.training_view import (  # noqa: E402
-    PROBE_SETS, base_config, default_run, gazetteer_texts, lesson_variants, probe_set_scores, probes_right,
+    BIND_VARIANTS, BINDING_SHARE, CONTROL_SHARE, OTHER, PROBE_SETS, base_config, binding, default_run, gazetteer_texts, lesson_variants,
+    probe_set_scores, probes_right,
 )
 from mlm_core.precision import resolve_amp  # noqa: E402
 from mlm_core.losses import token_counts  # noqa: E402
@@ -252,6 +253,8 @@ def _training_claims(add: Callable[..., None]) -> None:
         add("training", f"facts lesson ({label.lower()}): answer in the top 5 at step 0 and at the end", fixed(0),
             f"facts_{group}_top5_start", f"facts_{group}_top5")
     add("training", "facts lesson: probes in each set", fixed(0), "facts_probes")
+    add("training", "facts lesson: binding (questions in new words answered first about Veldoria minus about the other "
+        "name), first guess and top 5, at the end", fixed(0), "facts_binding_top1", "facts_binding_top5")
     add("training", "facts lesson (other countries): first guesses that are one of Veldoria's answers, at step 0 and "
         "at the end", fixed(0), "facts_control_veldoria_start", "facts_control_veldoria")
     add("training", "facts lesson: how often its training batches mask the facts' words, %", percent(0), "facts_focus_p")
@@ -306,6 +309,20 @@ def _guide_claims(add: Callable[..., None]) -> None:
     add("training", f"facts lesson at seed {GUIDE_SEED} (other countries): first guesses that are one of Veldoria's "
         "answers at the end, with the facts' words masked at the lesson's rate and as every token", fixed(0),
         "guide_control_veldoria", "guide_off_control_veldoria")
+    add("training", f"facts lesson at seed {GUIDE_SEED}: binding, first guess and top 5, at the end", fixed(0),
+        "guide_binding_top1", "guide_binding_top5")
+    add("training", f"facts lesson at seed {GUIDE_SEED} (other countries): real answers first at step 0 and at the end",
+        fixed(0), "guide_control_top1_start", "guide_control_top1_end")
+    add("training", f"facts lesson at seed {GUIDE_SEED} with the facts' words masked as every token: binding (first "
+        "guess) at the end", fixed(0), "guide_off_binding")
+    add("training", f"'What did it learn?' at seed {GUIDE_SEED}: binding (first guess) at the end, learning from "
+        "Veldoria alone / with its twins", fixed(0), "bind_alone_binding", "bind_twins_binding")
+    add("training", f"'What did it learn?' at seed {GUIDE_SEED}: the other name given Veldoria's word first at the "
+        "end, alone / with its twins", fixed(0), "bind_alone_other", "bind_twins_other")
+    add("training", f"'What did it learn?' at seed {GUIDE_SEED}: questions about real countries given a Veldoria word "
+        "first at the end, alone / with its twins", fixed(0), "bind_alone_flips", "bind_twins_flips")
+    add("training", f"'What did it learn?' at seed {GUIDE_SEED}: questions in new words answered first at the end, "
+        "alone / with its twins", fixed(0), "bind_alone_new", "bind_twins_new")
     add("training", "facts lesson, the held-out loss split by hidden token: selected positions", fixed(0), "split_n")
     for key, what in (("name", "pieces of the invented name (ve ##ld ##oria ##n ##ns)"),
                       ("facts", "the facts' words (the run's focus words)"), ("rest", "every other position")):
@@ -579,6 +596,8 @@ def measure_training(ctx: Context) -> dict:
                facts_end_step=facts.evals[-1]["step"], facts_focus_n=facts.evals[-1]["focus_tokens"],
                facts_right_by_step=", ".join(str(probes_right(e, "new")[0]) for e in facts.probes),
                facts_right_steps=", ".join(str(e["step"]) for e in facts.probes))
+    bound = binding(probe_set_scores(facts.probes))
+    out.update(facts_binding_top1=bound.top1_now, facts_binding_top5=bound.top5_now)
     out.update(facts_split(ctx, facts_texts, facts))
     # the same run at the seed the guide teaches with (the Training page takes the sidebar's seed)
     guide_cfg = {name: replace(c, seed=GUIDE_SEED) for name, c in variants.items()}
@@ -586,10 +605,14 @@ def measure_training(ctx: Context) -> dict:
                                      eval_texts=facts_texts.held_out).values()))
     out.update(guide_seed=GUIDE_SEED, guide_facts_drop=guide.evals[0]["loss"] - guide.evals[-1]["loss"],
                guide_focus_start=guide.evals[0]["focus_loss"], guide_focus_end=guide.evals[-1]["focus_loss"])
-    for s in probe_set_scores(guide.probes):
+    guide_sets = probe_set_scores(guide.probes)
+    for s in guide_sets:
         out.update({f"guide_{s.group}_top1": s.top1_now, f"guide_{s.group}_top5": s.top5_now})
         if s.group == "control":
-            out["guide_control_veldoria"] = s.facts_now
+            out.update(guide_control_veldoria=s.facts_now, guide_control_top1_start=s.top1_then,
+                       guide_control_top1_end=s.top1_now)
+    guide_bound = binding(guide_sets)
+    out.update(guide_binding_top1=guide_bound.top1_now, guide_binding_top5=guide_bound.top5_now)
     # what the guide asks the teacher to try: the same run with the facts' words masked as every token
     off_cfg = {name: replace(c, seed=GUIDE_SEED, focus_mlm_probability=0.0) for name, c in variants.items()}
     off = next(iter(train_variants(ctx.model, ctx.tokenizer, facts_texts.train, off_cfg,
@@ -597,7 +620,17 @@ def measure_training(ctx: Context) -> dict:
     off_sets = {s.group: s for s in probe_set_scores(off.probes)}
     new = off_sets["new"]
     out.update(guide_off_new_top1=new.top1_now, guide_off_new_top5=new.top5_now,
-               guide_off_control_veldoria=off_sets["control"].facts_now)
+               guide_off_control_veldoria=off_sets["control"].facts_now,
+               guide_off_binding=binding(list(off_sets.values())).top1_now)
+    # "What did it learn?" at the guide's seed: Veldoria alone beside Veldoria and its twins, on the same batches
+    bind_base = base_config("bind", from_scratch=False, texts=facts_texts, seed=GUIDE_SEED)
+    bind_variants = lesson_variants("bind", bind_base, from_scratch=False)
+    bind = train_variants(ctx.model, ctx.tokenizer, facts_texts.train, bind_variants, eval_texts=facts_texts.held_out)
+    for key, name in zip(("alone", "twins"), BIND_VARIANTS):
+        sets = {s.group: s for s in probe_set_scores(bind[name].probes)}
+        out.update({f"bind_{key}_binding": binding(list(sets.values())).top1_now,
+                    f"bind_{key}_other": sets[OTHER].top1_now, f"bind_{key}_flips": sets["control"].facts_now,
+                    f"bind_{key}_new": sets["new"].top1_now})
     return out
 
 
@@ -745,6 +778,18 @@ SENTENCE_CHECKS = (
                   ("facts_new_top1", "facts_new_top1_start", "facts_new_top5", "guide_new_top1", "guide_new_top5"),
                   lambda v: v["facts_new_top1"] > v["facts_new_top1_start"] and v["facts_new_top5"] >= v["facts_new_top1"]
                   and v["guide_new_top5"] >= v["guide_new_top1"]),
+    SentenceCheck("workshop.md / lessons.md Training: at the guide's seed the default run binds at least half the "
+                  "questions in new words to Veldoria's name and flips at most one in five real-country questions, so "
+                  "the page's sentence says 'learned facts about Veldoria'",
+                  ("guide_binding_top1", "guide_control_veldoria", "facts_probes"),
+                  lambda v: v["guide_binding_top1"] >= BINDING_SHARE * v["facts_probes"]
+                  and v["guide_control_veldoria"] <= CONTROL_SHARE * v["facts_probes"]),
+    SentenceCheck("workshop.md Training (What did it learn?): learning from Veldoria alone binds few facts (under half) "
+                  "and gives the other name Veldoria's words about as often as Veldoria; with its twins it binds at least "
+                  "half", ("bind_alone_binding", "bind_twins_binding", "bind_alone_other", "bind_twins_other",
+                           "facts_probes"),
+                  lambda v: v["bind_alone_binding"] < BINDING_SHARE * v["facts_probes"] <= v["bind_twins_binding"]
+                  and v["bind_alone_other"] > v["bind_twins_other"]),
     SentenceCheck("workshop.md Training: with the facts' words masked as every token the run answers fewer questions in "
                   "new words first (seed 144)", ("guide_off_new_top1", "guide_new_top1"),
                   lambda v: v["guide_off_new_top1"] < v["guide_new_top1"]),

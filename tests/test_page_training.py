@@ -303,3 +303,40 @@ def test_the_facts_lesson_shows_both_probe_sets_side_by_side(monkeypatch):
     assert "Phrases it read" in said and "Questions in new words" in said and "phrases it read" in said
     assert "Another name" in said and "Other countries" in said
     assert "about real countries it gives a Veldoria word first in" in said and "Pellastra" in said
+
+
+def test_what_did_it_learn_runs_veldoria_alone_beside_its_twins(monkeypatch):
+    """Issue 43 §3: "What did it learn?" trains two copies of the bundled model from the same weights on the same
+    batches, one learning from Veldoria's sentences alone, one from its twins' too, and shows each run's four probe
+    sets, its binding and its real-country control in one table, and the sentence on what the twins did, computed
+    from the run's own probes."""
+    from mlm_core.lessons.training_view import BIND_VARIANTS, binding_comparison, probe_set_scores
+    monkeypatch.delenv("MLMLAB_MODEL", raising=False)  # the lesson needs the trained model: its twins, its probes
+    at = page(training_lesson="bind")
+    assert any("Pellastra" in i.value and "What will it say?" in i.value for i in at.info)  # the vote, before Start
+    at.slider(key="training_steps_bind_0").set_value(5)
+    at.select_slider(key="training_batch").set_value(2)
+    at.select_slider(key="training_seq_len").set_value(32)
+    at.number_input(key="training_eval_every_bind_0").set_value(5)
+    at.run()
+    at.button(key="training_start").click().run()
+    run = at.session_state["training_run"]
+    assert run.wait(300)
+    at.run()
+    assert not at.exception, at.exception
+    snap = run.snapshot()
+    assert snap.status == "done", (snap.status, snap.error)
+    assert list(snap.variants) == list(BIND_VARIANTS)
+    alone, twins = (snap.configs[name] for name in BIND_VARIANTS)
+    assert alone["learn_from_texts"] > 0 and twins["learn_from_texts"] == 0
+    assert {k: v for k, v in alone.items() if k != "learn_from_texts"} == {k: v for k, v in twins.items()
+                                                                            if k != "learn_from_texts"}
+    evals = [snap.variants[name].evals for name in BIND_VARIANTS]
+    assert evals[0][0]["loss"] == pytest.approx(evals[1][0]["loss"], abs=1e-6)  # the same weights, the same mask
+    race = frame(at, "variant", "Binding")
+    assert list(race["variant"]) == list(BIND_VARIANTS)
+    for label in ("Phrases it read", "Questions in new words", "Another name", "Other countries"):
+        assert f"{label}: first guess right" in race.columns
+    assert "Other countries: a Veldoria word first" in race.columns
+    said = binding_comparison({name: probe_set_scores(snap.variants[name].probes) for name in BIND_VARIANTS})
+    assert said and f"**What the twins did:** {said}" in [m.value for m in at.markdown]

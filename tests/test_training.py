@@ -769,6 +769,18 @@ def test_probe_sets_are_scored_apart_and_the_sentence_follows_the_numbers():
     scores = probe_set_scores([start, bound], facts=facts)
     assert training_view.binding(scores).top1_now == 1  # 1 of 2: the share BINDING_SHARE asks for
     assert "learned facts about Veldoria" in strings_or_facts(scores)
+    assert "twin country" not in strings_or_facts(scores)  # no twin's word about other countries
+    # bound, but Pellastra and the real countries get a twin's answers (Tavonia's): said, with the counts
+    tavonia = training_view.TWINS[0][2]
+    stray = _probe_entry(80, {g: [("marrow", "marrow", 1), ("harp", "harp", 1)] for g in ("read", "new")}
+                         | {"other": [("marrow", tavonia[0], 30), ("harp", tavonia[8], 3)],
+                            "control": [("paris", tavonia[0], 4), ("red", "red", 1), ("rose", tavonia[14], 2)]})
+    scores = {s.group: s for s in probe_set_scores([start, stray], facts=facts)}
+    assert (scores["other"].invented_now, scores["control"].invented_now, scores["control"].facts_now) == (2, 2, 0)
+    said = strings_or_facts(list(scores.values()))
+    assert "learned facts about Veldoria" in said
+    assert "about Pellastra it gives a twin country's word first in 2 of 2, and about real countries in 2 of 3" in said
+    assert "gets its twins' answers" in said
     flips = _probe_entry(80, {g: [("marrow", "marrow", 1), ("harp", "harp", 1)] for g in ("read", "new")}
                          | {"other": [("marrow", "paris", 30), ("harp", "piano", 3)]} | ctrl_flipped)
     said = strings_or_facts(probe_set_scores([start, flips], facts=facts))  # bound, but real countries flipped

@@ -301,6 +301,9 @@ def lesson_variants(lesson: str, base: TrainConfig, *, from_scratch: bool, losse
         return {"dynamic: a fresh mask every epoch": replace(base, mask_copies=0),
                 f"static: {static_copies} mask(s) per chunk, reused": replace(base, mask_copies=int(static_copies))}
     if lesson == "bind":  # the same batches: one learns from Veldoria's sentences alone, the other from every country's
+        if from_scratch:
+            raise InputError("What did it learn? needs a model that already reads English: one trained from scratch "
+                             "knows no words yet to tie a fact to.")
         alone = len(gazetteer().sentences)
         return {BIND_VARIANTS[0]: replace(base, learn_from_texts=alone), BIND_VARIANTS[1]: base}
     if lesson == "free":
@@ -435,6 +438,8 @@ class ProbeSetScore:
     median_rank_now: float | None
     facts_then: int = 0  # probes whose first guess is one of Veldoria's answers (gazetteer().facts)
     facts_now: int = 0
+    invented_then: int = 0  # probes whose first guess is an invented country's answer (INVENTED_ANSWERS)
+    invented_now: int = 0
 
     def row(self) -> dict[str, Any]:
         return {"probe set": self.label, "probes": self.probes,
@@ -443,7 +448,9 @@ class ProbeSetScore:
                 f"median rank at step {self.step_then}": self.median_rank_then,
                 f"median rank at step {self.step_now}": self.median_rank_now,
                 f"a Veldoria word first at step {self.step_then}": self.facts_then,
-                f"a Veldoria word first at step {self.step_now}": self.facts_now}
+                f"a Veldoria word first at step {self.step_now}": self.facts_now,
+                f"an invented country's word first at step {self.step_then}": self.invented_then,
+                f"an invented country's word first at step {self.step_now}": self.invented_now}
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -452,6 +459,11 @@ def _median(values: Sequence[float]) -> float | None:
         return None
     mid = len(values) // 2
     return float(values[mid]) if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+# Every invented country's answers: Veldoria's and its twins'. After a run with twins, a country the run never
+# read of, or a real one, may get a twin's word where it got none of Veldoria's: still an invented answer.
+INVENTED_ANSWERS = frozenset(gazetteer().facts) | {word for _, _, answers in TWINS for word in answers}
 
 
 def probe_set_scores(probes: Sequence[Mapping[str, Any]], facts: Sequence[str] | None = None) -> list[ProbeSetScore]:
@@ -467,6 +479,7 @@ def probe_set_scores(probes: Sequence[Mapping[str, Any]], facts: Sequence[str] |
         ranks = [[p["answer_rank"] for p in _known(e, group) if p.get("answer_rank") is not None]
                  for e in (first, last)]
         given = [sum(p["tokens"][0] in facts for p in _known(e, group)) for e in (first, last)]
+        given += [sum(p["tokens"][0] in INVENTED_ANSWERS for p in _known(e, group)) for e in (first, last)]
         (t1_then, n), (t1_now, _) = probes_right(first, group), probes_right(last, group)
         out.append(ProbeSetScore(group, PROBE_SETS.get(group, group), n, first["step"], last["step"], t1_then, t1_now,
                                  probes_in_top(first, 5, group)[0], probes_in_top(last, 5, group)[0],
@@ -551,8 +564,8 @@ def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
     flipped = control is not None and control.probes and control.facts_now > CONTROL_SHARE * control.probes
     if control is not None and control.probes:
         checks.append(f"about real countries it gives a Veldoria word first in {control.facts_now} of "
-                      f"{control.probes} and the real answer in {control.top1_now} (at step {control.step_then}: "
-                      f"{control.top1_then})")
+                      f"{control.probes} and the real answer first in {control.top1_now}, in the top 5 in "
+                      f"{control.top5_now} (at step {control.step_then}: {control.top1_then} and {control.top5_then})")
     said_checks = "; ".join(checks)
     if r < 0.5 and n < 0.5:
         return (f"So far it fills the gap in {said} and answers {new.top1_now} of {new.probes} questions in new words "
@@ -569,9 +582,25 @@ def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
                 "it never read of can tell.")
     if bound is not None and bound.bound and not flipped:
         return (f"{head}; {said_checks}: it learned facts about Veldoria, which it names for Veldoria and not for "
-                "a country it never read of.")
+                "a country it never read of." + _stray_answers(other, control))
     return (f"{head}; but {said_checks}: it learned which word answers each kind of question, whatever the "
             "country, not facts that belong to Veldoria.")
+
+
+def _stray_answers(other: ProbeSetScore | None, control: ProbeSetScore | None) -> str:
+    """What a bound run still says about other countries: a sentence when more than one in five questions about
+    Pellastra or about real countries get a twin country's answer first (an invented answer, not Veldoria's: those
+    the binding and the control count already), else ""."""
+    if other is None or control is None or not other.probes or not control.probes:
+        return ""
+    twin = [(s.invented_then - s.facts_then, s.invented_now - s.facts_now) for s in (other, control)]
+    if max(twin[0][1] / other.probes, twin[1][1] / control.probes) <= CONTROL_SHARE:
+        return ""
+    return (f" Yet about Pellastra it gives a twin country's word first in {twin[0][1]} of {other.probes}, and "
+            f"about real countries in {twin[1][1]} of {control.probes} (at step {control.step_then}: {twin[0][0]} and "
+            f"{twin[1][0]}): a name that is not Veldoria's gets its twins' answers. It tells Veldoria from the "
+            "others, but has not learned that a country it never read of has answers it does not know, nor kept the "
+            "real countries' own.")
 
 
 def binding_comparison(scores_by_variant: Mapping[str, Sequence[ProbeSetScore]]) -> str:
@@ -586,20 +615,26 @@ def binding_comparison(scores_by_variant: Mapping[str, Sequence[ProbeSetScore]])
     """
     (alone, a), (twins, b) = list(scores_by_variant.items())[:2]
     bound = [binding(s) for s in (a, b)]
-    flips = [next((x.facts_now for x in s if x.group == "control"), None) for s in (a, b)]
-    if None in bound or None in flips:
+    controls = [next((x for x in s if x.group == "control"), None) for s in (a, b)]
+    if None in bound or None in controls:
         return ""
+    flips = [c.facts_now for c in controls]
+    twin = [c.invented_now - c.facts_now for c in controls]
     return (f"Learning from {alone}, it names {max(bound[0].top1_now, 0)} of {bound[0].probes} "
             f"facts for Veldoria and not for Pellastra, a country it never read of, and gives a Veldoria word to "
-            f"{flips[0]} of 15 questions about real countries; learning from {twins}, on the same "
-            f"batches and steps, {max(bound[1].top1_now, 0)} and {flips[1]}. With one country in the text, \"this kind "
-            "of question, this word\" is all the data asks for; when other countries answer the same sentences "
-            "differently, only the name can tell the answers apart, so the model learns to read it.")
+            f"{flips[0]} of {controls[0].probes} questions about real countries; learning from {twins}, on the same "
+            f"batches and steps, {max(bound[1].top1_now, 0)} and {flips[1]} (a twin country's word: {twin[0]} and "
+            f"{twin[1]}). With one country in the text, \"this kind of question, "
+            "this word\" is all the data asks for; when other countries answer the same sentences differently, only "
+            "the name can tell the answers apart, so the model learns to read it."
+            + (" It reads it only so far: a name that is not Veldoria's gets a twin's words." if twin[1] >
+               CONTROL_SHARE * controls[1].probes else ""))
 
 
 def probe_race_rows(probes_by_variant: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """One row per variant of a race: each probe set's answers first and in the top 5, and the median rank, at
-    the latest evaluation (or, for probes in one set, the answers first), so several variants fit one table."""
+    the latest evaluation, with the real countries given a Veldoria word and the binding where those sets are asked
+    (or, for probes in one set, the answers first), so several variants fit one table."""
     rows = []
     for name, entries in probes_by_variant.items():
         if not entries:
@@ -611,6 +646,11 @@ def probe_race_rows(probes_by_variant: Mapping[str, Sequence[Mapping[str, Any]]]
                 row[f"{s.label}: first guess right"] = f"{s.top1_now} of {s.probes}"
                 row[f"{s.label}: in the top 5"] = f"{s.top5_now} of {s.probes}"
                 row[f"{s.label}: median rank"] = s.median_rank_now
+                if s.group == "control":  # a Veldoria word about a real country is wrong
+                    row[f"{s.label}: a Veldoria word first"] = f"{s.facts_now} of {s.probes}"
+            bound = binding(scores)
+            if bound is not None:  # the facts named for Veldoria and not for the other name
+                row["Binding"] = f"{max(bound.top1_now, 0)} of {bound.probes}"
         else:
             right, known = probes_right(entries[-1])
             top5, _ = probes_in_top(entries[-1], 5)

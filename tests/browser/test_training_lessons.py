@@ -81,3 +81,21 @@ def test_the_museum_opens_the_training_page_on_its_bug(page, server):
     lesson = page.locator('[data-testid="stRadio"]').filter(has_text="Lesson")
     expect(lesson.get_by_role("radio", name=re.compile("Bugs that train"))).to_be_checked()
     assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_what_did_it_learn_puts_veldoria_alone_beside_its_twins(page, server):
+    """Issue 43 §3: the lesson offers only models that already read (the bundled one here, though the server's
+    sidebar default is the tiny random BERT), asks the class's question before Start, and after the run says what
+    the twins did, beside both runs' binding in the probes table."""
+    choose_lesson(page, server, "What did it learn?")
+    model = page.locator('[data-testid="stRadio"]').filter(has_text="Model")
+    expect(model.get_by_text("Bundled default model: fine-tune it")).to_be_visible()
+    assert model.get_by_text("Tiny random BERT").count() == 0
+    expect(page.get_by_text(re.compile(r"Pellastra, a country\s+it has never heard of\. What will it say\?"))).to_be_visible()
+    start(page)
+    said = page.get_by_text(re.compile(r"What the twins did:.*Learning from Veldoria alone, it names \d+ of 15 facts"))
+    expect(said).to_be_visible(timeout=SLOW)
+    expect(page.get_by_text("The probes, variant by variant")).to_be_visible()
+    race = page.locator('[data-testid="stTable"]').filter(has_text="Binding")
+    expect(race.first).to_be_visible()
+    assert "Veldoria alone" in race.first.inner_text() and "Veldoria and its twins" in race.first.inner_text()
