@@ -94,6 +94,8 @@ OPTION_HELP = {
                     "training at 0.4: one frozen evaluation mask, comparable across masking rates",
     "bug": "train with one named bug of the masking, labels or evaluation step (the Training page's buggy twin; "
            "default: none, the clean loop)",
+    "learn_from_texts": "labels on the first N texts' tokens only; later texts are read as context, never asked "
+                        "(0: every text is learned from)",
     "dropout": "dropout while training (--no-dropout for exact comparisons)",
     "seed": "seed of data order, masks, dropout and sampled classes",
 }

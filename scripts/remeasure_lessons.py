@@ -311,6 +311,10 @@ def _guide_claims(add: Callable[..., None]) -> None:
         "guide_control_veldoria", "guide_off_control_veldoria")
     add("training", f"facts lesson at seed {GUIDE_SEED}: binding, first guess and top 5, at the end", fixed(0),
         "guide_binding_top1", "guide_binding_top5")
+    add("training", f"facts lesson at seed {GUIDE_SEED}: questions about Pellastra and about real countries given a "
+        "twin country's word first at the end", fixed(0), "guide_other_twin", "guide_control_twin")
+    add("training", f"facts lesson at seed {GUIDE_SEED} (other countries): real answers in the top 5 at step 0 and at "
+        "the end", fixed(0), "guide_control_top5_start", "guide_control_top5_end")
     add("training", f"facts lesson at seed {GUIDE_SEED} (other countries): real answers first at step 0 and at the end",
         fixed(0), "guide_control_top1_start", "guide_control_top1_end")
     add("training", f"facts lesson at seed {GUIDE_SEED} with the facts' words masked as every token: binding (first "
@@ -610,7 +614,10 @@ def measure_training(ctx: Context) -> dict:
         out.update({f"guide_{s.group}_top1": s.top1_now, f"guide_{s.group}_top5": s.top5_now})
         if s.group == "control":
             out.update(guide_control_veldoria=s.facts_now, guide_control_top1_start=s.top1_then,
-                       guide_control_top1_end=s.top1_now)
+                       guide_control_top1_end=s.top1_now, guide_control_top5_start=s.top5_then,
+                       guide_control_top5_end=s.top5_now)
+    twin = {s.group: s.invented_now - s.facts_now for s in guide_sets}
+    out.update(guide_other_twin=twin[OTHER], guide_control_twin=twin["control"])
     guide_bound = binding(guide_sets)
     out.update(guide_binding_top1=guide_bound.top1_now, guide_binding_top5=guide_bound.top5_now)
     # what the guide asks the teacher to try: the same run with the facts' words masked as every token
@@ -784,6 +791,11 @@ SENTENCE_CHECKS = (
                   ("guide_binding_top1", "guide_control_veldoria", "facts_probes"),
                   lambda v: v["guide_binding_top1"] >= BINDING_SHARE * v["facts_probes"]
                   and v["guide_control_veldoria"] <= CONTROL_SHARE * v["facts_probes"]),
+    SentenceCheck("workshop.md Training: after the default run (seed 144) a twin's word comes first in more than one "
+                  "in five questions about Pellastra, and the real countries lost answers the base model had in its top 5",
+                  ("guide_other_twin", "guide_control_top5_start", "guide_control_top5_end", "facts_probes"),
+                  lambda v: v["guide_other_twin"] > CONTROL_SHARE * v["facts_probes"]
+                  and v["guide_control_top5_end"] < v["guide_control_top5_start"]),
     SentenceCheck("workshop.md Training (What did it learn?): learning from Veldoria alone binds few facts (under half) "
                   "and gives the other name Veldoria's words about as often as Veldoria; with its twins it binds at least "
                   "half", ("bind_alone_binding", "bind_twins_binding", "bind_alone_other", "bind_twins_other",

@@ -237,7 +237,8 @@ def test_the_guide_asks_what_the_two_probe_sets_answer_at_its_own_seed():
     assert "How does it know?" not in step and "it learned the facts, not the sentences" not in step
     ids = re.findall(r"<!-- m:([a-z0-9_]+) -->", step)
     # facts_control_veldoria_start: the untrained model's guesses (step 0), the same at every seed
-    assert ids and all(i.startswith("guide_") or i in ("facts_probes", "facts_focus_p", "facts_control_veldoria_start")
+    assert ids and all(i.startswith("guide_") or i in ("facts_probes", "facts_focus_p", "facts_control_veldoria_start",
+                                                       "facts_end_step")  # the steps: the same at every seed
                        for i in ids), ids
     assert {"guide_new_top1", "guide_new_top5", "guide_read_top1", "guide_facts_drop"} <= set(ids)
 

@@ -46,7 +46,12 @@ def test_a_pickled_backend_keeps_the_settings_it_was_loaded_with():
 
     tokenizer = load_default_tokenizer()
     backend = tokenizer.backend_tokenizer
-    loaded = dict(backend.truncation), dict(backend.padding)
+    loaded = []  # a new thread starts from the settings as loaded (this one may have changed its own)
+    reader = threading.Thread(target=lambda: loaded.extend((backend.truncation, backend.padding)))
+    reader.start()
+    reader.join(10)
+    assert loaded[0] is not None and loaded[1] is not None  # the bundled tokenizer is saved with both at 128
+    loaded = tuple(loaded)
     done = threading.Event()
     threading.Thread(target=lambda: (tokenizer("the cat", truncation=True, max_length=7), done.set())).start()
     assert done.wait(10)

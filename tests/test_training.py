@@ -573,6 +573,10 @@ def test_every_lesson_builds_its_variants_from_defaults_that_say_why():
             defaults = L.lesson_defaults(lesson, from_scratch=scratch)
             assert all(len(d.why) > 30 for d in defaults.values())
             base = L.base_config(lesson, from_scratch=scratch, texts=texts)
+            if lesson == "bind" and scratch:  # issue 43: a model that reads no words yet has nothing to bind
+                with pytest.raises(InputError, match="already reads English"):
+                    L.lesson_variants(lesson, base, from_scratch=scratch)
+                continue
             variants = L.lesson_variants(lesson, base, from_scratch=scratch, losses=("full", "sampled"))
             training.check_variants(variants)  # same data for every variant
     base = L.base_config("lr_too_high", from_scratch=False, texts=texts)

@@ -471,7 +471,7 @@ def learner_probe(sentence: str, answer: str, tokenizer) -> tuple[str, str]:
 
 
 def run_kind(configs: Mapping[str, Mapping[str, Any]] | None) -> str:
-    """"mask_rate", "bugs" or "" for a run's configs (`TrainConfig.to_dict()` values, by variant).
+    """"mask_rate", "bugs", "bind" or "" for a run's configs (`TrainConfig.to_dict()` values, by variant).
 
     >>> run_kind({n: c.to_dict() for n, c in bug_variants(TrainConfig(), "eval_dropout").items()})
     'bugs'
@@ -481,6 +481,8 @@ def run_kind(configs: Mapping[str, Mapping[str, Any]] | None) -> str:
         return "bugs"
     if any(c.get("eval_masking") for c in configs.values()) and len(configs) > 1:
         return "mask_rate"
+    if any(c.get("learn_from_texts") for c in configs.values()) and len(configs) > 1:
+        return "bind"  # one text learned from alone, beside the same batches learned from in full
     return ""
 
 
