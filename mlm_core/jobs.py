@@ -891,6 +891,13 @@ class RunManager:
             if not candidate._start():
                 self._finished(candidate)
 
+    def watch(self) -> None:
+        """Start the watchdog now (the server does at its first page): it reaps abandoned runs and, every
+        ``TRIM_EVERY_S``, collects garbage and gives freed memory back (Streamlit's collection after every script
+        run is off, ``.streamlit/config.toml``)."""
+        with self._lock:
+            self._ensure_watchdog()
+
     def _ensure_watchdog(self) -> None:
         if not self._watchdog_on or (self._watchdog is not None and self._watchdog.is_alive()):
             return

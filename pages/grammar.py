@@ -8,7 +8,7 @@ from mlm_core.default_model import read_build_record
 from mlm_core.lessons import share_state
 from mlm_core.figures.grammar import SCREEN_TEXT_PX, pair_figure, phenomena_figure
 from mlm_core.grammar import PHENOMENA, check_sentence
-from mlm_core.lessons.grammar import (FIRST_PAIR, blimp_source, default_model_blimp, draw_pair, lab_pairs_report,
+from mlm_core.lessons.grammar import (FIRST_PAIR, class_ask, blimp_source, default_model_blimp, draw_pair, lab_pairs_report,
                                       lab_source, markers_note, pair_source_note, phenomenon_rows, phenomenon_table,
                                       pll_line, report_label, split_changed_words, token_rows, verdict)
 from mlm_core.lessons.prose import LessonText
@@ -60,6 +60,8 @@ try:
 except MLMLabError as exc:
     ui.show_error(exc)
     score = None
+if score is not None:
+    ui.class_question("grammar", class_ask(score, settings.seed))  # the room votes from its own browsers
 if score is not None and vote_first and state.get(REVEALED) != (model_key, pair):  # a new pair or model: hidden
     st.info(TEXT("vote_first"))
     # a callback: the click's run then draws the answer without the button (st.button's True comes one run late)

@@ -14,7 +14,7 @@ from mlm_core.figures.masking import (
     span_length_figure,
 )
 from mlm_core.lessons.masking_view import (
-    DEFAULT_HUB_TOKENIZER, collator_snippet, fixed_count_note, masking_statistics, measured_rates, mlm_lab_snippet,
+    DEFAULT_HUB_TOKENIZER, class_ask, collator_snippet, fixed_count_note, masking_statistics, measured_rates, mlm_lab_snippet,
     rate_metrics, rate_rows, running_counts, span_lengths_note, token_trace,
 )
 from mlm_core.lessons.prose import LessonText
@@ -130,6 +130,8 @@ c1, c2 = st.columns([2, 1])  # room for "🎲 Re-roll (new seed)" on one line at
 c1.caption(f"Seed {settings.seed} (set it in the sidebar) · {len(tokens)} tokens · strategy: {config.strategy.replace('_', ' ')}")
 c2.button("🎲 Re-roll (new seed)", on_click=reroll, key="masking_reroll", width="stretch")
 ui.decision_legend()
+ui.class_question("masking", class_ask(text, row["decisions"][: len(tokens)], special_row[: len(tokens)], config,
+                                       settings.seed))  # the room guesses, the step-through reveals
 
 # Step-through: reveal decisions left to right. "Show all" is remembered as a mode, so a new sentence
 # or a re-roll keeps showing every token.

@@ -280,6 +280,7 @@ st.subheader("What it should predict")
 st.caption("The original token at every selected position, [MASK], random and unchanged alike.")
 ui.token_chips(tokens, example.names)
 ui.decision_legend()
+ui.class_question("predictions", lesson.class_ask(example, predictions, tokenizer))  # the room guesses first
 
 # --------------------------------------------------------------------------- the guesses
 st.subheader("Its guesses, position by position")

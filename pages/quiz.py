@@ -303,6 +303,8 @@ def loss_quiz() -> None:
     masking_page_button()
 
 
+if kind == "guess":  # the room answers the first blank from its own browsers, the teacher reveals
+    ui.class_question("quiz", quiz.class_ask(question, ui.model_or_stop(settings)[0], tokenizer))
 {"guess": guess_quiz, "random": random_quiz, "loss": loss_quiz}[kind]()
 
 # --------------------------------------------------------------------------- the running score

@@ -23,7 +23,7 @@ from mlm_core.lessons.training_lessons import (BUG_KEY, LESSON_KEY, MASK_RATES, 
                                                filmstrip_summary, learner_probe, probe_choices, rate_train_note,
                                                rate_verdict, reported_markdown, run_kind, split_text)
 from mlm_core.lessons.training_view import (BINDING_SHARE, LESSONS, OTHER, PROBE_SET_ABOUT, SOURCES, VARIANT_LABELS,
-                                            Texts, base_config, binding, binding_comparison, lesson_twins,
+                                            Texts, base_config, binding, binding_comparison, class_ask, lesson_twins,
                                             gazetteer_texts, is_default_run, lesson_defaults, lesson_variants,
                                             probe_preview,
                                             probe_race_rows, probe_rows, probe_set_rows, probe_set_scores,
@@ -314,6 +314,8 @@ info_col.caption(f"Machine: {counts['running']} of {counts['max_runs']} training
 
 if teacher_key_set():
     teacher_panel(manager)
+this_lesson = run is not None and (state.get(RUN_META_KEY) or {}).get("lesson") == lesson  # its answers, revealed
+ui.class_question("training", class_ask(lesson, texts, tokenizer, run.snapshot() if this_lesson else None))
 
 
 # ------------------------------------------------------------------------------------- live view

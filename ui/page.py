@@ -13,10 +13,11 @@ import streamlit as st
 from dataclasses import replace
 
 from mlm_core.errors import MLMLabError
-from mlm_core.jobs import cap_threads
+from mlm_core.jobs import cap_threads, get_manager
 from mlm_core.model_access import allowed_models, any_model_allowed, is_builtin
 from mlm_core.models import available_models
 from ui import session, share
+from ui.live_class import join_panel, live_pointer
 from ui.loaders import cached_tokenizer
 from ui.chips import markdown_text
 from ui.controls import trained_models
@@ -49,9 +50,11 @@ def page_setup(title: str, link: tuple[str, ...] | None = None, shown: dict[str,
     if model_problem:
         share.read_and_sync_link()  # the address names the model the pages use, not the one that failed
     share.share_box()
+    live_pointer()  # where the class's open question is (redrawn by itself)
     if settings.presenter:
         room_styles()
     st.title(title)
+    join_panel()  # presenter view in classroom mode: the address and its QR code
     if link_problems:
         share.link_notice(link_problems)
     if model_problem:
@@ -174,4 +177,6 @@ def configure_server() -> int:
       sentences gains nothing from one.
     """
     os.environ.update(SERVER_ENVIRONMENT)
-    return cap_threads()
+    threads = cap_threads()
+    get_manager().watch()  # garbage collected and memory returned every minute (postScriptGC is off: config.toml)
+    return threads

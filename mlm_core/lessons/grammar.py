@@ -16,10 +16,12 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from mlm_core import seeds
+from mlm_core.classroom import Ask, Reveal
 from mlm_core.grammar import PHENOMENA, PUBLISHED, GrammarReport, LabPair, PairScore, accuracy, score_pairs
 from mlm_core.predict import PseudoLogLikelihood
 
 __all__ = [
+    "class_ask",
     "FIRST_PAIR",
     "ANCHORS",
     "PLL_ANCHORS",
@@ -328,3 +330,29 @@ def phenomenon_table(rows: Sequence[dict], labels: Sequence[str]) -> list[dict]:
         row.update({anchor: r[anchor] for anchor in ANCHORS})
         table.append(row)
     return table
+
+
+def class_ask(score: PairScore, seed: int) -> Ask:
+    """"Which sentence does the model prefer?", A or B: the pair in an order drawn from the seed (A is not always the
+    grammatical one), and, for the reveal, the model's pick and its PLL margin.
+
+    >>> from mlm_core.predict import PseudoLogLikelihood as P
+    >>> s = PairScore(P((1, 2, 3), ("the", "dogs", "bark"), (-1.0, -2.0, -3.0)),
+    ...               P((1, 2, 3), ("the", "dogs", "barks"), (-1.0, -2.0, -5.0)))
+    >>> [class_ask(s, seed).reveal.model[0][0] for seed in range(4)]  # the model's pick, wherever it stands
+    ['A', 'B', 'B', 'A']
+    """
+    flip = bool(torch.randint(2, (1,), generator=seeds.generator(seed, "class_pair")).item())
+    first, second = (score.bad, score.good) if flip else (score.good, score.bad)
+    words = [" ".join(pll.tokens).replace(" ##", "") for pll in (first, second)]
+    if score.margin == 0:
+        pick, note = "", f"both sentences score the same PLL ({first.total:.2f} nats): it prefers neither."
+    else:
+        pick = "A" if (first.total > second.total) else "B"
+        grammatical = "the grammatical one" if score.prefers_good else "the ungrammatical one"
+        note = (f"it prefers {pick}, {grammatical}, by {abs(score.margin):.2f} nats of pseudo-log-likelihood "
+                f"(A: {first.total:.2f}, B: {second.total:.2f}).")
+    grammatical = "B" if flip else "A"
+    return Ask("choice", "Which sentence does the model prefer, A or B?", context=f"A: {words[0]}   B: {words[1]}",
+               choices=("A", "B"), reveal=Reveal(((pick, 1.0),) if pick else (), truth=pick,
+                                                 note=note + f" The grammatical sentence is {grammatical}."))

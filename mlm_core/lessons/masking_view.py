@@ -29,6 +29,7 @@ import torch
 from scipy import stats
 
 from mlm_core import seeds
+from mlm_core.classroom import Ask, Reveal
 from mlm_core.data import Encoded, encode, mask_batch
 from mlm_core.formatting import signed
 from mlm_core.masking import SPECIAL, Decision, MaskingConfig, decision_names
@@ -122,6 +123,27 @@ def _selection_rule(config: MaskingConfig, u, draws: dict, i: int, span_words: d
         return f"in span {span + 1}: drawn length {drawn} word{'s' if drawn != 1 else ''}{cut} → selected{budget_text}"
     unit = "word's u" if config.strategy == "whole_word" else "u"
     return f"{unit} = {u:.3f} < {p:g} → selected" if selected else f"{unit} = {u:.3f} ≥ {p:g} → not selected"
+
+
+def class_ask(sentence: str, decisions: torch.Tensor, special_tokens_mask: torch.Tensor, config: MaskingConfig,
+              seed: int) -> Ask:
+    """"How many of these tokens will be selected?", a number the step-through reveals: the sentence, its rule
+    and seed, and, for the reveal, the count this draw selected beside what p predicts.
+
+    >>> ask = class_ask("a b c", torch.tensor([0, 1, 0, 2, 0]), torch.tensor([1, 0, 0, 0, 1]), MaskingConfig(), 7)
+    >>> ask.prompt, ask.max_number, ask.reveal.truth
+    ('How many of these 3 tokens will the rule select?', 3, '2')
+    """
+    counts = running_counts(decisions, len(decisions), special_tokens_mask)
+    eligible = len(decisions) - counts[SPECIAL]
+    selected = eligible - counts["NOT_SELECTED"]
+    expected = config.mlm_probability * eligible
+    how = (f"exactly {selected}: this rule selects a fixed share" if config.strategy == "exact_count"
+           else f"{selected}; on average a rule with p = {config.mlm_probability:g} selects {expected:.1f} of "
+                f"{eligible}, and any one draw scatters around that")
+    return Ask("number", f"How many of these {eligible} tokens will the rule select?",
+               context=f"{sentence} · p = {config.mlm_probability:g}, {config.strategy.replace('_', ' ')}, seed {seed}",
+               max_number=eligible, reveal=Reveal(truth=str(selected), note=f"this draw selected {how}."))
 
 
 def running_counts(decisions: torch.Tensor, upto: int, special_tokens_mask: torch.Tensor | None = None) -> dict[str, int]:

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import torch
 
 from mlm_core import seeds
+from mlm_core.classroom import Ask, Reveal, word_of
 from mlm_core.data import Encoded, MaskedSentence, encode, mask_batch, mask_positions
 from mlm_core.formatting import probability_text
 from mlm_core.masking import DECISION_WORDS, SELECTED_DECISIONS, Decision, MaskingConfig, decision_names, decision_word
@@ -31,7 +32,7 @@ __all__ = [
     "MaskedExample", "masking_page_example", "clicked_example", "default_blank", "guesses", "guess_metrics",
     "one_masking_note", "position_rows", "pll_metrics", "pll_rows", "COMPARE_MAX_TOKENS", "compare_decisions",
     "summarize_by_decision", "decision_comparison_text", "decision_table", "FILL_LABELS", "fill_all", "fill_rows",
-    "fill_note", "typed_blanks_note",
+    "fill_note", "typed_blanks_note", "class_ask",
 ]
 
 
@@ -180,6 +181,37 @@ def position_rows(predictions: Predictions) -> list[dict[str, Any]]:
     for row in rows:
         row["decision"] = DECISION_WORDS.get(row["decision"], row["decision"])
     return rows
+
+
+def class_ask(example: MaskedExample, predictions: Predictions, tokenizer) -> Ask | None:
+    """"What will the model guess here?" at the first [MASK] the model sees (else the first selected position):
+    the sentence as the model sees it, and, for the reveal, its top guesses and the hidden word.
+
+    >>> from mlm_core.models import load_masked_lm
+    >>> model, tokenizer = load_masked_lm()  # the bundled default
+    >>> example = clicked_example(tokenizer, encode(tokenizer, "The cat sat on the mat."), [6], mask_share=1.0,
+    ...                           random_share=0.0, seed=0)
+    >>> ask = class_ask(example, guesses(model, tokenizer, example, 5), tokenizer)
+    >>> ask.context, ask.reveal.truth, len(ask.reveal.model)
+    ('the cat sat on the [MASK].', 'mat', 5)
+    """
+    found = predictions.positions
+    if not found:
+        return None
+    asked = next((p for p in found if p.decision == Decision.MASK and p.row == 0), found[0])
+    seen = example.seen_tokens(tokenizer)
+    special = example.special_tokens_mask[: len(seen)].tolist()
+    shown = [tokenizer.mask_token if i == asked.position else t for i, t in enumerate(seen) if not special[i]]
+    context = tokenizer.convert_tokens_to_string(shown).replace(" ##", "")
+    top = tuple((word_of(tokenizer, t), float(p)) for t, p in zip(asked.top_tokens, asked.top_probs))
+    merged: dict[str, float] = {}
+    for word, p in top:  # "paris" and "Ġparis" are one word to the room
+        merged[word] = merged.get(word, 0.0) + p
+    truth = word_of(tokenizer, asked.true_token)
+    rank = f"rank {asked.true_rank:,}" if asked.true_rank > 1 else "its first guess"
+    return Ask("word", "What will the model guess at [MASK]? One word.", context=context, tokenizer=tokenizer,
+               reveal=Reveal(tuple(merged.items()), truth=truth,
+                             note=f"the hidden word {truth!r} is {rank}, at p = {probability_text(asked.true_prob)}."))
 
 
 # --------------------------------------------------------------------------- a score without a draw

@@ -23,12 +23,14 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from mlm_core import seeds
+from mlm_core.classroom import Ask, Reveal, word_of
 from mlm_core.data import mask_sentence, token_pieces
 from mlm_core.errors import InputError
 from mlm_core.formatting import probability_text
 from mlm_core.head import masked_lm_logits
 from mlm_core.lessons.share_state import MAX_SEED, QUIZ_KINDS
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, decision_names
+from mlm_core.predict import predict_masked
 
 QUIZ_TITLES = {
     "guess": "Guess the token",
@@ -514,3 +516,26 @@ def loss_answer(in_loss: int, score: SelectionScore, names: Mapping[int, str]) -
             "`labels = -100`, which cross-entropy skips. "
             f"Missed: {', '.join(names[i] for i in score.missed) or '—'}. "
             f"Wrong picks: {', '.join(names[i] for i in score.false_alarms) or '—'}.")
+
+
+def class_ask(question: Question, model, tokenizer, k: int = 10) -> Ask | None:
+    """"Which word is hidden?" at the question's first [MASK] (None when it has none): the sentence as the model
+    sees it, and, for the reveal, the hidden word beside the model's top ``k`` guesses there."""
+    if not question.blanks:
+        return None
+    first = question.blanks[0]
+    labels = torch.full_like(question.labels, IGNORE_INDEX)
+    labels[0, first] = question.labels[0, first]
+    found = predict_masked(model, tokenizer, question.input_ids, question.attention_mask, labels, k=k).positions[0]
+    shown = [t for t, d in zip(question.shown, question.decisions) if d != "SPECIAL"]
+    context = tokenizer.convert_tokens_to_string(shown).replace(" ##", "")
+    merged: dict[str, float] = {}
+    for token, p in zip(found.top_tokens, found.top_probs):
+        merged[word_of(tokenizer, token)] = merged.get(word_of(tokenizer, token), 0.0) + float(p)
+    truth = word_of(tokenizer, found.true_token)
+    blanks = len(question.blanks)
+    where = "the first [MASK]" if blanks > 1 else "[MASK]"
+    return Ask("word", f"Which word is hidden at {where}? One word.", context=context, tokenizer=tokenizer,
+               reveal=Reveal(tuple(merged.items()), truth=truth,
+                             note=f"the hidden word {truth!r} is the model's guess number {found.true_rank:,} "
+                                  f"(p = {probability_text(found.true_prob)})."))

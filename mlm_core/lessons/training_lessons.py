@@ -83,7 +83,7 @@ def rate_variants(base: TrainConfig, rates: Sequence[float] = MASK_RATES,
             for p in rates}
 
 
-def _latest_common(evals: Mapping[str, Rows], key: str = "loss") -> tuple[int, dict[str, float]] | None:
+def latest_common(evals: Mapping[str, Rows], key: str = "loss") -> tuple[int, dict[str, float]] | None:
     """The last evaluation step every variant has reached, and each one's `key` there."""
     steps = [{r["step"]: r.get(key) for r in rows if r.get(key) is not None} for rows in evals.values()]
     if not steps or not all(steps):
@@ -114,7 +114,7 @@ def rate_verdict(evals: Mapping[str, Rows], kind: str, default_settings: bool = 
     >>> print(rate_verdict({"mask 15%": rows(5.0, 3.0), "mask 40%": rows(5.0, 2.75)}, "fine-tune").split(". ")[0])
     At step 10, on the frozen 15% mask (the same positions for every variant), mask 40% leads with a held-out loss of 2.75, 0.25 nats below mask 15% (3.00 for mask 15%)
     """
-    found = _latest_common(evals)
+    found = latest_common(evals)
     if found is None or len(found[1]) < 2:
         return ""
     at, losses = found

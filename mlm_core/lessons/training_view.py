@@ -13,13 +13,15 @@ from typing import Any
 
 import torch
 
+from mlm_core.classroom import Ask, Reveal, word_of
 from mlm_core.bundled import TWINS, contrast_countries, gazetteer, twin_documents, workshop_sentences
 from mlm_core.data import run_tokenizer
 from mlm_core.errors import InputError
 from mlm_core.formatting import percent_text
 from mlm_core.masking import IGNORE_INDEX
 from mlm_core.predict import predict_masked
-from mlm_core.lessons.training_lessons import DEFAULT_BUG, MASK_RATES, SPLITS, YOURS, bug_variants, rate_variants
+from mlm_core.lessons.training_lessons import (DEFAULT_BUG, LEVEL_NATS, MASK_RATES, SPLITS, YOURS, bug_variants,
+                                               latest_common, rate_variants)
 from mlm_core.training import TrainConfig, check_variants
 
 LESSONS = {
@@ -671,3 +673,53 @@ def is_default_run(variants: Mapping[str, TrainConfig], lesson: str, *, from_scr
     except InputError:
         return False
     return dict(variants) == expected
+
+
+# ------------------------------------------------------------------------------------------ the class's question
+RATE_CHOICES = tuple(f"{rate:.0%}" for rate in MASK_RATES)
+WAIT_FOR_END = "Reveal once the run has ended: the answer is read from its last evaluation."
+
+
+def class_ask(lesson: str, texts: Texts | None, tokenizer, snap=None, configs: Mapping[str, Mapping] | None = None
+              ) -> Ask | None:
+    """The question the Training page asks the class before a run, and, once ``snap`` (the run's snapshot) has
+    ended, what the run answered: "Which masking rate will lead?" (the mask-rate lesson) or, in the facts lessons,
+    what the model will answer about Pellastra, a country no training text names (its first such probe)."""
+    finished = snap is not None and snap.finished and any(v.evals for v in snap.variants.values())
+    if lesson == "mask_rate":
+        reveal = None
+        found = latest_common({n: v.evals for n, v in snap.variants.items()}) if finished else None
+        if found is not None and len(found[1]) > 1 and all(n.startswith("mask ") for n in found[1]):
+            at, losses = found
+            order = sorted(losses, key=losses.get)
+            lead = order[0].removeprefix("mask ")
+            level = losses[order[1]] - losses[order[0]] < LEVEL_NATS
+            reveal = Reveal(tuple((n.removeprefix("mask "), 1.0 if n == order[0] else 0.0) for n in order[:1]),
+                            truth=lead, note=f"at step {at}, on the frozen 15% mask, {lead} leads with a held-out loss "
+                            f"of {losses[order[0]]:.2f} ("
+                            + ", ".join(f"{n.removeprefix('mask ')}: {losses[n]:.2f}" for n in order[1:]) + ")"
+                            + (f"; less than {LEVEL_NATS} nats ahead, too close to call on one run." if level else "."))
+        return Ask("choice", "Which masking rate will lead at the end of the run (the lowest held-out loss)?",
+                   context="The same model, the same batches, masked at " + ", ".join(RATE_CHOICES) + ".",
+                   choices=RATE_CHOICES, reveal=reveal, waiting=WAIT_FOR_END)
+    if lesson not in ("facts", "bind") or texts is None or "other" not in texts.probe_groups:
+        return None
+    index = texts.probe_groups.index("other")
+    sentence, veldorias = texts.probes[index]
+    reveal = None
+    if finished:
+        name = next(iter(snap.variants)) if lesson == "facts" else list(snap.variants)[-1]  # bind: with its twins
+        entries = snap.variants[name].probes
+        if entries and index < len(entries[-1]["probes"]):
+            guess = entries[-1]["probes"][index]["predictions"][0]
+            merged: dict[str, float] = {}
+            for token, p in zip(guess["tokens"], guess["probs"]):
+                merged[word_of(tokenizer, token)] = merged.get(word_of(tokenizer, token), 0.0) + float(p)
+            first = next(iter(merged), "")
+            verdict = ("Veldoria's answer: the fact went to the sentence, not to the name" if first == veldorias else
+                       "not Veldoria's answer: it tells the names apart")
+            reveal = Reveal(tuple(merged.items()), truth="", note=f"after step {entries[-1]['step']}, about Pellastra "
+                            f"its first guess is {first!r}, {verdict} (Veldoria's answer here is {veldorias!r}; "
+                            f"nothing teaches Pellastra's).")
+    return Ask("word", "Pellastra is a country no training text names. After the run, what will the model answer "
+                       "here? One word.", context=sentence, tokenizer=tokenizer, reveal=reveal, waiting=WAIT_FOR_END)
