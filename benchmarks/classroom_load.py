@@ -729,16 +729,6 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def kept_section() -> list[str]:
-    """The load test's section of RESULTS.md, for ``python -m benchmarks`` to keep when it rewrites the file."""
-    if not RESULTS_MD.exists():
-        return []
-    text = RESULTS_MD.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        return []
-    return ["", text[text.index(BEGIN):text.index(END) + len(END)], ""]
-
-
 def write_section(section: str) -> None:
     text = RESULTS_MD.read_text(encoding="utf-8") if RESULTS_MD.exists() else "# MLM Lab benchmarks\n"
     if BEGIN in text and END in text:

@@ -255,6 +255,9 @@ if stats is not None:
     lesson_figures["rates converging"] = convergence_figure(stats.convergence, config, split_unit=stats.split_unit)
 lesson = dict(settings=masking_settings(sentence=text, seed=settings.seed, model=settings.model_name, config=config),
               decisions=trace, curves=stats.convergence if stats is not None else None, link=share)
+room = ui.class_answers_rows("masking")  # the class's answers, once revealed
+if room:
+    lesson["tables"] = {"class answers": room}
 st.download_button("⬇ Lesson export (zip: decisions, rates, charts, settings)", lambda: lesson_zip(
     "Masking", figures=lesson_figures, **lesson), file_name=f"mlm_lab_masking_seed{settings.seed}.zip",
     mime="application/zip", key="masking_lesson_zip", on_click="ignore")

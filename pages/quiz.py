@@ -322,7 +322,8 @@ if totals["questions"]:
         "⬇ My quiz results (JSON)",
         lesson_json("Quiz", settings={"seed": settings.seed, "model": settings.model_name or "default",
                                       "masking": config},
-                    tables={"scores": [{"question": q, **item} for q, item in state["quiz_board"]["questions"].items()]},
+                    tables={"scores": [{"question": q, **item} for q, item in state["quiz_board"]["questions"].items()],
+                            **({"class answers": room} if (room := ui.class_answers_rows("quiz")) else {})},
                     link=ui.share_url()),
         file_name="mlm_lab_quiz.json", mime="application/json", key="quiz_export",
     )

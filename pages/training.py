@@ -26,7 +26,7 @@ from mlm_core.lessons.training_view import (BINDING_SHARE, LESSONS, OTHER, PROBE
                                             Texts, base_config, binding, binding_comparison, class_ask, lesson_twins,
                                             gazetteer_texts, is_default_run, lesson_defaults, lesson_variants,
                                             probe_preview,
-                                            probe_race_rows, probe_rows, probe_set_rows, probe_set_scores,
+                                            probe_race_rows, probe_rows, probe_set_rows, probe_set_scores, run_twins,
                                             probes_right, strings_or_facts, usable_probes, with_learner_probe,
                                             workshop_texts)
 from mlm_core.sampled_softmax import SAMPLED_SOFTMAX
@@ -341,7 +341,8 @@ def draw_probes(snap) -> None:
         entries = [p for p in v.probes if p["step"] <= at]
         if not entries:
             continue
-        if probe_set_scores(entries):  # the facts lesson: phrases it read beside questions in new words
+        # the facts lessons: phrases it read beside questions in new words
+        if probe_set_scores(entries, twins=run_twins(state.get(RUN_META_KEY))):
             draw_probe_sets(name, entries, at)
             continue
         right, known = probes_right(entries[-1])
@@ -366,13 +367,14 @@ def draw_race_probes(snap) -> None:
         return
     st.subheader("The probes, variant by variant")
     # a room-sized row of 10+ columns runs off the screen: in presenter view one column per variant
-    ui.table(pd.DataFrame(probe_race_rows(probes)), key="training_probe_race", static=True, turn="variant")
+    ui.table(pd.DataFrame(probe_race_rows(probes, twins=run_twins(state.get(RUN_META_KEY)))), key="training_probe_race",
+             static=True, turn="variant")
     if not snap.finished:  # every probe of every variant once the run is done: each redraw would hold the CPU
         st.caption("Every probe of each variant appears here when the run is done.")
         return
     for name, entries in probes.items():
         with st.expander(f"{name}: every probe"):
-            scores = probe_set_scores(entries)
+            scores = probe_set_scores(entries, twins=run_twins(state.get(RUN_META_KEY)))
             groups = [sc.group for sc in scores] or [None]
             for group in groups:
                 ui.table(pd.DataFrame(probe_set_rows(entries, group) if group else probe_rows(entries)), static=True)
@@ -417,7 +419,7 @@ def side_by_side(n: int):
 def draw_probe_sets(name: str, entries, at: int) -> None:
     """The facts lesson's probe sets side by side: top-1, top-5 and the answer's rank, from the first
     evaluation to step `at`, each probe's row, and one sentence on what the difference means."""
-    scores = probe_set_scores(entries)
+    scores = probe_set_scores(entries, twins=run_twins(state.get(RUN_META_KEY)))
     # two sets side by side at most (other countries and the learner's sentence go below: three columns cut the tables)
     places = [place for i in range(0, len(scores), 2) for place in side_by_side(min(2, len(scores) - i))]
     for column, score in zip(places, scores):
@@ -428,9 +430,10 @@ def draw_probe_sets(name: str, entries, at: int) -> None:
                       f"{score.top1_now} of {score.probes}",
                       **metric_change(score.top1_now, score.top1_then, score.step_then,
                                       fewer_is_better=score.group == OTHER))
-            if score.group == "control":  # a Veldoria word here is wrong: fewer is better
-                m2.metric("a Veldoria word first", f"{score.facts_now} of {score.probes}",
-                          **metric_change(score.facts_now, score.facts_then, score.step_then, fewer_is_better=True))
+            if score.group == "control":  # an invented country's word here is wrong: fewer is better
+                m2.metric("an invented word first", f"{score.invented_now} of {score.probes}",
+                          **metric_change(score.invented_now, score.invented_then, score.step_then,
+                                          fewer_is_better=True))
             elif score.group == OTHER:  # Veldoria's word about another country: not learned about Veldoria
                 m2.metric("Veldoria's word in the top 5", f"{score.top5_now} of {score.probes}",
                           **metric_change(score.top5_now, score.top5_then, score.step_then, fewer_is_better=True))
@@ -449,8 +452,8 @@ def draw_probe_sets(name: str, entries, at: int) -> None:
     bound = binding(scores)
     if bound is not None:
         st.metric("Binding: facts named for Veldoria and not for Pellastra (questions in new words)",
-                  f"{bound.top1_now} of {bound.probes}", help=TEXT("binding_help", share=BINDING_SHARE),
-                  **metric_change(bound.top1_now, bound.top1_then, score.step_then))
+                  f"{max(bound.top1_now, 0)} of {bound.probes}", help=TEXT("binding_help", share=BINDING_SHARE),
+                  **metric_change(max(bound.top1_now, 0), max(bound.top1_then, 0), score.step_then))
     st.markdown(f"**{name}, step {at}:** " + strings_or_facts(scores))
     with st.expander("Each probe's five first guesses, as bars"):
         group = st.radio("Probe set", [s.group for s in scores], format_func=lambda g: next(
@@ -511,7 +514,7 @@ def draw(snap) -> None:
         draw_probes(snap)
     if meta.get("lesson") == "bind":  # the two runs' binding and control, in one sentence
         last = {name: v.probes for name, v in snap.variants.items() if v.probes}
-        said = binding_comparison({name: probe_set_scores(entries) for name, entries in last.items()})
+        said = binding_comparison({name: probe_set_scores(entries, twins=run_twins(meta)) for name, entries in last.items()})
         if said:
             st.markdown("**What the twins did:** " + said)
     if snap.finished and meta.get("lesson") != "filmstrip":  # elsewhere once the run is done
@@ -543,6 +546,9 @@ def draw(snap) -> None:
     export = dict(settings={"model": model_name or "default (bundled)", "seed": settings.seed,
                             "variants": snap.configs or {}},
                   curves=snap.curves_rows(), tables={"results": rows})
+    room = ui.class_answers_rows("training")  # the class's answers, once revealed
+    if room:
+        export["tables"]["class answers"] = room
     figures = {"loss": loss_figure(steps), "held-out": eval_figure(evals) if any(evals.values()) else None}
     c2.download_button("⬇ Lesson export (zip: curves, results, charts, settings)",
                        lambda: lesson_zip("Training", figures={k: f for k, f in figures.items() if f is not None},

@@ -786,11 +786,12 @@ SENTENCE_CHECKS = (
                   lambda v: v["facts_new_top1"] > v["facts_new_top1_start"] and v["facts_new_top5"] >= v["facts_new_top1"]
                   and v["guide_new_top5"] >= v["guide_new_top1"]),
     SentenceCheck("workshop.md / lessons.md Training: at the guide's seed the default run binds at least half the "
-                  "questions in new words to Veldoria's name and flips at most one in five real-country questions, so "
-                  "the page's sentence says 'learned facts about Veldoria'",
-                  ("guide_binding_top1", "guide_control_veldoria", "facts_probes"),
+                  "questions in new words to Veldoria's name, but more than one in five real-country questions get an "
+                  "invented country's word (Veldoria's or a twin's), so the page's sentence says it learned which "
+                  "answers go with the names it read, not facts about Veldoria",
+                  ("guide_binding_top1", "guide_control_veldoria", "guide_control_twin", "facts_probes"),
                   lambda v: v["guide_binding_top1"] >= BINDING_SHARE * v["facts_probes"]
-                  and v["guide_control_veldoria"] <= CONTROL_SHARE * v["facts_probes"]),
+                  and v["guide_control_veldoria"] + v["guide_control_twin"] > CONTROL_SHARE * v["facts_probes"]),
     SentenceCheck("workshop.md Training: after the default run (seed 144) a twin's word comes first in more than one "
                   "in five questions about Pellastra, and the real countries lost answers the base model had in its top 5",
                   ("guide_other_twin", "guide_control_top5_start", "guide_control_top5_end", "facts_probes"),

@@ -365,3 +365,21 @@ def _restore(word: str, back: dict) -> str:
         return word
     new = back[low[:-1] if plural else low] + ("s" if plural else "")
     return new.capitalize() if word[0].isupper() else new
+
+
+def test_no_read_probe_is_a_twin_countrys_sentence_with_another_answer():
+    """Issue 43 review: "Its capital is [MASK], ..." named no country, and the twins' text holds it word for word with
+    their capitals, so no run could answer it with Veldoria's alone. Every read probe names Veldoria (or its people),
+    and no twin document holds it filled with another word."""
+    import re
+
+    from mlm_core.bundled import TWINS, twin_documents
+
+    g = gazetteer()
+    twin_text = [s.lower() for twin in range(len(TWINS)) for doc in twin_documents(twin) for s in doc]
+    for sentence, answer in g.read_probes:
+        assert "veldoria" in sentence.lower(), sentence
+        pattern = re.compile(re.escape(sentence.lower()).replace(re.escape("[mask]"), r"(\w+)"))
+        clashes = [m.group(1) for s in twin_text if (m := pattern.fullmatch(s)) and m.group(1) != answer]
+        assert not clashes, (sentence, clashes)
+        assert sentence.replace("[MASK]", answer).lower() in {t.lower() for t in g.sentences}, sentence  # copied

@@ -291,7 +291,7 @@ def test_the_facts_lesson_shows_both_probe_sets_side_by_side(monkeypatch):
     run = short_facts_run(at, 0, steps=5, eval_every=5, timeout=240)
     labels = [m.label for m in at.metric]
     assert labels.count("first guess right") == 3 and labels.count("answer in the top 5") == 2
-    assert labels.count("a Veldoria word first") == 1  # the control set: about other countries, Veldoria is wrong
+    assert labels.count("an invented word first") == 1  # the control set: about other countries, Veldoria's is wrong
     # issue 43: the questions about Pellastra, where Veldoria's word was not learned about Veldoria, and binding
     assert labels.count("Veldoria's word first") == 1 and labels.count("Veldoria's word in the top 5") == 1
     assert sum(label.startswith("Binding: facts named for Veldoria and not for Pellastra") for label in labels) == 1
@@ -302,7 +302,7 @@ def test_the_facts_lesson_shows_both_probe_sets_side_by_side(monkeypatch):
     said = " ".join(m.value for m in at.markdown)
     assert "Phrases it read" in said and "Questions in new words" in said and "phrases it read" in said
     assert "Another name" in said and "Other countries" in said
-    assert "about real countries it gives a Veldoria word first in" in said and "Pellastra" in said
+    assert "about real countries it gives an invented country's word first in" in said and "Pellastra" in said
 
 
 def test_what_did_it_learn_runs_veldoria_alone_beside_its_twins(monkeypatch):
@@ -335,8 +335,9 @@ def test_what_did_it_learn_runs_veldoria_alone_beside_its_twins(monkeypatch):
     assert evals[0][0]["loss"] == pytest.approx(evals[1][0]["loss"], abs=1e-6)  # the same weights, the same mask
     race = frame(at, "variant", "Binding")
     assert list(race["variant"]) == list(BIND_VARIANTS)
-    for label in ("Phrases it read", "Questions in new words", "Another name", "Other countries"):
+    for label in ("Phrases it read", "Questions in new words", "Other countries"):
         assert f"{label}: first guess right" in race.columns
-    assert "Other countries: a Veldoria word first" in race.columns
+    assert "Another name: Veldoria's word first" in race.columns  # wrong about Pellastra: never "right"
+    assert "Other countries: an invented word first" in race.columns
     said = binding_comparison({name: probe_set_scores(snap.variants[name].probes) for name in BIND_VARIANTS})
     assert said and f"**What the twins did:** {said}" in [m.value for m in at.markdown]

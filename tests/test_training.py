@@ -751,13 +751,14 @@ def test_probe_sets_are_scored_apart_and_the_sentence_follows_the_numbers():
     c = {s.group: s for s in probe_set_scores([start, flipped], facts=facts)}["control"]
     assert (c.top1_then, c.top1_now, c.facts_then, c.facts_now) == (2, 0, 0, 2)
     said = strings_or_facts(probe_set_scores([start, flipped], facts=facts))
-    assert "a Veldoria word first in 2 of 3" in said and "not facts that belong to Veldoria" in said
+    assert "an invented country's word first in 2 of 3 (Veldoria's in 2" in said
+    assert "not facts that belong to Veldoria" in said
     said = strings_or_facts(probe_set_scores([start, kept], facts=facts))  # 1 of 3 > one in five: still no
-    assert "a Veldoria word first in 1 of 3" in said and "not facts that belong to Veldoria" in said
+    assert "an invented country's word first in 1 of 3" in said and "not facts that belong to Veldoria" in said
     kept = _probe_entry(80, {g: [("marrow", "marrow", 1), ("harp", "harp", 1)] for g in ("read", "new")}
                         | {"control": [("paris", "paris", 1), ("red", "red", 1), ("rose", "rose", 1)]})
     said = strings_or_facts(probe_set_scores([start, kept], facts=facts))  # the control holds, binding unknown
-    assert "a Veldoria word first in 0 of 3" in said and "learned facts about Veldoria" not in said
+    assert "an invented country's word first in 0 of 3" in said and "learned facts about Veldoria" not in said
     assert "only a country it never read of can tell" in said
     # issue 43: the same questions about Pellastra, a country no training text names, decide with the control
     start = _probe_entry(0, {**{g: [("marrow", "x", 900), ("harp", "x", 40)] for g in ("read", "new", "other")},
@@ -773,8 +774,9 @@ def test_probe_sets_are_scored_apart_and_the_sentence_follows_the_numbers():
     scores = probe_set_scores([start, bound], facts=facts)
     assert training_view.binding(scores).top1_now == 1  # 1 of 2: the share BINDING_SHARE asks for
     assert "learned facts about Veldoria" in strings_or_facts(scores)
-    assert "twin country" not in strings_or_facts(scores)  # no twin's word about other countries
-    # bound, but Pellastra and the real countries get a twin's answers (Tavonia's): said, with the counts
+    assert "a twin country's in" not in strings_or_facts(scores)  # no twin's word about Pellastra
+    # bound, but Pellastra and the real countries get a twin's answers (Tavonia's): the control counts them, so
+    # issue 43's review: "learned facts" would be false; it tied the answers to the names it read, no more
     tavonia = training_view.TWINS[0][2]
     stray = _probe_entry(80, {g: [("marrow", "marrow", 1), ("harp", "harp", 1)] for g in ("read", "new")}
                          | {"other": [("marrow", tavonia[0], 30), ("harp", tavonia[8], 3)],
@@ -782,13 +784,19 @@ def test_probe_sets_are_scored_apart_and_the_sentence_follows_the_numbers():
     scores = {s.group: s for s in probe_set_scores([start, stray], facts=facts)}
     assert (scores["other"].invented_now, scores["control"].invented_now, scores["control"].facts_now) == (2, 2, 0)
     said = strings_or_facts(list(scores.values()))
-    assert "learned facts about Veldoria" in said
-    assert "about Pellastra it gives a twin country's word first in 2 of 2, and about real countries in 2 of 3" in said
-    assert "gets its twins' answers" in said
+    assert "learned facts about Veldoria" not in said and "answers go with the names it read" in said
+    assert "Veldoria's word first in 0 of 2 and a twin country's in 2" in said
+    assert "an invented country's word first in 2 of 3 (Veldoria's in 0, a twin's in 2)" in said
+    ostrania = training_view.TWINS[2][2]  # a twin the run did not read: its words are the base model's own guesses
+    unread = _probe_entry(80, {g: [("marrow", "marrow", 1), ("harp", "harp", 1)] for g in ("read", "new")}
+                          | {"other": [("marrow", "paris", 30), ("harp", "piano", 3)],
+                             "control": [("paris", ostrania[0], 4), ("red", "red", 1), ("rose", ostrania[14], 2)]})
+    assert {s.group: s for s in probe_set_scores([start, unread], facts=facts)}["control"].invented_now == 0
+    assert {s.group: s for s in probe_set_scores([start, stray], facts=facts, twins=0)}["control"].invented_now == 0
     flips = _probe_entry(80, {g: [("marrow", "marrow", 1), ("harp", "harp", 1)] for g in ("read", "new")}
                          | {"other": [("marrow", "paris", 30), ("harp", "piano", 3)]} | ctrl_flipped)
     said = strings_or_facts(probe_set_scores([start, flips], facts=facts))  # bound, but real countries flipped
-    assert "whatever the country" in said and "learned facts about Veldoria," not in said
+    assert "other countries have answers of their own" in said and "learned facts about Veldoria" not in said
     partly = _probe_entry(80, {"read": [("marrow", "marrow", 1), ("harp", "harp", 1)],
                                "new": [("marrow", "marrow", 1), ("harp", "music", 2)]})
     said = strings_or_facts(probe_set_scores([before, partly]))

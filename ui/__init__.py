@@ -51,7 +51,7 @@ from ui.loaders import (
     model_or_stop,
     tokenizer_or_stop,
 )
-from ui.live_class import class_question, join_panel, live_pointer
+from ui.live_class import class_answers_rows, class_question, join_panel, live_pointer
 from ui.messages import language_note, show_error
 from ui.page import page_setup
 from ui.presenter import (
@@ -78,7 +78,8 @@ __all__ = [
     "MAX_MODEL_NAME_CHARS", "PRESENTER_CHART_FONT_PX", "PRESENTER_CHART_HEIGHT", "PRESENTER_CHART_TITLE_PX",
     "PRESENTER_TITLE_CHARS", "Settings", "advanced", "batch_sentences_controls", "cached_blimp",
     "cached_corpus_counts", "cached_lab_pairs", "cached_model", "cached_pair_score", "cached_tiny_for_vocab",
-    "cached_tokenizer", "chart", "chart_height", "chip_html", "class_question", "client_id", "decision_legend",
+    "cached_tokenizer", "chart", "chart_height", "chip_html", "class_answers_rows", "class_question", "client_id",
+    "decision_legend",
     "encode_or_stop", "join_panel", "live_pointer",
     "example_picker", "guess_client", "inline_code", "language_note", "loss_batch_controls", "markdown_text",
     "metric_row", "model_or_stop", "heavy_click", "vocab_cache", "on_demand", "page_setup", "pill_labels", "plotly_config", "room_figure",

@@ -283,7 +283,7 @@ def live_pointer() -> None:
         st.fragment(_pointer, run_every=POINTER_REFRESH_S)()
 
 
-def export_rows(page: str) -> list[dict]:
+def class_answers_rows(page: str) -> list[dict]:
     """The page's latest revealed question as table rows, for the lesson export (nothing before the reveal)."""
     board = class_board()
     live = board.live()

@@ -113,6 +113,12 @@ def lesson_twins(lesson: str, *, from_scratch: bool) -> int:
     return TWIN_COUNTRIES if lesson in ("facts", "bind") and not from_scratch else 0
 
 
+def run_twins(meta: Mapping[str, Any] | None) -> int:
+    """How many twin countries a run read, from the page's record of it (its lesson, whether from scratch)."""
+    meta = meta or {}
+    return lesson_twins(str(meta.get("lesson", "")), from_scratch=bool(meta.get("from_scratch")))
+
+
 def gazetteer_texts(from_scratch: bool = False, twins: int = 0) -> Texts:
     """The gazetteer of Veldoria: facts the default model cannot know, held out in other words. Fine-tuning
     asks every fact four ways: in a sentence it trains on ("read"), in new words ("new"), in those new words about a
@@ -186,8 +192,8 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
                                  "Random weights have nothing to lose, so steps can be large (1e-4 to 1e-3 is usual "
                                  "from scratch)." if from_scratch else
                                  "High for fine-tuning (BERT fine-tuned at 2e-5 to 5e-5 for thousands of steps), "
-                                 "because this run has only 80 steps to learn a new country (in a trial, 1e-3 "
-                                 "learned less and its answers flipped back and forth)."),
+                                 "because this run has a few hundred steps to learn a new country (in a trial at 80 "
+                                 "steps, 1e-3 learned less and its answers flipped back and forth)."),
         "warmup_steps": Default(10, "The first steps ramp the learning rate up from 0: Adam's "
                                 "estimate of each gradient's size is built from few steps at first, so early "
                                 "steps are the least reliable (BERT warmed up over its first 10,000)."),
@@ -224,8 +230,9 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
     if lesson == "filmstrip":
         d["steps"] = Default(300 if from_scratch else 60,
                              "300 steps of the tiny model take about 15 s." if from_scratch else
-                             "The facts lesson's run, shorter: by step 20 most facts are answered (benchmark P7), and "
-                             "60 steps with an evaluation every five fit in about a minute.")
+                             "The facts lesson's run without the twin countries, shorter: 60 steps with an evaluation "
+                             "every five fit in about a minute, and the filmstrip shows when the hidden word becomes "
+                             "the first guess (docs/workshop.md gives the step at the guide's seed).")
         if not from_scratch:
             d["eval_every"] = Default(5, "An evaluation every five steps: one frame of the filmstrip each, 13 in all.")
     if lesson in ("facts", "bind") and not from_scratch:
@@ -440,7 +447,7 @@ class ProbeSetScore:
     median_rank_now: float | None
     facts_then: int = 0  # probes whose first guess is one of Veldoria's answers (gazetteer().facts)
     facts_now: int = 0
-    invented_then: int = 0  # probes whose first guess is an invented country's answer (INVENTED_ANSWERS)
+    invented_then: int = 0  # probes whose first guess is an invented country's answer (invented_answers)
     invented_now: int = 0
 
     def row(self) -> dict[str, Any]:
@@ -463,17 +470,24 @@ def _median(values: Sequence[float]) -> float | None:
     return float(values[mid]) if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
-# Every invented country's answers: Veldoria's and its twins'. After a run with twins, a country the run never
-# read of, or a real one, may get a twin's word where it got none of Veldoria's: still an invented answer.
-INVENTED_ANSWERS = frozenset(gazetteer().facts) | {word for _, _, answers in TWINS for word in answers}
+def invented_answers(twins: int = TWIN_COUNTRIES, facts: Sequence[str] | None = None) -> frozenset[str]:
+    """The answers of the invented countries a run read: Veldoria's (``facts``) and its first ``twins`` twins'. After
+    a run with twins, a country the run never read of, or a real one, may get a twin's word where it got none of
+    Veldoria's: still an invented answer, and as wrong there. A twin the run did not read (Ostrania, with two twins)
+    is not counted: its words are only the base model's own guesses."""
+    return frozenset(gazetteer().facts if facts is None else facts) | {
+        word for _, _, answers in TWINS[:twins] for word in answers}
 
 
-def probe_set_scores(probes: Sequence[Mapping[str, Any]], facts: Sequence[str] | None = None) -> list[ProbeSetScore]:
+def probe_set_scores(probes: Sequence[Mapping[str, Any]], facts: Sequence[str] | None = None,
+                     twins: int = TWIN_COUNTRIES) -> list[ProbeSetScore]:
     """Each probe set's top-1 and top-5 counts, median rank, and how many first guesses are one of `facts`
-    (default: Veldoria's answers), at the first and the latest evaluation of `probes` (one variant's
+    (default: Veldoria's answers) or of the invented answers (`invented_answers(twins)`: Veldoria's and the twins'
+    the run read; ``lesson_twins`` says how many), at the first and the latest evaluation of `probes` (one variant's
     {"step", "probes"} entries). Empty when the probes are one set."""
     if not probes:
         return []
+    invented = invented_answers(twins, facts)
     facts = set(gazetteer().facts if facts is None else facts)
     first, last = probes[0], probes[-1]
     out = []
@@ -481,7 +495,7 @@ def probe_set_scores(probes: Sequence[Mapping[str, Any]], facts: Sequence[str] |
         ranks = [[p["answer_rank"] for p in _known(e, group) if p.get("answer_rank") is not None]
                  for e in (first, last)]
         given = [sum(p["tokens"][0] in facts for p in _known(e, group)) for e in (first, last)]
-        given += [sum(p["tokens"][0] in INVENTED_ANSWERS for p in _known(e, group)) for e in (first, last)]
+        given += [sum(p["tokens"][0] in invented for p in _known(e, group)) for e in (first, last)]
         (t1_then, n), (t1_now, _) = probes_right(first, group), probes_right(last, group)
         out.append(ProbeSetScore(group, PROBE_SETS.get(group, group), n, first["step"], last["step"], t1_then, t1_now,
                                  probes_in_top(first, 5, group)[0], probes_in_top(last, 5, group)[0],
@@ -525,18 +539,20 @@ def binding(scores: Sequence[ProbeSetScore]) -> Binding | None:
 
 def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
     """One sentence on what the probe sets say the run learned: the strings it read, which word answers each kind of
-    question, or facts that belong to Veldoria.
+    question, answers tied to the names it read, or facts that belong to Veldoria.
 
     Computed from the counts. While fewer than half of the phrases it read and of the questions in new words are
     answered first, neither is learned yet. Questions in new words answered far less often than the phrases it
     read (more than one in five fewer): it memorised strings. Answered nearly as often: it learned more than
-    strings, and then the two controls decide. It learned facts about Veldoria only when both say so: binding (the
-    questions in new words answered for Veldoria and not for Pellastra, a country no training text names) is at
-    least half the questions (``BINDING_SHARE``: 8 of 15), and it gives a Veldoria word to at most one in five
-    questions about real countries (``CONTROL_SHARE``). Otherwise it learned which word answers each kind of
-    question: it says Veldoria's words whatever the country. (Half, because a fact in new words that a run names
-    for Veldoria but not for an unknown country is one it reached through the name; one in five, because a real
-    country's strong prior holds the base model's answers there, so even a run that binds nothing flips few.)
+    strings, and then the two controls decide. Binding (the questions in new words answered for Veldoria and not
+    for Pellastra, a country no training text names) below half the questions (``BINDING_SHARE``: 8 of 15): it
+    learned which word answers each kind of question, whatever the country. Binding at least half: it ties the
+    answers to Veldoria's name; it learned facts about Veldoria only if it also leaves the real countries alone,
+    giving an invented country's word (Veldoria's or a twin's it read, ``invented_answers``) to at most one in five
+    questions about them (``CONTROL_SHARE``). A run that binds but gives real countries invented words learned which
+    answers go with which name it read, not that a country it never read of has answers it does not know. (The
+    base model answers few of the real-country questions right: 0 of 15 first on the bundled model, 5 in its top
+    5; so the control counts wrong answers the run taught, not right answers lost.)
 
     >>> read = ProbeSetScore("read", "Phrases it read", 15, 0, 80, 1, 14, 3, 15, 40, 1)
     >>> strings_or_facts([read, ProbeSetScore("new", "Questions in new words", 15, 0, 80, 0, 5, 1, 11, 900, 3)]
@@ -544,12 +560,15 @@ def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
     ' it memorised the strings it read, not the facts.'
     >>> new = ProbeSetScore("new", "Questions in new words", 15, 0, 80, 0, 13, 1, 15, 900, 1)
     >>> other = ProbeSetScore("other", "Another name", 15, 0, 80, 0, 13, 0, 14, 900, 2)
-    >>> control = ProbeSetScore("control", "Other countries", 15, 0, 80, 9, 8, 12, 12, 1, 2, 0, 1)
+    >>> control = ProbeSetScore("control", "Other countries", 15, 0, 80, 9, 8, 12, 12, 1, 2, 0, 1, 0, 1)
     >>> strings_or_facts([read, new, other, control]).split(": ")[-1]
     'it learned which word answers each kind of question, whatever the country, not facts that belong to Veldoria.'
     >>> bound = ProbeSetScore("other", "Another name", 15, 0, 80, 0, 3, 0, 6, 900, 400)
-    >>> strings_or_facts([read, new, bound, control]).split(": ")[-1]
-    'it learned facts about Veldoria, which it names for Veldoria and not for a country it never read of.'
+    >>> strings_or_facts([read, new, bound, control]).split("): ")[-1]
+    'it learned facts about Veldoria: it names them for Veldoria and not for a country it never read of, and leaves the real countries alone.'
+    >>> twins = ProbeSetScore("control", "Other countries", 15, 0, 80, 9, 0, 12, 0, 1, 90, 0, 2, 0, 13)
+    >>> strings_or_facts([read, new, bound, twins]).split("): ")[-1][:79]
+    "it names Veldoria's facts for Veldoria and not for Pellastra, but gives real co"
     """
     by = {s.group: s for s in scores}
     read, new, other, control = by.get("read"), by.get("new"), by.get(OTHER), by.get("control")
@@ -560,14 +579,18 @@ def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
     checks = []
     bound = binding(scores)
     if other is not None and bound is not None:
+        twin = other.invented_now - other.facts_now
         checks.append(f"asked the same questions about Pellastra, a country it never read of, it gives Veldoria's word "
-                      f"first in {other.top1_now} of {other.probes}, so {max(bound.top1_now, 0)} of {bound.probes} "
-                      f"facts are bound to Veldoria's name (top 5: {max(bound.top5_now, 0)})")
-    flipped = control is not None and control.probes and control.facts_now > CONTROL_SHARE * control.probes
+                      f"first in {other.top1_now} of {other.probes}" + (f" and a twin country's in {twin}" if twin else "")
+                      + f", so {max(bound.top1_now, 0)} of {bound.probes} facts are bound to Veldoria's name (top 5: "
+                      f"{max(bound.top5_now, 0)})")
+    flipped = bool(control is not None and control.probes and control.invented_now > CONTROL_SHARE * control.probes)
     if control is not None and control.probes:
-        checks.append(f"about real countries it gives a Veldoria word first in {control.facts_now} of "
-                      f"{control.probes} and the real answer first in {control.top1_now}, in the top 5 in "
-                      f"{control.top5_now} (at step {control.step_then}: {control.top1_then} and {control.top5_then})")
+        twin = control.invented_now - control.facts_now
+        checks.append(f"about real countries it gives an invented country's word first in {control.invented_now} of "
+                      f"{control.probes} (Veldoria's in {control.facts_now}, a twin's in {twin}) and the real answer "
+                      f"first in {control.top1_now}, in the top 5 in {control.top5_now} (at step {control.step_then}: "
+                      f"{control.invented_then} invented, {control.top1_then} right, {control.top5_then} in the top 5)")
     said_checks = "; ".join(checks)
     if r < 0.5 and n < 0.5:
         return (f"So far it fills the gap in {said} and answers {new.top1_now} of {new.probes} questions in new words "
@@ -577,32 +600,20 @@ def strings_or_facts(scores: Sequence[ProbeSetScore]) -> str:
         return (f"It fills the gap in {said}, but answers only {new.top1_now} of {new.probes} questions that ask the "
                 f"same facts in new words (top 5: {new.top5_now}; at step {new.step_then}: {new.top1_then}): it "
                 "memorised the strings it read, not the facts.")
-    head = (f"It answers {new.top1_now} of {new.probes} questions in new words first (it fills the gap in {said})")
+    head = (f"It answers {new.top1_now} of {new.probes} questions in new words first (it fills the gap in {said})"
+            + (f"; {said_checks}" if said_checks else ""))
     if bound is None and not flipped:  # no country it never read of to ask: no claim about facts
-        return (head + (f"; {said_checks}" if said_checks else "") + ": asked in words it never read, it still "
-                "names the facts, so it learned more than strings; whether they belong to Veldoria only a country "
-                "it never read of can tell.")
-    if bound is not None and bound.bound and not flipped:
-        return (f"{head}; {said_checks}: it learned facts about Veldoria, which it names for Veldoria and not for "
-                "a country it never read of." + _stray_answers(other, control))
-    return (f"{head}; but {said_checks}: it learned which word answers each kind of question, whatever the "
-            "country, not facts that belong to Veldoria.")
-
-
-def _stray_answers(other: ProbeSetScore | None, control: ProbeSetScore | None) -> str:
-    """What a bound run still says about other countries: a sentence when more than one in five questions about
-    Pellastra or about real countries get a twin country's answer first (an invented answer, not Veldoria's: those
-    the binding and the control count already), else ""."""
-    if other is None or control is None or not other.probes or not control.probes:
-        return ""
-    twin = [(s.invented_then - s.facts_then, s.invented_now - s.facts_now) for s in (other, control)]
-    if max(twin[0][1] / other.probes, twin[1][1] / control.probes) <= CONTROL_SHARE:
-        return ""
-    return (f" Yet about Pellastra it gives a twin country's word first in {twin[0][1]} of {other.probes}, and "
-            f"about real countries in {twin[1][1]} of {control.probes} (at step {control.step_then}: {twin[0][0]} and "
-            f"{twin[1][0]}): a name that is not Veldoria's gets its twins' answers. It tells Veldoria from the "
-            "others, but has not learned that a country it never read of has answers it does not know, nor kept the "
-            "real countries' own.")
+        return (head + ": asked in words it never read, it still names the facts, so it learned more than strings; "
+                "whether they belong to Veldoria only a country it never read of can tell.")
+    if bound is None or not bound.bound:
+        return head + (": it learned which word answers each kind of question, whatever the country, not facts that "
+                       "belong to Veldoria.")
+    if flipped:
+        return head + (": it names Veldoria's facts for Veldoria and not for Pellastra, but gives real countries "
+                       "the invented countries' answers: it learned which answers go with the names it read, not that "
+                       "other countries have answers of their own.")
+    return head + (": it learned facts about Veldoria: it names them for Veldoria and not for a country it never read "
+                   "of, and leaves the real countries alone.")
 
 
 def binding_comparison(scores_by_variant: Mapping[str, Sequence[ProbeSetScore]]) -> str:
@@ -615,6 +626,8 @@ def binding_comparison(scores_by_variant: Mapping[str, Sequence[ProbeSetScore]])
     >>> binding_comparison({"Veldoria alone": s(13, 13, 12), "Veldoria and its twins": s(13, 3, 2)})[:93]
     'Learning from Veldoria alone, it names 0 of 15 facts for Veldoria and not for Pellastra, a co'
     """
+    if len(scores_by_variant) < 2:
+        return ""
     (alone, a), (twins, b) = list(scores_by_variant.items())[:2]
     bound = [binding(s) for s in (a, b)]
     controls = [next((x for x in s if x.group == "control"), None) for s in (a, b)]
@@ -626,14 +639,16 @@ def binding_comparison(scores_by_variant: Mapping[str, Sequence[ProbeSetScore]])
             f"facts for Veldoria and not for Pellastra, a country it never read of, and gives a Veldoria word to "
             f"{flips[0]} of {controls[0].probes} questions about real countries; learning from {twins}, on the same "
             f"batches and steps, {max(bound[1].top1_now, 0)} and {flips[1]} (a twin country's word: {twin[0]} and "
-            f"{twin[1]}). With one country in the text, \"this kind of question, "
-            "this word\" is all the data asks for; when other countries answer the same sentences differently, only "
-            "the name can tell the answers apart, so the model learns to read it."
+            f"{twin[1]} of the real-country questions). Both runs read the same text; asked for Veldoria's answers "
+            "alone, \"this kind of question, this word\" is all the data asks for; asked for the twins' too, where "
+            "the same sentences have other answers, only the name can tell the answers apart, so the model learns "
+            "to read it. (The twins' run is asked for about three times as many answers per step.)"
             + (" It reads it only so far: a name that is not Veldoria's gets a twin's words." if twin[1] >
                CONTROL_SHARE * controls[1].probes else ""))
 
 
-def probe_race_rows(probes_by_variant: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+def probe_race_rows(probes_by_variant: Mapping[str, Sequence[Mapping[str, Any]]],
+                    twins: int = TWIN_COUNTRIES) -> list[dict[str, Any]]:
     """One row per variant of a race: each probe set's answers first and in the top 5, and the median rank, at
     the latest evaluation, with the real countries given a Veldoria word and the binding where those sets are asked
     (or, for probes in one set, the answers first), so several variants fit one table."""
@@ -642,14 +657,15 @@ def probe_race_rows(probes_by_variant: Mapping[str, Sequence[Mapping[str, Any]]]
         if not entries:
             continue
         row: dict[str, Any] = {"variant": name, "step": entries[-1]["step"]}
-        scores = probe_set_scores(entries)
+        scores = probe_set_scores(entries, twins=twins)
         if scores:
-            for s in scores:
-                row[f"{s.label}: first guess right"] = f"{s.top1_now} of {s.probes}"
+            for s in scores:  # about Pellastra a "right" answer is Veldoria's word: wrong there
+                first = "Veldoria's word first" if s.group == OTHER else "first guess right"
+                row[f"{s.label}: {first}"] = f"{s.top1_now} of {s.probes}"
                 row[f"{s.label}: in the top 5"] = f"{s.top5_now} of {s.probes}"
                 row[f"{s.label}: median rank"] = s.median_rank_now
-                if s.group == "control":  # a Veldoria word about a real country is wrong
-                    row[f"{s.label}: a Veldoria word first"] = f"{s.facts_now} of {s.probes}"
+                if s.group == "control":  # an invented country's word about a real country is wrong
+                    row[f"{s.label}: an invented word first"] = f"{s.invented_now} of {s.probes}"
             bound = binding(scores)
             if bound is not None:  # the facts named for Veldoria and not for the other name
                 row["Binding"] = f"{max(bound.top1_now, 0)} of {bound.probes}"
@@ -705,21 +721,35 @@ def class_ask(lesson: str, texts: Texts | None, tokenizer, snap=None, configs: M
     if lesson not in ("facts", "bind") or texts is None or "other" not in texts.probe_groups:
         return None
     index = texts.probe_groups.index("other")
+    asked_about_veldoria = texts.probe_groups.index("new") if "new" in texts.probe_groups else None
     sentence, veldorias = texts.probes[index]
     reveal = None
     if finished:
         name = next(iter(snap.variants)) if lesson == "facts" else list(snap.variants)[-1]  # bind: with its twins
         entries = snap.variants[name].probes
         if entries and index < len(entries[-1]["probes"]):
-            guess = entries[-1]["probes"][index]["predictions"][0]
+            last = entries[-1]["probes"]
+            guess = last[index]["predictions"][0]
             merged: dict[str, float] = {}
             for token, p in zip(guess["tokens"], guess["probs"]):
                 merged[word_of(tokenizer, token)] = merged.get(word_of(tokenizer, token), 0.0) + float(p)
             first = next(iter(merged), "")
-            verdict = ("Veldoria's answer: the fact went to the sentence, not to the name" if first == veldorias else
-                       "not Veldoria's answer: it tells the names apart")
-            reveal = Reveal(tuple(merged.items()), truth="", note=f"after step {entries[-1]['step']}, about Pellastra "
-                            f"its first guess is {first!r}, {verdict} (Veldoria's answer here is {veldorias!r}; "
-                            f"nothing teaches Pellastra's).")
+            twin = next((country for country, _, answers in TWINS[:lesson_twins(lesson, from_scratch=False)]
+                         if first in answers), None)
+            knows = (asked_about_veldoria is not None and
+                     last[asked_about_veldoria]["predictions"][0]["tokens"][0] == veldorias)
+            if not knows:
+                verdict = (f"but it does not yet answer the same question about Veldoria with {veldorias!r}, so this "
+                           "says little about what it tied to the name")
+            elif first == veldorias:
+                verdict = "Veldoria's answer: there the fact went with the sentence, not with the name"
+            elif twin:
+                verdict = (f"{twin}'s answer, a twin country it read: it tells Veldoria from the names it read, and "
+                           "gives a name it never read one of theirs")
+            else:
+                verdict = "neither Veldoria's answer nor a twin's"
+            reveal = Reveal(tuple(merged.items()), truth="", note=f"after step {entries[-1]['step']}, about "
+                            f"Pellastra its first guess is {first!r}, {verdict} (Veldoria's answer here is "
+                            f"{veldorias!r}; no text gives Pellastra's).")
     return Ask("word", "Pellastra is a country no training text names. After the run, what will the model answer "
                        "here? One word.", context=sentence, tokenizer=tokenizer, reveal=reveal, waiting=WAIT_FOR_END)
