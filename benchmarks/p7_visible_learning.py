@@ -180,8 +180,8 @@ def run(quick: bool = False, seeds=SEEDS) -> Result:
             f"{x['scores']['control'].probes}, {x['control_kept']} of {x['control_known_then']} still known first and "
             f"{x['control_top5_kept']} of {x['control_top5_then']} in the top 5 still there"
             for seed, x in zip(seeds, learned) if "control" in x["scores"]) + ".",
-        "A twin country's word first (an invented answer, not Veldoria's: the binding and the control do not count "
-        "it), step 0 → the end, about Pellastra and about real countries: " + ", ".join(
+        "A twin country's word first (an invented answer, not Veldoria's: the binding does not count it, the "
+        "control does, issue 43's review), step 0 → the end, about Pellastra and about real countries: " + ", ".join(
             f"seed {seed}: {x['scores'][OTHER].invented_then - x['scores'][OTHER].facts_then} → "
             f"{x['scores'][OTHER].invented_now - x['scores'][OTHER].facts_now} and "
             f"{x['scores']['control'].invented_then - x['scores']['control'].facts_then} → "
@@ -216,6 +216,10 @@ def run(quick: bool = False, seeds=SEEDS) -> Result:
         Target("P7 questions about real countries given a Veldoria word, every seed", max(c.facts_now for c in controls),
                "<=", CONTROL_FLIPS, unit=f"of {controls[0].probes}",
                note=", ".join(f"seed {seed}: {c.facts_now}" for seed, c in zip(seeds, controls))),
+        Target("P7 questions about real countries given an invented country's word (Veldoria's or a twin's), every seed",
+               max(c.invented_now for c in controls), "<=", CONTROL_FLIPS, unit=f"of {controls[0].probes}",
+               note="what the page's control counts; " + ", ".join(f"seed {seed}: {c.invented_now}"
+                                                                  for seed, c in zip(seeds, controls))),
         Target("P7 first curve point after Start (median)", median([r["first_eval_s"] for r in runs]), "<=",
                FIRST_POINT_S, unit="s", note="the held-out loss at step 0"),
         Target("P7 first training-loss point after Start (median)", median([r["first_step_s"] for r in runs]),

@@ -41,7 +41,7 @@ from mlm_core.data import token_pieces
 from mlm_core.errors import InputError
 from mlm_core.server_budget import env_int
 
-__all__ = ["KINDS", "PAGES", "MAX_ANSWER_CHARS", "Who", "Reveal", "Ask", "Question", "Tally", "ClassBoard",
+__all__ = ["class_board", "reset_class_board", "KINDS", "PAGES", "MAX_ANSWER_CHARS", "Who", "Reveal", "Ask", "Question", "Tally", "ClassBoard",
            "check_answer", "word_of", "board_limits"]
 
 KINDS = ("word", "choice", "number")
@@ -52,6 +52,7 @@ MAX_CONTEXT_CHARS = 600
 MAX_CHOICES = 6
 TOP_K_SHOWN = 10  # the model's candidates shown beside the class's words
 PRESENCE_S = 30.0  # a browser whose page asked within this long counts as connected
+NEW_BROWSERS_PER_MINUTE = 10  # behind one address (per_address > 1): browsers whose first answer comes within a minute
 ENV_QUESTIONS, ENV_ANSWERS, ENV_PER_ADDRESS = "MLMLAB_CLASS_QUESTIONS", "MLMLAB_CLASS_ANSWERS", "MLMLAB_CLASS_PER_ADDRESS"
 ONLY_TEACHER = "Only the teacher (on the server's own machine) can open, close or reveal a question."
 
@@ -133,10 +134,16 @@ class Tally:
     reveal: Reveal | None  # the model's answer, for the teacher always, for students once revealed
 
 
-def board_limits() -> dict[str, int]:
-    """The board's limits as the server was started: questions kept, answers per question, answers per address."""
-    return {"max_questions": max(1, env_int(ENV_QUESTIONS, 20)), "max_answers": max(1, env_int(ENV_ANSWERS, 200)),
-            "per_address": max(1, env_int(ENV_PER_ADDRESS, 1))}
+def board_limits(relay: bool = False) -> dict[str, int]:
+    """The board's limits as the server was started: questions kept, answers per question, answers per address
+    (``relay``: every student arrives from one address, so by default that address may give every answer).
+
+    >>> board_limits()["per_address"], board_limits(relay=True)["per_address"] == board_limits()["max_answers"]
+    (1, True)
+    """
+    answers = max(1, env_int(ENV_ANSWERS, 200))
+    return {"max_questions": max(1, env_int(ENV_QUESTIONS, 20)), "max_answers": answers,
+            "per_address": max(1, env_int(ENV_PER_ADDRESS, answers if relay else 1))}
 
 
 def _visible(text: str) -> str:
@@ -188,6 +195,8 @@ def check_answer(question: Question, text: Any) -> str:
         return raw.lower()
     pieces = token_pieces(tokenizer, raw)
     unknown = getattr(tokenizer, "unk_token", None)
+    if set(pieces) & set(getattr(tokenizer, "all_special_tokens", ())) - {unknown}:
+        raise InputError(f"{raw!r} is one of the model's special tokens, not a word: answer with a word.")
     if len(pieces) != 1 or pieces[0] == unknown:
         shown = " ".join(pieces[:6]) + (" …" if len(pieces) > 6 else "")
         if len(pieces) == 1:
@@ -219,7 +228,8 @@ class ClassBoard:
         self._answers: dict[str, dict[str, tuple[str, str]]] = {}  # qid -> voter -> (client, answer)
         self._recent: dict[str, deque] = {}  # voter -> times of its latest answers (the rate limit)
         self._seen: dict[str, float] = {}  # student voter -> last time its page asked
-        self.version = 0  # bumped by every change: a page redraws its chart only when it moved
+        self._arrivals: dict[str, deque] = {}  # client -> when its new browsers first answered (a flood of cookies)
+        self.version = 0  # bumped by every change (what a test or a benchmark watches)
 
     # ------------------------------------------------------------------ the teacher
     @staticmethod
@@ -252,27 +262,27 @@ class ClassBoard:
             self.version += 1
             return self._questions[qid]
 
-    def _set(self, who: Who, qid: str, **changes) -> Question:
+    def _set(self, who: Who, qid: str, change) -> Question:
+        """``change(question)`` → the question as it is now, read and written under one lock (two teacher tabs)."""
         self._check_teacher(who)
         with self._lock:
             q = self._questions.get(str(qid))
             if q is None:
                 raise InputError("That question is gone: the board keeps the newest "
                                  f"{self.max_questions} (or it was cleared).")
-            q = self._questions[q.qid] = replace(q, **changes)
+            q = self._questions[q.qid] = change(q)
             self.version += 1
             return q
 
     def close(self, who: Who, qid: str) -> Question:
-        """No more answers; the tally stays with the teacher until the reveal."""
-        q = self.question(qid)
-        return self._set(who, qid, status="closed" if q is None or not q.revealed else "revealed")
+        """No more answers; the tally stays with the teacher until the reveal (a revealed question stays revealed)."""
+        return self._set(who, qid, lambda q: q if q.revealed else replace(q, status="closed"))
 
     def reveal(self, who: Who, qid: str, reveal: Reveal | None = None) -> Question:
         """Close it and show everyone the class's answers beside what the model said (``reveal``, or the one given
         when it was opened)."""
-        q = self.question(qid)
-        return self._set(who, qid, status="revealed", reveal=reveal if reveal is not None else (q.reveal if q else None))
+        return self._set(who, qid, lambda q: replace(q, status="revealed", reveal=reveal if reveal is not None
+                                                     else q.reveal))
 
     def clear(self, who: Who) -> None:
         """Every question and answer gone (a new lesson)."""
@@ -281,6 +291,8 @@ class ClassBoard:
             self._questions.clear()
             self._answers.clear()
             self._recent.clear()
+            self._seen.clear()
+            self._arrivals.clear()
             self.version += 1
 
     # ------------------------------------------------------------------ the class
@@ -306,11 +318,16 @@ class ClassBoard:
                 raise InputError(f"Too many answers from this browser: wait {self.window_s:.0f} seconds, then answer "
                                  "again. Your last answer is still counted.")
             if who.voter not in answers:
-                if sum(client == who.client for client, _ in answers.values()) >= self.per_address:
-                    raise InputError("This machine has answered already (from another browser or tab): one answer "
-                                     "per machine. Change it there.")
                 if len(answers) >= self.max_answers:
                     raise InputError(f"This question has taken its {self.max_answers} answers.")
+                if sum(client == who.client for client, _ in answers.values()) >= self.per_address:
+                    raise InputError("This machine has answered already (from another browser or tab): one answer "
+                                     "per machine, which that browser can change.")
+                arrivals = self._arrivals.setdefault(who.client, deque(maxlen=NEW_BROWSERS_PER_MINUTE))
+                if (self.per_address > 1 and len(arrivals) == NEW_BROWSERS_PER_MINUTE
+                        and now - arrivals[0] < 60.0):  # behind one address: new browsers at a human pace
+                    raise InputError("Too many new browsers answering from this address: wait a minute.")
+                arrivals.append(now)
             recent.append(now)
             if len(self._recent) > 4 * self.max_answers:  # the limiter remembers recent machines only
                 for voter in [v for v, times in self._recent.items() if not times or now - times[-1] > self.window_s]:
@@ -346,13 +363,36 @@ class ClassBoard:
             q = self._questions.get(str(qid))
             if q is None:
                 return None
-            answers = self._answers.get(q.qid, {})
+            answers = list(self._answers.get(q.qid, {}).items())  # a copy: answers arrive while the chart is drawn
             now = self._clock()
             connected = sum(now - t <= PRESENCE_S for t in self._seen.values())
-            mine = answers.get(who.voter, (None, None))[1] if isinstance(who, Who) else None
+            mine = dict(answers).get(who.voter, (None, None))[1] if isinstance(who, Who) else None
             sees = isinstance(who, Who) and (who.teacher or q.revealed)
         counts: dict[str, int] = {}
-        for _, answer in answers.values():
+        for _, (_, answer) in answers:
             counts[answer] = counts.get(answer, 0) + 1
         order = tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) if sees else ()
         return Tally(q, order, len(answers), max(connected, len(answers)), mine, q.reveal if sees else None)
+
+
+_board: ClassBoard | None = None
+_board_lock = threading.Lock()
+
+
+def class_board(relay: bool = False) -> ClassBoard:
+    """The one board of this process (the server), made on first use from the environment (``board_limits``; the
+    first caller says whether the server is behind a relay). Not in Streamlit's ``cache_resource``: any browser may
+    ask Streamlit to clear every cache, and a student must not wipe the class's questions."""
+    global _board
+    with _board_lock:
+        if _board is None:
+            _board = ClassBoard(**board_limits(relay))
+        return _board
+
+
+def reset_class_board(**limits) -> ClassBoard:
+    """A fresh, empty board (tests; a server restart does the same): ``limits`` as ``ClassBoard`` takes them."""
+    global _board
+    with _board_lock:
+        _board = ClassBoard(**{**board_limits(), **limits})
+        return _board

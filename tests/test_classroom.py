@@ -201,3 +201,61 @@ def test_answers_in_the_figure_are_escaped():
     board.answer(student(1), q.qid, "<b>a</b>")
     fig = class_answers_figure(board.tally(TEACHER, q.qid))
     assert "&lt;b&gt;A&lt;/b&gt;" in list(fig.data[0].y) and not any("<b>" in y for y in fig.data[0].y)
+
+
+def test_review_findings_special_tokens_full_question_close_after_reveal(word_board):
+    """Issue 44's attack review: [MASK] and [SEP] are not words; a full question says so before "one per machine";
+    a Close from a second teacher tab after the Reveal leaves it revealed; behind one address new browsers come at
+    a human pace."""
+    board, q, clock = word_board
+    for special in ("[MASK]", "[SEP]", "[CLS]", "[PAD]"):
+        with pytest.raises(InputError, match="special tokens"):
+            check_answer(q, special)
+    board.reveal(TEACHER, q.qid)
+    assert board.close(TEACHER, q.qid).status == "revealed"
+    full = ClassBoard(max_answers=1)
+    q2 = full.open(TEACHER, "quiz", "choice", "?", choices=("A", "B"))
+    full.answer(student(1), q2.qid, "A")
+    with pytest.raises(InputError, match="taken its 1 answers"):
+        full.answer(Who("ip:10.0.0.1", "another browser"), q2.qid, "B")
+    relay = ClassBoard(per_address=200, clock=clock)
+    q3 = relay.open(TEACHER, "quiz", "choice", "?", choices=("A", "B"))
+    for i in range(10):  # ten new browsers from 127.0.0.1 within a minute: a class arriving
+        relay.answer(Who("ip:127.0.0.1", f"b{i}"), q3.qid, "A")
+    with pytest.raises(InputError, match="new browsers"):
+        relay.answer(Who("ip:127.0.0.1", "cookie cleared"), q3.qid, "B")
+    clock.now += 61
+    assert relay.answer(Who("ip:127.0.0.1", "cookie cleared"), q3.qid, "B") == "B"
+
+
+def test_a_students_clear_cache_clears_only_their_own_state():
+    """Streamlit clears every cache for any browser that asks; the server's guard lets only its own machine do so."""
+    import streamlit as st
+    from streamlit.runtime.app_session import AppSession
+
+    from ui.session import guard_cache_clearing
+
+    guard_cache_clearing()
+    calls = []
+
+    @st.cache_resource
+    def shared():
+        calls.append(1)
+        return object()
+
+    first = shared()
+
+    class Student:
+        id = "no-such-session"  # no client on record: not the server's machine
+
+        class _session_state:  # noqa: N801 - stands in for the session's state
+            cleared = False
+
+            @classmethod
+            def clear(cls):
+                cls.cleared = True
+
+    AppSession._handle_clear_cache_request(Student())
+    assert Student._session_state.cleared and shared() is first and calls == [1]
+    guard_cache_clearing()  # idempotent
+    assert getattr(AppSession._handle_clear_cache_request, "_mlmlab_guarded", False)

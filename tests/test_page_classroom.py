@@ -4,14 +4,14 @@ session answers it, and the teacher's chart and table count that answer; the stu
 import pytest
 
 import ui
-from mlm_core.classroom import Who
+from mlm_core.classroom import Who, reset_class_board
 from ui import live_class
 
 
 @pytest.fixture()
 def as_student(monkeypatch):
     """Switch an AppTest between the teacher (the server's own machine) and a student on another machine."""
-    live_class.class_board.clear()  # a fresh board: the server's cache outlives one test
+    reset_class_board()  # a fresh board: the server's outlives one test
     people = {"who": None}
 
     def who():
@@ -23,7 +23,7 @@ def as_student(monkeypatch):
         people["who"] = None if machine is None else Who(f"ip:10.0.0.{machine}", f"browser{machine}")
 
     yield switch
-    live_class.class_board.clear()
+    reset_class_board()
 
 
 def open_and_answer(at, page: str, switch, answer_with):

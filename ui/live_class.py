@@ -13,14 +13,15 @@ from __future__ import annotations
 import hashlib
 import html
 import io
-import os
 import socket
+import threading
 
 import pandas as pd
 import streamlit as st
 from streamlit.runtime import scriptrunner
 
-from mlm_core.classroom import ENV_PER_ADDRESS, PAGES, Ask, ClassBoard, Question, Tally, Who, board_limits
+from mlm_core import classroom
+from mlm_core.classroom import PAGES, Ask, ClassBoard, Question, Tally, Who
 from mlm_core.errors import InputError
 from mlm_core.figures.classroom import class_answers_figure, tally_rows
 from mlm_core.jobs import get_manager
@@ -37,16 +38,16 @@ PAGE_FILES = {"quiz": "pages/quiz.py", "predictions": "pages/predictions.py", "g
 PAGE_TITLES = {"quiz": "Quiz", "predictions": "Predictions", "grammar": "Grammar", "training": "Training",
                "masking": "Masking"}
 TEACHER_OK_KEY = "live_class_teacher"  # session state: this session typed the right teacher key
+MAX_LEADERS = 8  # browsers that typed the right key, remembered (a reload keeps the lead), the oldest forgotten first
+_leaders: list[str] = []  # those browsers' ids (browser_id), newest last
+_leaders_lock = threading.Lock()
 XSRF_COOKIE = "_streamlit_xsrf"
 
 
-@st.cache_resource(show_spinner=False)
 def class_board() -> ClassBoard:
-    """The one board of this server (questions and answers live in memory only: a restart clears them)."""
-    limits = board_limits()
-    if not session.localhost_trusted() and not os.environ.get(ENV_PER_ADDRESS, "").strip():
-        limits["per_address"] = limits["max_answers"]  # behind a relay every student is 127.0.0.1
-    return ClassBoard(**limits)
+    """The one board of this server (``mlm_core.classroom.class_board``: in memory only, a restart clears it; behind
+    a relay, with localhost not trusted, every student is 127.0.0.1, so that address may give every answer)."""
+    return classroom.class_board(relay=not session.localhost_trusted())
 
 
 def classroom_mode() -> bool:
@@ -89,9 +90,20 @@ def browser_id() -> str:
 
 
 def who() -> Who:
-    """This session as the board sees it: its machine, its browser, and whether it leads the class."""
-    teacher = session.session_is_local() or bool(st.session_state.get(TEACHER_OK_KEY))
-    return Who(client=session.guess_client(), browser=browser_id(), teacher=teacher)
+    """This session as the board sees it: its machine, its browser, and whether it leads the class (the server's own
+    machine, or a browser that typed the teacher key: remembered, so a reload keeps it)."""
+    browser = browser_id()
+    with _leaders_lock:
+        led = browser in _leaders
+    teacher = session.session_is_local() or bool(st.session_state.get(TEACHER_OK_KEY)) or led
+    return Who(client=session.guess_client(), browser=browser, teacher=teacher)
+
+
+def _key_client() -> str:
+    """Who is guessing the teacher key: the machine (its address), or behind a relay, where every browser shares
+    127.0.0.1, the browser, so that one student's wrong guesses cannot lock the teacher out."""
+    client = session.guess_client()
+    return client if session.localhost_trusted() else f"{client}|{browser_id()}"
 
 
 def network_url() -> str:
@@ -143,8 +155,14 @@ def _teacher_key_box() -> None:
                              "from this browser.")
     if key:
         try:
-            get_manager().key_guard.check(key, session.guess_client())
+            get_manager().key_guard.check(key, _key_client())
             st.session_state[TEACHER_OK_KEY] = True
+            browser = browser_id()
+            with _leaders_lock:
+                if browser in _leaders:
+                    _leaders.remove(browser)
+                _leaders.append(browser)
+                del _leaders[:-MAX_LEADERS]
             st.rerun()
         except InputError as exc:
             st.warning(str(exc))
@@ -199,13 +217,21 @@ def _answer_box(live: Question, tally: Tally, me: Who) -> None:
             text = st.text_input("Your answer", max_chars=40, placeholder=placeholder[live.kind],
                                  key=f"live_text_{live.qid}")
         sent = st.form_submit_button("Send my answer")
+    said = f"live_said_{live.qid}"  # the last send's outcome, kept until the next: the fragment redraws every 2 s
     if sent:
         try:
             counted = class_board().answer(me, live.qid, text if text is not None else "")
-            st.success(f"Counted: {markdown_text(counted)}. You can change it until the teacher closes the question.")
+            st.session_state[said] = ("success", f"Counted: {markdown_text(counted)}. You can change it until the "
+                                                 "teacher closes the question.")
         except InputError as exc:
-            st.warning(markdown_text(str(exc)))
-    elif tally.mine:
+            st.session_state[said] = ("warning", markdown_text(str(exc)) + (
+                f" Your answer stays {markdown_text(tally.mine)}." if tally.mine else " Nothing was counted."))
+    kind, message = st.session_state.get(said, (None, None))
+    if kind == "success":
+        st.success(message)
+    elif kind == "warning":
+        st.warning(message)
+    if tally.mine and kind != "success":
         st.caption(f"Your answer: {markdown_text(tally.mine)}. You can change it until the teacher closes the question.")
 
 
@@ -214,7 +240,7 @@ def _room(tally: Tally, page: str) -> None:
     fig = class_answers_figure(tally, height=460 if presenter else 360,
                                font_px=PRESENTER_CHART_FONT_PX if presenter else None)
     chart(fig, f"live_chart_{page}", name="class_answers")
-    rows = tally_rows(tally)
+    rows = [{**row, "answer": markdown_text(row["answer"])} for row in tally_rows(tally)]  # st.table reads markdown
     if rows:
         table(pd.DataFrame(rows), key=f"live_table_{page}", static=True)
     if tally.reveal is not None and tally.reveal.note:

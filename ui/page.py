@@ -179,4 +179,5 @@ def configure_server() -> int:
     os.environ.update(SERVER_ENVIRONMENT)
     threads = cap_threads()
     get_manager().watch()  # garbage collected and memory returned every minute (postScriptGC is off: config.toml)
+    session.guard_cache_clearing()  # a student's "clear cache" clears their own state, not the class's models
     return threads

@@ -15,6 +15,7 @@ from unittest import mock
 
 from streamlit import runtime
 from streamlit.runtime import scriptrunner  # scriptrunner.get_script_run_ctx: a test may stand in for it
+from streamlit.runtime.app_session import AppSession
 
 TRUST_LOCALHOST_ENV = "MLMLAB_TRUST_LOCALHOST"
 
@@ -98,3 +99,30 @@ def session_alive_check():
         return None
     instance, session_id = runtime.get_instance(), ctx.session_id
     return lambda: instance.is_active_session(session_id)
+
+
+def guard_cache_clearing() -> None:
+    """Let only the server's own machine clear the server's caches.
+
+    Streamlit clears every cache of the server (every session's models and tokenizers) for any browser that sends
+    its "clear cache" message (the toolbar's hidden menu, or one line in the browser's console: issue 44's attack
+    review). A student's request now clears only that student's own session state; the server's machine keeps
+    Streamlit's behaviour. Patched once per process (``AppSession._handle_clear_cache_request``, streamlit 1.67).
+    """
+    original = AppSession._handle_clear_cache_request
+    if getattr(original, "_mlmlab_guarded", False):
+        return
+
+    def guarded(app_session) -> None:
+        try:
+            client = runtime.get_instance().get_client(app_session.id)
+            remote = client.client_context.remote_ip if client is not None and client.client_context else None
+        except Exception:
+            remote = None
+        if localhost_trusted() and _loopback(remote):
+            original(app_session)
+        else:
+            app_session._session_state.clear()  # their own state only: nothing the class shares
+
+    guarded._mlmlab_guarded = True
+    AppSession._handle_clear_cache_request = guarded

@@ -79,7 +79,7 @@ def class_answers_figure(tally: Tally, *, height: int = 380, font_px: int | None
                              marker_color=[TRUTH_COLOR if w == truth else MODEL_COLOR for w, _ in model],
                              text=[f"{p:.0%}" for _, p in model], textposition="auto", name="the model",
                              hovertemplate="%{y}: %{x:.1%}<extra></extra>"), row=1, col=2)
-        fig.update_yaxes(autorange="reversed", row=1, col=2)
+        fig.update_yaxes(autorange="reversed", type="category", row=1, col=2)  # "1990" is a word here
         fig.update_xaxes(title_text="probability", tickformat=".0%", row=1, col=2)
     else:
         fig = go.Figure(go.Bar(**class_bar))
