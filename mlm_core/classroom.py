@@ -52,7 +52,6 @@ MAX_CONTEXT_CHARS = 600
 MAX_CHOICES = 6
 TOP_K_SHOWN = 10  # the model's candidates shown beside the class's words
 PRESENCE_S = 30.0  # a browser whose page asked within this long counts as connected
-NEW_BROWSERS_PER_MINUTE = 10  # behind one address (per_address > 1): browsers whose first answer comes within a minute
 ENV_QUESTIONS, ENV_ANSWERS, ENV_PER_ADDRESS = "MLMLAB_CLASS_QUESTIONS", "MLMLAB_CLASS_ANSWERS", "MLMLAB_CLASS_PER_ADDRESS"
 ONLY_TEACHER = "Only the teacher (on the server's own machine) can open, close or reveal a question."
 
@@ -228,7 +227,6 @@ class ClassBoard:
         self._answers: dict[str, dict[str, tuple[str, str]]] = {}  # qid -> voter -> (client, answer)
         self._recent: dict[str, deque] = {}  # voter -> times of its latest answers (the rate limit)
         self._seen: dict[str, float] = {}  # student voter -> last time its page asked
-        self._arrivals: dict[str, deque] = {}  # client -> when its new browsers first answered (a flood of cookies)
         self.version = 0  # bumped by every change (what a test or a benchmark watches)
 
     # ------------------------------------------------------------------ the teacher
@@ -292,7 +290,6 @@ class ClassBoard:
             self._answers.clear()
             self._recent.clear()
             self._seen.clear()
-            self._arrivals.clear()
             self.version += 1
 
     # ------------------------------------------------------------------ the class
@@ -323,11 +320,6 @@ class ClassBoard:
                 if sum(client == who.client for client, _ in answers.values()) >= self.per_address:
                     raise InputError("This machine has answered already (from another browser or tab): one answer "
                                      "per machine, which that browser can change.")
-                arrivals = self._arrivals.setdefault(who.client, deque(maxlen=NEW_BROWSERS_PER_MINUTE))
-                if (self.per_address > 1 and len(arrivals) == NEW_BROWSERS_PER_MINUTE
-                        and now - arrivals[0] < 60.0):  # behind one address: new browsers at a human pace
-                    raise InputError("Too many new browsers answering from this address: wait a minute.")
-                arrivals.append(now)
             recent.append(now)
             if len(self._recent) > 4 * self.max_answers:  # the limiter remembers recent machines only
                 for voter in [v for v, times in self._recent.items() if not times or now - times[-1] > self.window_s]:

@@ -61,7 +61,7 @@ except MLMLabError as exc:
     ui.show_error(exc)
     score = None
 if score is not None:
-    ui.class_question("grammar", class_ask(score, settings.seed))  # the room votes from its own browsers
+    ui.class_question("grammar", class_ask(score, settings.seed), hold=True)  # the room votes from its own browsers
 if score is not None and vote_first and state.get(REVEALED) != (model_key, pair):  # a new pair or model: hidden
     st.info(TEXT("vote_first"))
     # a callback: the click's run then draws the answer without the button (st.button's True comes one run late)

@@ -131,7 +131,7 @@ c1.caption(f"Seed {settings.seed} (set it in the sidebar) · {len(tokens)} token
 c2.button("🎲 Re-roll (new seed)", on_click=reroll, key="masking_reroll", width="stretch")
 ui.decision_legend()
 ui.class_question("masking", class_ask(text, row["decisions"][: len(tokens)], special_row[: len(tokens)], config,
-                                       settings.seed))  # the room guesses, the step-through reveals
+                                       settings.seed), hold=True)  # the room guesses, the step-through reveals
 
 # Step-through: reveal decisions left to right. "Show all" is remembered as a mode, so a new sentence
 # or a re-roll keeps showing every token.

@@ -276,11 +276,12 @@ if not predictions.positions:
 
 st.subheader("What the model sees")
 ui.token_chips(example.seen_tokens(tokenizer), example.names)
+# the room guesses first: while the question is open a student's page stops here (the rest gives the answer)
+ui.class_question("predictions", lesson.class_ask(example, predictions, tokenizer), hold=True)
 st.subheader("What it should predict")
 st.caption("The original token at every selected position, [MASK], random and unchanged alike.")
 ui.token_chips(tokens, example.names)
 ui.decision_legend()
-ui.class_question("predictions", lesson.class_ask(example, predictions, tokenizer))  # the room guesses first
 
 # --------------------------------------------------------------------------- the guesses
 st.subheader("Its guesses, position by position")

@@ -205,8 +205,7 @@ def test_answers_in_the_figure_are_escaped():
 
 def test_review_findings_special_tokens_full_question_close_after_reveal(word_board):
     """Issue 44's attack review: [MASK] and [SEP] are not words; a full question says so before "one per machine";
-    a Close from a second teacher tab after the Reveal leaves it revealed; behind one address new browsers come at
-    a human pace."""
+    a Close from a second teacher tab after the Reveal leaves it revealed."""
     board, q, clock = word_board
     for special in ("[MASK]", "[SEP]", "[CLS]", "[PAD]"):
         with pytest.raises(InputError, match="special tokens"):
@@ -218,14 +217,6 @@ def test_review_findings_special_tokens_full_question_close_after_reveal(word_bo
     full.answer(student(1), q2.qid, "A")
     with pytest.raises(InputError, match="taken its 1 answers"):
         full.answer(Who("ip:10.0.0.1", "another browser"), q2.qid, "B")
-    relay = ClassBoard(per_address=200, clock=clock)
-    q3 = relay.open(TEACHER, "quiz", "choice", "?", choices=("A", "B"))
-    for i in range(10):  # ten new browsers from 127.0.0.1 within a minute: a class arriving
-        relay.answer(Who("ip:127.0.0.1", f"b{i}"), q3.qid, "A")
-    with pytest.raises(InputError, match="new browsers"):
-        relay.answer(Who("ip:127.0.0.1", "cookie cleared"), q3.qid, "B")
-    clock.now += 61
-    assert relay.answer(Who("ip:127.0.0.1", "cookie cleared"), q3.qid, "B") == "B"
 
 
 def test_a_students_clear_cache_clears_only_their_own_state():

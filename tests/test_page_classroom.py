@@ -135,3 +135,23 @@ def test_a_student_sees_where_the_open_question_is_from_any_page(apptest, as_stu
     other = apptest("pages/masking.py").run()
     assert any(m.value.startswith("**🙋 The teacher asks on Grammar:**") for m in other.sidebar.markdown)
     assert not any(b.key and b.key.startswith("live_open") for b in other.button)  # a student opens nothing
+
+
+def test_a_students_page_holds_the_answer_back_until_the_reveal(apptest, as_student):
+    """Issue 44 rehearsal: a student's Predictions page showed the hidden word and the model's guesses under the
+    open question. While it is open the page stops after the question; after the reveal it is whole again."""
+    at = apptest("pages/predictions.py").run()
+    at.button(key="live_open_predictions").click().run()
+    as_student(4)
+    at.run()
+    assert not at.exception
+    headers = [h.value for h in at.subheader]
+    assert "What the model sees" in headers and "What it should predict" not in headers
+    assert any("appears here when the teacher reveals" in i.value for i in at.info)
+    as_student(None)
+    at.run()
+    assert "Its guesses, position by position" in [h.value for h in at.subheader]  # the teacher sees everything
+    at.button(key="live_reveal_predictions").click().run()
+    as_student(4)
+    at.run()
+    assert "Its guesses, position by position" in [h.value for h in at.subheader]

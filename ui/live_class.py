@@ -38,6 +38,7 @@ PAGE_FILES = {"quiz": "pages/quiz.py", "predictions": "pages/predictions.py", "g
 PAGE_TITLES = {"quiz": "Quiz", "predictions": "Predictions", "grammar": "Grammar", "training": "Training",
                "masking": "Masking"}
 TEACHER_OK_KEY = "live_class_teacher"  # session state: this session typed the right teacher key
+SHOWN_KEY = "live_class_shown"  # session state: (page, question, held back) as this page run drew them
 MAX_LEADERS = 8  # browsers that typed the right key, remembered (a reload keeps the lead), the oldest forgotten first
 _leaders: list[str] = []  # those browsers' ids (browser_id), newest last
 _leaders_lock = threading.Lock()
@@ -247,10 +248,18 @@ def _room(tally: Tally, page: str) -> None:
         st.markdown(f"**The model:** {markdown_text(tally.reveal.note)}")
 
 
+def _held(page: str, live: Question | None, me: Who) -> tuple:
+    """What this page run showed a student: (page, question, whether the page's answer was held back)."""
+    on_page = live is not None and live.page == page
+    return page, live.qid if on_page else None, on_page and not me.teacher and not live.revealed
+
+
 def _live_view(page: str) -> None:
     board, me = class_board(), who()
     board.here(me)
     live = board.live()
+    if not me.teacher and st.session_state.get(SHOWN_KEY) != _held(page, live, me):
+        st.rerun(scope="app")  # a new question for this page, or its reveal: the whole page redraws once
     if live is None or live.page != page:
         return
     tally = board.tally(me, live.qid)
@@ -266,14 +275,17 @@ def _live_view(page: str) -> None:
         st.caption(f"{tally.answered} answered so far. The class's answers appear here when the teacher reveals them.")
 
 
-def class_question(page: str, ask: Ask | None) -> None:
+def class_question(page: str, ask: Ask | None, *, hold: bool = False) -> None:
     """The page's part in the class's live question: the teacher's panel, the answer box, the chart.
 
-    ``ask``: the question this page would open now, or None when it has nothing to ask yet.
+    ``ask``: the question this page would open now, or None when it has nothing to ask yet. ``hold``: while this
+    page's question is open, a student's page stops here (the rest of it would show the model's answer) and says
+    why; it redraws in full when the teacher reveals.
     """
     assert page in PAGES, page
     me = who()
     live = class_board().live()
+    shown = st.session_state[SHOWN_KEY] = _held(page, live, me)
     if me.teacher or (live is not None and live.page == page):
         with st.expander("🙋 Ask the class" if me.teacher else "🙋 The class's question",
                          expanded=live is not None and live.page == page):
@@ -288,11 +300,19 @@ def class_question(page: str, ask: Ask | None) -> None:
     elif teacher_key_set() and not session.session_is_local():
         with st.expander("🙋 Ask the class (teacher)", expanded=False):
             _teacher_key_box()
+    if hold and shown[2]:
+        st.info("The rest of this page would give the answer away: it appears here when the teacher reveals the "
+                "class's answers.")
+        st.stop()
 
 
 def _pointer() -> None:
     board, me = class_board(), who()
     live = board.live()
+    shown = st.session_state.get(SHOWN_KEY)
+    if (not me.teacher and shown is not None and live is not None and live.page == shown[0]
+            and live.qid != shown[1]):
+        st.rerun(scope="app")  # the teacher just asked on the page this student is on: show it now
     if live is None or not live.is_open:
         return
     board.here(me)
@@ -305,6 +325,7 @@ def _pointer() -> None:
 
 def live_pointer() -> None:
     """The sidebar's line on every page: where the open question is (redrawn by itself)."""
+    st.session_state.pop(SHOWN_KEY, None)  # set again by the page, if it asks the class
     with st.sidebar:
         st.fragment(_pointer, run_every=POINTER_REFRESH_S)()
 
