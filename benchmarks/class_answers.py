@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.classroom_load import RESULTS_MD, idle, niced_chromium, percentile  # noqa: E402
+from benchmarks.classroom_load import idle, niced_chromium, percentile, write_section  # noqa: E402
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, Server  # noqa: E402
 
 RESULTS_JSON = ROOT / "benchmarks" / "results" / "class_answers.json"
@@ -236,15 +236,6 @@ def markdown(s: dict) -> str:
     return "\n".join(lines)
 
 
-def write_section(section: str) -> None:
-    text = RESULTS_MD.read_text(encoding="utf-8") if RESULTS_MD.exists() else "# MLM Lab benchmarks\n"
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    RESULTS_MD.write_text(text, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--students", type=int, default=30)
@@ -270,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     if not args.quick:
-        write_section(section)
+        write_section(section, BEGIN, END)
     return 0 if summary["all_counted"] and summary["exceptions"] == 0 else 1
 
 

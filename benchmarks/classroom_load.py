@@ -729,10 +729,11 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def write_section(section: str) -> None:
+def write_section(section: str, begin: str = BEGIN, end: str = END) -> None:
+    """Put ``section`` between RESULTS.md's ``begin`` and ``end`` markers (or at its end, the first time)."""
     text = RESULTS_MD.read_text(encoding="utf-8") if RESULTS_MD.exists() else "# MLM Lab benchmarks\n"
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
+    if begin in text and end in text:
+        text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     RESULTS_MD.write_text(text, encoding="utf-8")

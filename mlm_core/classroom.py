@@ -42,7 +42,7 @@ from mlm_core.errors import InputError
 from mlm_core.server_budget import env_int
 
 __all__ = ["class_board", "reset_class_board", "KINDS", "PAGES", "MAX_ANSWER_CHARS", "Who", "Reveal", "Ask", "Question", "Tally", "ClassBoard",
-           "check_answer", "word_of", "board_limits"]
+           "check_answer", "word_of", "model_words", "board_limits"]
 
 KINDS = ("word", "choice", "number")
 PAGES = ("quiz", "predictions", "grammar", "training", "masking")  # the pages that ask the class
@@ -212,6 +212,16 @@ def word_of(tokenizer, piece: str) -> str:
     class's words are compared in this form)."""
     word = tokenizer.convert_tokens_to_string([piece]).strip() if tokenizer is not None else piece
     return (word[2:] if word.startswith("##") and len(word) > 2 else word) or piece
+
+
+def model_words(tokenizer, tokens: Sequence[str], probs: Sequence[float]) -> tuple[tuple[str, float], ...]:
+    """The model's candidates as the room reads them (``word_of``), most likely first: pieces that are one word to
+    the room ("paris" and "Ġparis") are one candidate, their probabilities summed."""
+    merged: dict[str, float] = {}
+    for token, p in zip(tokens, probs):
+        word = word_of(tokenizer, token)
+        merged[word] = merged.get(word, 0.0) + float(p)
+    return tuple(merged.items())
 
 
 class ClassBoard:

@@ -264,8 +264,7 @@ def _live_view(page: str) -> None:
     if live is None or live.page != page:
         return
     tally = board.tally(me, live.qid)
-    status = {"open": "open", "closed": "closed", "revealed": "revealed"}[live.status]
-    st.markdown(f"**🙋 The teacher asks** ({status}): {markdown_text(live.prompt)}")
+    st.markdown(f"**🙋 The teacher asks** ({live.status}): {markdown_text(live.prompt)}")
     if live.context:
         st.markdown(f"> {markdown_text(live.context)}")
     if not me.teacher:

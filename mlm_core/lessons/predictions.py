@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import torch
 
 from mlm_core import seeds
-from mlm_core.classroom import Ask, Reveal, word_of
+from mlm_core.classroom import Ask, Reveal, model_words, word_of
 from mlm_core.data import Encoded, MaskedSentence, encode, mask_batch, mask_positions
 from mlm_core.formatting import probability_text
 from mlm_core.masking import DECISION_WORDS, SELECTED_DECISIONS, Decision, MaskingConfig, decision_names, decision_word
@@ -203,14 +203,10 @@ def class_ask(example: MaskedExample, predictions: Predictions, tokenizer) -> As
     special = example.special_tokens_mask[: len(seen)].tolist()
     shown = [tokenizer.mask_token if i == asked.position else t for i, t in enumerate(seen) if not special[i]]
     context = tokenizer.convert_tokens_to_string(shown).replace(" ##", "")
-    top = tuple((word_of(tokenizer, t), float(p)) for t, p in zip(asked.top_tokens, asked.top_probs))
-    merged: dict[str, float] = {}
-    for word, p in top:  # "paris" and "Ġparis" are one word to the room
-        merged[word] = merged.get(word, 0.0) + p
     truth = word_of(tokenizer, asked.true_token)
     rank = f"rank {asked.true_rank:,}" if asked.true_rank > 1 else "its first guess"
     return Ask("word", "What will the model guess at [MASK]? One word.", context=context, tokenizer=tokenizer,
-               reveal=Reveal(tuple(merged.items()), truth=truth,
+               reveal=Reveal(model_words(tokenizer, asked.top_tokens, asked.top_probs), truth=truth,
                              note=f"the hidden word {truth!r} is {rank}, at p = {probability_text(asked.true_prob)}."))
 
 

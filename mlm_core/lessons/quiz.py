@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from mlm_core import seeds
-from mlm_core.classroom import Ask, Reveal, word_of
+from mlm_core.classroom import Ask, Reveal, model_words, word_of
 from mlm_core.data import mask_sentence, token_pieces
 from mlm_core.errors import InputError
 from mlm_core.formatting import probability_text
@@ -529,13 +529,10 @@ def class_ask(question: Question, model, tokenizer, k: int = 10) -> Ask | None:
     found = predict_masked(model, tokenizer, question.input_ids, question.attention_mask, labels, k=k).positions[0]
     shown = [t for t, d in zip(question.shown, question.decisions) if d != "SPECIAL"]
     context = tokenizer.convert_tokens_to_string(shown).replace(" ##", "")
-    merged: dict[str, float] = {}
-    for token, p in zip(found.top_tokens, found.top_probs):
-        merged[word_of(tokenizer, token)] = merged.get(word_of(tokenizer, token), 0.0) + float(p)
     truth = word_of(tokenizer, found.true_token)
     blanks = len(question.blanks)
     where = "the first [MASK]" if blanks > 1 else "[MASK]"
     return Ask("word", f"Which word is hidden at {where}? One word.", context=context, tokenizer=tokenizer,
-               reveal=Reveal(tuple(merged.items()), truth=truth,
+               reveal=Reveal(model_words(tokenizer, found.top_tokens, found.top_probs), truth=truth,
                              note=f"the hidden word {truth!r} is the model's guess number {found.true_rank:,} "
                                   f"(p = {probability_text(found.true_prob)})."))

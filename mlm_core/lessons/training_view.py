@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from mlm_core.classroom import Ask, Reveal, word_of
+from mlm_core.classroom import Ask, Reveal, model_words
 from mlm_core.bundled import TWINS, contrast_countries, gazetteer, twin_documents, workshop_sentences
 from mlm_core.data import run_tokenizer
 from mlm_core.errors import InputError
@@ -730,10 +730,8 @@ def class_ask(lesson: str, texts: Texts | None, tokenizer, snap=None, configs: M
         if entries and index < len(entries[-1]["probes"]):
             last = entries[-1]["probes"]
             guess = last[index]["predictions"][0]
-            merged: dict[str, float] = {}
-            for token, p in zip(guess["tokens"], guess["probs"]):
-                merged[word_of(tokenizer, token)] = merged.get(word_of(tokenizer, token), 0.0) + float(p)
-            first = next(iter(merged), "")
+            words = model_words(tokenizer, guess["tokens"], guess["probs"])
+            first = words[0][0] if words else ""
             twin = next((country for country, _, answers in TWINS[:lesson_twins(lesson, from_scratch=False)]
                          if first in answers), None)
             knows = (asked_about_veldoria is not None and
@@ -748,7 +746,7 @@ def class_ask(lesson: str, texts: Texts | None, tokenizer, snap=None, configs: M
                            "gives a name it never read one of theirs")
             else:
                 verdict = "neither Veldoria's answer nor a twin's"
-            reveal = Reveal(tuple(merged.items()), truth="", note=f"after step {entries[-1]['step']}, about "
+            reveal = Reveal(words, truth="", note=f"after step {entries[-1]['step']}, about "
                             f"Pellastra its first guess is {first!r}, {verdict} (Veldoria's answer here is "
                             f"{veldorias!r}; no text gives Pellastra's).")
     return Ask("word", "Pellastra is a country no training text names. After the run, what will the model answer "
