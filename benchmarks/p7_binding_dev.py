@@ -33,7 +33,8 @@ import torch  # noqa: E402
 
 from mlm_core import jobs  # noqa: E402
 from mlm_core.bundled import TWINS, contrast_answers, contrast_countries, gazetteer, twin_documents  # noqa: E402
-from mlm_core.lessons.training_view import contrast_sentences, default_run, probe_set_scores, workshop_texts  # noqa: E402
+from mlm_core.lessons.training_view import contrast_sentences, probe_set_scores, workshop_texts  # noqa: E402
+from mlm_core.lessons.training_registry import default_run  # noqa: E402
 from mlm_core.models import load_masked_lm  # noqa: E402
 from mlm_core.training import train_variants  # noqa: E402
 

@@ -34,8 +34,8 @@ from mlm_core import jobs  # noqa: E402
 from mlm_core.lessons import training_lessons  # noqa: E402
 from mlm_core.lessons.training_lessons import (CLEAN, DEFAULT_BUG, SPREAD_PAIR, TRAINED_BUGS, TWIN,  # noqa: E402
                                                bug_signature, filmstrip_frames, filmstrip_summary, rate_verdict)
-from mlm_core.lessons.training_view import (base_config, gazetteer_texts, lesson_variants, probe_race_rows,  # noqa: E402
-                                            usable_probes)
+from mlm_core.lessons.training_view import gazetteer_texts, probe_race_rows, usable_probes  # noqa: E402
+from mlm_core.lessons.training_registry import base_config, lesson_variants  # noqa: E402
 from mlm_core.models import load_masked_lm  # noqa: E402
 from mlm_core.training import train_variants  # noqa: E402
 

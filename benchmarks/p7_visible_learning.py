@@ -37,8 +37,9 @@ from benchmarks._common import Result, Target, cli, median
 import torch  # noqa: E402
 
 from mlm_core import jobs  # noqa: E402
-from mlm_core.lessons.training_view import (OTHER, PROBE_SETS, binding, default_run,  # noqa: E402
-                                            probe_set_scores, probes_in_top, probes_right, strings_or_facts)
+from mlm_core.lessons.training_view import (OTHER, PROBE_SETS, binding, probe_set_scores, probes_in_top,  # noqa: E402
+                                            probes_right, strings_or_facts)
+from mlm_core.lessons.training_registry import default_run  # noqa: E402
 from mlm_core.models import load_masked_lm  # noqa: E402
 from mlm_core.precision import resolve_amp  # noqa: E402
 from mlm_core.training import train_variants  # noqa: E402

@@ -34,7 +34,7 @@ from benchmarks._common import Result, Target, report
 import torch  # noqa: E402
 
 from mlm_core import jobs  # noqa: E402
-from mlm_core.lessons.training_view import default_run  # noqa: E402
+from mlm_core.lessons.training_registry import default_run  # noqa: E402
 from mlm_core.models import load_masked_lm  # noqa: E402
 from mlm_core.training import check_variants  # noqa: E402
 

@@ -55,9 +55,9 @@ from mlm_core.lessons.loss_lab import (  # noqa: E402
 )
 from mlm_core.lessons.masking_view import masking_statistics  # noqa: E402
 from mlm_core.lessons.museum import COSINE_BUGGY, labels_never_ignored, run_exhibits  # noqa: E402
+from mlm_core.lessons.training_registry import BIND_VARIANTS, base_config, default_run, lesson_variants  # noqa: E402
 from mlm_core.lessons.training_view import (  # noqa: E402
-    BIND_VARIANTS, BINDING_SHARE, CONTROL_SHARE, OTHER, PROBE_SETS, base_config, binding, default_run, gazetteer_texts, lesson_variants,
-    probe_set_scores, probes_right,
+    BINDING_SHARE, CONTROL_SHARE, OTHER, PROBE_SETS, binding, gazetteer_texts, probe_set_scores, probes_right,
 )
 from mlm_core.precision import resolve_amp  # noqa: E402
 from mlm_core.losses import token_counts  # noqa: E402

@@ -51,7 +51,7 @@ BATCHES, SEQ_LENS = (64, 32, 16, 8, 4, 2), (256, 128, 64, 32)  # the Training pa
 
 def settings_variants(spec: dict, texts, *, small: bool = False):
     """The lesson's variants at the spec's settings (or at a tiny size for the warm-up)."""
-    from mlm_core.lessons.training_view import base_config, lesson_variants
+    from mlm_core.lessons.training_registry import base_config, lesson_variants
 
     s = {**LESSON_DEFAULTS, **spec}
     overrides = dict(steps=1 if small else int(s["steps"]), batch_size=2 if small else int(s["batch_size"]),

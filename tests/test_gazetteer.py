@@ -249,7 +249,7 @@ def test_the_sequence_length_default_says_what_packing_does(tokenizer):
     import re
 
     from mlm_core.training import make_chunks
-    from mlm_core.lessons.training_view import lesson_defaults
+    from mlm_core.lessons.training_registry import lesson_defaults
 
     why = lesson_defaults("facts", from_scratch=False)["seq_len"].why
     sentences = gazetteer().sentences
@@ -267,7 +267,8 @@ def test_the_sequence_length_default_says_what_packing_does(tokenizer):
 
 def test_the_facts_lesson_scores_the_facts_words_on_their_own(tokenizer):
     """The header's fact words reach the run: its held-out evaluation reports the loss at those words."""
-    from mlm_core.lessons.training_view import base_config, gazetteer_texts
+    from mlm_core.lessons.training_view import gazetteer_texts
+    from mlm_core.lessons.training_registry import base_config
 
     facts = gazetteer().facts
     assert len(facts) == 15 and all(len(tokenizer.tokenize(w)) == 1 for w in facts)

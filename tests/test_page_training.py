@@ -310,7 +310,8 @@ def test_what_did_it_learn_runs_veldoria_alone_beside_its_twins(monkeypatch):
     batches, one learning from Veldoria's sentences alone, one from its twins' too, and shows each run's four probe
     sets, its binding and its real-country control in one table, and the sentence on what the twins did, computed
     from the run's own probes."""
-    from mlm_core.lessons.training_view import BIND_VARIANTS, binding_comparison, probe_set_scores
+    from mlm_core.lessons.training_view import binding_comparison, probe_set_scores
+    from mlm_core.lessons.training_registry import BIND_VARIANTS
     monkeypatch.delenv("MLMLAB_MODEL", raising=False)  # the lesson needs the trained model: its twins, its probes
     at = page(training_lesson="bind")
     assert any("Pellastra" in i.value and "What will it say?" in i.value for i in at.info)  # the vote, before Start

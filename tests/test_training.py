@@ -565,9 +565,10 @@ def test_figures_draw_gaps_not_nans():
 
 
 def test_every_lesson_builds_its_variants_from_defaults_that_say_why():
-    from mlm_core.lessons import training_view as L
+    from mlm_core.lessons import training_registry as L
+    from mlm_core.lessons.training_view import gazetteer_texts
 
-    texts = L.gazetteer_texts()
+    texts = gazetteer_texts()
     for lesson in L.LESSONS:
         for scratch in (False, True):
             defaults = L.lesson_defaults(lesson, from_scratch=scratch)
@@ -862,7 +863,8 @@ def test_focus_words_are_masked_at_their_own_rate(tok):
                      row_seeds=range(len(chunks)), focus_ids=cat, focus_probability=0.1)
     assert torch.equal(plain[1], same[1]) and torch.equal(plain[0], same[0])
     # the lesson's default asks for it; the held-out set is masked by the rule alone (the same eval masks either way)
-    from mlm_core.lessons.training_view import FACT_MASKING, base_config, gazetteer_texts
+    from mlm_core.lessons.training_view import FACT_MASKING, gazetteer_texts
+    from mlm_core.lessons.training_registry import base_config
 
     cfg = base_config("facts", from_scratch=False, texts=gazetteer_texts())
     assert cfg.focus_mlm_probability == FACT_MASKING > rule.mlm_probability

@@ -10,7 +10,8 @@ from mlm_core.lessons import museum
 from mlm_core.lessons.training_lessons import (CLEAN, MUSEUM_TO_BUG, RATE_LEAD_SPREAD, TRAINED_BUGS, TWIN, Frame,
                                                bug_signature, filmstrip_frames, filmstrip_summary, rate_verdict,
                                                reported_markdown)
-from mlm_core.lessons.training_view import base_config, gazetteer_texts, is_default_run, lesson_variants
+from mlm_core.lessons.training_view import gazetteer_texts
+from mlm_core.lessons.training_registry import base_config, is_default_run, lesson_variants
 
 P7 = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "p7_lessons.json"
 

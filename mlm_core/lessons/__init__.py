@@ -6,7 +6,9 @@ loss_batch``): nothing is re-exported here, so importing one lesson loads only w
 - ``loss_lab``: the Loss page, and ``LossBatch``, the one batch of the Loss page and the Bug museum.
 - ``nsp``: the Loss page's next-sentence-prediction lesson (pairs, MLM + NSP, a new NSP head).
 - ``museum``: the Bug museum's exhibits; ``audit``: its check of a batch from your own pipeline.
-- ``training_view``: the Training page's lessons (texts, defaults with reasons, variants, probe rows).
+- ``training_registry``: the Training page's lessons, one record each (defaults and why, variants, choices,
+  verdicts, the class's question); ``training_view``: the texts they read, the common defaults, the probe rows;
+  ``training_lessons``: the masking-rate race, the bugs that train, the filmstrip.
 - ``efficiency``: the Efficiency page's measurements; ``vocab``: the Tokenizer page's masking demo;
   ``inside``: what the Inside page's views say across heads, sentences and training.
 - ``quiz``: the Quiz page (questions, scores); ``share_state``: what a shared link holds, for every page.

@@ -3,7 +3,7 @@ train beside a clean twin, and the guess at one masked position over time (a fil
 
 Each turns a run's recorded curves (``TrainResult``s, or a UI run's ``Curves``: rows of "step", "eval" and
 "probe") into the sentences and rows the page shows. Nothing here trains or loads a model; the variants
-are built from the lesson's ``TrainConfig`` (``training_view.lesson_variants``).
+are built from the lesson's ``TrainConfig`` by its record (``training_registry``).
 """
 
 from __future__ import annotations
@@ -463,27 +463,6 @@ def learner_probe(sentence: str, answer: str, tokenizer) -> tuple[str, str]:
                          f"(it is {len(pieces)} token(s){': ' + ' '.join(pieces) if pieces else ''}); try a "
                          "shorter or more common word.")
     return sentence, pieces[0]
-
-
-# --------------------------------------------------------------------------------------------
-# Which lesson a run is (from its variants' configs, as a RunSnapshot keeps them)
-# --------------------------------------------------------------------------------------------
-
-
-def run_kind(configs: Mapping[str, Mapping[str, Any]] | None) -> str:
-    """"mask_rate", "bugs", "bind" or "" for a run's configs (`TrainConfig.to_dict()` values, by variant).
-
-    >>> run_kind({n: c.to_dict() for n, c in bug_variants(TrainConfig(), "eval_dropout").items()})
-    'bugs'
-    """
-    configs = configs or {}
-    if any(c.get("bug") for c in configs.values()):
-        return "bugs"
-    if any(c.get("eval_masking") for c in configs.values()) and len(configs) > 1:
-        return "mask_rate"
-    if any(c.get("learn_from_texts") for c in configs.values()) and len(configs) > 1:
-        return "bind"  # one text learned from alone, beside the same batches learned from in full
-    return ""
 
 
 def bug_of(configs: Mapping[str, Mapping[str, Any]] | None) -> str:

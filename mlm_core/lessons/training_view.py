@@ -1,8 +1,9 @@
-"""The Training page's view-model: each lesson's texts, settings (every default with the reason for it),
-the variants it races, and the numbers the page shows about its probes.
+"""The Training page's view-model: the texts a run reads (with their held-out part and probe sets), the settings
+every lesson starts with (each default with the reason for it), and the numbers the page shows about the probes.
 
-The page and benchmark P7 (`benchmarks/p7_visible_learning.py`) both build their runs here, so the
-benchmark measures exactly what a learner gets after pressing Start.
+What sets one lesson apart (its own defaults, variants, verdicts, question) is its record in
+``training_registry``; the page and benchmark P7 (`benchmarks/p7_visible_learning.py`) both build their runs from
+there, so the benchmark measures exactly what a learner gets after pressing Start.
 """
 
 from __future__ import annotations
@@ -13,28 +14,13 @@ from typing import Any
 
 import torch
 
-from mlm_core.classroom import Ask, Reveal, model_words
 from mlm_core.bundled import TWINS, contrast_countries, gazetteer, twin_documents, workshop_sentences
 from mlm_core.data import run_tokenizer
-from mlm_core.errors import InputError
 from mlm_core.formatting import percent_text
 from mlm_core.masking import IGNORE_INDEX
 from mlm_core.predict import predict_masked
-from mlm_core.lessons.training_lessons import (DEFAULT_BUG, LEVEL_NATS, MASK_RATES, SPLITS, YOURS, bug_variants,
-                                               latest_common, rate_variants)
-from mlm_core.training import TrainConfig, check_variants
+from mlm_core.lessons.training_lessons import YOURS
 
-LESSONS = {
-    "facts": "Teach it facts it cannot know (fine-tune on the gazetteer of Veldoria)",
-    "bind": "What did it learn? One country, or twin countries too, side by side",
-    "scratch": "Train the tiny model from scratch",
-    "mask_rate": "Should you mask 15%? The same model at 15%, 30% and 40%",
-    "bugs": "Bugs that train: a buggy twin beside a clean run",
-    "filmstrip": "The guess over time: one masked word, evaluation by evaluation",
-    "lr_too_high": "Learning rate too high: clipping off vs on",
-    "masking": "Static masks (BERT) vs dynamic masking (RoBERTa)",
-    "free": "Free run: your settings, up to three loss variants side by side",
-}
 SOURCES = ("Veldoria gazetteer", "Workshop corpus", "Upload a file", "Paste text")
 
 # Probes for the workshop corpus: everyday cloze sentences (assets/cloze.tsv's first rows).
@@ -108,17 +94,6 @@ def with_learner_probe(texts: Texts, sentence: str, answer: str) -> Texts:
 TWIN_COUNTRIES = 2
 
 
-def lesson_twins(lesson: str, *, from_scratch: bool) -> int:
-    """How many twin countries a lesson's gazetteer text carries: the facts lessons' TWIN_COUNTRIES, else none."""
-    return TWIN_COUNTRIES if lesson in ("facts", "bind") and not from_scratch else 0
-
-
-def run_twins(meta: Mapping[str, Any] | None) -> int:
-    """How many twin countries a run read, from the page's record of it (its lesson, whether from scratch)."""
-    meta = meta or {}
-    return lesson_twins(str(meta.get("lesson", "")), from_scratch=bool(meta.get("from_scratch")))
-
-
 def gazetteer_texts(from_scratch: bool = False, twins: int = 0) -> Texts:
     """The gazetteer of Veldoria: facts the default model cannot know, held out in other words. Fine-tuning
     asks every fact four ways: in a sentence it trains on ("read"), in new words ("new"), in those new words about a
@@ -167,14 +142,13 @@ class Default:
     why: str
 
 
-def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
-    """The settings a lesson starts with (TrainConfig field -> Default), for a trained or a random model.
+def common_defaults(from_scratch: bool) -> dict[str, Default]:
+    """The settings every Training lesson starts with (TrainConfig field -> Default), for a trained or a random
+    model; a lesson's record (``training_registry``) sets its own on top.
 
-    >>> lesson_defaults("facts", from_scratch=False)["learning_rate"].value
+    >>> common_defaults(from_scratch=False)["learning_rate"].value
     0.0005
     """
-    if lesson not in LESSONS:
-        raise InputError(f"Unknown lesson {lesson!r}; choose one of {', '.join(LESSONS)}.")
     d = {
         "steps": Default(300 if from_scratch else 80,
                          "A tiny model's step takes a few hundredths of a second: 300 of them, with their "
@@ -208,80 +182,8 @@ def lesson_defaults(lesson: str, *, from_scratch: bool) -> dict[str, Default]:
         "eval_every": Default(10, "An evaluation every ten steps (and one before the first) draws the held-out "
                               "curve; each costs a forward pass over the held-out text."),
     }
-    if lesson == "mask_rate":
-        d["steps"] = Default(300 if from_scratch else 30,
-                             "Three copies of the tiny model, 300 steps each, on one loop: three times the work of "
-                             "one run (benchmark P7 measures the time, benchmarks/RESULTS.md)." if from_scratch else
-                             "Three copies of the model train side by side, 30 steps each: three times the work of one "
-                             "run, the slowest lesson here (benchmark P7 measures its time, benchmarks/RESULTS.md), "
-                             "and the frozen-mask losses have separated by then.")
-        if not from_scratch:
-            d["eval_every"] = Default(5, "An evaluation every five steps draws the frozen-mask curves with seven points.")
-    if lesson == "bugs":
-        d["steps"] = Default(300 if from_scratch else 40,
-                             "Two copies of the tiny model, 300 steps each: twice the work of one run."
-                             if from_scratch else
-                             "The clean run and its twin train side by side, 40 steps each: twice the work of one run "
-                             "(benchmark P7 measures the time, benchmarks/RESULTS.md), long enough for each bug's "
-                             "signature to show.")
-        if not from_scratch:
-            d["eval_every"] = Default(5, "An evaluation every five steps: nine points, enough to see a held-out curve "
-                                      "that jumps (the re-masking bug) or sits too high (dropout left on).")
-    if lesson == "filmstrip":
-        d["steps"] = Default(300 if from_scratch else 60,
-                             "300 steps of the tiny model take about 15 s." if from_scratch else
-                             "The facts lesson's run without the twin countries, shorter: 60 steps with an evaluation "
-                             "every five fit in about a minute, and the filmstrip shows when the hidden word becomes "
-                             "the first guess (docs/workshop.md gives the step at the guide's seed).")
-        if not from_scratch:
-            d["eval_every"] = Default(5, "An evaluation every five steps: one frame of the filmstrip each, 13 in all.")
-    if lesson in ("facts", "bind") and not from_scratch:
-        d["steps"] = Default(320, f"Binding a fact to a name takes longer than learning which word answers a kind of "
-                             f"question: with Veldoria and {TWIN_COUNTRIES} twin countries to tell apart, 320 steps "
-                             "(about two minutes on one laptop CPU core; benchmark P7 measures it) bound half the "
-                             "questions in new words or more on the dev sets, 160 steps about a quarter.")
-        d["eval_every"] = Default(40, "An evaluation every 40 steps: nine points on the curves; each one asks all 60 "
-                                  "probes, so more would slow the run down.")
-    if lesson in ("facts", "filmstrip", "bind") and not from_scratch:
-        d["focus_mlm_probability"] = Default(
-            FACT_MASKING, f"The facts' own words (the gazetteer's {len(gazetteer().facts)} answers, and the twin "
-            "countries' in the facts lessons) are selected for "
-            f"prediction {FACT_MASKING:.0%} of the time, every other token at the rule's 15%: each step then asks for "
-            "the facts far more often. Like REALM's \"salient span masking\" of names and dates (Guu et al. 2020). "
-            "Chosen on the gazetteer's dev probes (issue 25); set it to 0 to train with the rule alone and compare "
-            "the questions in new words.")
-    if lesson == "lr_too_high":
-        d["steps"] = Default(150 if from_scratch else 25,
-                             "The loss blows up within five steps; 25 steps of three model copies fit in about "
-                             "a minute, so the lesson does not hold the training slot for long.")
-        d["learning_rate"] = Default(3e-2 if from_scratch else 1e-2,
-                                     "Far above the sensible rate on purpose: watch the held-out loss.")
-        d["warmup_steps"] = Default(0, "No warm-up, so the first steps already take the full learning rate.")
-        d["eval_every"] = Default(5, "Frequent evaluations show when the held-out loss starts to climb.")
-    if lesson == "masking":
-        d["steps"] = Default(600 if from_scratch else 40,
-                             "About seven passes over the gazetteer: enough for static masks to repeat several "
-                             "times, and for two model copies to finish in about a minute.")
     return d
 
-
-def sane_learning_rate(from_scratch: bool) -> float:
-    """The facts or scratch lesson's learning rate: the reference line of the "too high" lesson."""
-    return lesson_defaults("facts", from_scratch=from_scratch)["learning_rate"].value
-
-
-def base_config(lesson: str, *, from_scratch: bool, texts: Texts, seed: int = 0,
-                **overrides: Any) -> TrainConfig:
-    """The lesson's TrainConfig: its defaults, the texts' probes, then any of the learner's settings."""
-    values = {name: d.value for name, d in lesson_defaults(lesson, from_scratch=from_scratch).items()}
-    values.update(probe_sentences=tuple(p for p, _ in texts.probes),
-                  probe_answers=tuple(a for _, a in texts.probes), probe_groups=texts.probe_groups,
-                  eval_focus_words=texts.facts, seed=seed)
-    values.update(overrides)
-    return TrainConfig(**values)
-
-
-BIND_VARIANTS = ("Veldoria alone", "Veldoria and its twins")  # the "What did it learn?" lesson's two runs
 
 VARIANT_LABELS = {
     "full": ("Full cross-entropy", "The softmax over the whole vocabulary: BERT's loss, the reference."),
@@ -289,46 +191,6 @@ VARIANT_LABELS = {
     "sampled": ("Sampled softmax", "Only the true word and K sampled words in the softmax: cheaper; an "
                 "estimate of the full loss."),
 }
-
-
-def lesson_variants(lesson: str, base: TrainConfig, *, from_scratch: bool, losses: Sequence[str] = ("full",),
-                    clip: float | None = None, static_copies: int = 1, rates: Sequence[float] = MASK_RATES,
-                    split: tuple[float, float] = SPLITS[0], bug: str = DEFAULT_BUG) -> dict[str, TrainConfig]:
-    """The variants a lesson races, all from `base` (same data, same masks unless the lesson is about masks)."""
-    if lesson == "mask_rate":
-        return rate_variants(base, rates, split)
-    if lesson == "bugs":
-        return bug_variants(base, bug)
-    if lesson == "lr_too_high":
-        clip = clip or 1.0
-        sane = sane_learning_rate(from_scratch)
-        return {f"lr {base.learning_rate:g}, no clipping": replace(base, max_grad_norm=None),
-                f"lr {base.learning_rate:g}, clipped at {clip:g}": replace(base, max_grad_norm=float(clip)),
-                f"sensible lr {sane:g}, clipped at {clip:g}": replace(base, learning_rate=sane,
-                                                                       max_grad_norm=float(clip))}
-    if lesson == "masking":
-        return {"dynamic: a fresh mask every epoch": replace(base, mask_copies=0),
-                f"static: {static_copies} mask(s) per chunk, reused": replace(base, mask_copies=int(static_copies))}
-    if lesson == "bind":  # the same batches: one learns from Veldoria's sentences alone, the other from every country's
-        if from_scratch:
-            raise InputError("What did it learn? needs a model that already reads English: one trained from scratch "
-                             "knows no words yet to tie a fact to.")
-        alone = len(gazetteer().sentences)
-        return {BIND_VARIANTS[0]: replace(base, learn_from_texts=alone), BIND_VARIANTS[1]: base}
-    if lesson == "free":
-        if not losses:
-            raise InputError("Choose at least one loss variant.")
-        return {VARIANT_LABELS[name][0]: replace(base, loss=name) for name in losses}
-    return {VARIANT_LABELS["full"][0]: base}
-
-
-def default_run(model_is_trained: bool = True) -> tuple[Texts, dict[str, TrainConfig]]:
-    """What Start does with every setting left alone: the facts lesson (or, for a model that is not
-    trained, the from-scratch lesson) on the gazetteer."""
-    lesson = "facts" if model_is_trained else "scratch"
-    texts = gazetteer_texts(from_scratch=not model_is_trained, twins=lesson_twins("facts", from_scratch=not model_is_trained))
-    base = base_config(lesson, from_scratch=not model_is_trained, texts=texts)
-    return texts, lesson_variants(lesson, base, from_scratch=not model_is_trained)
 
 
 # --------------------------------------------------------------------------------------------
@@ -676,78 +538,3 @@ def probe_race_rows(probes_by_variant: Mapping[str, Sequence[Mapping[str, Any]]]
             row["in the top 5"] = f"{top5} of {known}"
         rows.append(row)
     return rows
-
-
-def is_default_run(variants: Mapping[str, TrainConfig], lesson: str, *, from_scratch: bool, texts: Texts) -> bool:
-    """True when a lesson's variants are exactly its defaults (any seed): what the benchmark measured."""
-    if lesson not in LESSONS or not variants:
-        return False
-    try:
-        seed = check_variants(variants).seed
-        expected = lesson_variants(lesson, base_config(lesson, from_scratch=from_scratch, texts=texts, seed=seed),
-                                   from_scratch=from_scratch)
-    except InputError:
-        return False
-    return dict(variants) == expected
-
-
-# ------------------------------------------------------------------------------------------ the class's question
-RATE_CHOICES = tuple(f"{rate:.0%}" for rate in MASK_RATES)
-WAIT_FOR_END = "Reveal once the run has ended: the answer is read from its last evaluation."
-
-
-def class_ask(lesson: str, texts: Texts | None, tokenizer, snap=None, configs: Mapping[str, Mapping] | None = None
-              ) -> Ask | None:
-    """The question the Training page asks the class before a run, and, once ``snap`` (the run's snapshot) has
-    ended, what the run answered: "Which masking rate will lead?" (the mask-rate lesson) or, in the facts lessons,
-    what the model will answer about Pellastra, a country no training text names (its first such probe)."""
-    finished = snap is not None and snap.finished and any(v.evals for v in snap.variants.values())
-    if lesson == "mask_rate":
-        reveal = None
-        found = latest_common({n: v.evals for n, v in snap.variants.items()}) if finished else None
-        if found is not None and len(found[1]) > 1 and all(n.startswith("mask ") for n in found[1]):
-            at, losses = found
-            order = sorted(losses, key=losses.get)
-            lead = order[0].removeprefix("mask ")
-            level = losses[order[1]] - losses[order[0]] < LEVEL_NATS
-            reveal = Reveal(tuple((n.removeprefix("mask "), 1.0 if n == order[0] else 0.0) for n in order[:1]),
-                            truth=lead, note=f"at step {at}, on the frozen 15% mask, {lead} leads with a held-out loss "
-                            f"of {losses[order[0]]:.2f} ("
-                            + ", ".join(f"{n.removeprefix('mask ')}: {losses[n]:.2f}" for n in order[1:]) + ")"
-                            + (f"; less than {LEVEL_NATS} nats ahead, too close to call on one run." if level else "."))
-        return Ask("choice", "Which masking rate will lead at the end of the run (the lowest held-out loss)?",
-                   context="The same model, the same batches, masked at " + ", ".join(RATE_CHOICES) + ".",
-                   choices=RATE_CHOICES, reveal=reveal, waiting=WAIT_FOR_END)
-    if lesson not in ("facts", "bind") or texts is None or "other" not in texts.probe_groups:
-        return None
-    index = texts.probe_groups.index("other")
-    asked_about_veldoria = texts.probe_groups.index("new") if "new" in texts.probe_groups else None
-    sentence, veldorias = texts.probes[index]
-    reveal = None
-    if finished:
-        name = next(iter(snap.variants)) if lesson == "facts" else list(snap.variants)[-1]  # bind: with its twins
-        entries = snap.variants[name].probes
-        if entries and index < len(entries[-1]["probes"]):
-            last = entries[-1]["probes"]
-            guess = last[index]["predictions"][0]
-            words = model_words(tokenizer, guess["tokens"], guess["probs"])
-            first = words[0][0] if words else ""
-            twin = next((country for country, _, answers in TWINS[:lesson_twins(lesson, from_scratch=False)]
-                         if first in answers), None)
-            knows = (asked_about_veldoria is not None and
-                     last[asked_about_veldoria]["predictions"][0]["tokens"][0] == veldorias)
-            if not knows:
-                verdict = (f"but it does not yet answer the same question about Veldoria with {veldorias!r}, so this "
-                           "says little about what it tied to the name")
-            elif first == veldorias:
-                verdict = "Veldoria's answer: there the fact went with the sentence, not with the name"
-            elif twin:
-                verdict = (f"{twin}'s answer, a twin country it read: it tells Veldoria from the names it read, and "
-                           "gives a name it never read one of theirs")
-            else:
-                verdict = "neither Veldoria's answer nor a twin's"
-            reveal = Reveal(words, truth="", note=f"after step {entries[-1]['step']}, about "
-                            f"Pellastra its first guess is {first!r}, {verdict} (Veldoria's answer here is "
-                            f"{veldorias!r}; no text gives Pellastra's).")
-    return Ask("word", "Pellastra is a country no training text names. After the run, what will the model answer "
-                       "here? One word.", context=sentence, tokenizer=tokenizer, reveal=reveal, waiting=WAIT_FOR_END)
