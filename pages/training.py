@@ -16,7 +16,7 @@ from mlm_core.jobs import BusyError, get_manager
 from mlm_core.lessons import share_state
 from mlm_core.lessons.prose import LessonText
 from mlm_core.lessons.training_lessons import LESSON_KEY, learner_probe
-from mlm_core.lessons.training_registry import LESSONS, TRAINING_LESSONS, TrainingLesson, base_config, is_default_run
+from mlm_core.lessons.training_registry import TRAINING_LESSONS, TrainingLesson, base_config, is_default_run
 from mlm_core.lessons.training_view import (SOURCES, Texts, gazetteer_texts, usable_probes, with_learner_probe,
                                             workshop_texts)
 from mlm_core.models import model_description
@@ -208,7 +208,8 @@ def run_controls(lesson: TrainingLesson, from_scratch: bool, texts: Texts, on_gp
 
 
 # ------------------------------------------------------------------------------------- the lesson, the model, the text
-lesson = TRAINING_LESSONS[st.radio("Lesson", list(LESSONS), key=LESSON_KEY, format_func=LESSONS.get)]
+lesson = TRAINING_LESSONS[st.radio("Lesson", list(TRAINING_LESSONS), key=LESSON_KEY,
+                                   format_func=lambda key: TRAINING_LESSONS[key].title)]
 model_name = model_controls(lesson)
 try:
     if model_name == TRAINED_VOCAB:

@@ -569,7 +569,7 @@ def test_every_lesson_builds_its_variants_from_defaults_that_say_why():
     from mlm_core.lessons.training_view import gazetteer_texts
 
     texts = gazetteer_texts()
-    for lesson in L.LESSONS:
+    for lesson in L.TRAINING_LESSONS:
         for scratch in (False, True):
             defaults = L.lesson_defaults(lesson, from_scratch=scratch)
             assert all(len(d.why) > 30 for d in defaults.values())

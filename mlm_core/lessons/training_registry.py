@@ -440,7 +440,12 @@ TRAINING_LESSONS: dict[str, TrainingLesson] = {lesson.key: lesson for lesson in 
                                    format=lambda v: VARIANT_LABELS[v][0]),)),
 )}
 PLAIN_RUN = TrainingLesson("", "A run", _one_run)  # a run no lesson started: nothing said about it but its curves
-LESSONS = {key: lesson.title for key, lesson in TRAINING_LESSONS.items()}  # the page's list, in this order
+
+
+def register(record: TrainingLesson) -> TrainingLesson:
+    """Add a lesson (or replace the one with its key): the page lists it, after the others, from the next rerun."""
+    TRAINING_LESSONS[record.key] = record
+    return record
 
 
 def lesson(key: str) -> TrainingLesson:
