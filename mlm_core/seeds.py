@@ -22,6 +22,7 @@ import hashlib
 import numpy as np
 import torch
 
+MAX_SEED = 2**31 - 1  # the largest seed a learner may choose (the sidebar's seed box, a link's seed=)
 _MASK64 = (1 << 64) - 1
 _MASK63 = (1 << 63) - 1  # torch.Generator.manual_seed takes any 64-bit value; 63 bits stay positive everywhere
 

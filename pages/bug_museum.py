@@ -6,7 +6,7 @@ import streamlit as st
 import ui
 from mlm_core import MLMLabError
 from mlm_core.figures.losses import museum_figure
-from mlm_core.lessons import share_state
+from ui import share_state
 from mlm_core.lessons.audit import BATCH_FORMAT, audit_batch, batch_to_json, load_batch_file
 from mlm_core.lessons.museum import (also_metrics, audit_rows, correct_values, exhibit_code, exhibit_metrics,
                                      exhibit_rows, rule_values, run_exhibits)

@@ -7,7 +7,7 @@ import ui
 from mlm_core.costs import logits_size
 from mlm_core.figures.efficiency import (logits_size_figure, loop_sweep_figure, loss_paths_figure,
                                          step_breakdown_figure, step_settings_figure)
-from mlm_core.lessons import share_state
+from ui import share_state
 from mlm_core.lessons.efficiency import (LOOP_SWEEP_ROWS, amp_and_checkpointing, loop_vs_vectorised, loss_paths,
                                          paths_notes, paths_table, profile_note, size_note, step_time_breakdown,
                                          steps_note, steps_table, sweep_note, sweep_table, sweep_vocabs)

@@ -5,7 +5,7 @@ import streamlit as st
 import ui
 from mlm_core import MLMLabError
 from mlm_core.default_model import read_build_record
-from mlm_core.lessons import share_state
+from ui import share_state
 from mlm_core.figures.grammar import SCREEN_TEXT_PX, pair_figure, phenomena_figure
 from mlm_core.grammar import PHENOMENA, check_sentence
 from mlm_core.lessons.grammar import (FIRST_PAIR, class_ask, blimp_source, default_model_blimp, draw_pair, lab_pairs_report,

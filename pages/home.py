@@ -4,7 +4,7 @@ import streamlit as st
 
 import ui
 from mlm_core.figures.home import flow_figure
-from mlm_core.lessons import share_state
+from ui import share_state
 from mlm_core.lessons.prose import LessonText
 
 TEXT = LessonText("home")  # mlm_core/lessons/text/home.md

@@ -6,8 +6,8 @@ import streamlit as st
 import ui
 from mlm_core import MLMLabError, decision_names, encode, seeds
 from mlm_core.bundled import heldout_workshop_sentences, workshop_sentences
-from mlm_core.lessons import share_state
-from mlm_core.lessons.share_state import DEFAULT_SENTENCE
+from ui import share_state
+from ui.share_state import DEFAULT_SENTENCE
 from mlm_core.lessons.export import lesson_zip, masking_settings
 from mlm_core.figures.inside import (
     agreement_figure,
@@ -63,7 +63,7 @@ VIEWS = {
     "saliency": "🎯 What the guess depends on",
     "training": "🏋️ What training changed",
 }
-assert tuple(VIEWS) == share_state.INSIDE_VIEWS  # the views a link may name (mlm_core.lessons.share_state.FIELDS' view=)
+assert tuple(VIEWS) == share_state.INSIDE_VIEWS  # the views a link may name (ui.share_state.FIELDS' view=)
 
 TEXT = LessonText("inside")  # mlm_core/lessons/text/inside.md
 settings = ui.page_setup("🔬 Inside the model", link=share_state.PAGE_LINKS["inside"])

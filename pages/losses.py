@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from mlm_core.lessons import share_state
+from ui import share_state
 from mlm_core import MLMLabError, decision_names, seeds
 from mlm_core.bundled import workshop_documents
 from mlm_core.lessons.export import lesson_zip, masking_settings

@@ -14,7 +14,8 @@ from mlm_core.figures.predictions import (
     loss_per_position_figure,
     topk_figure,
 )
-from mlm_core.lessons import model_card, share_state
+from mlm_core.lessons import model_card
+from ui import share_state
 from mlm_core.lessons import predictions as lesson  # the page's view-model
 from mlm_core.lessons.prose import LessonText
 from mlm_core.models import available_models, model_description

@@ -10,7 +10,8 @@ from mlm_core.lessons.export import lesson_json
 from mlm_core.masking import DECISION_WORDS
 from mlm_core.figures.predictions import topk_figure
 from mlm_core.lessons.prose import LessonText
-from mlm_core.lessons import quiz, share_state
+from mlm_core.lessons import quiz
+from ui import share_state
 from mlm_core.masking import RANDOM_REPLACEMENT_SOURCE
 from mlm_core.models import model_description
 from mlm_core.predict import predict_masked

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from mlm_core.lessons import share_state
+from ui import share_state
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import clean_text, read_text_upload, split_sentences
 from mlm_core.errors import MLMLabError

@@ -13,7 +13,7 @@ import ui
 from mlm_core import InputError, MLMLabError
 from mlm_core.data import clean_text, read_text_upload, split_sentences
 from mlm_core.jobs import BusyError, get_manager
-from mlm_core.lessons import share_state
+from ui import share_state
 from mlm_core.lessons.prose import LessonText
 from mlm_core.lessons.training_lessons import LESSON_KEY, learner_probe
 from mlm_core.lessons.training_registry import TRAINING_LESSONS, TrainingLesson, base_config, is_default_run

@@ -8,8 +8,7 @@ import pytest
 import ui
 from mlm_core import MaskingConfig
 from mlm_core.bundled import workshop_sentences
-from mlm_core.lessons.quiz import corpus_question_sentence, pick_question, question_problem, word_shaped
-from mlm_core.lessons.share_state import QUIZ_KINDS
+from mlm_core.lessons.quiz import QUIZ_KINDS, corpus_question_sentence, pick_question, question_problem, word_shaped
 
 
 def reveal_key(at) -> str:

@@ -8,10 +8,10 @@ from mlm_core.data import mask_sentence
 from mlm_core.errors import InputError
 from mlm_core.lessons import quiz
 from mlm_core.lessons.quiz import (
-    guess_ranks, guess_token_id, make_question, record_score, score_guesses, score_selection, score_totals,
+    QUIZ_KINDS, guess_ranks, guess_token_id, make_question, record_score, score_guesses, score_selection, score_totals,
 )
-from mlm_core.lessons.share_state import DEFAULT_SENTENCE, QUIZ_KINDS
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig
+from ui.share_state import DEFAULT_SENTENCE
 
 
 # --------------------------------------------------------------------------- scoring on hand-made cases

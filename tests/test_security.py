@@ -94,7 +94,7 @@ def test_long_session_text_is_cut_before_it_is_cleaned(monkeypatch):
     import types
     import unicodedata
 
-    from mlm_core.lessons import share_state
+    from ui import share_state
 
     looked_at = []
     counting = types.SimpleNamespace(category=lambda c: looked_at.append(c) or unicodedata.category(c))

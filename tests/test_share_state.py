@@ -4,8 +4,8 @@ from urllib.parse import parse_qs, urlencode
 
 import pytest
 
-from mlm_core.lessons import share_state
-from mlm_core.lessons.share_state import (
+from ui import share_state
+from ui.share_state import (
     DEFAULT_SENTENCE, FIELDS, Field, decode, defaults, encode, from_values, masking_config,
 )
 from mlm_core.masking import MaskingConfig

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import plain
 
 import ui
-from mlm_core.lessons.share_state import PAGE_LINKS
+from ui.share_state import PAGE_LINKS
 
 LESSON_SENTENCE = "Unbelievably, the tokenizer splits rare words into several word pieces."
 # A link carrying every page's state, and a trained model's id (a quiz link of the rehearsal had view=, trained=, step=)

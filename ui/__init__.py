@@ -10,6 +10,7 @@ One idea per module, in the order a page meets them:
 - ``chips``: token chips and their legend, markdown that shows text as typed (all escaped)
 - ``presenter``: charts (``chart``: every page's), tables and CSS a room can read
 - ``share``: share links (``st.query_params``) and the masking rule they carry
+- ``share_state``: what a link holds (its fields, their checks, each page's ``PAGE_LINKS``), without streamlit
 - ``session``: who is connected; ``messages``: errors in words; ``navigation``: Streamlit's old-style runner
 
 The names below are the ones pages use (``ui.token_chips(...)``); the rest live in their module.

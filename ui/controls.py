@@ -15,7 +15,7 @@ from mlm_core.bundled import workshop_sentences
 from mlm_core.data import Encoded, clip_text, encode, split_sentences
 from mlm_core.errors import MLMLabError
 from mlm_core.lessons.loss_lab import LossBatch, loss_batch, pick_sentences
-from mlm_core.lessons.share_state import Field
+from ui.share_state import Field
 from mlm_core.measure import MeasurementBusyError, background_priority, measurement_turn, return_free_memory
 from mlm_core.predict import with_mask_token
 from mlm_core.server_budget import ServerBudget

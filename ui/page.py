@@ -32,7 +32,7 @@ def page_setup(title: str, link: tuple[str, ...] | None = None, shown: dict[str,
     """Shared defaults, the sidebar and the page title; returns the settings every page uses.
 
     ``link``: the fields this page's address and share link hold
-    (``mlm_core.lessons.share_state.PAGE_LINKS[page]``); the others stay in the session, for the pages
+    (``ui.share_state.PAGE_LINKS[page]``); the others stay in the session, for the pages
     that show them. ``shown``: see ``ui.share.begin_page``.
     """
     share.begin_page(link, shown)

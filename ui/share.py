@@ -15,12 +15,12 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from mlm_core.errors import MLMLabError
-from mlm_core.lessons import share_state
+from ui import share_state
 from ui.chips import markdown_text
 from ui.loaders import check_model_access
 from ui.settings import DEFAULT_MODEL, KEYS, STICKY_KEYS
 
-# A shared link holds the values below (mlm_core.lessons.share_state.FIELDS); each lives in the session under
+# A shared link holds the values below (ui.share_state.FIELDS); each lives in the session under
 # this key. Widget values are lost when their page is left, so the link's copy ("canonical values")
 # also restores them when their page comes back.
 LINK_KEYS = {
@@ -44,7 +44,7 @@ _RUN = threading.local()  # per script run: the page's link fields and shown val
 
 def begin_page(link: tuple[str, ...] | None = None, shown: dict[str, str] | None = None) -> None:
     """Start a page's run (``page_setup``): its address and share link hold the fields ``link`` names
-    (``mlm_core.lessons.share_state.PAGE_LINKS``; None: every field), and nothing else.
+    (``ui.share_state.PAGE_LINKS``; None: every field), and nothing else.
 
     ``shown``: {field: session key} for a value this page shows from its own widget instead of the
     shared one (the Predictions page's own sentence): its link carries what the page shows, while the
@@ -209,8 +209,8 @@ def sync_query_params(page_fields=()) -> dict:
     values fall back to the defaults with a notice) and writes the current state back to
     ``st.query_params`` on every run. Call it again at the end of a page that changes shared state
     in its body (not in a callback), so the URL is current. ``page_fields``: extra
-    ``(mlm_core.lessons.share_state.Field, session_key)`` pairs a page wants in its links.
-    Returns a copy of the values (``mlm_core.lessons.share_state.masking_config(values)`` gives the rule).
+    ``(ui.share_state.Field, session_key)`` pairs a page wants in its links.
+    Returns a copy of the values (``ui.share_state.masking_config(values)`` gives the rule).
     """
     problems = read_and_sync_link(page_fields)
     if problems:

@@ -11,6 +11,6 @@ loss_batch``): nothing is re-exported here, so importing one lesson loads only w
   ``training_lessons``: the masking-rate race, the bugs that train, the filmstrip.
 - ``efficiency``: the Efficiency page's measurements; ``vocab``: the Tokenizer page's masking demo;
   ``inside``: what the Inside page's views say across heads, sentences and training.
-- ``quiz``: the Quiz page (questions, scores); ``share_state``: what a shared link holds, for every page.
+- ``quiz``: the Quiz page (questions, scores).
 - ``export``: every page's lesson export (JSON, zip of tables and charts).
 """

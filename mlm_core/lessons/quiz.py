@@ -28,10 +28,11 @@ from mlm_core.data import mask_sentence, token_pieces
 from mlm_core.errors import InputError
 from mlm_core.formatting import probability_text
 from mlm_core.head import masked_lm_logits
-from mlm_core.lessons.share_state import MAX_SEED, QUIZ_KINDS
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, decision_names
 from mlm_core.predict import predict_masked
+from mlm_core.seeds import MAX_SEED
 
+QUIZ_KINDS = ("guess", "random", "loss")  # the Quiz page's quizzes, first the default (a link's quiz=)
 QUIZ_TITLES = {
     "guess": "Guess the token",
     "random": "Which one was random?",

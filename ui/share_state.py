@@ -22,20 +22,21 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from mlm_core.lessons.quiz import QUIZ_KINDS
 from mlm_core.masking import SPAN_REPLACEMENTS, STRATEGIES, MaskingConfig
+from mlm_core.seeds import MAX_SEED
 
 # The Masking page's first example: a link without a sentence shows it, as the page does.
 DEFAULT_SENTENCE = "The cat sat on the mat and watched the birds in the garden."
 MAX_SENTENCE_CHARS = 2_000  # a link stays well under the ~8k characters browsers and proxies accept
-MAX_SEED = 2**31 - 1  # the sidebar's seed box allows 0 … 2^31 - 1
 MAX_STEP = 100_000
 MAX_ROUND = 1_000_000
 MAX_LIST = 64  # longest list of positions a link may hold
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)?")
 _NUMBER = re.compile(r"\d{1,12}")
 
-# The choices a link may name for a page's state (the quiz and the Inside page check theirs against these).
-QUIZ_KINDS = ("guess", "random", "loss")  # the Quiz page's quizzes, first the default
+# The choices a link may name for a page's state (the Inside page checks its views against these; the quiz's
+# own kinds, first the default, are mlm_core.lessons.quiz.QUIZ_KINDS).
 INSIDE_VIEWS = ("attention", "lens", "saliency", "training")  # the Inside-the-model page's views, first the default
 PREDICTION_SOURCES = ("here", "masking")  # the Predictions page's masks: clicked there, or the Masking page's
 
