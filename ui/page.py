@@ -16,6 +16,7 @@ from mlm_core.errors import MLMLabError
 from mlm_core.jobs import cap_threads, get_manager
 from mlm_core.model_access import allowed_models, any_model_allowed, is_builtin
 from mlm_core.models import available_models
+from mlm_core.seeds import MAX_SEED
 from ui import session, share
 from ui.live_class import join_panel, live_pointer
 from ui.loaders import cached_tokenizer
@@ -130,7 +131,7 @@ def sidebar() -> Settings:
             "folder (./my-model). On a shared classroom server, students get the models in the list above "
             "and the teacher's list (MLMLAB_ALLOWED_MODELS).",
         )
-        st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=KEYS.seed,
+        st.number_input("Seed", min_value=0, max_value=MAX_SEED, step=1, key=KEYS.seed,
                         help="Every random choice on every page comes from this seed.")
         st.toggle("Presenter view", key=KEYS.presenter, help="Large tokens and charts for a projector.")
         training_run_status()
