@@ -33,7 +33,7 @@ import torch.distributed as dist
 import yaml
 from tqdm import tqdm
 
-from mlm_core import models
+from mlm_core import loss_registry, models
 from mlm_core.bundled import workshop_sentences
 from mlm_core.data import read_text_upload
 from mlm_core.errors import InputError, MLMLabError
@@ -41,7 +41,7 @@ from mlm_core.losses import SCHEMES
 from mlm_core.masking import STRATEGIES, MaskingConfig
 from mlm_core.sampled_softmax import SAMPLERS
 from mlm_core.training.bugs import BUGS
-from mlm_core.training import AMP_MODES, LOSSES, SCHEDULES, TrainConfig, curves_table, train_variants
+from mlm_core.training import AMP_MODES, SCHEDULES, TrainConfig, curves_table, train_variants
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_CORPUS_BYTES = 512 * 1024 * 1024  # a CLI may read far more than the page's upload limit
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     opts = p.add_argument_group("training options (TrainConfig)")
     defaults = TrainConfig()
-    choices = {"schedule": SCHEDULES, "amp": AMP_MODES, "loss": LOSSES, "weight_scheme": SCHEMES,
+    choices = {"schedule": SCHEDULES, "amp": AMP_MODES, "loss": loss_registry.names(), "weight_scheme": SCHEMES,
                "sampler": SAMPLERS, "bug": tuple(BUGS)}
     for f in dataclasses.fields(TrainConfig):
         if f.name == "masking":

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from mlm_core import loss_registry
 from mlm_core.errors import InputError
 from mlm_core.model_access import estimate_parameters  # the one parameter count from a config
 
@@ -245,7 +246,7 @@ def run_step_bytes(config, cfg, *, focus_share: float = 0.0) -> int:
     *_, vocab = _shape(config)
     tokens = max(1, cfg.batch_size // cfg.grad_accum_steps) * cfg.seq_len
     masked = math.ceil(tokens * masked_share(cfg, focus_share))
-    classes = min(vocab, cfg.num_sampled + 1) if cfg.loss == "sampled" else vocab
+    classes = loss_registry.get(cfg.loss).scored_classes(cfg, vocab)  # V, or 1 + K for the sampled softmax
     kept = kept_values_per_token(config, cfg.seq_len, checkpointing=cfg.gradient_checkpointing)
     return int((tokens * kept + RUN_SCORE_COPIES * masked * classes) * BYTES_PER_VALUE["fp32"])
 

@@ -38,9 +38,15 @@ import torch
 import torch.nn.functional as F
 
 from mlm_core.data import special_ids
-from mlm_core.losses import LossOutput, check_rows, cosine, empty_loss, full_head_loss, loss_and_grad
+from mlm_core.losses import LossOutput, cosine, empty_loss, full_head_loss, loss_and_grad
 
 SAMPLERS = ("uniform", "unigram", "log_uniform", "softmax")
+SAMPLER_WORDS = {  # what each sampler draws from, as the pages say it
+    "uniform": "every id equally likely",
+    "unigram": "the corpus' token frequencies",
+    "log_uniform": "Zipf's law by token id (TensorFlow's default)",
+    "softmax": "the model's own predictions",
+}
 
 # Row i with target y has the full loss log Z - s_y, Z = sum_v exp(s_v) over all V classes.
 # Sampled softmax computes the logits of y and of K sampled classes only, and uses them in one of
@@ -415,50 +421,29 @@ def proposal_mass_report(q: torch.Tensor, tokenizer, counts: torch.Tensor | None
 
 
 # --------------------------------------------------------------------------------------------
-# The gradient each variant sends to the logits of one position
+# The gradient sampled softmax sends to the logits of one position (the Loss page's gradient view)
 # --------------------------------------------------------------------------------------------
 
 
-def logit_gradients(
-    logits: torch.Tensor,
-    targets: torch.Tensor,
-    position: int,
-    *,
-    class_weights: torch.Tensor | None = None,
-    sampled: LossOutput | None = None,
-) -> dict[str, torch.Tensor]:
-    """d(loss)/d(logits[position]) (V,) for each variant, times M (so full = softmax − one-hot).
-
-    Full: ``softmax(z) - onehot(y)``. Weighted: the same, times ``w[y] / mean(w[y])``.
-    Sampled: ``softmax - onehot`` over the candidates only (the ids in ``sampled``'s diagnostics,
-    with the same log Q and hit removal); every other class gets exactly 0.
+def sampled_logit_gradient(logits: torch.Tensor, targets: torch.Tensor, position: int,
+                           sampled: LossOutput) -> torch.Tensor:
+    """d(loss)/d(logits[position]) (V,) of the sampled loss ``sampled``, times M: ``softmax - onehot`` over the
+    candidates only (the ids in its diagnostics, with the same log Q and hit removal); every other class gets
+    exactly 0. (``loss_registry.logit_gradients`` gives every variant's.)
     """
-    check_rows(logits, targets)
-    M = logits.shape[0]
-    if not 0 <= position < M:
-        raise ValueError(f"position must be between 0 and {M - 1}; got {position}.")
     z = logits[position].detach().float()  # (V,)
     y = int(targets[position])
-    onehot = torch.zeros_like(z)
-    onehot[y] = 1.0
-    full = torch.softmax(z, -1) - onehot
-    grads = {"full": full}
-    if class_weights is not None:
-        w = class_weights.to(z.device, torch.float32)[targets]
-        grads["weighted"] = full * (w[position] / w.mean())
-    if sampled is not None:
-        d = sampled.diagnostics
-        ids = d["sampled_ids"].to(z.device)
-        row = z.clone().requires_grad_(True)
-        out = sampled_softmax_from_logits(
-            row[y].reshape(1), row[ids][None, :], torch.tensor([y], device=z.device), ids,
-            d["log_expected_sampled"].to(z.device), d["log_expected_true"][position].reshape(1).to(z.device),
-            remove_accidental_hits=d["remove_accidental_hits"], logq_correction=d["logq_correction"],
-            logq_on_true=d["logq_on_true"],
-        )
-        (grad,) = torch.autograd.grad(out.loss, row)
-        grads["sampled"] = grad
-    return grads
+    d = sampled.diagnostics
+    ids = d["sampled_ids"].to(z.device)
+    row = z.clone().requires_grad_(True)
+    out = sampled_softmax_from_logits(
+        row[y].reshape(1), row[ids][None, :], torch.tensor([y], device=z.device), ids,
+        d["log_expected_sampled"].to(z.device), d["log_expected_true"][position].reshape(1).to(z.device),
+        remove_accidental_hits=d["remove_accidental_hits"], logq_correction=d["logq_correction"],
+        logq_on_true=d["logq_on_true"],
+    )
+    (grad,) = torch.autograd.grad(out.loss, row)
+    return grad
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from mlm_core.figures.losses import (
 from mlm_core.lessons.loss_lab import (
     CORRECTION_SHORT,
     LOSS_SETTINGS,
-    SAMPLER_WORDS,
     SWEEP_PURPOSE,
     LossSettings,
     batch_losses,
@@ -44,15 +43,16 @@ from mlm_core.lessons.loss_lab import (
 from mlm_core.lessons.nsp import AFTER_BERT as NSP_AFTER_BERT
 from mlm_core.lessons.nsp import combined_loss_on_pairs, is_next_probabilities, train_nsp_head
 from mlm_core.lessons.prose import LessonText
-from mlm_core.losses import SCHEMES, loop_cross_entropy, token_frequency_weights
+from mlm_core.loss_registry import logit_gradients
+from mlm_core.losses import SCHEMES, loop_cross_entropy
 from mlm_core.sampled_softmax import (
     CORRECTIONS,
     SAMPLED_SOFTMAX,
+    SAMPLER_WORDS,
     SAMPLERS,
     SWEEP_COSINE_DRAWS,
     SWEEP_DRAWS,
     SampledSoftmaxConfig,
-    logit_gradients,
     sampled_softmax_sweep,
     sweep_ks,
 )
@@ -120,8 +120,7 @@ if options.sampled.sampler == "softmax":
     st.caption(TEXT("softmax_sampler"))
 if options.sampled.sampler == "log_uniform":
     st.caption(TEXT("log_uniform", **log_uniform_mass(vocab_size, tokenizer, counts)))
-outputs = batch_losses(batch, options)
-weights = token_frequency_weights(counts, scheme=options.scheme, smoothing=options.smoothing)
+outputs = batch_losses(batch, options)  # every loss variant (loss_registry), its class weights and negatives drawn once
 
 # --------------------------------------------------------------------------- the three losses
 st.subheader("The three losses")
@@ -144,7 +143,7 @@ st.caption(TEXT("per_token"))
 st.subheader("What each variant pushes on: the gradient with respect to the logits")
 position = st.selectbox("Position", list(range(len(batch.tokens))), format_func=lambda i: batch.tokens[i],
                         key="loss_position")
-grads = logit_gradients(batch.logits, batch.targets, position, class_weights=weights, sampled=outputs["sampled"])
+grads = logit_gradients(batch.logits, batch.targets, position, outputs)  # each variant's record gives its own
 ui.chart(gradient_figure(gradient_rows(grads, batch.targets[position], tokenizer=tokenizer),
                          title=f"position {batch.tokens[position]}"), "loss_grad_fig")
 st.caption(TEXT("gradient"))

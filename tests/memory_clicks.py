@@ -200,7 +200,8 @@ def loss_page(model, tok, small):
     sampler, the gradient view and the K sweep up to V."""
     from mlm_core import seeds
     from mlm_core.lessons.loss_lab import LossSettings, batch_losses, loss_batch
-    from mlm_core.sampled_softmax import SampledSoftmaxConfig, logit_gradients, sampled_softmax_sweep, sweep_ks
+    from mlm_core.loss_registry import logit_gradients
+    from mlm_core.sampled_softmax import SampledSoftmaxConfig, sampled_softmax_sweep, sweep_ks
 
     from mlm_core.errors import InputError
 
@@ -213,7 +214,7 @@ def loss_page(model, tok, small):
     V = batch.weight.shape[0]
     widest_k = SampledSoftmaxConfig(num_sampled=V, sampler="softmax", replacement=True)
     outputs = batch_losses(batch, LossSettings(sampled=widest_k))
-    logit_gradients(batch.logits, batch.targets, 0, sampled=outputs["sampled"])
+    logit_gradients(batch.logits, batch.targets, 0, outputs)  # every variant's, as the page draws them
     sampled_softmax_sweep(batch.hidden, batch.weight, batch.bias, batch.targets, ks=sweep_ks(V), config=widest_k,
                           counts=batch.counts, generator=seeds.generator(0, "sweep"))  # the page's draws
     return {"M": int(batch.targets.numel())}

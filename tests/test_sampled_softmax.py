@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from mlm_core.lessons.loss_lab import LOSS_SETTINGS, gradient_rows, per_token_rows, reaches_full_loss, sweep_summary
 from dataclasses import replace
 
+from mlm_core.loss_registry import logit_gradients
 from mlm_core.losses import (cosine, full_cross_entropy, full_head_loss, loss_and_grad, token_counts,
                              token_frequency_weights, weighted_cross_entropy)
 from mlm_core.sampled_softmax import (
@@ -18,7 +19,6 @@ from mlm_core.sampled_softmax import (
     SAMPLED_SOFTMAX,
     SampledSoftmaxConfig,
     draw_negatives,
-    logit_gradients,
     proposal_distribution,
     proposal_mass_report,
     sampled_softmax_from_logits,
@@ -298,7 +298,9 @@ def test_logit_gradients(correction, head_rows):
     sampled = sampled_softmax_loss(hidden, weight, bias, targets, num_sampled=8, sampler="log_uniform",
                                    logq_correction=logq, logq_on_true=on_true,
                                    generator=torch.Generator().manual_seed(0))
-    grads = logit_gradients(logits, targets, 2, class_weights=w, sampled=sampled)
+    outputs = {"full": full_cross_entropy(logits, targets), "weighted": weighted_cross_entropy(logits, targets, w),
+               "sampled": sampled}
+    grads = logit_gradients(logits, targets, 2, outputs)
     z = logits.clone().requires_grad_(True)
     F.cross_entropy(z, targets).backward()
     assert torch.allclose(grads["full"], z.grad[2] * 5, atol=1e-6)
@@ -369,7 +371,7 @@ def test_figures_build(head_rows):
                                    generator=torch.Generator().manual_seed(0))
     outs = {"full": full_cross_entropy(logits, targets),
             "weighted": weighted_cross_entropy(logits, targets, torch.ones(300)), "sampled": sampled}
-    grads = logit_gradients(logits, targets, 0, class_weights=torch.ones(300), sampled=outs["sampled"])
+    grads = logit_gradients(logits, targets, 0, outs)
     sweep = sampled_softmax_sweep(hidden, weight, bias, targets, ks=(8, 64, 300), counts=_counts(300), repeats=1,
                                   generator=torch.Generator().manual_seed(0))
     figures = [

@@ -11,18 +11,27 @@ from typing import Sequence
 
 from mlm_core.formatting import row_decimals
 from mlm_core.lessons.loss_lab import uniform_guess, uniform_guess_label
+from mlm_core.loss_registry import FULL, find
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-VARIANT_COLORS = {"full": "#1c7ed6", "weighted": "#f08c00", "sampled": "#2f9e44", "loop": "#868e96"}
 SCHEME_COLORS = {"inverse": "#e03131", "inverse_sqrt": "#f08c00", "log": "#1c7ed6", "none": "#868e96"}
 CORRECTION_STYLES = {  # sampled_softmax.CORRECTIONS → (colour, dash)
     "importance": ("#2f9e44", "solid"),
     "tensorflow": ("#1c7ed6", "solid"),
     "none": ("#e03131", "dot"),
 }
-WRONG_COLOR, RIGHT_COLOR, FULL_COLOR = "#e03131", "#2f9e44", "#1c7ed6"
+OTHER_COLORS = {"loop": "#868e96"}  # bars that are not a loss variant: the per-position loop
+
+
+def variant_color(name: str, default: str | None = None) -> str | None:
+    """A loss variant's colour, from its record (``loss_registry``): the same in every figure."""
+    variant = find(name)
+    return variant.color if variant is not None else OTHER_COLORS.get(name, default)
+
+
+WRONG_COLOR, RIGHT_COLOR, FULL_COLOR = "#e03131", "#2f9e44", variant_color(FULL)
 
 
 def _e(text) -> str:
@@ -45,7 +54,7 @@ def loss_bars(losses: dict[str, float], *, notes: dict[str, str] | None = None,
     decimals = row_decimals(losses.values())  # the bars read like the Loss page's row of numbers under them
     fig = go.Figure(go.Bar(
         x=[_e(n) for n in names], y=[losses[n] for n in names],
-        marker_color=[VARIANT_COLORS.get(n, "#495057") for n in names],
+        marker_color=[variant_color(n, "#495057") for n in names],
         text=[f"{losses[n]:.{decimals}f}" for n in names], textposition="outside",
         hovertext=[_e((notes or {}).get(n, "")) for n in names],
     ))
@@ -68,7 +77,7 @@ def per_token_figure(rows: Sequence[dict]) -> go.Figure:
     for variant in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == variant]
         fig.add_trace(go.Bar(name=_e(variant), x=[_e(r["token"]) for r in mine], y=[r["loss"] for r in mine],
-                             marker_color=VARIANT_COLORS.get(variant)))
+                             marker_color=variant_color(variant)))
     fig.update_layout(barmode="group", yaxis_title="loss (nats)", xaxis_title="selected position (row:position token)",
                       height=380, margin=dict(t=30), legend=dict(orientation="h", y=1.1))
     return fig
@@ -89,7 +98,7 @@ def gradient_figure(rows: Sequence[dict], *, title: str = "") -> go.Figure:
     for variant in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == variant]
         fig.add_trace(go.Bar(name=_e(variant), x=[labels[r["token_id"]] for r in mine], y=[r["gradient"] for r in mine],
-                             marker_color=VARIANT_COLORS.get(variant)))
+                             marker_color=variant_color(variant)))
     fig.add_hline(y=0, line_color="#495057", line_width=1)
     fig.update_layout(barmode="group", yaxis_title="∂loss/∂logit (× M)", title=_e(title) if title else None,
                       height=380, margin=dict(t=50 if title else 30), legend=dict(orientation="h", y=1.12))
@@ -150,10 +159,10 @@ def k_sweep_figure(rows: Sequence[dict], *, vocab_size: int | None = None) -> go
         fig.add_trace(go.Scatter(x=ks, y=[r["grad_cosine"] for r in mine], name=name, showlegend=False, **common), 2, 1)
         fig.add_trace(go.Scatter(x=ks, y=[r["time_ms"] for r in mine], name=name, showlegend=False, **common), 2, 2)
     first = rows[0]
-    fig.add_hline(y=first["full_loss"], line_dash="dash", line_color=VARIANT_COLORS["full"], row=1, col=1)
+    fig.add_hline(y=first["full_loss"], line_dash="dash", line_color=variant_color(FULL), row=1, col=1)
     fig.add_hline(y=0, line_color="#495057", line_width=1, row=1, col=2)
-    fig.add_hline(y=1, line_dash="dash", line_color=VARIANT_COLORS["full"], row=2, col=1)
-    fig.add_hline(y=first["full_time_ms"], line_dash="dash", line_color=VARIANT_COLORS["full"], row=2, col=2)
+    fig.add_hline(y=1, line_dash="dash", line_color=variant_color(FULL), row=2, col=1)
+    fig.add_hline(y=first["full_time_ms"], line_dash="dash", line_color=variant_color(FULL), row=2, col=2)
     if vocab_size:
         for row, col in ((1, 1), (1, 2), (2, 1), (2, 2)):
             fig.add_vline(x=vocab_size, line_dash="dot", line_color="#868e96", row=row, col=col)

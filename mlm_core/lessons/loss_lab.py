@@ -1,8 +1,9 @@
-"""The Loss page's view-model: one batch through a model, its three losses, and the rows and
+"""The Loss page's view-model: one batch through a model, every registered loss variant on it, and the rows and
 sentences the page (and the Bug museum) show about them.
 
-The math lives in ``losses`` and ``sampled_softmax``; this module turns it into a lesson. ``LossBatch``
-is the one batch type of the Loss page and the Bug museum, and ``batch_losses`` gives the numbers both show.
+The math lives in ``losses`` and ``sampled_softmax``, and each variant's record in ``loss_registry``; this module
+turns them into a lesson. ``LossBatch`` is the one batch type of the Loss page and the Bug museum, and
+``batch_losses`` gives the numbers both show.
 
 Shapes: B = batch, T = sequence length, V = vocabulary, H = hidden size, M = selected positions,
 K = sampled classes.
@@ -16,31 +17,23 @@ from typing import Any, Sequence
 
 import torch
 
-from mlm_core import seeds
+from mlm_core import loss_registry, seeds
 from mlm_core.costs import loss_page_bytes
 from mlm_core.data import Encoded, encode, mask_batch
 from mlm_core.errors import InputError
 from mlm_core.measure import click_budget_bytes, human_bytes
 from mlm_core.formatting import metric_delta, readable, row_decimals, signed, significant
 from mlm_core.head import masked_lm_hidden, masked_lm_logits
-from mlm_core.losses import (
-    LossOutput,
-    full_cross_entropy,
-    hidden_gradient_cosine,
-    token_counts,
-    token_frequency_weights,
-    weighted_cross_entropy,
-)
+from mlm_core.loss_registry import FULL, LossInputs, Shown, head_loss
+from mlm_core.losses import LossOutput, hidden_gradient_cosine, token_counts, token_frequency_weights
 from mlm_core.masking import DECISION_WORDS, IGNORE_INDEX, MaskingConfig, MaskingResult, decision_names
 from mlm_core.sampled_softmax import (
-    divisor_words,
     CORRECTION_LABELS,
     SAMPLED_SOFTMAX,
     SampledSoftmaxConfig,
     draw_negatives,
     proposal_distribution,
     proposal_mass_report,
-    sampled_softmax_loss,
     sampled_softmax_sweep,
 )
 
@@ -182,7 +175,7 @@ def pick_sentences(sentences: Sequence[str], n: int, seed: int) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
-# The three losses on it, and one sentence each
+# Every loss variant on it, and one sentence each
 # --------------------------------------------------------------------------------------------
 
 
@@ -198,14 +191,10 @@ class LossSettings:
 LOSS_SETTINGS = LossSettings()
 
 
-def batch_losses(batch: LossBatch, settings: LossSettings = LOSS_SETTINGS) -> dict[str, LossOutput]:
-    """Full, weighted and sampled losses on the batch's selected rows: the numbers both pages show.
-
-    The sampled negatives come from ``batch.generator(NEGATIVES_PURPOSE)``, so the same batch and
-    settings give the same draw on every page. The sampled output's diagnostics add
-    ``grad_cosine``: the cosine between its gradient with respect to the hidden states and the
-    full loss's, on this draw.
-    """
+def batch_inputs(batch: LossBatch, settings: LossSettings = LOSS_SETTINGS) -> LossInputs:
+    """What every variant reads on the batch's selected rows: the head's logits and its input, the class weights
+    (``settings``' scheme of the corpus counts) and the sampled negatives, drawn once from
+    ``batch.generator(NEGATIVES_PURPOSE)``, so the same batch and settings give the same draw on every page."""
     if batch.logits is None:
         raise InputError("The losses need a model; load a model first.")
     weights = token_frequency_weights(batch.counts, scheme=settings.scheme, smoothing=settings.smoothing)
@@ -214,75 +203,40 @@ def batch_losses(batch: LossBatch, settings: LossSettings = LOSS_SETTINGS) -> di
     q = proposal_distribution(cfg.sampler, V, counts=batch.counts, power=cfg.power, smoothing=cfg.smoothing,
                               hidden=batch.hidden, weight=batch.weight, bias=batch.bias)
     negatives = draw_negatives(q, cfg.num_sampled, cfg.replacement, batch.generator(NEGATIVES_PURPOSE))
+    return LossInputs(batch.targets, logits=batch.logits, hidden=batch.hidden, weight=batch.weight, bias=batch.bias,
+                      class_weights=weights, sampled=cfg, counts=batch.counts, negatives=negatives)
 
-    def sampled_fn(h, w, b):  # the drawing settings in loss_kwargs go unused: the negatives are given
-        return sampled_softmax_loss(h, w, b, batch.targets, negatives=negatives, **cfg.loss_kwargs())
 
+def batch_losses(batch: LossBatch, settings: LossSettings = LOSS_SETTINGS) -> dict[str, LossOutput]:
+    """Every registered variant's loss on the batch's selected rows (``batch_inputs``): the numbers both pages show.
+
+    A variant that estimates the full loss (``LossVariant.estimates_full``, the sampled softmax) adds
+    ``grad_cosine`` to its diagnostics: the cosine between its gradient with respect to the hidden
+    states and the full loss's, on this draw.
+    """
+    inputs = batch_inputs(batch, settings)
+    variants = loss_registry.records()
     with torch.no_grad():
-        outputs = {
-            "full": full_cross_entropy(batch.logits, batch.targets),
-            "weighted": weighted_cross_entropy(batch.logits, batch.targets, weights),
-            "sampled": sampled_fn(batch.hidden, batch.weight, batch.bias),
-        }
-    cosine = hidden_gradient_cosine(sampled_fn, batch.hidden, batch.weight, batch.bias, batch.targets)
-    s = outputs["sampled"]
-    outputs["sampled"] = LossOutput(s.loss, s.per_token, {**s.diagnostics, "grad_cosine": cosine})
+        outputs = {v.name: v.loss(inputs) for v in variants}
+    for v in variants:
+        if v.estimates_full:
+            cosine = hidden_gradient_cosine(head_loss(v, inputs), batch.hidden, batch.weight, batch.bias,
+                                            batch.targets)
+            out = outputs[v.name]
+            outputs[v.name] = LossOutput(out.loss, out.per_token, {**out.diagnostics, "grad_cosine": cosine})
     return outputs
 
 
-SAMPLER_WORDS = {
-    "uniform": "every id equally likely",
-    "unigram": "the corpus' token frequencies",
-    "log_uniform": "Zipf's law by token id (TensorFlow's default)",
-    "softmax": "the model's own predictions",
-}
-
-
 def loss_sentences(outputs: dict[str, LossOutput], settings: LossSettings = LOSS_SETTINGS) -> dict[str, str]:
-    """One sentence per variant, at its number: what the value estimates, with this batch's numbers."""
-    full = float(outputs["full"].loss)
-    M = outputs["full"].diagnostics.get("M", 0)
+    """One sentence per variant, at its number: what the value estimates, with this batch's numbers
+    (``LossVariant.sentence``; a variant without one: its title and why)."""
     decimals = row_decimals([float(o.loss) for o in outputs.values()])  # the page's row of numbers: one precision
-
-    def number(x: float) -> str:
-        return f"{x:.{decimals}f}"
-
-    sentences = {"full": f"**Full softmax {number(full)}**: the MLM loss itself, the mean over the {M} selected "
-                         "tokens of −log p(true token), p a softmax over the whole vocabulary."}
-    if "weighted" in outputs:
-        w = outputs["weighted"]
-        d = w.diagnostics
-        mean_w = float(d["target_weights"].mean()) if "target_weights" in d else float("nan")
-        sentences["weighted"] = (
-            f"**Weighted {number(float(w.loss))}**: the same cross-entropies averaged with weight w[y] "
-            f"({settings.scheme} of the corpus count: rare tokens count more), Σ w·CE / Σ w as "
-            f"`F.cross_entropy(weight=w)`. The other convention, (w·CE).mean(), gives "
-            f"{readable(d.get('mean_of_weighted', float('nan')))}: with weights that average 1 over the corpus "
-            f"both estimate the weighted risk E[w·CE], and they differ by a factor of this batch's mean weight, "
-            f"{readable(mean_w)}: (w·CE).mean() = Σ w·CE / M = (Σ w / M) × Σ w·CE / Σ w.")
-    if "sampled" in outputs:
-        s = outputs["sampled"]
-        d = s.diagnostics
-        value, cos = float(s.loss), d.get("grad_cosine", float("nan"))
-        how = (f"K = {d['K']:,} classes drawn {'with' if d['replacement'] else 'without'} replacement from "
-               f"{SAMPLER_WORDS.get(d['sampler'], d['sampler'])}")
-        off = f"{signed((value - full) / full, '.1%')} against the full loss" if full else ""
-        if d["correction"] == "importance":
-            sentences["sampled"] = (
-                f"**Sampled {number(value)}**: an estimate of the full loss from the true token and {how}, "
-                f"each weighted by 1 / {divisor_words(d['replacement'])}, importance sampling: {off} on this "
-                f"draw, and its "
-                f"gradient points along the full one with cosine {number(cos)}.")
-        elif d["correction"] == "tensorflow":
-            sentences["sampled"] = (
-                f"**Sampled {number(value)}** (TensorFlow's correction): not an estimate of the full loss but "
-                f"the loss of picking the true token out of its 1 + K candidates, with the true token and {how}; "
-                f"{off}, gradient cosine {number(cos)} with the full loss's.")
-        else:
-            sentences["sampled"] = (
-                f"**Sampled {number(value)}** (no correction): the loss of picking the true token among "
-                f"the true token and {how}, counting each drawn class as often as it was drawn; {off}, "
-                f"gradient cosine {number(cos)} with the full loss's.")
+    shown = Shown(full=float(outputs[FULL].loss), decimals=decimals, scheme=settings.scheme)
+    sentences = {}
+    for name, out in outputs.items():
+        variant = loss_registry.get(name)
+        sentences[name] = (variant.sentence(out, shown) if variant.sentence is not None else
+                           f"**{variant.title} {shown.number(float(out.loss))}**: {variant.why}")
     return sentences
 
 
@@ -329,24 +283,23 @@ def loss_values(outputs: dict[str, LossOutput]) -> dict[str, float]:
 
 
 def loss_metrics(outputs: dict[str, LossOutput], settings: LossSettings = LOSS_SETTINGS) -> list[dict[str, Any]]:
-    """The row of numbers under the bars, as ``st.metric`` keywords: the three losses (weighted and sampled against
-    the full one) and the sampled gradient's cosine with the full one's, all at one precision."""
-    values, diag = loss_values(outputs), outputs["sampled"].diagnostics
+    """The row of numbers under the bars, as ``st.metric`` keywords: each variant's loss (the others against the
+    full one), then the gradient cosine with the full loss's of each that estimates it, all at one precision."""
+    values = loss_values(outputs)
     row = f".{row_decimals(values.values())}f"  # one precision for the row (and the bars, the sentences below)
-    return [
-        dict(label="full softmax", value=format(values["full"], row),
-             help="mean over the selected tokens of −log p(true token)"),
-        dict(label="weighted", value=format(values["weighted"], row),
-             delta=metric_delta(values["weighted"] - values["full"], row) + " vs full", delta_color="off",
-             help="Σ w[y]·loss / Σ w[y], as F.cross_entropy(weight=w)"),
-        dict(label="sampled", value=format(values["sampled"], row),
-             delta=metric_delta(values["sampled"] - values["full"], row) + " vs full", delta_color="off",
-             help=CORRECTION_LABELS[settings.sampled.correction]),
-        dict(label="gradient cosine", value=format(diag["grad_cosine"], row),
-             help="Sampled vs full: the cosine between the two gradients with respect to the hidden states: the "
-                  f"direction the encoder is pushed. {diag['num_hits']} accidental hits removed; "
-                  f"{diag['unique_sampled']} distinct ids among the K = {diag['K']} draws."),
-    ]
+    metrics, cosines = [], []
+    for name, out in outputs.items():
+        variant = loss_registry.get(name)
+        metric = dict(label=variant.label, value=format(values[name], row))
+        if name != FULL:
+            metric.update(delta=metric_delta(values[name] - values[FULL], row) + " vs full", delta_color="off")
+        metrics.append(dict(metric, help=variant.metric_help(out) if variant.metric_help else variant.why))
+        if "grad_cosine" in out.diagnostics:
+            cosines.append(dict(label="gradient cosine", value=format(out.diagnostics["grad_cosine"], row),
+                                help=variant.cosine_help(out) if variant.cosine_help else
+                                f"{variant.title} vs full: the cosine between the two gradients with respect to "
+                                "the hidden states: the direction the encoder is pushed."))
+    return metrics + cosines
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,13 +16,15 @@ from typing import Any
 
 
 from mlm_core.errors import InputError
+from mlm_core.loss_registry import NAMES as LOSS_NAMES
 from mlm_core.losses import SCHEMES
 from mlm_core.masking import MaskingConfig
-from mlm_core.sampled_softmax import SAMPLED_SOFTMAX, SAMPLERS
+from mlm_core.sampled_softmax import SAMPLED_SOFTMAX, SAMPLERS, SampledSoftmaxConfig, correction_name
 from mlm_core.training.bugs import BUGS
 
-# The choices a learner can make, named once so the page, the CLI and the messages agree.
-LOSSES = ("full", "weighted", "sampled")
+# The choices a learner can make, named once so the page, the CLI and the messages agree. The losses are
+# loss_registry's records, read at every check: a variant registered later is accepted.
+LOSSES = LOSS_NAMES
 AMP_MODES = ("auto", "off", "bf16", "fp16")
 SCHEDULES = ("linear", "cosine", "constant")
 BUCKETS = ("frequent", "medium", "rare")
@@ -100,7 +102,7 @@ class TrainConfig:
     # or "off" (fp32), "bf16" (CUDA or CPU autocast), "fp16" (CUDA only, with a GradScaler)
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% slower
     grad_accum_steps: int = 1  # micro-batches per optimizer step; the loss is one mean over all their masked tokens
-    loss: str = "full"  # "full", "weighted" (by token frequency) or "sampled" (sampled softmax)
+    loss: str = "full"  # a loss_registry name: "full", "weighted" (by token frequency), "sampled" (sampled softmax)
     weight_scheme: str = "inverse_sqrt"  # weighted loss: how a token's count becomes its weight
     weight_smoothing: float = 1.0  # weighted loss: added to every count, so unseen tokens stay finite
     num_sampled: int = SAMPLED_SOFTMAX.num_sampled  # sampled softmax: K classes per step (sampled_softmax.SAMPLED_SOFTMAX)
@@ -188,7 +190,7 @@ class TrainConfig:
                   f"({self.grad_accum_steps}): each accumulation step takes an equal share.")
 
     def _check_loss(self) -> None:
-        """The loss: full, frequency-weighted or sampled, and each one's settings."""
+        """The loss (a registered variant: full, frequency-weighted, sampled, ...) and each one's settings."""
         _choice("loss", self.loss, LOSSES)
         _choice("weight_scheme", self.weight_scheme, SCHEMES)
         _number("weight_smoothing", self.weight_smoothing, 0.0, 1e9,
@@ -239,6 +241,13 @@ class TrainConfig:
     @property
     def clipping(self) -> bool:
         return bool(self.max_grad_norm)
+
+    @property
+    def sampled_softmax(self) -> SampledSoftmaxConfig:
+        """The sampled softmax's settings as its functions take them: K, the sampler and the correction
+        (importance sampling, or none) from this config, the rest ``SAMPLED_SOFTMAX``'s."""
+        return dataclasses.replace(SAMPLED_SOFTMAX, num_sampled=self.num_sampled, sampler=self.sampler,
+                                   correction=correction_name(self.logq_correction, False))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values only, for JSON, YAML and CSV."""

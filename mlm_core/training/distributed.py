@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from mlm_core import loss_registry
 from mlm_core.errors import InputError
 from mlm_core.head import GatheredMaskedLM
 from mlm_core.precision import resolve_amp
@@ -78,7 +79,7 @@ class DeepSpeedOptimizer:
         self.device = device
         if cfg.freeze_word_embeddings:
             freeze_word_embeddings(model)
-        module = GatheredMaskedLM(model, hidden=cfg.loss == "sampled")
+        module = GatheredMaskedLM(model, hidden=loss_registry.get(cfg.loss).needs_hidden)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=module, model_parameters=param_groups(model, cfg.weight_decay), config=ds_config)
         self.module = self.engine

@@ -34,9 +34,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlm_core import losses, sampled_softmax, seeds
+from mlm_core import loss_registry, losses, seeds
 from mlm_core.data import special_ids
 from mlm_core.errors import InputError
+from mlm_core.loss_registry import LossInputs
 from mlm_core.masking import IGNORE_INDEX
 from mlm_core.training import bugs
 from mlm_core.training.batches import (Batches, Chunks, MaskScheme, MicroBatch, chunk_token_counts, frequency_buckets,
@@ -54,33 +55,33 @@ from mlm_core.training.optim import ADAM_BETAS, ADAM_EPS, Optimizer, check_amp, 
 
 
 def _loss_value(cfg: TrainConfig, outputs, *, class_weights, counts, generator) -> tuple[torch.Tensor, int]:
-    """The chosen loss for one micro-batch, and its number of masked rows M."""
-    if cfg.loss == "sampled":
-        hidden, weight, bias, targets = outputs  # (M, H), (V, H), (V,), (M,)
-        m = int(targets.numel())
-        if m == 0:  # nothing selected: a zero that still reaches every parameter (no NaN, DDP happy)
-            return hidden.sum() * 0.0 + weight.sum() * 0.0 + (bias.sum() * 0.0 if bias is not None else 0.0), 0
-        out = sampled_softmax.sampled_softmax_loss(
-            hidden.float(), weight, bias, targets, num_sampled=cfg.num_sampled, sampler=cfg.sampler,
-            counts=counts, logq_correction=cfg.logq_correction, generator=generator)
-        return out.loss, m
-    logits, targets = outputs  # (M, V), (M,)
+    """The variant's loss (its `loss_registry` record) for one micro-batch, and its number of masked rows M.
+
+    ``outputs`` is `GatheredMaskedLM`'s: ``(logits (M, V), targets (M,))``, or for a variant that needs the
+    hidden states ``(hidden (M, H), weight (V, H), bias (V,), targets (M,))``; the loss is taken in fp32.
+    """
+    variant = loss_registry.get(cfg.loss)
+    *head, targets = outputs
     m = int(targets.numel())
-    if m == 0:
-        return logits.sum() * 0.0, 0
-    logits = logits.float()
-    if cfg.loss == "weighted":
-        return losses.weighted_cross_entropy(logits, targets, class_weights).loss, m
-    return losses.full_cross_entropy(logits, targets).loss, m
+    if m == 0:  # nothing selected: a zero that still reaches every tensor of the head (no NaN, DDP happy)
+        zero = head[0].sum() * 0.0
+        for t in head[1:]:
+            zero = zero + (t.sum() * 0.0 if t is not None else 0.0)
+        return zero, 0
+    extras = dict(class_weights=class_weights, sampled=cfg.sampled_softmax, counts=counts, generator=generator)
+    if variant.needs_hidden:
+        hidden, weight, bias = head
+        inputs = LossInputs(targets, hidden=hidden.float(), weight=weight, bias=bias, **extras)
+    else:
+        (logits,) = head
+        inputs = LossInputs(targets, logits=logits.float(), **extras)
+    return variant.loss(inputs).loss, m
 
 
 def _normaliser(cfg: TrainConfig, labels: torch.Tensor, class_weights: torch.Tensor | None) -> float:
-    """What a micro-batch's mean loss is an average over: its masked tokens M, or for the weighted
-    loss its sum of target weights Σw (the normalisation of F.cross_entropy(weight=w))."""
-    targets = labels[labels != IGNORE_INDEX]  # (M,)
-    if cfg.loss == "weighted" and class_weights is not None:
-        return float(class_weights[targets.to(class_weights.device)].double().sum()) if targets.numel() else 0.0
-    return float(targets.numel())
+    """What a micro-batch's mean loss is an average over (its record's normaliser): its masked tokens M, or for
+    the weighted loss its sum of target weights Σw (the normalisation of F.cross_entropy(weight=w))."""
+    return loss_registry.get(cfg.loss).normaliser(labels[labels != IGNORE_INDEX], class_weights)
 
 
 class StopRequested(Exception):
@@ -154,7 +155,7 @@ def prepare_variant(model: nn.Module, cfg: TrainConfig, device: torch.device, *,
     else:
         opt = Optimizer(model, cfg, device, distributed=world.distributed, groups=groups, betas=betas, eps=eps)
     class_weights = None
-    if cfg.loss == "weighted":
+    if loss_registry.get(cfg.loss).needs_class_weights:
         class_weights = (torch.ones(model.get_output_embeddings().weight.shape[0]) if counts is None else
                          losses.token_frequency_weights(counts.float(), scheme=cfg.weight_scheme,
                                                         smoothing=cfg.weight_smoothing)).to(device)
@@ -189,9 +190,9 @@ class TrainStep:
     def __init__(self, model: nn.Module, cfg: TrainConfig, device: str | torch.device | None = None, *,
                  groups: list[dict[str, Any]] | None = None, betas: tuple[float, float] = ADAM_BETAS,
                  eps: float = ADAM_EPS):
-        if cfg.loss == "sampled":
-            raise InputError("TrainStep measures the full and weighted losses; the sampled softmax needs "
-                             "token counts from a corpus: use train() for it.")
+        if loss_registry.get(cfg.loss).needs_counts:
+            raise InputError(f"TrainStep trains on one batch without a corpus; the {cfg.loss} loss needs the "
+                             "corpus' token counts: use train() for it.")
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         check_amp(self.device, cfg.amp)
         self.model, self.cfg = model.to(self.device), cfg

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from mlm_core import loss_registry
 from mlm_core.errors import InputError
 from mlm_core.head import GatheredMaskedLM
 from mlm_core.precision import resolve_amp
@@ -195,7 +196,7 @@ class Optimizer:
         """What `micro_step` calls: the masked LM gathered at its labelled positions (`GatheredMaskedLM`), made
         on first use, so an optimizer that never takes a masked-LM step (the NSP lesson's head) never builds it;
         under torchrun, wrapped in DistributedDataParallel when the optimizer is built."""
-        return GatheredMaskedLM(self.model, hidden=self.cfg.loss == "sampled")
+        return GatheredMaskedLM(self.model, hidden=loss_registry.get(self.cfg.loss).needs_hidden)
 
     def _scaler(self, amp: str) -> torch.amp.GradScaler:
         """The gradient scaler for `amp`: on for fp16 (one, kept with its learned scale), off otherwise."""
