@@ -126,6 +126,7 @@ class LossVariant:
     sentence: Callable[[LossOutput, Shown], str] | None = None  # the Loss page's sentence at its number
     metric_help: Callable[[LossOutput], str] | None = None  # the Loss page's help under its number
     cosine_help: Callable[[LossOutput], str] | None = None  # ... under its gradient's cosine (estimates_full)
+    training_note: str = ""  # the Training page's note under the loss chart when a run trains with it
 
 
 # --------------------------------------------------------------------------------------------
@@ -314,7 +315,10 @@ register(LossVariant(
     scored_classes=lambda cfg, vocab_size: min(vocab_size, cfg.num_sampled + 1),  # the true class and K sampled
     logit_gradient=sampled_logit_gradient,
     sentence=_sampled_sentence, metric_help=lambda out: CORRECTION_LABELS[out.diagnostics["correction"]],
-    cosine_help=_sampled_cosine_help))
+    cosine_help=_sampled_cosine_help,
+    training_note="The sampled-softmax training loss is an estimate of the full loss from the true word and K "
+                  "sampled words: compare the variants on the held-out chart, which scores every variant with the "
+                  "full cross-entropy."))
 
 
 def head_loss(variant: LossVariant, inputs: LossInputs) -> Callable:

@@ -121,10 +121,11 @@ def lesson_choices(lesson: TrainingLesson) -> dict:
     values = {}
     for place, c in zip(places, lesson.choices):
         widget = getattr(place, c.kind)  # st.multiselect, st.selectbox or st.select_slider
+        options, help = list(c.options), c.help() if callable(c.help) else c.help  # what is registered now
         if c.kind == "selectbox":
-            value = widget(c.label, c.options, key=c.key, format_func=c.format, help=c.help)
+            value = widget(c.label, options, key=c.key, format_func=c.format, help=help)
         else:
-            value = widget(c.label, c.options, c.default, key=c.key, format_func=c.format, help=c.help)
+            value = widget(c.label, options, c.default, key=c.key, format_func=c.format, help=help)
         values[c.arg] = c.value(value)
     return values
 

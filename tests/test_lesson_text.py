@@ -10,7 +10,8 @@ from mlm_core.lessons import efficiency, grammar, museum
 from mlm_core.lessons.prose import TEXT_DIR, LessonText, fields, sections
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = sorted((ROOT / "pages").glob("*.py")) + sorted((ROOT / "mlm_core" / "lessons").glob("*.py"))
+SOURCES = (sorted((ROOT / "pages").glob("*.py")) + sorted((ROOT / "mlm_core" / "lessons").glob("*.py"))
+           + sorted((ROOT / "ui").glob("*.py")))  # ui.training_run draws the Training page's run
 
 
 def _names(node) -> list[str]:

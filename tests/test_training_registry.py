@@ -109,3 +109,21 @@ def test_no_module_outside_the_registry_tests_a_lessons_name():
                 if LESSON_TEST.search(line.split("#")[0]):
                     found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not found, found
+
+
+def test_a_registered_loss_is_offered_by_the_free_lesson():
+    """The free lesson's choice lists the loss registry as it is now: a fourth loss appears without an edit here."""
+    from tests.test_loss_registry import NAME, SMOOTHED
+    from mlm_core import loss_registry
+
+    loss_registry.register(SMOOTHED)
+    try:
+        at = AppTest.from_file(str(PAGE), default_timeout=120)
+        at.session_state["training_lesson"] = "free"
+        at.run()
+        assert not at.exception, at.exception
+        choice = at.multiselect(key="training_variants")
+        assert NAME in choice.options or SMOOTHED.title in choice.options, choice.options
+        assert SMOOTHED.why in choice.help
+    finally:
+        loss_registry.unregister(NAME)

@@ -25,6 +25,7 @@ from mlm_core.lessons.training_registry import Block, RunView, TrainingLesson, r
 from mlm_core.lessons.training_view import (BINDING_SHARE, OTHER, PROBE_SET_ABOUT, Texts, binding, probe_preview,
                                             probe_race_rows, probe_rows, probe_set_rows, probe_set_scores,
                                             probes_right, strings_or_facts)
+from mlm_core.loss_registry import find
 from ui.chips import markdown_text
 from ui.live_class import class_answers_rows
 from ui.messages import show_error
@@ -245,8 +246,9 @@ def draw_run(snap, shown: RunShown, *, from_scratch: bool) -> None:
     if any(steps.values()):
         chart(loss_figure(steps, vocab_size=vocab_size), "training_loss_chart")
         blocks(lesson.loss_note(view))
-    if any((cfg or {}).get("loss") == "sampled" for cfg in (snap.configs or {}).values()):
-        st.caption(TEXT("sampled"))
+    trained_with = (find((cfg or {}).get("loss")) for cfg in (snap.configs or {}).values())
+    for note in dict.fromkeys(v.training_note for v in trained_with if v is not None and v.training_note):
+        st.caption(note)  # what a variant's own training loss means (the sampled softmax's: an estimate)
     draw_results(snap, shown, view)
 
 
@@ -315,9 +317,9 @@ def teacher_panel(manager) -> None:
         if key:
             try:
                 runs = manager.teacher_runs(key, client=guess_client())
-                table(pd.DataFrame([[s.run_id, s.label, s.status, f"{s.step} / {s.total_steps}",
-                                            round(s.elapsed_s)] for s in runs],
-                                          columns=["run", "what", "status", "step", "seconds"]), key="training_teacher_runs")
+                rows = [[s.run_id, s.label, s.status, f"{s.step} / {s.total_steps}", round(s.elapsed_s)] for s in runs]
+                table(pd.DataFrame(rows, columns=["run", "what", "status", "step", "seconds"]),
+                      key="training_teacher_runs")
                 if runs:
                     target = st.selectbox("Run to stop", [s.run_id for s in runs], key="training_teacher_target")
                     if st.button("■ Stop this run", key="training_teacher_stop"):

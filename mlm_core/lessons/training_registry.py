@@ -23,11 +23,12 @@ from mlm_core.classroom import Ask, Reveal, model_words
 from mlm_core.errors import InputError
 from mlm_core.lessons.prose import LessonText
 from mlm_core.lessons.training_lessons import (BUG_KEY, DEFAULT_BUG, LEVEL_NATS, MASK_RATES, MAX_RATES,
-                                               PAPERS_ON_RATE, RATE_CHOICES, SPLITS, TRAINED_BUGS, bug_of, bug_signature,
-                                               bug_variants, latest_common, rate_train_note, rate_verdict,
+                                               PAPERS_ON_RATE, RATE_CHOICES, SPLITS, TRAINED_BUGS, bug_of,
+                                               bug_signature, bug_variants, latest_common, rate_train_note, rate_verdict,
                                                rate_variants, reported_markdown, split_text)
-from mlm_core.lessons.training_view import (FACT_MASKING, SOURCES, TWIN_COUNTRIES, VARIANT_LABELS, Default, Texts,
+from mlm_core.lessons.training_view import (FACT_MASKING, SOURCES, TWIN_COUNTRIES, Default, Texts,
                                             binding_comparison, common_defaults, gazetteer_texts, probe_set_scores)
+from mlm_core.loss_registry import FULL, NAMES, get, records
 from mlm_core.training import TrainConfig, check_variants
 
 TEXT = LessonText("training")  # mlm_core/lessons/text/training.md: the lessons' longer explanations
@@ -45,7 +46,7 @@ class Choice:
     key: str  # the widget's session-state key
     options: Sequence[Any]
     default: Any = None  # None: the first option (selectbox)
-    help: str = ""
+    help: str | Callable[[], str] = ""  # or a function of nothing, for a help that lists what is registered now
     format: Callable[[Any], str] = str
     value: Callable[[Any], Any] = lambda v: v  # the widget's value -> the choice (an index -> a split)
 
@@ -216,7 +217,7 @@ def _masking_defaults(from_scratch: bool) -> dict[str, Default]:
 
 
 def _one_run(base: TrainConfig, *, from_scratch: bool, **choices: Any) -> dict[str, TrainConfig]:
-    return {VARIANT_LABELS["full"][0]: base}
+    return {get(FULL).title: base}
 
 
 def _rates(base: TrainConfig, *, from_scratch: bool, rates: Sequence[float] = MASK_RATES,
@@ -264,7 +265,7 @@ def _losses(base: TrainConfig, *, from_scratch: bool, losses: Sequence[str] = ("
             **choices: Any) -> dict[str, TrainConfig]:
     if not losses:
         raise InputError("Choose at least one loss variant.")
-    return {VARIANT_LABELS[name][0]: replace(base, loss=name) for name in losses}
+    return {get(name).title: replace(base, loss=name) for name in losses}
 
 
 # --------------------------------------------------------------------------------------------
@@ -308,13 +309,9 @@ def _bind_summary(view: RunView, twins: int) -> list[Block]:
 
 def _bug_intro(base: TrainConfig, choices: Mapping[str, Any]) -> list[Block]:
     bug = TRAINED_BUGS[choices.get("bug", DEFAULT_BUG)]
-    return [("code", bug.code), ("caption", "Reported: " + reported_markdown(bug.reported) + "."),  # our text, its links
+    reported = "Reported: " + reported_markdown(bug.reported) + "."  # our text, its links
+    return [("code", bug.code), ("caption", reported),
             ("info", TEXT("bugs"))]
-
-
-def _info(section: str) -> Callable[[TrainConfig, Mapping[str, Any]], list[Block]]:
-    """A lesson's explanation from mlm_core/lessons/text/training.md, under its choices."""
-    return lambda base, choices: [("info", TEXT(section))]
 
 
 def _lr_intro(base: TrainConfig, choices: Mapping[str, Any]) -> list[Block]:
@@ -413,11 +410,13 @@ TRAINING_LESSONS: dict[str, TrainingLesson] = {lesson.key: lesson for lesson in 
     TrainingLesson("facts", "Teach it facts it cannot know (fine-tune on the gazetteer of Veldoria)", _one_run,
                    _facts_defaults, twins=TWIN_COUNTRIES, ask=_name_ask(variant=0)),
     TrainingLesson("bind", "What did it learn? One country, or twin countries too, side by side", _alone_or_with_twins,
-                   _facts_defaults, models="reads", twins=TWIN_COUNTRIES, intro=_info("bind"), problem=_bind_problem,
+                   _facts_defaults, models="reads", twins=TWIN_COUNTRIES,
+                   intro=lambda base, choices: [("info", TEXT("bind"))], problem=_bind_problem,
                    probes="race", summary=_bind_summary, ask=_name_ask(variant=-1)),
     TrainingLesson("scratch", "Train the tiny model from scratch", _one_run, models="scratch"),
     TrainingLesson("mask_rate", "Should you mask 15%? The same model at 15%, 30% and 40%", _rates, _mask_rate_defaults,
-                   choices=_rate_choices, intro=_info("mask_rate"), probes="race", verdict=_rate_verdict,
+                   choices=_rate_choices, intro=lambda base, choices: [("info", TEXT("mask_rate"))], probes="race",
+                   verdict=_rate_verdict,
                    loss_note=_rate_loss_note, ask=_rate_ask),
     TrainingLesson("bugs", "Bugs that train: a buggy twin beside a clean run", _bugs, _bugs_defaults,
                    choices=(Choice("bug", "selectbox", "The bug", BUG_KEY, list(TRAINED_BUGS),
@@ -432,12 +431,12 @@ TRAINING_LESSONS: dict[str, TrainingLesson] = {lesson.key: lesson for lesson in 
                    _masking_defaults,
                    choices=(Choice("static_copies", "select_slider", "Static masks per chunk", "training_static_copies",
                                    [1, 2, 5, 10], 1, TEXT("static_masks_help")),),
-                   intro=_info("masking")),
+                   intro=lambda base, choices: [("info", TEXT("masking"))]),
     TrainingLesson("free", "Free run: your settings, up to three loss variants side by side", _losses,
                    choices=(Choice("losses", "multiselect", "Loss variants to race (1 to 3)", "training_variants",
-                                   list(VARIANT_LABELS), ["full", "sampled"],
-                                   " · ".join(f"{label}: {why}" for label, why in VARIANT_LABELS.values()),
-                                   format=lambda v: VARIANT_LABELS[v][0]),)),
+                                   NAMES, [FULL, "sampled"],  # every registered loss, read at each rerun
+                                   lambda: " · ".join(f"{v.title}: {v.why}" for v in records()),
+                                   format=lambda name: get(name).title),)),
 )}
 PLAIN_RUN = TrainingLesson("", "A run", _one_run)  # a run no lesson started: nothing said about it but its curves
 

@@ -185,12 +185,6 @@ def common_defaults(from_scratch: bool) -> dict[str, Default]:
     return d
 
 
-VARIANT_LABELS = {
-    "full": ("Full cross-entropy", "The softmax over the whole vocabulary: BERT's loss, the reference."),
-    "weighted": ("Weighted by frequency", "Rare tokens count more (1/sqrt(count)): watch the 'rare' bars."),
-    "sampled": ("Sampled softmax", "Only the true word and K sampled words in the softmax: cheaper; an "
-                "estimate of the full loss."),
-}
 
 
 # --------------------------------------------------------------------------------------------
