@@ -45,8 +45,8 @@ made by ``scripts/gpu_build.sh pack`` on a machine without the package sources o
 word embeddings are fp16-rounded and whose other tensors are the ``--init-asset``'s, so the export
 tells a changed tensor by the real package's sha256 and the untrained head's numbers are the init asset's.
 
-Training goes through ``mlm_core.training``: every step is ``training.TrainStep`` (the loop's own
-step: encoder, head on the selected rows, cross-entropy, backward, clipping, AdamW) with the run
+Training goes through ``mlm_core.training``: every step is ``training.TrainStep``, which takes the loop's
+own ``training.train_step`` (encoder, head on the selected rows, cross-entropy, backward, clipping, AdamW), with the run
 described by a ``TrainConfig`` (cosine schedule to ``LR_FLOOR`` of the peak, ``training.lr_at``)
 and the anti-copy term ``losses.unlikelihood_loss``. What stays here is the build's own: each
 step's batch (a fixed number of packed sequences per source, BERT masking through

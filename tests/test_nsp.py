@@ -9,8 +9,9 @@ from transformers import BertConfig, BertForMaskedLM, BertForPreTraining
 from mlm_core.errors import InputError
 from mlm_core.data import mask_batch, special_ids
 from mlm_core.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
+from mlm_core.lessons import nsp
 from mlm_core.training import Optimizer, TrainConfig
-from mlm_core.training import optim as training_optim
+from mlm_core.training import loop as training_loop
 from mlm_core.lessons.nsp import (
     IS_NEXT,
     NOT_NEXT,
@@ -162,23 +163,30 @@ def test_train_nsp_head_reports_progress(tokenizer):
     assert len(fine.accuracy) == 2 and fine.model.bert is not mlm.bert
 
 
-def test_nsp_steps_through_the_training_loops_optimizer(tokenizer, monkeypatch):
-    """One loop (the house plan): every NSP step is training.Optimizer's update, with its clipping rule."""
-    finished = []
-    real_finish = Optimizer.finish
+def test_nsp_steps_through_the_training_loops_step(tokenizer, monkeypatch):
+    """One loop (the house plan): every NSP step is training.train_step (forward, loss, backward, clip, step) with
+    the NSP loss given to it, on the loop's Optimizer with its clipping rule."""
+    steps, clipped = [], []
+    real_step, real_clip = nsp.train_step, Optimizer.clip
 
-    def spy(self, skip):
-        finished.append((skip, self.cfg.max_grad_norm))
-        return real_finish(self, skip)
+    def step_spy(forward, opt, micro, **kwargs):
+        steps.append((len(micro), kwargs.get("skip", False)))
+        return real_step(forward, opt, micro, **kwargs)
 
-    wrapped = []  # the masked-LM wrapper a micro-step calls: NSP steps its own classifier and never needs one
-    monkeypatch.setattr(Optimizer, "finish", spy)
-    monkeypatch.setattr(training_optim, "GatheredMaskedLM", lambda *a, **k: wrapped.append(a))
+    def clip_spy(self):
+        clipped.append(self.cfg.max_grad_norm)
+        return real_clip(self)
+
+    wrapped = []  # the masked-LM forward a run's set-up builds: NSP steps its own classifier and never needs one
+    monkeypatch.setattr(nsp, "train_step", step_spy)
+    monkeypatch.setattr(Optimizer, "clip", clip_spy)
+    monkeypatch.setattr(training_loop, "GatheredMaskedLM", lambda *a, **k: wrapped.append(a))
     for train_encoder in (False, True):
-        finished.clear()
-        train_nsp_head(_tiny_mlm(len(tokenizer)), tokenizer, DOCS, generator=torch.Generator().manual_seed(0),
-                       steps=3, batch_size=4, pool_size=8, heldout=4, train_encoder=train_encoder)
-        assert finished == [(False, TrainConfig().max_grad_norm)] * 3
+        steps.clear(), clipped.clear()
+        result = train_nsp_head(_tiny_mlm(len(tokenizer)), tokenizer, DOCS, generator=torch.Generator().manual_seed(0),
+                                steps=3, batch_size=4, pool_size=8, heldout=4, train_encoder=train_encoder)
+        assert steps == [(1, False)] * 3 and clipped == [TrainConfig().max_grad_norm] * 3
+        assert len(result.accuracy) == len(result.loss) == 3
     assert wrapped == []
 
 

@@ -399,18 +399,18 @@ def test_gradient_checkpointing_gives_the_same_losses(tok, model):
 def _step_gradients(monkeypatch):
     """Spy on the loop: every step's flattened gradient (before clipping) and each forward's masked count."""
     grads, masked = [], []
-    finish, forward = training.Optimizer.finish, GatheredMaskedLM.forward
+    clip, forward = training.Optimizer.clip, GatheredMaskedLM.forward
 
-    def finish_spy(self, skip):
+    def clip_spy(self):
         grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
                                 for p in self.params]).clone())
-        return finish(self, skip)
+        return clip(self)
 
     def forward_spy(self, input_ids, attention_mask, labels):
         masked.append(int((labels != IGNORE_INDEX).sum()))
         return forward(self, input_ids, attention_mask, labels)
 
-    monkeypatch.setattr(training.Optimizer, "finish", finish_spy)
+    monkeypatch.setattr(training.Optimizer, "clip", clip_spy)
     monkeypatch.setattr(GatheredMaskedLM, "forward", forward_spy)
     return grads, masked
 

@@ -16,6 +16,7 @@ Labels follow Hugging Face's ``BertForPreTraining``: ``next_sentence_label`` 0 =
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -28,7 +29,7 @@ from mlm_core.data import mask_batch, run_tokenizer
 from mlm_core.errors import InputError
 from mlm_core.losses import LossOutput, full_cross_entropy
 from mlm_core.masking import IGNORE_INDEX
-from mlm_core.training import Optimizer, TrainConfig
+from mlm_core.training import Micro, Optimizer, TrainConfig, rng_devices, seed_dropout, train_step
 
 # What came after BERT, said wherever the NSP lesson is shown (sources checked: paper and section).
 AFTER_BERT = (
@@ -192,6 +193,10 @@ class BertPretrainingModel(nn.Module):
         _, pooled = self.encode(input_ids, attention_mask, token_type_ids)
         return self.cls.seq_relationship(pooled)
 
+    def classify(self, cls: torch.Tensor) -> torch.Tensor:
+        """IsNext / NotNext scores (B, 2) from [CLS] states (B, H) computed already: the pooler, then the classifier."""
+        return self.cls.seq_relationship(self.pooler.activation(self.pooler.dense(cls)))
+
 
 def build_pretraining_model(masked_lm: nn.Module, *, generator: torch.Generator) -> BertPretrainingModel:
     """A ``BertPretrainingModel`` (MLM head + new NSP head) around ``masked_lm``'s encoder."""
@@ -292,16 +297,17 @@ def train_nsp_head(
     once and every step draws a batch from that pool. This is fast on a CPU and never changes the
     (cached, shared) model. ``train_encoder=True`` fine-tunes a copy of the whole model on fresh
     pairs every step instead (slow). ``on_progress(fraction, text)`` reports progress, for
-    ``st.progress``. Every step is the training loop's own update (`training.Optimizer`), on the NSP loss.
+    ``st.progress``. Every step is the training loop's own step (`training.train_step`: forward, loss,
+    backward, clip, AdamW), with the NSP loss given to it.
     """
     report = on_progress or (lambda fraction, text: None)
     if train_encoder:
         masked_lm = copy.deepcopy(masked_lm)
     model = build_pretraining_model(masked_lm, generator=generator)
     device = next(model.parameters()).device
-    # The loop's own update (BERT's AdamW constants and weight decay, none on biases and LayerNorm; the global
-    # gradient norm clipped at max_grad_norm; begin, backward, finish), on the NSP loss: train() itself steps a
-    # masked LM on token chunks, this is a 2-way classifier on [CLS] states. In fp32, as the states are computed.
+    # The loop's own step (BERT's AdamW constants and weight decay, none on biases and LayerNorm; the global
+    # gradient norm clipped at max_grad_norm), with the NSP loss: train() itself steps a masked LM on token
+    # chunks, this is a 2-way classifier on [CLS] states. In fp32, as the states are computed.
     opt = Optimizer(model if train_encoder else model.nsp_head(), TrainConfig(learning_rate=lr, amp="off"), device)
     was_training = masked_lm.training
     masked_lm.train(train_encoder)  # frozen encoder: eval mode, no dropout
@@ -309,9 +315,9 @@ def train_nsp_head(
     # run repeats for a seed and the caller's RNG state comes back, as in the training loop (the frozen encoder
     # runs in eval mode and draws nothing more from `generator`).
     dropout_seed = int(torch.randint(0, 2**62, (1,), generator=generator)) if train_encoder else 0
-    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else [], enabled=train_encoder):
+    with torch.random.fork_rng(devices=rng_devices(device), enabled=train_encoder):
         if train_encoder:
-            torch.manual_seed(dropout_seed)
+            seed_dropout(dropout_seed, device)
         try:
             pairs_heldout = make_nsp_pairs(documents, heldout, generator=generator) if heldout else []
             result = NSPTrainResult(model, heldout_pairs=pairs_heldout)
@@ -325,23 +331,20 @@ def train_nsp_head(
                 result.heldout_before = _head_accuracy(model, heldout_cls, heldout_y)
             order = torch.empty(0, dtype=torch.long)
             for step in range(steps):
-                if train_encoder:
+                if train_encoder:  # the encoder and the head on fresh pairs
                     pairs = make_nsp_pairs(documents, batch_size, generator=generator)
                     batch = encode_pairs(tokenizer, pairs, max_length)
+                    forward, inputs = model.nsp_logits, (batch["input_ids"], batch["attention_mask"],
+                                                         batch["token_type_ids"])
                     target = batch["next_sentence_label"].to(device)
-                    cls = model.encode(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])[0][:, 0]
-                else:
+                else:  # the head alone on the pool's [CLS] states
                     if len(order) < batch_size:  # a new pass over the pool, in a new order
                         order = torch.cat([order, torch.randperm(len(pool), generator=generator)])
                     index, order = order[:batch_size], order[batch_size:]
-                    cls, target = pool_cls[index], pool_y[index]  # (B, H), (B,)
-                opt.begin(lr)
-                logits = model.cls.seq_relationship(model.pooler.activation(model.pooler.dense(cls)))  # (B, 2)
-                loss = F.cross_entropy(logits.float(), target)
-                opt.backward(loss)
-                opt.finish(skip=False)
-                result.accuracy.append(float((logits.detach().argmax(-1) == target).float().mean()))
-                result.loss.append(float(loss.detach()))
+                    forward, inputs, target = model.classify, (pool_cls[index],), pool_y[index]  # (B, H), (B,)
+                loss = functools.partial(_nsp_loss, target=target, accuracy=result.accuracy)
+                (value,), _ = train_step(forward, opt, [Micro(inputs, loss)], lr=lr)
+                result.loss.append(value)
                 start = 0.1 if train_encoder else 0.8
                 report(start + (0.95 - start) * (step + 1) / steps,
                        f"Step {step + 1}/{steps}: batch accuracy {result.accuracy[-1]:.0%}")
@@ -353,6 +356,13 @@ def train_nsp_head(
         finally:
             masked_lm.train(was_training)
     return result
+
+
+def _nsp_loss(logits: torch.Tensor, *, target: torch.Tensor, accuracy: list[float]) -> torch.Tensor:
+    """The NSP loss of a batch's scores (B, 2) against its labels (B,); its accuracy, before the update, goes to
+    ``accuracy``."""
+    accuracy.append(float((logits.detach().argmax(-1) == target).float().mean()))
+    return F.cross_entropy(logits.float(), target)
 
 
 @torch.no_grad()
@@ -373,8 +383,7 @@ def _cls_states(model, tokenizer, pairs, max_length, report, start, end, chunk=3
 
 @torch.no_grad()
 def _head_accuracy(model: BertPretrainingModel, cls: torch.Tensor, labels: torch.Tensor) -> float:
-    logits = model.cls.seq_relationship(model.pooler.activation(model.pooler.dense(cls)))
-    return float((logits.argmax(-1) == labels).float().mean())
+    return float((model.classify(cls).argmax(-1) == labels).float().mean())
 
 
 def combined_loss_on_pairs(

@@ -1,12 +1,13 @@
 """Training on several processes (torchrun): who this process is, sums over all of them, an agreed
 stop, and the DeepSpeed back-end. A single process is world size 1 and skips all of it.
 
-DistributedDataParallel itself wraps the model in `optim.Optimizer` (``distributed=True``), which
+DistributedDataParallel itself wraps the forward pass in `loop.prepare_variant` (under torchrun), and
 averages gradients over the ranks; `loop.py` splits each global batch over them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from collections.abc import Mapping
@@ -17,9 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from mlm_core import loss_registry
 from mlm_core.errors import InputError
-from mlm_core.head import GatheredMaskedLM
 from mlm_core.precision import resolve_amp
 from mlm_core.training.config import TrainConfig
 from mlm_core.training.optim import freeze_word_embeddings, param_groups
@@ -65,13 +64,17 @@ def stop_requested(stop: threading.Event, device: torch.device, world: World) ->
 
 
 class DeepSpeedOptimizer:
-    """The same contract through a DeepSpeed engine (ZeRO-2, optimizer state offloaded to the CPU).
+    """`optim.Optimizer`'s contract for `loop.train_step` through a DeepSpeed engine (ZeRO-2, optimizer state
+    offloaded to the CPU); the step's forward pass is the ``engine`` itself, wrapping ``module`` (the masked LM
+    gathered at its masked rows, from `loop.prepare_variant`).
 
     Used only by `python -m mlm_core train --deepspeed CONFIG` when the `deepspeed` package is
-    installed; DeepSpeed then owns the optimizer, clipping, precision and the gradient all-reduce.
+    installed; DeepSpeed then owns the optimizer, clipping, precision and the gradient all-reduce: its
+    ``backward`` steps the engine too (which updates only at the accumulation boundary), and ``clip`` reads
+    the norm it clipped.
     """
 
-    def __init__(self, model: nn.Module, cfg: TrainConfig, device: torch.device, world: World,
+    def __init__(self, model: nn.Module, module: nn.Module, cfg: TrainConfig, device: torch.device, world: World,
                  ds_config: dict[str, Any]):
         import deepspeed  # optional dependency
 
@@ -79,29 +82,33 @@ class DeepSpeedOptimizer:
         self.device = device
         if cfg.freeze_word_embeddings:
             freeze_word_embeddings(model)
-        module = GatheredMaskedLM(model, hidden=loss_registry.get(cfg.loss).needs_hidden)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=module, model_parameters=param_groups(model, cfg.weight_decay), config=ds_config)
-        self.module = self.engine
 
     def begin(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def micro_step(self, inputs, attention, labels, last: bool, loss_fn, *, share: float,
-                   world_size: int) -> float:
-        outputs = self.engine(inputs, attention, labels)
-        loss, _ = loss_fn(outputs)
+    def autocast(self):
+        return contextlib.nullcontext()  # DeepSpeed's config sets the precision
+
+    def backward(self, loss: torch.Tensor, scale: float = 1.0) -> None:
         # The same n_a / N x W as with DDP (DeepSpeed also averages gradients over the ranks), times
         # the accumulation steps: `engine.backward` divides every loss by gradient_accumulation_steps.
-        self.engine.backward(loss * (share * world_size * self.cfg.grad_accum_steps))
+        self.engine.backward(loss * (scale * self.cfg.grad_accum_steps))
         self.engine.step()  # an update happens only at the accumulation boundary
-        return float(loss.detach())
 
-    def finish(self, skip: bool) -> float | None:
+    def clip(self) -> float | None:
+        """The global gradient norm DeepSpeed measured (and clipped at its ``gradient_clipping``)."""
         norm = self.engine.get_global_grad_norm()
         norm = float(norm) if norm is not None else None
         return norm if norm is not None and math.isfinite(norm) else None
+
+    def step(self) -> None:
+        pass  # the engine stepped in `backward`
+
+    def skip(self) -> float | None:
+        return self.clip()  # the engine has stepped already: its norm, as for any step
 
 
 def deepspeed_config(template: Mapping[str, Any], cfg: TrainConfig, world_size: int) -> dict[str, Any]:

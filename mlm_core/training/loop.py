@@ -1,7 +1,10 @@
-"""The loop: `train_variants` steps 1-4 variants of a run through the same batches, masks and
-dropout, step by step, so their curves race; `train` is one variant. `TrainStep` is one step of
-the same loop on a batch you give it, for the Efficiency page, the benchmarks and the default-model
-build; `prepare_variant` sets a model up for either (dropout, checkpointing, optimizer, class weights).
+"""The loop: `train_step` is one optimizer step, as nanoGPT's train.py takes it (forward, loss, backward,
+clip, step), and everything that trains goes through it: `train_variants` steps 1-4 variants of a run
+through the same batches, masks and dropout, step by step, so their curves race; `train` is one variant;
+`TrainStep` is one step on a batch you give it, for the Efficiency page, the benchmarks and the
+default-model build; the NSP lesson steps its classifier through it with a loss of its own.
+`prepare_variant` sets a model up for a run's variant or a `TrainStep` (dropout, checkpointing, the
+forward pass, the optimizer, class weights).
 
 A run, as `_train_variants` reads: its data (`_corpus`: chunks, held-out set and probes, all from
 the run's one `DataConfig`), its variants (`_variant`: a deep copy each), the steps (`_train_step`
@@ -11,7 +14,7 @@ Nothing in this package knows about Streamlit or about one model family (minGPT'
 "nothing in this file really has anything to do with GPT"). One step reads left to right:
 
     texts ─▶ token chunks ─▶ masking.mask_tokens ─▶ encoder + head on the masked rows
-          ─▶ losses.full / weighted, sampled_softmax ─▶ backward ─▶ clip ─▶ AdamW
+          ─▶ the variant's loss (loss_registry) ─▶ backward ─▶ clip ─▶ AdamW
 
 The same loop runs headless (`python -m mlm_core train`) and under torchrun: when a
 `torch.distributed` process group is up, every rank takes its share of each global batch and
@@ -23,20 +26,24 @@ M = masked (selected) positions.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from mlm_core import loss_registry, losses, seeds
 from mlm_core.data import special_ids
 from mlm_core.errors import InputError
+from mlm_core.head import GatheredMaskedLM
 from mlm_core.loss_registry import LossInputs
 from mlm_core.masking import IGNORE_INDEX
 from mlm_core.training import bugs
@@ -48,26 +55,77 @@ from mlm_core.training.distributed import (DeepSpeedOptimizer, World, all_reduce
 from mlm_core.training.evaluate import EvalSet, Probe, evaluate, make_eval_set, make_probes, probe_predictions
 from mlm_core.training.events import TrainEvent, TrainResult
 from mlm_core.training.optim import ADAM_BETAS, ADAM_EPS, Optimizer, check_amp, lr_at, set_checkpointing
+from mlm_core.training.rng import cuda_index, rng_devices, seed_dropout
 
 # --------------------------------------------------------------------------------------------
-# One step: encoder once, head on the masked rows only, then the loss
+# One step: forward, loss, backward, clip, step
 # --------------------------------------------------------------------------------------------
 
 
-def _loss_value(cfg: TrainConfig, outputs, *, class_weights, counts, generator) -> tuple[torch.Tensor, int]:
-    """The variant's loss (its `loss_registry` record) for one micro-batch, and its number of masked rows M.
+@dataclass(frozen=True)
+class Micro:
+    """One micro-batch of a step, as `train_step` takes it: what the forward pass reads, the loss of what it
+    gives, its share of the step's normaliser, and the seed of its dropout."""
+
+    inputs: tuple  # the forward's arguments: (input_ids, attention_mask, labels), each (B, T), for a masked LM
+    loss: Callable[[Any], torch.Tensor]  # the forward's outputs -> this micro-batch's mean loss
+    share: float = 1.0  # n_a / N, its part of the step's normaliser (a step on one batch: 1)
+    dropout_seed: int | None = None  # seeds dropout before its forward (None: the RNG as it stands)
+
+
+def train_step(forward: Callable, opt: Optimizer | DeepSpeedOptimizer, micro: Sequence[Micro], *, lr: float,
+               skip: bool = False, world_size: int = 1) -> tuple[list[float], float | None]:
+    """One optimizer step, as nanoGPT's train.py takes it: forward, loss and backward on each micro-batch,
+    then clip and step. Returns each micro-batch's mean loss and the gradient norm before clipping (None
+    when skipped or not finite).
+
+    ``forward`` is the model gathered at its masked rows (`GatheredMaskedLM`, inside DistributedDataParallel
+    under torchrun, or DeepSpeed's engine: `prepare_variant` makes it), or a module a trainer steps with a
+    loss of its own (the NSP lesson's classifier); ``opt`` is `Optimizer` or `DeepSpeedOptimizer`. Each loss
+    is backpropagated times its share of the step, and times the world size W under DDP (which averages the
+    ranks' gradients), so the step's gradient is that of one mean over the global batch. ``skip`` (nothing
+    selected anywhere) drops the gradients instead of updating.
+    """
+    opt.begin(lr)  # the scheduled learning rate; the last step's gradients freed
+    values = []
+    for a, mb in enumerate(micro):
+        if mb.dropout_seed is not None:
+            seed_dropout(mb.dropout_seed, opt.device)
+        with _sync(forward, last=a == len(micro) - 1):  # DDP: gradients all-reduced on the last micro-batch only
+            with opt.autocast():
+                outputs = forward(*mb.inputs)  # forward: (logits (M, V), targets (M,)) for a masked LM
+            loss = mb.loss(outputs)  # loss: this micro-batch's mean, in fp32
+            opt.backward(loss, mb.share * world_size)  # backward: loss x n_a / N x W, through the fp16 GradScaler
+        values.append(float(loss.detach()))
+    if skip:
+        return values, opt.skip()
+    grad_norm = opt.clip()  # clip: clip_grad_norm_ at max_grad_norm (fp16 gradients unscaled first)
+    opt.step()  # step: AdamW (which the GradScaler skips if fp16 gradients overflowed)
+    return values, grad_norm
+
+
+def _sync(forward: Callable, last: bool):
+    """DDP all-reduces the gradients in every backward pass unless told not to: on the last micro-batch only."""
+    if last or not isinstance(forward, DistributedDataParallel):
+        return contextlib.nullcontext()
+    return forward.no_sync()
+
+
+def _variant_loss(cfg: TrainConfig, outputs, *, class_weights: torch.Tensor | None, counts: torch.Tensor | None,
+                  generator: torch.Generator | None, extra_loss: Callable | None = None) -> torch.Tensor:
+    """The variant's loss (its `loss_registry` record) on one micro-batch, the mean over its M masked rows.
 
     ``outputs`` is `GatheredMaskedLM`'s: ``(logits (M, V), targets (M,))``, or for a variant that needs the
     hidden states ``(hidden (M, H), weight (V, H), bias (V,), targets (M,))``; the loss is taken in fp32.
+    ``extra_loss(*outputs)``, when given, is added (the default-model build's anti-copy term).
     """
     variant = loss_registry.get(cfg.loss)
     *head, targets = outputs
-    m = int(targets.numel())
-    if m == 0:  # nothing selected: a zero that still reaches every tensor of the head (no NaN, DDP happy)
+    if targets.numel() == 0:  # nothing selected: a zero that still reaches every tensor of the head (no NaN, DDP happy)
         zero = head[0].sum() * 0.0
         for t in head[1:]:
             zero = zero + (t.sum() * 0.0 if t is not None else 0.0)
-        return zero, 0
+        return zero
     extras = dict(class_weights=class_weights, sampled=cfg.sampled_softmax, counts=counts, generator=generator)
     if variant.needs_hidden:
         hidden, weight, bias = head
@@ -75,7 +133,8 @@ def _loss_value(cfg: TrainConfig, outputs, *, class_weights, counts, generator) 
     else:
         (logits,) = head
         inputs = LossInputs(targets, logits=logits.float(), **extras)
-    return variant.loss(inputs).loss, m
+    loss = variant.loss(inputs).loss
+    return loss if extra_loss is None else loss + extra_loss(*outputs)
 
 
 def _normaliser(cfg: TrainConfig, labels: torch.Tensor, class_weights: torch.Tensor | None) -> float:
@@ -121,51 +180,59 @@ def stop_hooks(model: nn.Module, stop: threading.Event) -> list:
     return handles
 
 
-def _seed_dropout(seed: int, device: torch.device) -> None:
-    """Seed the global RNG that dropout draws from (inside `fork_rng`, so the caller's state returns)."""
-    torch.default_generator.manual_seed(seed)
-    if device.type == "cuda":
-        torch.cuda.default_generators[device.index if device.index is not None
-                                      else torch.cuda.current_device()].manual_seed(seed)
-
-
 # --------------------------------------------------------------------------------------------
 # One variant's set-up, for the loop's copies and for TrainStep alike
 # --------------------------------------------------------------------------------------------
 
 
+class Prepared(NamedTuple):
+    """A model set up to train (`prepare_variant`): what `train_step` takes, and the class weights of its loss."""
+
+    forward: nn.Module  # the model gathered at its masked rows (in DDP under torchrun; DeepSpeed's engine)
+    opt: Optimizer | DeepSpeedOptimizer
+    class_weights: torch.Tensor | None  # (V,) for a loss that needs them (the weighted one), else None
+
+
 def prepare_variant(model: nn.Module, cfg: TrainConfig, device: torch.device, *, counts: torch.Tensor | None = None,
                     world: World = World(), ds_config: dict[str, Any] | None = None,
                     groups: list[dict[str, Any]] | None = None, betas: tuple[float, float] = ADAM_BETAS,
-                    eps: float = ADAM_EPS) -> tuple[Optimizer | DeepSpeedOptimizer, torch.Tensor | None]:
-    """Set `model` up, in place, to train under `cfg`; returns its optimizer and the weighted loss' class weights.
+                    eps: float = ADAM_EPS) -> Prepared:
+    """Set `model` up, in place, to train under `cfg`: its forward pass, its optimizer and its loss' class weights.
 
-    Dropout on or off (``cfg.dropout``), gradient checkpointing, the optimizer (`Optimizer`, under DDP
-    when `world` is distributed, or DeepSpeed's engine when `ds_config` is given; ``groups``, ``betas``
-    and ``eps`` go to `Optimizer`), and for the weighted loss one weight per token id (V,), from the
-    corpus' token `counts` (V,), or 1 for every token without a corpus.
+    Dropout on or off (``cfg.dropout``), gradient checkpointing, the forward pass (`GatheredMaskedLM`: the
+    head on the masked rows only, its logits or, for a loss that needs them, its input and weights; in
+    DistributedDataParallel when `world` is distributed), the optimizer (`Optimizer`, or DeepSpeed's
+    engine when `ds_config` is given; ``groups``, ``betas`` and ``eps`` go to `Optimizer`), and for a
+    loss that needs them (the weighted one) one weight per token id (V,), from the corpus' token `counts`
+    (V,), or 1 for every token without a corpus.
     """
     if ds_config is not None and (groups is not None or (betas, eps) != (ADAM_BETAS, ADAM_EPS)):
         raise InputError("DeepSpeed builds its own optimizer from its config: groups, betas and eps go to "
                          "Optimizer only.")
+    variant = loss_registry.get(cfg.loss)
     model.train(cfg.dropout)
     set_checkpointing(model, cfg.gradient_checkpointing)
+    forward: nn.Module = GatheredMaskedLM(model, hidden=variant.needs_hidden)
     if ds_config is not None:
-        opt: Optimizer | DeepSpeedOptimizer = DeepSpeedOptimizer(model, cfg, device, world, ds_config)
+        opt: Optimizer | DeepSpeedOptimizer = DeepSpeedOptimizer(model, forward, cfg, device, world, ds_config)
+        forward = opt.engine
     else:
         opt = Optimizer(model, cfg, device, distributed=world.distributed, groups=groups, betas=betas, eps=eps)
+        if world.distributed:  # after Optimizer froze what stays frozen: DDP registers what needs gradients
+            forward = DistributedDataParallel(forward, device_ids=[cuda_index(device)] if device.type == "cuda"
+                                              else None)
     class_weights = None
-    if loss_registry.get(cfg.loss).needs_class_weights:
+    if variant.needs_class_weights:
         class_weights = (torch.ones(model.get_output_embeddings().weight.shape[0]) if counts is None else
                          losses.token_frequency_weights(counts.float(), scheme=cfg.weight_scheme,
                                                         smoothing=cfg.weight_smoothing)).to(device)
-    return opt, class_weights
+    return Prepared(forward, opt, class_weights)
 
 
 class TrainStep:
     """One optimizer step of `train`'s loop on a batch you give it.
 
-    It takes the loop's own path (`prepare_variant`, then `Optimizer`: autocast, the chosen loss,
+    It takes the loop's own path (`prepare_variant`, then `train_step`: autocast, the chosen loss,
     backward, clipping, AdamW; dropout seeded per step as the loop seeds it), so the Efficiency page
     and the benchmarks time the step a run takes, and the default-model build
     (``scripts/build_default_mlm.py``), which draws its own batches, trains with it. ``model`` is
@@ -196,8 +263,8 @@ class TrainStep:
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         check_amp(self.device, cfg.amp)
         self.model, self.cfg = model.to(self.device), cfg
-        self.opt, self.class_weights = prepare_variant(self.model, cfg, self.device, groups=groups, betas=betas,
-                                                       eps=eps)  # no corpus: every token weighs the same
+        self.forward, self.opt, self.class_weights = prepare_variant(
+            self.model, cfg, self.device, groups=groups, betas=betas, eps=eps)  # no corpus: every token weighs the same
         self.grad_norm: float | None = None  # the last step's gradient norm before clipping
 
     def configure(self, *, amp: str | None = None, gradient_checkpointing: bool | None = None,
@@ -229,25 +296,17 @@ class TrainStep:
         (the build's anti-copy term, ``losses.unlikelihood_loss``); ``seed`` picks the dropout.
         """
         ids, attention, labels = (t.to(self.device) for t in (input_ids, attention_mask, labels))
-        fork = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=fork):
-            _seed_dropout(seeds.seed_for(self.cfg.seed, Stream.DROPOUT, seed), self.device)
-            self.opt.begin(self.cfg.learning_rate if lr is None else lr)
-
-            def loss_fn(outputs):
-                loss, m = _loss_value(self.cfg, outputs, class_weights=self.class_weights, counts=None,
-                                      generator=None)
-                if extra_loss is not None and m:
-                    loss = loss + extra_loss(*outputs)
-                return loss, m
-
-            empty = not bool((labels != IGNORE_INDEX).any())
-            # One batch is the whole step: its share of the step's normaliser is 1.
-            loss = self.opt.micro_step(ids, attention, labels, True, loss_fn, share=1.0, world_size=1)
-            self.grad_norm = self.opt.finish(empty)
+        loss = functools.partial(_variant_loss, self.cfg, class_weights=self.class_weights, counts=None,
+                                 generator=None, extra_loss=extra_loss)
+        # One batch is the whole step: its share of the step's normaliser is 1.
+        micro = Micro((ids, attention, labels), loss, dropout_seed=seeds.seed_for(self.cfg.seed, Stream.DROPOUT, seed))
+        empty = not bool((labels != IGNORE_INDEX).any())
+        with torch.random.fork_rng(devices=rng_devices(self.device)):
+            (value,), self.grad_norm = train_step(self.forward, self.opt, [micro], skip=empty,
+                                                  lr=self.cfg.learning_rate if lr is None else lr)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        return loss
+        return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,6 +372,7 @@ class _Variant:
     name: str
     cfg: TrainConfig
     model: nn.Module  # the trained copy
+    forward: Any  # its forward pass (`Prepared.forward`)
     opt: Any  # Optimizer or DeepSpeedOptimizer
     result: TrainResult
     class_weights: torch.Tensor | None = None
@@ -323,10 +383,10 @@ def _variant(name: str, cfg: TrainConfig, base: nn.Module, corpus: _Corpus, run:
     """A deep copy of the base model (fp32 master weights; AMP handles low precision), set up to train."""
     model = copy.deepcopy(base).to(device=run.device, dtype=torch.float32)
     ds_config = None if ds_template is None else deepspeed_config(ds_template, cfg, run.world.size)
-    opt, class_weights = prepare_variant(model, cfg, run.device, counts=corpus.counts, world=run.world,
-                                         ds_config=ds_config)
+    forward, opt, class_weights = prepare_variant(model, cfg, run.device, counts=corpus.counts, world=run.world,
+                                                  ds_config=ds_config)
     result = TrainResult(name=name, config=cfg, eval_on_train=corpus.eval_on_train, model=model)
-    return _Variant(name, cfg, model, opt, result, class_weights)
+    return _Variant(name, cfg, model, forward, opt, result, class_weights)
 
 
 def _report(v: _Variant, event: TrainEvent, emit) -> None:
@@ -355,26 +415,22 @@ def _train_step(state: list[_Variant], micro_batches: Mapping[MaskScheme, list[M
     for v, batches, v_norms, total, masked_all in zip(state, mine, norms, totals, masked_counts):
         t0 = time.perf_counter()
         lr = lr_at(v.cfg, step)
-        v.opt.begin(lr)
-        loss_sum = 0.0
+        micro = [Micro((b.input_ids, b.attention_mask, b.labels),
+                       functools.partial(_variant_loss, v.cfg, class_weights=v.class_weights, counts=run.counts,
+                                         generator=seeds.generator(data.seed, Stream.SAMPLED, step, b.j)),
+                       share=n / total if total > 0 else 0.0,  # n_a / N
+                       dropout_seed=seeds.seed_for(data.seed, Stream.DROPOUT, step, b.j))  # the same for every variant
+                 for b, n in zip(batches, v_norms)]
         # Nothing selected anywhere: no loss to learn from, so no update (and no NaN in the curve).
         skip = masked_all == 0 or total <= 0
-        for a, b in enumerate(batches):
-            _seed_dropout(seeds.seed_for(data.seed, Stream.DROPOUT, step, b.j), device)  # the same for every variant
-
-            def loss_fn(outputs, v=v, j=b.j):
-                return _loss_value(v.cfg, outputs, class_weights=v.class_weights, counts=run.counts,
-                                   generator=seeds.generator(data.seed, Stream.SAMPLED, step, j))
-
-            share = v_norms[a] / total if total > 0 else 0.0  # n_a / N
-            value = v.opt.micro_step(b.input_ids, b.attention_mask, b.labels, a == len(batches) - 1, loss_fn,
-                                     share=share, world_size=world.size)
-            loss_sum += value * share
+        values, grad_norm = train_step(v.forward, v.opt, micro, lr=lr, skip=skip, world_size=world.size)
+        loss_sum = 0.0
+        for value, mb in zip(values, micro):
+            loss_sum += value * mb.share
         (loss_sum,) = all_reduce_sum([loss_sum], device, world)
         record: dict[str, Any] = {"step": step + 1, "lr": lr, "masked_tokens": int(masked_all),
-                                  "tokens": int(tokens_all)}
-        grad_norm = v.opt.finish(skip)
-        record.update(loss=None if skip else loss_sum, grad_norm=grad_norm, skipped=skip)
+                                  "tokens": int(tokens_all), "loss": None if skip else loss_sum,
+                                  "grad_norm": grad_norm, "skipped": skip}
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         dt = time.perf_counter() - t0
@@ -411,7 +467,7 @@ def _buggy_evaluation(v: _Variant, corpus: _Corpus, run: _Run, step: int) -> dic
                               micro_batch=max(1, corpus.micro), vocab_size=corpus.mask_vocab, redraw=step)
         reported = evaluate(v.model, fresh, amp=v.cfg.amp)
     else:  # "eval_dropout": the model left in train mode, its dropout seeded per evaluation
-        _seed_dropout(seeds.seed_for(run.data.seed, Stream.EVAL_DROPOUT, step), run.device)
+        seed_dropout(seeds.seed_for(run.data.seed, Stream.EVAL_DROPOUT, step), run.device)
         reported = evaluate(v.model, corpus.eval_set, amp=v.cfg.amp, dropout=True)
     return {"reported_loss": reported["loss"], "reported_mask_loss": reported["mask_loss"]}
 
@@ -426,7 +482,7 @@ def _finish(state: list[_Variant], run: _Run) -> dict[str, TrainResult]:
         v.model.train(False)
         if v.cfg.gradient_checkpointing:
             set_checkpointing(v.model, False)
-        v.opt = None  # drop the optimizer state (and any DDP/DeepSpeed wrapper) now
+        v.opt = v.forward = None  # drop the optimizer state and any DDP/DeepSpeed wrapper now
         v.model.zero_grad(set_to_none=True)  # and the last step's gradients: a kept copy holds its weights alone
         _report(v, TrainEvent("done", v.name, steps_done, run.data.steps, v.result.summary()), run.emit)
     return {v.name: v.result for v in state}
@@ -476,9 +532,7 @@ def train_variants(model: nn.Module, tokenizer, texts: Sequence[str],
     stop = stop or threading.Event()
     try:
         dev = torch.device(device) if device is not None else next(model.parameters()).device
-        fork_devices = [dev.index if dev.index is not None else torch.cuda.current_device()] \
-            if dev.type == "cuda" else []
-        with torch.random.fork_rng(devices=fork_devices):
+        with torch.random.fork_rng(devices=rng_devices(dev)):
             return _train_variants(model, tokenizer, texts, eval_texts, dict(variants), data, dev, deepspeed,
                                    emit, stop)
     except Exception as exc:

@@ -1,27 +1,22 @@
 """How the weights move: the learning-rate schedule, AdamW and its parameter groups, mixed precision,
 gradient checkpointing, frozen word embeddings, and `Optimizer`, one variant's update.
 
-Nothing here knows where the batches come from; `loop.py` calls `Optimizer.begin`, one
-`micro_step` per micro-batch, then `finish`. A trainer with a forward pass of its own (the NSP
-lesson's classifier) calls `backward` on its loss in place of `micro_step`: the same AdamW,
-scaling, clipping and order.
+Nothing here knows where the batches come from or what the model computes: `loop.train_step` runs the
+forward pass and the loss, and calls `Optimizer.begin`, `backward` on each micro-batch's loss, then
+`clip` and `step` (nanoGPT's order: zero, backward, unscale and clip, step, update the scaler).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
-from mlm_core import loss_registry
 from mlm_core.errors import InputError
-from mlm_core.head import GatheredMaskedLM
 from mlm_core.precision import resolve_amp
 from mlm_core.training.config import TrainConfig
 
@@ -162,8 +157,9 @@ SWITCHABLE = ("amp", "max_grad_norm", "freeze_word_embeddings", "gradient_checkp
 
 
 class Optimizer:
-    """One variant's weights update: AdamW with optional clipping and fp16 gradient scaling; under
-    torchrun the model is wrapped in DistributedDataParallel, which averages gradients over ranks.
+    """One variant's weights update: AdamW with optional clipping and fp16 gradient scaling. Under torchrun
+    (``distributed``) the forward pass goes through DistributedDataParallel (`loop.prepare_variant` wraps it),
+    which averages the gradients over the ranks; the weights frozen then stay frozen.
 
     ``groups`` replaces `param_groups`' two groups (decay, no decay) by the caller's own; a group's
     ``lr_scale`` (default 1) multiplies the scheduled rate, so a head can learn faster than the body
@@ -182,21 +178,10 @@ class Optimizer:
         groups = param_groups(model, cfg.weight_decay) if groups is None else groups
         if cfg.freeze_word_embeddings:  # before DDP wraps the model: it registers what needs gradients
             freeze_word_embeddings(model)
-        if distributed:
-            ids = [device.index if device.index is not None else torch.cuda.current_device()] \
-                if device.type == "cuda" else None
-            self.module = DistributedDataParallel(self.module, device_ids=ids)
         self.refresh_params()
         self.optimizer = adamw(groups, cfg.learning_rate, betas, eps)
         self._scalers: dict[bool, torch.amp.GradScaler] = {}
         self.scaler = self._scaler(cfg.amp)
-
-    @functools.cached_property
-    def module(self) -> nn.Module:
-        """What `micro_step` calls: the masked LM gathered at its labelled positions (`GatheredMaskedLM`), made
-        on first use, so an optimizer that never takes a masked-LM step (the NSP lesson's head) never builds it;
-        under torchrun, wrapped in DistributedDataParallel when the optimizer is built."""
-        return GatheredMaskedLM(self.model, hidden=loss_registry.get(self.cfg.loss).needs_hidden)
 
     def _scaler(self, amp: str) -> torch.amp.GradScaler:
         """The gradient scaler for `amp`: on for fp16 (one, kept with its learned scale), off otherwise."""
@@ -230,39 +215,34 @@ class Optimizer:
         self.refresh_params()
 
     def begin(self, lr: float) -> None:
+        """Start a step: every group at the scheduled rate (times its ``lr_scale``), the last step's gradients freed."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr * group["lr_scale"] if "lr_scale" in group else lr
         self.optimizer.zero_grad(set_to_none=True)
 
-    def micro_step(self, inputs, attention, labels, last: bool, loss_fn, *, share: float,
-                   world_size: int) -> float:
-        """Forward and backward of one micro-batch; gradients are synchronised on the last one only.
+    def autocast(self):
+        """The forward pass's autocast context under this config's precision (`autocast`)."""
+        return autocast(self.device, self.cfg.amp)
 
-        `share` is this micro-batch's part of the global normaliser (n_a / N); DDP averages the
-        gradients over the ranks, so each rank's loss is multiplied by the world size W to make the
-        average a sum. Returns the micro-batch's own mean loss.
-        """
-        sync = contextlib.nullcontext() if (last or not self.distributed) else self.module.no_sync()
-        with sync:
-            with autocast(self.device, self.cfg.amp):
-                outputs = self.module(inputs, attention, labels)
-            loss, _ = loss_fn(outputs)
-            self.backward(loss, share=share, world_size=world_size)
-        return float(loss.detach())
+    def backward(self, loss: torch.Tensor, scale: float = 1.0) -> None:
+        """Backward of a micro-batch's mean loss times ``scale``, its share of the step (x W under DDP), through the
+        fp16 gradient scaler when there is one. A whole step on one batch has scale 1."""
+        self.scaler.scale(loss * scale).backward()
 
-    def backward(self, loss: torch.Tensor, *, share: float = 1.0, world_size: int = 1) -> None:
-        """Backward of one micro-batch's mean loss, weighted by its `share` of the step (x W under DDP), through
-        the fp16 gradient scaler when there is one. A whole step on one batch has share 1."""
-        self.scaler.scale(loss * (share * world_size)).backward()
-
-    def finish(self, skip: bool) -> float | None:
-        """Clip and update; returns the gradient norm before clipping (None when skipped or not finite)."""
-        if skip:
-            self.optimizer.zero_grad(set_to_none=True)
-            return None
+    def clip(self) -> float | None:
+        """Unscale the fp16 gradients and clip their global norm at ``max_grad_norm`` (``clip_grad_norm_``); returns
+        the norm before clipping (None when not finite)."""
         self.scaler.unscale_(self.optimizer)
         max_norm = self.cfg.max_grad_norm if self.cfg.clipping else float("inf")
         norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
-        self.scaler.step(self.optimizer)  # skipped by the scaler if fp16 gradients overflowed
-        self.scaler.update()
         return norm if math.isfinite(norm) else None
+
+    def step(self) -> None:
+        """AdamW's update (skipped by the scaler if fp16 gradients overflowed), then the scaler's."""
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def skip(self) -> None:
+        """No update this step (nothing to learn from): its gradients are dropped."""
+        self.optimizer.zero_grad(set_to_none=True)
+        return None
