@@ -81,9 +81,8 @@ class RunManager:
             raise InputError(problem)
         run = Run(model, tokenizer, texts, variants, label=label, train_fn=self._train_fn, clock=self._clock,
                   eval_texts=eval_texts, client=client, alive=alive, max_seconds=self.max_run_s,
-                  threads=self.threads, keep_trained=keep_trained)
-        run._on_finish = self._finished
-        run._manager = self
+                  threads=self.threads, keep_trained=keep_trained, on_finish=self._finished,
+                  queue_forecast=self.queue_forecast)
         with self._lock:
             mine = [r for r in self._running + self._queue
                     if client is not None and r.client == client and r.status not in FINISHED]

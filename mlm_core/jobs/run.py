@@ -13,20 +13,17 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from mlm_core.data import private_copy
 from mlm_core.errors import InputError
-from mlm_core.jobs.forecasts import PACE_STEPS, Forecast, eval_points, forecast
+from mlm_core.jobs.forecasts import PACE_STEPS, Forecast, QueueForecast, eval_points, forecast
 from mlm_core.jobs.limits import cap_threads, cuda_available
 from mlm_core.jobs.snapshot import DONE, ERROR, FINISHED, QUEUED, RUNNING, STOPPED, RunSnapshot
 from mlm_core.measure import background_priority, return_free_memory
 from mlm_core.training import Curves, TrainConfig, TrainEvent, TrainResult, check_variants, train_variants
-
-if TYPE_CHECKING:
-    from mlm_core.jobs.manager import RunManager
 
 TrainFn = Callable[..., Mapping[str, TrainResult]]
 
@@ -38,7 +35,11 @@ class Run:
                  label: str = "", train_fn: TrainFn = train_variants, clock=time.monotonic,
                  eval_texts: Sequence[str] | None = None, client: str | None = None,
                  alive: Callable[[], bool] | None = None, max_seconds: float | None = None,
-                 threads: int | None = None, keep_trained: bool = False):
+                 threads: int | None = None, keep_trained: bool = False,
+                 on_finish: Callable[[Run], None] | None = None,
+                 queue_forecast: Callable[[Run], QueueForecast | None] | None = None):
+        """``on_finish(run)`` is called once the run has ended; ``queue_forecast(run)`` says, while it is queued,
+        when it should start (the manager that queues it gives both)."""
         self.data = check_variants(variants)  # at submit, so a bad run is refused now, not when its turn comes
         self.run_id = uuid.uuid4().hex[:8]
         self.label = label
@@ -69,8 +70,8 @@ class Run:
         self.results: dict[str, TrainResult] = {}
         self.last_polled = clock()
         self.queue_position: int | None = None
-        self._on_finish: Callable[[Run], None] | None = None
-        self._manager: RunManager | None = None  # for a queued run's forecast
+        self._on_finish = on_finish
+        self._queue_forecast = queue_forecast  # for a queued run's place and start
         # the measured pace (lock held): wall seconds of each finished step (every variant) and evaluation
         self._mark: float | None = None  # when the last event arrived
         self._step_wall: dict[int, list] = {}  # step -> [seconds so far, variants reported]
@@ -143,9 +144,8 @@ class Run:
                                stops_at_cap=bool(ahead and ahead.stops_at_cap), max_seconds=self.max_seconds,
                                step_s=step_s, waiting_s=(max(0.0, now - self._mark) if status == RUNNING
                                                          and self._mark is not None else 0.0))
-        manager = self._manager
-        if status == QUEUED and manager is not None:  # outside the run's lock: the manager reads other runs
-            snap = replace(snap, queue=manager.queue_forecast(self))
+        if status == QUEUED and self._queue_forecast is not None:  # outside the run's lock: it reads other runs
+            snap = replace(snap, queue=self._queue_forecast(self))
         return snap
 
     def stop(self, reason: str = "Stopped by you.") -> None:
