@@ -15,6 +15,7 @@ from mlm_core.lessons import training_registry as registry
 from mlm_core.lessons.training_registry import Choice, RunView, TrainingLesson
 from mlm_core.lessons.training_view import gazetteer_texts
 from tests.test_page_training import tiny  # noqa: F401  (autouse: the tiny model, one torch thread)
+from tests.test_page_training_lessons import start_lesson
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "pages" / "training.py"
@@ -56,21 +57,8 @@ def test_a_lesson_registered_from_a_test_file_trains_on_the_page(toy_lesson):
     assert toy_lesson.title in at.radio(key="training_lesson").options and at.radio(key="training_lesson").value == TOY
     assert at.select_slider(key="training_toy_warmup").value == 4
     assert any("one warms up over 4 steps" in i.value for i in at.info)
-    at.select_slider(key="training_toy_warmup").set_value(2)
-    at.slider(key=f"training_steps_{TOY}_1").set_value(6)
-    at.select_slider(key="training_batch").set_value(2)
-    at.select_slider(key="training_seq_len").set_value(32)
-    at.number_input(key=f"training_eval_every_{TOY}_1").set_value(3)
-    at.run()
+    at, snap = start_lesson(TOY, steps=6, eval_every=3, training_toy_warmup=2)
     assert any("one warms up over 2 steps" in i.value for i in at.info)
-    at.button(key="training_start").click().run()
-    assert not at.exception, at.exception
-    run = at.session_state["training_run"]
-    assert run.wait(240)
-    at.run()
-    assert not at.exception, at.exception
-    snap = run.snapshot()
-    assert snap.status == "done", (snap.status, snap.error)
     assert {n: c["warmup_steps"] for n, c in snap.configs.items()} == {"with warm-up": 2, "no warm-up": 0}
     assert at.session_state["training_run_meta"]["lesson"] == TOY
     verdict = _toy_verdict(RunView.of(snap, at.session_state["training_run_meta"]))[0][1]
