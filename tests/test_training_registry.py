@@ -63,6 +63,7 @@ def test_a_lesson_registered_from_a_test_file_trains_on_the_page(toy_lesson):
     assert at.session_state["training_run_meta"]["lesson"] == TOY
     verdict = _toy_verdict(RunView.of(snap, at.session_state["training_run_meta"]))[0][1]
     assert verdict in [m.value for m in at.markdown]  # computed from the run, shown by the page
+    assert toy_lesson.export(RunView.of(snap, {})) == [{"said": verdict}]  # and kept in the lesson zip
     assert any(t.value.columns[0] == "variant" and len(t.value) == 2 for t in at.table)  # its probes, raced
 
 
