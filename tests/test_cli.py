@@ -75,7 +75,7 @@ def test_help_documents_every_option(capsys):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--loss", "focal"], "invalid choice"),
+    (["--loss", "no_such_loss"], "invalid choice"),
     (["--steps", "-5"], "steps must be between"),
     (["--corpus", "no/such/file.txt"], "Corpus file not found"),
     (["--config", "no/such/config.yaml"], "Config file not found"),
@@ -94,7 +94,7 @@ def test_bad_flags_exit_2_with_a_clear_message(argv, words, tmp_path, corpus, ca
 
 
 @pytest.mark.parametrize("text, words", [
-    ("loss: focal\n", "loss must be one of"),
+    ("loss: no_such_loss\n", "loss must be one of"),
     ("steps: -1\n", "steps must be between"),
     ("stepz: 3\n", "Unknown training option"),
     ("masking:\n  mlm_probability: 2\n", "mlm_probability"),

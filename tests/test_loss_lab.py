@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from mlm_core import loss_registry
 from mlm_core.bundled import workshop_sentences
 from mlm_core.formatting import row_decimals, significant
 from mlm_core.lessons.loss_lab import (
@@ -79,7 +80,7 @@ def test_batch_losses_and_sentences():
     assert s["correction"] == "importance" and s["K"] == SAMPLED_SOFTMAX.num_sampled and not s["replacement"]
     assert -1 <= s["grad_cosine"] <= 1
     sentences = loss_sentences(outputs)
-    assert set(sentences) == {"full", "weighted", "sampled"}
+    assert set(sentences) == set(loss_registry.names()) >= {"full", "weighted", "sampled"}
     row = row_decimals([float(o.loss) for o in outputs.values()])  # the page's row of numbers: one precision
     assert f"**Sampled {float(outputs['sampled'].loss):.{row}f}**" in sentences["sampled"] and "estimate of the full loss" in sentences["sampled"]
     tf = batch_losses(batch, LossSettings(sampled=SampledSoftmaxConfig(correction="tensorflow")))

@@ -40,12 +40,12 @@ SMOOTHED = LossVariant(NAME, label_smoothed, label="label-smoothed", title="Labe
 
 @pytest.fixture(autouse=True)
 def smoothed():
-    """The fourth variant, for one test; the registry holds the three built-in ones again afterwards."""
+    """One more variant, for one test; the registry holds the built-in ones again afterwards."""
     before = loss_registry.names()
     loss_registry.register(SMOOTHED)
     yield SMOOTHED
     loss_registry.unregister(NAME)
-    assert loss_registry.names() == before == ("full", "weighted", "sampled")
+    assert loss_registry.names() == before and before[:3] == ("full", "weighted", "sampled")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_the_record_is_label_smoothed_cross_entropy():
 def test_the_config_and_the_cli_accept_it_and_a_name_twice_is_refused():
     assert TrainConfig(loss=NAME).loss == NAME
     with pytest.raises(InputError, match=NAME):  # the message lists it among the choices
-        TrainConfig(loss="focal")
+        TrainConfig(loss="no such loss")
     args = cli.build_parser().parse_args(["train", "--loss", NAME])
     assert args.loss == NAME
     with pytest.raises(InputError, match="registered already"):
@@ -92,7 +92,7 @@ def test_the_loss_page_and_its_figures_show_it(tiny):
     model, tok = tiny
     batch = loss_batch(model, tok, TEXTS, seed=0)
     outputs = batch_losses(batch)
-    assert list(outputs) == ["full", "weighted", "sampled", NAME]
+    assert list(outputs) == [*loss_registry.names()[:-1], NAME] and list(outputs)[:3] == ["full", "weighted", "sampled"]
     expected = F.cross_entropy(batch.logits, batch.targets, label_smoothing=SMOOTHING)
     assert torch.allclose(outputs[NAME].loss, expected, rtol=1e-6)
     assert loss_sentences(outputs)[NAME].startswith("**Label-smoothed cross-entropy ")

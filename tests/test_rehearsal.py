@@ -306,8 +306,8 @@ def test_loss_number_row_has_one_precision(run_page):
     places = {label: _decimals(m.value) for label, m in row.items()}
     places.update({f"{label} delta": _decimals(m.proto.delta) for label, m in row.items() if m.proto.delta})
     assert len(set(places.values())) == 1, {label: m.value for label, m in row.items()}
-    bars = next(s for s in _specs(at) if s["data"] and list(s["data"][0].get("x") or []) == ["full", "weighted", "sampled"])
-    assert sorted(bars["data"][0]["text"]) == sorted(row[n].value for n in ("full softmax", "weighted", "sampled"))
+    bars = next(s for s in _specs(at) if s["data"] and list(s["data"][0].get("x") or [])[:3] == ["full", "weighted", "sampled"])
+    assert sorted(bars["data"][0]["text"][:3]) == sorted(row[n].value for n in ("full softmax", "weighted", "sampled"))
 
 
 def test_frequency_legend_says_the_count_leaves_the_special_tokens_out():

@@ -52,7 +52,7 @@ def finite_or_none(rows, keys):
 @pytest.mark.parametrize("bad, words", [
     (dict(steps=-1), "steps"),
     (dict(learning_rate=0), "learning_rate"),
-    (dict(loss="focal"), "loss"),
+    (dict(loss="no_such_loss"), "loss"),
     (dict(amp="fp8"), "amp"),
     (dict(batch_size=6, grad_accum_steps=4), "multiple"),
     (dict(chunk_overlap=62), "overlap"),

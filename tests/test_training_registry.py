@@ -19,7 +19,7 @@ from tests.test_page_training_lessons import start_lesson
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "pages" / "training.py"
-TOY = "warmup"
+TOY = "toy_warmup"  # not a key a real lesson might take
 
 
 def _toy_variants(base, *, from_scratch, warmup=10, **choices):
@@ -46,7 +46,8 @@ def toy_lesson():
                                               f"{choices['warmup']} steps.")],
         probes="race", verdict=_toy_verdict))
     yield record
-    registry.TRAINING_LESSONS.pop(TOY)
+    registry.unregister(TOY)
+    assert TOY not in registry.TRAINING_LESSONS
 
 
 def test_a_lesson_registered_from_a_test_file_trains_on_the_page(toy_lesson):
@@ -81,6 +82,8 @@ def test_an_unknown_lesson_is_a_message():
     with pytest.raises(registry.InputError, match="Unknown lesson 'nap'"):
         registry.lesson("nap")
     assert registry.run_lesson({"lesson": "nap"}) is registry.PLAIN_RUN  # a run's record: nothing said but its curves
+    with pytest.raises(registry.InputError, match="registered already"):  # a lesson is never replaced silently
+        registry.register(registry.TRAINING_LESSONS["facts"])
 
 
 LESSON_TEST = re.compile(r"""(lesson\w*|kind|\.get\("lesson"\)|\["lesson"\])\s*(==|!=|in|not in)\s*[(\["']*("""

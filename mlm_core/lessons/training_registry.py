@@ -442,9 +442,17 @@ PLAIN_RUN = TrainingLesson("", "A run", _one_run)  # a run no lesson started: no
 
 
 def register(record: TrainingLesson) -> TrainingLesson:
-    """Add a lesson (or replace the one with its key): the page lists it, after the others, from the next rerun."""
+    """Add a lesson: the page lists it, after the others, from the next rerun. A key taken already is refused (as
+    ``loss_registry.register`` refuses a name): replacing a lesson silently would hide the one it replaced."""
+    if record.key in TRAINING_LESSONS:
+        raise InputError(f"A lesson with the key {record.key!r} is registered already: unregister it first.")
     TRAINING_LESSONS[record.key] = record
     return record
+
+
+def unregister(key: str) -> TrainingLesson:
+    """Remove a lesson (a test's own, once it is done); returns its record."""
+    return TRAINING_LESSONS.pop(lesson(key).key)
 
 
 def lesson(key: str) -> TrainingLesson:
