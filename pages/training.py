@@ -254,7 +254,7 @@ if start_col.button("▶ Start training", key="training_start", type="primary",
         ui.show_error(exc, "warning")
     except MLMLabError as exc:
         ui.show_error(exc)
-if stop_col.button("■ Stop run", key="training_stop", disabled=run is None or run.snapshot().finished):
+if stop_col.button("■ Stop run", key="training_stop", disabled=not busy_here):
     run.stop("Stopped by you.")
     st.toast("Stopping…")
 counts = manager.counts()
@@ -266,16 +266,17 @@ info_col.caption(f"Machine: {counts['running']} of {counts['max_runs']} training
 
 if teacher_key_set():
     teacher_panel(manager)
-this_lesson = run is not None and (state.get(RUN_META_KEY) or {}).get("lesson") == lesson.key  # its answers, revealed
-ui.class_question("training", lesson.ask(texts, tokenizer, run.snapshot() if this_lesson else None))
+snap = run.snapshot() if run is not None else None  # the run as this rerun draws it (Stop may have just been pressed)
+this_lesson = snap is not None and (state.get(RUN_META_KEY) or {}).get("lesson") == lesson.key  # its answers, revealed
+ui.class_question("training", lesson.ask(texts, tokenizer, snap if this_lesson else None))
 
 # ------------------------------------------------------------------------------------- live view
-if texts is not None and texts.probe_groups and not from_scratch and (run is None or run.snapshot().finished):
+if texts is not None and texts.probe_groups and not from_scratch and (snap is None or snap.finished):
     probe_preview_panel(model_name, model, tokenizer, texts, expanded=run is None, presenter=settings.presenter)
 if run is None:
     st.info("Set up a run above and press **▶ Start training**.")
 else:
-    active = not run.snapshot().finished
+    active = not snap.finished
     shown = RunShown(state.get(RUN_META_KEY) or {}, len(tokenizer), settings.presenter,
                      model_name or "default (bundled)", settings.seed)
 

@@ -88,8 +88,9 @@ def draw_probes(snap, shown: RunShown) -> None:
         if not entries:
             continue
         # the facts lessons: phrases it read beside questions in new words
-        if probe_set_scores(entries, twins=shown.twins):
-            draw_probe_sets(name, entries, at, shown)
+        scores = probe_set_scores(entries, twins=shown.twins)
+        if scores:
+            draw_probe_sets(name, entries, at, scores, shown)
             continue
         right, known = probes_right(entries[-1])
         if known:
@@ -156,10 +157,10 @@ def draw_filmstrip(snap, shown: RunShown, lesson_run: bool) -> None:
         st.caption(TEXT("filmstrip"))
 
 
-def draw_probe_sets(name: str, entries, at: int, shown: RunShown) -> None:
+def draw_probe_sets(name: str, entries, at: int, scores, shown: RunShown) -> None:
     """The facts lesson's probe sets side by side: top-1, top-5 and the answer's rank, from the first
-    evaluation to step `at`, each probe's row, and one sentence on what the difference means."""
-    scores = probe_set_scores(entries, twins=shown.twins)
+    evaluation to step `at` (``scores``: ``probe_set_scores`` of ``entries``), each probe's row, and one sentence on
+    what the difference means."""
     # two sets side by side at most (other countries and the learner's sentence go below: three columns cut the tables)
     places = [place for i in range(0, len(scores), 2) for place in side_by_side(min(2, len(scores) - i),
                                                                                  shown.presenter)]
@@ -240,7 +241,7 @@ def draw_run(snap, shown: RunShown, *, from_scratch: bool) -> None:
         draw_race_probes(snap, shown)
     else:
         draw_probes(snap, shown)
-    blocks(lesson.summary(view, shown.twins))
+    blocks(lesson.summary(view))
     if snap.finished and lesson.probes != "filmstrip":  # elsewhere once the run is done
         draw_filmstrip(snap, shown, lesson_run=False)
     if any(steps.values()):
@@ -269,12 +270,12 @@ def draw_results(snap, shown: RunShown, view: RunView) -> None:
     # 14 columns: HTML, whose headers wrap, so none is cut at the right edge at 1400 px ("top-…" in a dataframe)
     table(pd.DataFrame(rows), key="training_results", percent=("top-1", "top-5"), static=True,
           turn="variant")  # 14 columns cannot fit a room-sized font: one column per variant there
-    curves = pd.DataFrame(snap.curves_rows())
+    curves = snap.curves_rows()  # one copy of every event, for the CSV and the zip
     c1, c2 = st.columns(2)
-    c1.download_button("⬇ Download all curves (CSV)", curves.to_csv(index=False).encode("utf-8"),
+    c1.download_button("⬇ Download all curves (CSV)", pd.DataFrame(curves).to_csv(index=False).encode("utf-8"),
                        file_name=f"mlm_lab_curves_{snap.run_id}.csv", mime="text/csv", key="training_csv")
     export = dict(settings={"model": shown.model_label, "seed": shown.seed, "variants": snap.configs or {}},
-                  curves=snap.curves_rows(), tables={"results": rows})
+                  curves=curves, tables={"results": rows})
     said = shown.lesson.export(view)  # what the page said about the run, sentence by sentence
     if said:
         export["tables"]["said on the page"] = said

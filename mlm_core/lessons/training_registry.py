@@ -75,6 +75,7 @@ class RunView:
     finished: bool
     from_scratch: bool = False
     default_settings: bool = False
+    twins: int = 0  # the twin countries the run read (its probe scores count their answers as invented)
 
     @classmethod
     def of(cls, snap, meta: Mapping[str, Any] | None) -> "RunView":
@@ -82,7 +83,8 @@ class RunView:
         meta = meta or {}
         return cls({n: v.steps for n, v in snap.variants.items()}, {n: v.evals for n, v in snap.variants.items()},
                    {n: v.probes for n, v in snap.variants.items() if v.probes}, snap.configs or {},
-                   snap.total_steps, snap.finished, bool(meta.get("from_scratch")), bool(meta.get("defaults", False)))
+                   snap.total_steps, snap.finished, bool(meta.get("from_scratch")), bool(meta.get("defaults", False)),
+                   run_twins(meta))
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ class TrainingLesson:
     learner_probe: bool = False  # a sentence of the learner's joins the probes, and the filmstrip follows it
     probes: str = "each"  # how the run's probes are shown: "each" variant's, a "race" table, or the "filmstrip" first
     verdict: Callable[[RunView], list[Block]] = _nothing  # under the held-out curves: what this run showed
-    summary: Callable[[RunView, int], list[Block]] = _nothing  # (view, twins) under the probes
+    summary: Callable[[RunView], list[Block]] = _nothing  # under the probes
     loss_note: Callable[[RunView], list[Block]] = _nothing  # under the training-loss chart
     ask: Callable[..., Ask | None] = lambda texts, tokenizer, snap=None: None  # the class's question
 
@@ -115,8 +117,7 @@ class TrainingLesson:
 
     def export(self, view: RunView) -> list[dict[str, str]]:
         """What the lesson zip keeps of the page's sentences about the run: one row each."""
-        return [{"said": text} for _, text in self.verdict(view) + self.summary(view, self.twins) + self.loss_note(view)
-                if text]
+        return [{"said": text} for _, text in self.verdict(view) + self.summary(view) + self.loss_note(view) if text]
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,9 +297,9 @@ def _bug_verdict(view: RunView) -> list[Block]:
     return [("markdown", f"**{TRAINED_BUGS[bug].title}, on this run:** {signature}")] if signature else []
 
 
-def _bind_summary(view: RunView, twins: int) -> list[Block]:
+def _bind_summary(view: RunView) -> list[Block]:
     """The two runs' binding and control, in one sentence."""
-    said = binding_comparison({name: probe_set_scores(entries, twins=twins) for name, entries in view.probes.items()})
+    said = binding_comparison({name: probe_set_scores(entries, twins=view.twins) for name, entries in view.probes.items()})
     return [("markdown", "**What the twins did:** " + said)] if said else []
 
 
